@@ -1,0 +1,162 @@
+"""Shard archives: one tarball per shard holding its compiler cache and a manifest.
+
+Written and read with :mod:`tarfile` (never a shell tar: Git-bash tar reads a
+drive letter as a remote host). Reading validates every archive completely
+before anything is merged, so a bad archive leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from . import __version__, cache
+from .cell import Cell
+from .errors import CuwError
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+CACHE_PREFIX = "cache"
+SUFFIX = ".tar.gz"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    format: int
+    forge_version: str
+    cell: dict[str, Any]
+    shard_index: int
+    shard_count: int
+    filter: str
+    cache_tool: str
+    cache_version: str
+    owned: list[str]
+    compiled: list[str]
+    counters: dict[str, int]
+
+    @staticmethod
+    def from_json(data: dict[str, Any], where: str) -> "Manifest":
+        try:
+            return Manifest(**data)
+        except TypeError as exc:
+            raise CuwError(f"{where}: manifest does not match format {FORMAT}: {exc}") from None
+
+
+def archive_name(cell: Cell, index: int, count: int) -> str:
+    """Carries package, lane, Python, CUDA, torch and i-of-N (artifact names must not collide)."""
+    return f"cuw-shard-{cell.id}-{index}of{count}{SUFFIX}"
+
+
+def pack(cache_dir: Path, manifest: Manifest, dest: Path) -> Path:
+    """Writes the archive atomically (a temp file renamed into place)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".partial")
+    with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:  # entries are already compressed
+        data = json.dumps(asdict(manifest), indent=2, sort_keys=True).encode()
+        info = tarfile.TarInfo(MANIFEST)
+        info.size = len(data)
+        info.mode = 0o644
+        tar.addfile(info, io.BytesIO(data))
+        for path in sorted(cache_dir.rglob("*")):
+            rel = path.relative_to(cache_dir)
+            if rel.parts[0] in cache.NOT_ENTRIES or not path.is_file():
+                continue
+            tar.add(path, arcname=f"{CACHE_PREFIX}/{rel.as_posix()}", recursive=False)
+    tmp.replace(dest)
+    return dest
+
+
+@dataclass(frozen=True)
+class Restored:
+    path: Path
+    manifest: Manifest
+    staging: Path  # the unpacked cache folder
+
+
+def _check_member(member: tarfile.TarInfo, where: Path) -> None:
+    name = member.name
+    parts = Path(name).parts
+    if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+        raise CuwError(f"{where}: member {name!r} would land outside the cache directory; refusing the archive")
+    if not (member.isfile() or member.isdir()):
+        raise CuwError(f"{where}: member {name!r} is a link or device, not a cache file; refusing the archive")
+    if name != MANIFEST and parts[0] != CACHE_PREFIX:
+        raise CuwError(f"{where}: unexpected member {name!r} (a shard archive holds {MANIFEST} and {CACHE_PREFIX}/)")
+
+
+def read_manifest(path: Path) -> Manifest:
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            member = tar.getmember(MANIFEST)
+            fh = tar.extractfile(member)
+            assert fh is not None
+            return Manifest.from_json(json.loads(fh.read()), str(path))
+    except KeyError:
+        raise CuwError(f"{path}: no {MANIFEST} inside: not a shard archive") from None
+    except (tarfile.TarError, EOFError, OSError, json.JSONDecodeError, AssertionError) as exc:
+        raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
+
+
+def unpack(path: Path, staging_root: Path) -> Restored:
+    """Unpacks one archive into a fresh staging folder after checking every member."""
+    manifest = read_manifest(path)
+    staging = Path(tempfile.mkdtemp(prefix="restore-", dir=staging_root))
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            members = tar.getmembers()
+            for member in members:
+                _check_member(member, path)
+            tar.extractall(staging, members=members, filter="data")
+    except CuwError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
+    return Restored(path, manifest, staging / CACHE_PREFIX)
+
+
+def merge_into(restored: list[Restored], cache_dir: Path) -> int:
+    """Unions every restored cache into ``cache_dir``; returns files added.
+
+    Entries are content-addressed, so a name present twice holds the same bytes.
+    """
+    added = 0
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for item in restored:
+        if not item.staging.is_dir():
+            continue
+        for src in sorted(item.staging.rglob("*")):
+            if not src.is_file():
+                continue
+            dest = cache_dir / src.relative_to(item.staging)
+            if dest.exists():
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(src), dest)
+            added += 1
+    return added
+
+
+def expect(manifest: Manifest, path: Path, cell: Cell, tool_version: str, count: Optional[int]) -> None:
+    """An archive from another recipe, cell, cache version or shard count is refused by name."""
+    if manifest.cell.get("recipe") != cell.recipe:
+        raise CuwError(f"{path}: archive is for recipe {manifest.cell.get('recipe')!r}, not {cell.recipe!r}")
+    theirs = Cell(**manifest.cell)
+    if theirs != cell:
+        raise CuwError(f"{path}: archive is for cell {theirs.id}, this link builds {cell.id}")
+    if manifest.cache_tool != cache.TOOL or manifest.cache_version != tool_version:
+        raise CuwError(
+            f"{path}: archive was made with {manifest.cache_tool} {manifest.cache_version}; "
+            f"this link uses {cache.TOOL} {tool_version} (shards and link must run the same version)"
+        )
+    if count is not None and manifest.shard_count != count:
+        raise CuwError(f"{path}: archive is shard {manifest.shard_index}/{manifest.shard_count}, others are of {count}")
+    if manifest.format != FORMAT:
+        raise CuwError(f"{path}: archive format {manifest.format}, this forge reads {FORMAT} (forge {__version__})")

@@ -1,0 +1,70 @@
+"""How each build backend is driven: one ``pip wheel`` command, one environment.
+
+The environment is the only place the seat is wired in: CUDACXX (CMake),
+PYTORCH_NVCC (torch's ninja path) and CUDA_HOME (torch's distutils path and
+anything that runs ``$CUDA_HOME/bin/nvcc``) all lead to it, and the build
+systems' own cache wrappers are switched off so nothing is cached twice.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from . import cache
+from .partition import ShardSpec
+from .recipe import Recipe
+
+SOURCE_FILTER_INDEX = "CUDA_WHEELS_SHARD_INDEX"
+SOURCE_FILTER_COUNT = "CUDA_WHEELS_SHARD_COUNT"
+# Launchers a user's environment may carry: the seat already caches.
+_LAUNCHER_VARS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER")
+
+
+def build_env(
+    recipe: Recipe,
+    shadow_home: Path,
+    build_dir: Path,
+    jobs: int,
+    source_filter_shard: Optional[ShardSpec],
+    base: Optional[dict[str, str]] = None,
+) -> dict[str, str]:
+    env = cache.without_ccache_vars(dict(os.environ if base is None else base))
+    for var in (*_LAUNCHER_VARS, SOURCE_FILTER_INDEX, SOURCE_FILTER_COUNT, "CUDACXX", "PYTORCH_NVCC"):
+        env.pop(var, None)
+    nvcc = str(shadow_home / "bin" / "nvcc")
+    env.update(
+        {
+            "CUDA_HOME": str(shadow_home),
+            "CUDA_PATH": str(shadow_home),
+            "CUDACXX": nvcc,
+            "PYTORCH_NVCC": nvcc,
+            "PATH": os.pathsep.join([str(shadow_home / "bin"), str(Path(sys.executable).parent), env.get("PATH", "")]),
+            "TORCH_NO_COMPILER_WRAPPER": "1",  # torch would prepend ccache to both compilers
+            "CUDAARCHS": ";".join(a.replace(".", "") for a in recipe.archs),
+            "TORCH_CUDA_ARCH_LIST": ";".join(recipe.archs),
+            "MAX_JOBS": str(jobs),
+            "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),
+            "SKBUILD_BUILD_DIR": str(build_dir),
+            "PIP_NO_INPUT": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        }
+    )
+    if source_filter_shard is not None:
+        # Exported only for the source filter: the seat then partitions nothing.
+        env[SOURCE_FILTER_INDEX] = str(source_filter_shard.index)
+        env[SOURCE_FILTER_COUNT] = str(source_filter_shard.count)
+    env.update(recipe.env)
+    return env
+
+
+def build_command(project_dir: Path, wheel_dir: Path) -> list[str]:
+    """Every backend builds through pip, in the forge's environment (no isolation:
+    the backend, torch and the pinned cache tool are the ones installed here)."""
+    return [
+        sys.executable, "-m", "pip", "wheel", "-v",
+        "--no-build-isolation", "--no-deps",
+        "-w", str(wheel_dir), str(project_dir),
+    ]  # fmt: skip

@@ -1,0 +1,91 @@
+"""``cuw``: the command line every entry point (nox, invoke, CI) goes through."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional
+
+from . import report
+from .errors import CuwError
+from .partition import parse_shard_spec
+from .pipeline import Paths, run_build, run_link, run_shard
+from .recipe import default_recipes_dir, known_recipes, load_recipe
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise CuwError(message)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recipes", type=Path, default=None, help="recipes folder (default: $CUW_RECIPES or ./recipes)")
+    p.add_argument("--work", type=Path, default=Paths.work, help="job folders (default: %(default)s)")
+    p.add_argument("--artifacts", type=Path, default=Paths.artifacts, help="shard archives, per cell (default: %(default)s)")
+    p.add_argument("--dist", type=Path, default=Paths.dist, help="wheels that passed the link gate (default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs inside one build (default: cores)")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="cuw", description="Build a CUDA wheel as N compile shards and a link job.")
+    sub = top.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("shard", help="compile one shard (I/N, 1-based) and write its cache archive")
+    p.add_argument("recipe")
+    p.add_argument("shard", help="I/N, for example 3/23")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _common(p)
+
+    p = sub.add_parser("link", help="restore every shard archive, rebuild with all hits, gate, write the wheel")
+    p.add_argument("recipe")
+    _common(p)
+
+    p = sub.add_parser("build", help="the whole cell here: all shards in parallel, then the link")
+    p.add_argument("recipe")
+    p.add_argument("--shards", type=int, default=None, help="N (default: the recipe's sharding.count)")
+    _common(p)
+
+    p = sub.add_parser("recipes", help="list the recipes")
+    p.add_argument("--recipes", type=Path, default=None)
+    return top
+
+
+def _paths(args: argparse.Namespace) -> Paths:
+    return Paths(work=args.work, artifacts=args.artifacts, dist=args.dist)
+
+
+def run(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    recipes_dir = args.recipes or default_recipes_dir()
+    if args.verb == "recipes":
+        for key in known_recipes(recipes_dir):
+            r = load_recipe(key, recipes_dir)
+            torch = "torch" if r.links_torch else "torch-free"
+            print(f"{key:20} {r.backend:18} {torch:10} sharding {r.sharding.count} ({r.sharding.filter}) on {', '.join(r.sharding.platforms)}")
+        return 0
+    if args.jobs is not None and args.jobs < 1:
+        raise CuwError(f"--jobs must be at least 1, got {args.jobs}")
+    recipe = load_recipe(args.recipe, recipes_dir)
+    if args.verb == "shard":
+        spec = parse_shard_spec(args.shard)
+        result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say)
+        return 0 if result.verdict.ok else 1
+    if args.verb == "link":
+        return 0 if run_link(recipe, _paths(args), args.jobs).verdict.ok else 1
+    if args.verb == "build":
+        outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes)
+        return 0 if link.verdict.ok and all(outcomes) else 1
+    raise AssertionError(args.verb)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except CuwError as exc:
+        print(f"cuw: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("cuw: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,345 @@
+"""The three jobs: a compile shard, the link, and a whole cell built locally.
+
+Each takes a loaded recipe and folder settings, runs a real build, passes the
+result through its gate and returns the verdict. The CLI, nox and invoke all
+call these functions.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import archive, cache, compdb, report, seat
+from .backends import build_command, build_env
+from .cell import Cell, local_cell
+from .errors import CuwError
+from .gates import LinkObservation, ShardObservation, Verdict, link_gate, shard_gate
+from .partition import ShardSpec, owner, tu_key
+from .recipe import Recipe
+from .toolkit import find_toolkit
+from .workspace import Workspace, cuda_sources, default_jobs, prepare, real_objects
+
+
+@dataclass(frozen=True)
+class Paths:
+    work: Path = Path(".cuw/work")
+    artifacts: Path = Path("artifacts")
+    dist: Path = Path("dist")
+
+    def __post_init__(self) -> None:
+        # Absolute from here on: ccache's base dir and the seat need them.
+        for name in ("work", "artifacts", "dist"):
+            object.__setattr__(self, name, Path(getattr(self, name)).resolve())
+
+    def cell_artifacts(self, cell: Cell) -> Path:
+        return self.artifacts / cell.id
+
+
+@dataclass
+class ShardResult:
+    verdict: Verdict
+    archive: Optional[Path]
+    report: Path
+
+
+@dataclass
+class LinkResult:
+    verdict: Verdict
+    wheel: Optional[Path]
+    report: Path
+    missing_shards: list[int] = field(default_factory=list)
+
+
+Progress = Callable[[str], None]
+
+
+def _check_lane(recipe: Recipe, cell: Cell, spec: ShardSpec) -> None:
+    if spec.count > 1 and cell.lane not in recipe.sharding.platforms:
+        lanes = ", ".join(recipe.sharding.platforms)
+        raise CuwError(f"recipe {recipe.key!r} does not shard on lane {cell.lane} (sharding.platforms: {lanes}); use 1/1")
+
+
+def apply_source_filter(src_root: Path, globs: list[str], spec: ShardSpec) -> list[str]:
+    """Deletes out-of-slice files matched by ``globs``; returns the kept keys."""
+    matched = sorted({p for pattern in globs for p in src_root.glob(pattern) if p.is_file()})
+    if not matched:
+        raise CuwError(f"sharding.sources ({', '.join(globs)}) matched no file under {src_root}")
+    kept = []
+    for path in matched:
+        key = tu_key(str(path), str(src_root))
+        if spec.owns(key):
+            kept.append(key)
+        else:
+            path.unlink()
+    return kept
+
+
+def expected_owned(recipe: Recipe, src_root: Path, spec: ShardSpec) -> list[str]:
+    """TU keys shard ``spec`` is expected to compile."""
+    if recipe.sharding.filter == "source":
+        matched = {p for pattern in recipe.sharding.sources for p in src_root.glob(pattern) if p.is_file()}
+        keys = sorted(tu_key(str(p), str(src_root)) for p in matched)
+    else:
+        keys = cuda_sources(src_root)
+    return [k for k in keys if spec.owns(k)]
+
+
+def _watch(proc: subprocess.Popen, ws: Workspace, label: str, owned: int, progress: Optional[Progress]) -> int:
+    last = None
+    while proc.poll() is None:
+        time.sleep(1.0)
+        if progress is None:
+            continue
+        compiled = sum(1 for e in seat.read_log(ws.seat_log) if e.get("action") == "compiled")
+        if compiled != last:
+            progress(f"{label}: {compiled}/{owned} TUs compiled")
+            last = compiled
+    return proc.returncode
+
+
+def _build(ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned: int, progress: Optional[Progress]) -> int:
+    project = ws.src / recipe.build_subdir
+    cmd = build_command(project, ws.wheel_dir)
+    with open(ws.build_log, "ab") as fh:
+        fh.write(("$ " + " ".join(cmd) + "\n").encode())
+        fh.flush()
+        proc = subprocess.Popen(cmd, env=env, cwd=project, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return _watch(proc, ws, label, owned, progress)
+
+
+def run_shard(
+    recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int] = None, progress: Optional[Progress] = report.say
+) -> ShardResult:
+    toolkit = find_toolkit()
+    cell = local_cell(recipe, toolkit)
+    _check_lane(recipe, cell, spec)
+    out_dir = paths.cell_artifacts(cell)
+    name = archive.archive_name(cell, spec.index, spec.count)
+    target = out_dir / name
+    target.unlink(missing_ok=True)  # a stale archive must never stand in for this run
+    ws = Workspace(paths.work / cell.id / f"shard-{spec.tag}")
+    source_filter = recipe.sharding.filter == "source"
+    prepare(ws, recipe, toolkit, seat_partition=None if source_filter else spec)
+    if source_filter:
+        owned = apply_source_filter(ws.src, recipe.sharding.sources, spec)
+    else:
+        owned = expected_owned(recipe, ws.src, spec)
+    cache.zero_stats(ws.cache_dir)
+    label = f"shard {spec}"
+    if progress:
+        progress(f"{label}: building {cell.id} ({len(owned)} TUs in its slice, filter {recipe.sharding.filter}); log {ws.build_log}")
+    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), spec if source_filter else None)
+    rc = _build(ws, recipe, env, label, len(owned), progress)
+
+    entries = seat.read_log(ws.seat_log)
+    compiles = [e for e in entries if e.get("action") == "compiled"]
+    stats = cache.read_stats(ws.cache_dir)
+    obs = ShardObservation(
+        build_rc=rc,
+        log=ws.build_log.read_text(errors="replace"),
+        real_objects=real_objects(ws),
+        seat_compiles_seen=sum(1 for e in entries if e.get("action") in ("compiled", "stubbed")),
+        compiled=sorted({e["key"] for e in compiles if e.get("rc") == 0}),
+        failed=sorted({e["key"] for e in compiles if e.get("rc") != 0}),
+        expected_owned=owned,
+        cache_files=stats.files,
+    )
+    verdict = shard_gate(obs)
+    written: Optional[Path] = None
+    if verdict.ok:
+        manifest = archive.Manifest(
+            format=archive.FORMAT,
+            forge_version=_forge_version(),
+            cell=cell.to_dict(),
+            shard_index=spec.index,
+            shard_count=spec.count,
+            filter=recipe.sharding.filter,
+            cache_tool=cache.TOOL,
+            cache_version=cache.version(cache.binary()),
+            owned=owned,
+            compiled=obs.compiled,
+            counters=stats.summary(),
+        )
+        written = archive.pack(ws.cache_dir, manifest, target)
+    context = {"cell": cell.to_dict(), "shard": str(spec), "archive": str(written) if written else None,
+               "build_log": str(ws.build_log), "counters": stats.summary()}  # fmt: skip
+    report_path = report.write(verdict, out_dir / name.replace(archive.SUFFIX, ".report.json"), context)
+    report.step_summary(f"{recipe.key} {label}", verdict)
+    report.say(verdict.line)
+    if not verdict.ok:
+        for line in obs.log.splitlines()[-15:]:
+            print(f"  | {line}", file=sys.stderr)
+        report.say(f"full log: {ws.build_log}")
+    else:
+        report.say(f"cache archive: {written}")
+    return ShardResult(verdict, written, report_path)
+
+
+def _forge_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace) -> tuple[int, list[int]]:
+    """Validates every archive, then merges them into the link's cache; returns (N, missing shards)."""
+    folder = paths.cell_artifacts(cell)
+    archives = sorted(folder.glob(f"cuw-shard-*{archive.SUFFIX}"))
+    if not archives:
+        raise CuwError(
+            f"no shard archives for {cell.id} in {folder}: run the shards first "
+            f"(nox -s shard -- {recipe.key} 1/N, ... N/N)"
+        )
+    tool_version = cache.version(cache.binary())
+    manifests = [archive.read_manifest(a) for a in archives]
+    count = manifests[0].shard_count
+    seen: dict[int, Path] = {}
+    for path, manifest in zip(archives, manifests):
+        archive.expect(manifest, path, cell, tool_version, count)
+        if manifest.shard_index in seen:
+            raise CuwError(f"{path} and {seen[manifest.shard_index]} are both shard {manifest.shard_index}/{count}")
+        seen[manifest.shard_index] = path
+    staging = ws.root / "staging"
+    staging.mkdir()
+    try:
+        restored = [archive.unpack(a, staging) for a in archives]
+        archive.merge_into(restored, ws.cache_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    missing = [i for i in range(1, count + 1) if i not in seen]
+    return count, missing
+
+
+def run_link(
+    recipe: Recipe,
+    paths: Paths,
+    jobs: Optional[int] = None,
+    progress: Optional[Progress] = report.say,
+    zero_stats: bool = True,
+) -> LinkResult:
+    """Restores every shard archive, re-runs the full build and gates it.
+
+    ``zero_stats=False`` exists so a test can show the gate catching counters
+    that still carry the shards' history.
+    """
+    toolkit = find_toolkit()
+    cell = local_cell(recipe, toolkit)
+    ws = Workspace(paths.work / cell.id / "link")
+    prepare(ws, recipe, toolkit, seat_partition=None)
+    count, missing = _restore(recipe, cell, paths, ws)
+    merged_at = int(time.time())
+    if zero_stats:
+        cache.zero_stats(ws.cache_dir)
+    if progress:
+        got = count - len(missing)
+        progress(f"link: restored {got}/{count} shard caches into {ws.cache_dir}")
+        if missing:
+            listing = ", ".join(f"{i}/{count}" for i in missing)
+            progress(f"link: missing shard archives: {listing}; their TUs recompile here and the gate will report them")
+    all_tus = cuda_sources(ws.src)
+    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None)
+    rc = _build(ws, recipe, env, "link", len(all_tus), progress)
+
+    stats = cache.read_stats(ws.cache_dir)
+    compiles = [e for e in seat.read_log(ws.seat_log) if e.get("action") == "compiled"]
+    wheels = sorted(ws.wheel_dir.glob("*.whl"))
+    log = ws.build_log.read_text(errors="replace")
+    obs = LinkObservation(
+        build_rc=rc,
+        wheel=str(wheels[0]) if wheels else None,
+        hits=stats.hits,
+        misses=stats.misses,
+        uncacheable=stats.uncacheable,
+        stats_zeroed_at=stats.zeroed_at,
+        merged_at=merged_at,
+        cuda_tus_in_build=compdb.cuda_compiles(ws.root, ws.src),
+        seat_keys=sorted({e["key"] for e in compiles}),
+        misses_by_key=sorted(e["key"] for e in compiles if e.get("outcome") == "miss"),
+        uncacheable_by_key=sorted(e["key"] for e in compiles if str(e.get("outcome", "")).startswith("uncacheable")),
+        shard_count=count,
+        missing_shards=missing,
+        log=log,
+    )
+    verdict = link_gate(obs)
+    context = {"cell": cell.to_dict(), "shard_count": count, "build_log": str(ws.build_log), "wheel": obs.wheel}
+    shipped: Optional[Path] = None
+    if verdict.ok and wheels:
+        paths.dist.mkdir(parents=True, exist_ok=True)
+        shipped = paths.dist / wheels[0].name
+        shutil.copy2(wheels[0], shipped)
+        context["wheel"] = str(shipped)
+        report_path = report.write(verdict, paths.dist / f"{wheels[0].name}.link.json", context)
+    else:
+        report_path = report.write(verdict, paths.cell_artifacts(cell) / "link.report.json", context)
+    report.step_summary(f"{recipe.key} link", verdict)
+    report.say(verdict.line)
+    if shipped:
+        report.say(f"wheel: {shipped}")
+    else:
+        if wheels:
+            report.say(f"rejected wheel kept at {wheels[0]} (not copied to {paths.dist})")
+        if rc != 0:
+            for line in log.splitlines()[-15:]:
+                print(f"  | {line}", file=sys.stderr)
+        report.say(f"full log: {ws.build_log}")
+    return LinkResult(verdict, shipped, report_path, missing)
+
+
+def run_build(
+    recipe: Recipe,
+    paths: Paths,
+    count: Optional[int] = None,
+    recipes_dir: Optional[Path] = None,
+    progress: Progress = report.say,
+) -> tuple[list[Optional[bool]], LinkResult]:
+    """A whole cell here: every shard as a parallel process, then the link."""
+    toolkit = find_toolkit()
+    cell = local_cell(recipe, toolkit)
+    n = count or recipe.sharding.count
+    if n < 1:
+        raise CuwError(f"--shards must be at least 1, got {n}")
+    specs = [ShardSpec(i, n) for i in range(1, n + 1)]
+    _check_lane(recipe, cell, specs[0])
+    folder = paths.cell_artifacts(cell)
+    for stale in folder.glob("cuw-shard-*"):
+        stale.unlink()
+    cores = os.cpu_count() or 1
+    parallel = min(n, cores)
+    jobs = default_jobs(parallel)
+    progress(f"build {cell.id}: {n} shards, {parallel} at a time, {jobs} compile jobs each, then the link")
+    outcomes: list[Optional[bool]] = [None] * n
+    pending = list(specs)
+    running: dict[int, tuple[subprocess.Popen, Workspace, int]] = {}
+    last: dict[int, int] = {}
+    while pending or running:
+        while pending and len(running) < parallel:
+            spec = pending.pop(0)
+            cmd = [sys.executable, "-m", "cuw", "shard", recipe.key, str(spec), "--quiet", "--jobs", str(jobs),
+                   "--work", str(paths.work), "--artifacts", str(paths.artifacts), "--dist", str(paths.dist)]  # fmt: skip
+            if recipes_dir:
+                cmd += ["--recipes", str(recipes_dir)]
+            ws = Workspace(paths.work / cell.id / f"shard-{spec.tag}")
+            owned = len(expected_owned(recipe, recipe.source_dir, spec))
+            running[spec.index] = (subprocess.Popen(cmd, stdin=subprocess.DEVNULL), ws, owned)
+        time.sleep(1.0)
+        for index, (proc, ws, owned) in list(running.items()):
+            compiled = sum(1 for e in seat.read_log(ws.seat_log) if e.get("action") == "compiled")
+            if compiled != last.get(index):
+                progress(f"shard {index}/{n}: {compiled}/{owned} TUs compiled")
+                last[index] = compiled
+            if proc.poll() is not None:
+                outcomes[index - 1] = proc.returncode == 0
+                progress(f"shard {index}/{n}: {'done' if proc.returncode == 0 else 'FAILED'}")
+                del running[index]
+    failed = [f"{i}/{n}" for i, ok in enumerate(outcomes, 1) if not ok]
+    if failed:
+        progress(f"shards that failed their gate: {', '.join(failed)}; linking what arrived")
+    result = run_link(recipe, paths, jobs=default_jobs(), progress=progress)
+    return outcomes, result

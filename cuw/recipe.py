@@ -1,0 +1,119 @@
+"""Recipes: ``recipes/<name>/recipe.yml`` loaded into typed, validated objects."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+
+from .errors import CuwError
+from .schema import SchemaError, load_dataclass
+
+Backend = Literal["scikit-build-core", "torch-extension"]
+Filter = Literal["seat", "source"]
+Lane = Literal["linux", "linux_aarch64", "windows"]
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str
+    """A folder relative to the recipe folder."""
+
+
+@dataclass(frozen=True)
+class Sharding:
+    count: int = 1
+    filter: Filter = "seat"
+    platforms: list[Lane] = field(default_factory=lambda: ["linux", "linux_aarch64", "windows"])
+    sources: list[str] = field(default_factory=list)
+    """With ``filter: source``: globs (relative to the source root) of the files it partitions."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    """The distribution name of the wheel."""
+    links_torch: bool
+    source: Source
+    backend: Backend
+    build_subdir: str = "."
+    archs: list[str] = field(default_factory=lambda: ["9.0"])
+    """GPU architectures as compute capabilities ('9.0')."""
+    env: dict[str, str] = field(default_factory=dict)
+    sharding: Sharding = field(default_factory=Sharding)
+    # Set by the loader, not by the YAML file.
+    key: str = ""
+    folder: str = ""
+
+    @property
+    def source_dir(self) -> Path:
+        return (Path(self.folder) / self.source.path).resolve()
+
+
+_LOADER_ONLY = ("key", "folder")
+
+
+def default_recipes_dir() -> Path:
+    """``$CUW_RECIPES``, else ``./recipes``, else the recipes folder beside this package."""
+    env = os.environ.get("CUW_RECIPES")
+    if env:
+        return Path(env)
+    local = Path.cwd() / "recipes"
+    if local.is_dir():
+        return local
+    return Path(__file__).resolve().parent.parent / "recipes"
+
+
+def known_recipes(recipes_dir: Path) -> list[str]:
+    if not recipes_dir.is_dir():
+        return []
+    return sorted(p.parent.name for p in recipes_dir.glob("*/recipe.yml"))
+
+
+def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
+    """Loads ``<recipes_dir>/<key>/recipe.yml``; an unknown key lists the known ones."""
+    recipes_dir = recipes_dir or default_recipes_dir()
+    path = recipes_dir / key / "recipe.yml"
+    if not path.is_file():
+        known = known_recipes(recipes_dir)
+        listing = ", ".join(known) if known else "none"
+        raise CuwError(f"unknown recipe {key!r} (in {recipes_dir}); known recipes: {listing}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise CuwError(f"{path}: not valid YAML: {exc}") from None
+    if isinstance(data, dict):
+        for reserved in _LOADER_ONLY:
+            if reserved in data:
+                raise SchemaError(f"{path}: {reserved!r} is set by the forge, not by the recipe")
+    recipe = load_dataclass(Recipe, data, str(path))
+    recipe = _with(recipe, key=key, folder=str(path.parent.resolve()))
+    _validate(recipe, path)
+    return recipe
+
+
+def _with(recipe: Recipe, **changes: str) -> Recipe:
+    from dataclasses import replace
+
+    return replace(recipe, **changes)
+
+
+def _validate(recipe: Recipe, path: Path) -> None:
+    if not recipe.source_dir.is_dir():
+        raise CuwError(f"{path}: source.path {recipe.source.path!r} is not a folder ({recipe.source_dir})")
+    if not (recipe.source_dir / recipe.build_subdir).is_dir():
+        raise CuwError(f"{path}: build_subdir {recipe.build_subdir!r} is not a folder under the source")
+    sharding = recipe.sharding
+    if sharding.count < 1:
+        raise CuwError(f"{path}: sharding.count must be at least 1, got {sharding.count}")
+    if sharding.filter == "source" and not sharding.sources:
+        raise CuwError(f"{path}: sharding.filter is 'source' but sharding.sources names no files to partition")
+    if sharding.filter == "seat" and sharding.sources:
+        raise CuwError(f"{path}: sharding.sources is only read with filter: source (this recipe uses seat)")
+    for arch in recipe.archs:
+        major, _, minor = arch.partition(".")
+        if not (major.isdigit() and minor.isdigit()):
+            raise CuwError(f"{path}: archs entry {arch!r} is not a compute capability like '9.0'")

@@ -1,0 +1,88 @@
+"""Strict loading of YAML mappings into typed dataclasses.
+
+Every field's type is read from the dataclass itself, so the schema is written
+once. An unknown key is an error naming the closest valid key; a version that
+YAML turned into a number is an error, not a silently different value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union
+
+from .errors import CuwError
+
+T = TypeVar("T")
+
+
+class SchemaError(CuwError):
+    pass
+
+
+def _closest(key: str, valid: list[str]) -> str:
+    match = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    return f"; did you mean {match[0]!r}?" if match else f"; valid keys: {', '.join(sorted(valid))}"
+
+
+def load_dataclass(cls: type[T], data: Any, where: str) -> T:
+    """Builds ``cls`` from a mapping; ``where`` names the file and key path for errors."""
+    if not isinstance(data, dict):
+        raise SchemaError(f"{where}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in data:
+        if key not in fields:
+            raise SchemaError(f"{where}: unknown key {key!r}{_closest(str(key), list(fields))}")
+    values: dict[str, Any] = {}
+    for name, field in fields.items():
+        if name in data:
+            values[name] = _convert(hints[name], data[name], f"{where}.{name}")
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise SchemaError(f"{where}: missing required key {name!r}")
+    return cls(**values)
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, value, where)
+    if origin is Literal:
+        if value not in args:
+            choices = ", ".join(repr(a) for a in args)
+            raise SchemaError(f"{where}: {value!r} is not one of {choices}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise SchemaError(f"{where}: expected a list, got {type(value).__name__}")
+        return [_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise SchemaError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return {_convert(args[0], k, f"{where}"): _convert(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return load_dataclass(tp, value, where)
+    if tp is str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise SchemaError(
+                f"{where}: {value!r} must be a string; YAML read it as a number "
+                f"(an unquoted 2.10 becomes 2.1) -- quote it: '{value}'"
+            )
+        if not isinstance(value, str):
+            raise SchemaError(f"{where}: expected a string, got {type(value).__name__}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise SchemaError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SchemaError(f"{where}: expected an integer, got {value!r}")
+        return value
+    raise TypeError(f"schema type {tp!r} at {where} is not supported")

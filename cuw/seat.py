@@ -1,0 +1,181 @@
+"""The seat: an nvcc stand-in placed where builds look for the compiler.
+
+It is reached through CUDACXX (CMake), PYTORCH_NVCC (torch's ninja path) and
+the shadow CUDA_HOME's bin/nvcc (torch's distutils path, and anything that
+runs ``$CUDA_HOME/bin/nvcc`` by path). For each call:
+
+* not a compile (device link, --version, CMake's compiler-id run): the real
+  nvcc, untouched and uncached;
+* a build-system probe (CMake try_compile, meson, conftest): the real nvcc,
+  uncached -- a stubbed probe kills configure;
+* a TU another shard owns: a valid empty object (and a depfile if asked);
+* otherwise: ``ccache <real nvcc> ...`` with -dc/-dw spelled out.
+
+Each decision is one JSON line in the seat log, which the gates read.
+The configuration is a JSON file written by :func:`install`; a seat with a
+partition refuses to run when the ``source`` filter is also active.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from . import cache
+from .nvcc_args import NvccCall, parse
+from .partition import owner, tu_key
+
+PROBE_MARKERS = ("CMakeScratch", "CompilerId", "CMakeTmp", "cmTC_", "meson-private", "conftest")
+SOURCE_FILTER_VARS = ("CUDA_WHEELS_SHARD_INDEX", "CUDA_WHEELS_SHARD_COUNT")
+DOUBLE_PARTITION_EXIT = 90
+
+
+@dataclass(frozen=True)
+class SeatPartition:
+    index: int  # 1-based
+    count: int
+
+
+@dataclass(frozen=True)
+class SeatConfig:
+    real_nvcc: str
+    ccache: str
+    cache_env: dict[str, str]
+    source_root: str
+    empty_object: str
+    log: str
+    partition: Optional[SeatPartition]
+    """None: the seat is a pure cache pass-through (unsharded, link, or ``source`` filter)."""
+
+    @staticmethod
+    def read(path: str) -> "SeatConfig":
+        data = json.loads(Path(path).read_text())
+        part = data.pop("partition")
+        return SeatConfig(partition=SeatPartition(**part) if part else None, **data)
+
+
+def is_probe(call: NvccCall, cwd: str) -> bool:
+    haystack = " ".join(filter(None, [call.source, call.output, cwd]))
+    return any(marker in haystack for marker in PROBE_MARKERS)
+
+
+def _log(config: SeatConfig, **entry: object) -> None:
+    entry["pid"] = os.getpid()
+    with open(config.log, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def _stub(call: NvccCall, config: SeatConfig) -> None:
+    assert call.output is not None
+    out = Path(call.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(config.empty_object, out)
+    if call.depfile:
+        dep = Path(call.depfile)
+        dep.parent.mkdir(parents=True, exist_ok=True)
+        dep.write_text(f"{call.output.replace(' ', chr(92) + ' ')}:\n")
+
+
+def _compile_cached(call: NvccCall, config: SeatConfig) -> tuple[int, str]:
+    env = cache.without_ccache_vars(dict(os.environ))
+    env.update(config.cache_env)
+    fd, statslog = tempfile.mkstemp(prefix="cuw-statslog-", dir=config.cache_env.get("CCACHE_TEMPDIR"))
+    os.close(fd)
+    env["CCACHE_STATSLOG"] = statslog
+    try:
+        rc = subprocess.call([config.ccache, config.real_nvcc, *call.cache_safe_args()], env=env)
+        outcome = cache.call_outcome(Path(statslog).read_text(errors="replace"))
+    finally:
+        os.unlink(statslog)
+    return rc, outcome
+
+
+def run(argv: list[str], config: SeatConfig) -> int:
+    if config.partition and any(os.environ.get(v) for v in SOURCE_FILTER_VARS):
+        sys.stderr.write(
+            "cuw seat: refusing to partition: the source filter is active too "
+            "(CUDA_WHEELS_SHARD_COUNT is set), so each shard would get ~1/N^2 of the work\n"
+        )
+        return DOUBLE_PARTITION_EXIT
+    call = parse(argv)
+    cwd = os.getcwd()
+    real = [config.real_nvcc, *argv]
+    if not call.is_compile or call.source is None:
+        _log(config, action="passthrough", argv=argv[:6])
+        return subprocess.call(real)
+    if is_probe(call, cwd):
+        _log(config, action="probe", source=call.source)
+        return subprocess.call(real)
+
+    key = tu_key(call.source, config.source_root)
+    part = config.partition
+    tu_owner = owner(key, part.count) if part else None
+    if part and tu_owner != part.index:
+        _stub(call, config)
+        _log(config, action="stubbed", key=key, owner=tu_owner, output=call.output)
+        return 0
+    start = time.monotonic()
+    rc, outcome = _compile_cached(call, config)
+    _log(
+        config,
+        action="compiled",
+        key=key,
+        owner=tu_owner,
+        output=call.output,
+        rc=rc,
+        outcome=outcome,
+        seconds=round(time.monotonic() - start, 3),
+    )
+    return rc
+
+
+def main(argv: list[str], config_path: str) -> int:
+    return run(argv, SeatConfig.read(config_path))
+
+
+_SCRIPT = """#!{python} -I
+# cuda-wheels-forge seat: an nvcc stand-in (see cuw/seat.py).
+import sys
+sys.path.insert(0, {root!r})
+from cuw.seat import main
+sys.exit(main(sys.argv[1:], {config!r}))
+"""
+
+
+def install(folder: Path, config: SeatConfig) -> Path:
+    """Writes the seat executable and its configuration; returns the executable."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config_path = folder / "seat.json"
+    config_path.write_text(json.dumps(asdict(config), indent=2, sort_keys=True))
+    script = folder / "nvcc"
+    root = str(Path(__file__).resolve().parent.parent)
+    script.write_text(_SCRIPT.format(python=sys.executable, root=root, config=str(config_path)))
+    script.chmod(0o755)
+    return script
+
+
+def make_empty_object(path: Path) -> Path:
+    """A valid object file with nothing in it, compiled once per job."""
+    src = path.with_suffix(".c")
+    src.write_text("/* cuda-wheels-forge: the object a foreign TU gets */\n")
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
+    subprocess.run([compiler, "-c", str(src), "-o", str(path)], check=True)
+    return path
+
+
+def read_log(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            entries.append(json.loads(line))
+    return entries

@@ -1,0 +1,93 @@
+"""The real CUDA toolkit, and the shadow CUDA_HOME whose bin/nvcc is the seat."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import CuwError
+
+DEFAULT_CUDA_HOME = "/usr/local/cuda-13.0"
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    home: Path
+    version: str  # "13.0"
+
+    @property
+    def nvcc(self) -> Path:
+        return self.home / "bin" / "nvcc"
+
+
+@lru_cache(maxsize=None)
+def _version_of(nvcc: str) -> str:
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except OSError as exc:
+        raise CuwError(f"cannot run {nvcc}: {exc}") from None
+    match = re.search(r"release (\d+\.\d+)", out)
+    if not match:
+        raise CuwError(f"{nvcc} --version printed no 'release X.Y' line")
+    return match.group(1)
+
+
+def find_toolkit() -> Toolkit:
+    """``$CUW_CUDA_HOME``, ``$CUDA_HOME``, nvcc on PATH, then the default install."""
+    candidates = [os.environ.get("CUW_CUDA_HOME"), os.environ.get("CUDA_HOME")]
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append(_home_of_nvcc(Path(on_path)))
+    candidates.append(DEFAULT_CUDA_HOME)
+    for home in candidates:
+        if home and (Path(home) / "bin" / "nvcc").is_file() and not _is_shadow(Path(home)):
+            home_path = Path(home).resolve()
+            return Toolkit(home_path, _version_of(str(home_path / "bin" / "nvcc")))
+    raise CuwError("no CUDA toolkit found: set CUDA_HOME (or CUW_CUDA_HOME) to a folder with bin/nvcc")
+
+
+def _home_of_nvcc(nvcc: Path) -> str:
+    # /usr/local/bin/nvcc may be a small wrapper script that execs the real one.
+    real = nvcc.resolve()
+    try:
+        head = real.read_bytes()[:4096]
+    except OSError:
+        head = b""
+    if head.startswith(b"#!"):
+        match = re.search(rb"(/\S+)/bin/nvcc\b", head)
+        if match:
+            return match.group(1).decode()
+    return str(real.parent.parent)
+
+
+SHADOW_MARK = ".cuw-shadow"
+
+
+def _is_shadow(home: Path) -> bool:
+    return (home / SHADOW_MARK).exists()
+
+
+def make_shadow_home(toolkit: Toolkit, shadow: Path, seat: Path) -> Path:
+    """A mirror of the toolkit whose ``bin/nvcc`` is the seat.
+
+    Every other entry links to the real toolkit, so builds that run
+    ``$CUDA_HOME/bin/nvcc`` by path (torch's distutils path) reach the seat,
+    and everything else (headers, libraries, nvvm, other tools) is the real one.
+    """
+    if shadow.exists():
+        shutil.rmtree(shadow)
+    (shadow / "bin").mkdir(parents=True)
+    for entry in toolkit.home.iterdir():
+        if entry.name != "bin":
+            (shadow / entry.name).symlink_to(entry)
+    for tool in (toolkit.home / "bin").iterdir():
+        if tool.name != "nvcc":
+            (shadow / "bin" / tool.name).symlink_to(tool)
+    (shadow / "bin" / "nvcc").symlink_to(seat)
+    (shadow / SHADOW_MARK).write_text(str(toolkit.home) + "\n")
+    return shadow

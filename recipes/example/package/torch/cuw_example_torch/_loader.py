@@ -1,0 +1,1 @@
+../../python/cuw_example/_loader.py
