@@ -1,0 +1,43 @@
+"""nox sessions: thin wrappers over ``cuw`` (CI calls these same sessions).
+
+They run in the current environment (``pip install -e '.[test,torch]'``):
+the build backends, torch and the pinned ccache installed there are the ones
+every shard and link must share.
+"""
+
+import sys
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["tests"]
+
+
+@nox.session
+def shard(session: nox.Session) -> None:
+    """Compile one shard: nox -s shard -- <recipe> I/N (1-based)."""
+    session.run(sys.executable, "-m", "cuw", "shard", *session.posargs)
+
+
+@nox.session
+def link(session: nox.Session) -> None:
+    """Restore all shard caches, rebuild with every compile a hit, gate: nox -s link -- <recipe>."""
+    session.run(sys.executable, "-m", "cuw", "link", *session.posargs)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build a whole cell here, all shards then the link: nox -s build -- <recipe> [--shards N]."""
+    session.run(sys.executable, "-m", "cuw", "build", *(session.posargs or ["example"]))
+
+
+@nox.session
+def recipes(session: nox.Session) -> None:
+    """List the recipes."""
+    session.run(sys.executable, "-m", "cuw", "recipes", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (real nvcc, real ccache): nox -s tests [-- pytest args]."""
+    session.run(sys.executable, "-m", "pytest", *(session.posargs or ["-q"]))

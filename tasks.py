@@ -1,0 +1,40 @@
+"""invoke tasks: the same verbs as the nox sessions, calling the same ``cuw`` CLI."""
+
+import shlex
+import sys
+
+from invoke import Context, task
+
+
+def _cuw(c: Context, *args: str) -> None:
+    c.run(shlex.join([sys.executable, "-m", "cuw", *args]), pty=False)
+
+
+@task(help={"recipe": "recipe name", "spec": "I/N, 1-based (for example 3/23)"})
+def shard(c, recipe, spec):
+    """Compile one shard of a recipe and write its cache archive."""
+    _cuw(c, "shard", recipe, spec)
+
+
+@task(help={"recipe": "recipe name"})
+def link(c, recipe):
+    """Restore all shard caches, rebuild with every compile a hit, gate, write the wheel."""
+    _cuw(c, "link", recipe)
+
+
+@task(help={"recipe": "recipe name", "shards": "N (default: the recipe's sharding.count)"})
+def build(c, recipe="example", shards=0):
+    """Build a whole cell here: every shard in parallel, then the link."""
+    _cuw(c, "build", recipe, *(["--shards", str(shards)] if shards else []))
+
+
+@task
+def recipes(c):
+    """List the recipes."""
+    _cuw(c, "recipes")
+
+
+@task
+def tests(c):
+    """Run the test suite (real nvcc, real ccache)."""
+    c.run(shlex.join([sys.executable, "-m", "pytest", "-q"]))

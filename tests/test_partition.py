@@ -1,0 +1,41 @@
+import hashlib
+
+import pytest
+
+from cuw.errors import CuwError
+from cuw.partition import ShardSpec, owner, parse_shard_spec, tu_key
+
+
+@pytest.mark.parametrize("text", ["0/4", "5/4", "a/b", "3", "3/0", "-1/4", "3/23/1", ""])
+def test_malformed_shard_specs_are_refused(text):
+    with pytest.raises(CuwError) as err:
+        parse_shard_spec(text)
+    assert repr(text) in str(err.value)
+
+
+def test_shard_spec_parses_one_based():
+    spec = parse_shard_spec("3/23")
+    assert spec == ShardSpec(3, 23) and spec.tag == "3of23" and str(spec) == "3/23"
+
+
+def test_owner_is_md5_prefix_mod_n_one_based():
+    key = "csrc/kernels/k03_reduce.cu"
+    expected = int(hashlib.md5(key.encode()).hexdigest()[:8], 16) % 7 + 1
+    assert owner(key, 7) == expected
+    assert owner(key, 1) == 1
+
+
+def test_every_key_has_exactly_one_owner():
+    keys = [f"gen/kernel_{i:03}.cu" for i in range(144)]
+    for n in (1, 3, 20, 23):
+        owners = [owner(k, n) for k in keys]
+        assert all(1 <= o <= n for o in owners)
+        assert sum(ShardSpec(i, n).owns(k) for i in range(1, n + 1) for k in keys) == len(keys)
+
+
+def test_key_is_relative_to_source_root_with_forward_slashes(tmp_path):
+    src = tmp_path / "a" / "src"
+    assert tu_key(str(src / "csrc" / "x.cu"), str(src)) == "csrc/x.cu"
+    # The same layout under another folder gives the same key (another runner, another shard).
+    other = tmp_path / "b" / "src"
+    assert tu_key(str(other / "csrc" / "x.cu"), str(other)) == "csrc/x.cu"

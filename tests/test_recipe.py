@@ -1,0 +1,68 @@
+import pytest
+
+from cuw.errors import CuwError
+from cuw.recipe import load_recipe
+
+
+def _write(recipes_dir, text, key="example"):
+    (recipes_dir / key / "recipe.yml").write_text(text)
+
+
+def test_builtin_recipes_load(recipes_dir):
+    example = load_recipe("example", recipes_dir)
+    assert example.backend == "scikit-build-core" and not example.links_torch
+    assert example.sharding.filter == "seat" and example.sharding.count >= 2
+    torch = load_recipe("example_torch", recipes_dir)
+    assert torch.links_torch and torch.build_subdir == "torch"
+    assert torch.source_dir == example.source_dir
+
+
+def test_unknown_recipe_lists_known_ones(recipes_dir):
+    with pytest.raises(CuwError, match=r"unknown recipe 'natten'.*known recipes: example, example_torch"):
+        load_recipe("natten", recipes_dir)
+
+
+def test_unknown_key_names_file_and_closest_key(recipes_dir):
+    text = (recipes_dir / "example" / "recipe.yml").read_text().replace("sharding:", "shardng:")
+    _write(recipes_dir, text)
+    with pytest.raises(CuwError) as err:
+        load_recipe("example", recipes_dir)
+    message = str(err.value)
+    assert "recipe.yml" in message and "'shardng'" in message and "did you mean 'sharding'" in message
+
+
+def test_unknown_nested_key_names_its_path(recipes_dir):
+    text = (recipes_dir / "example" / "recipe.yml").read_text().replace("filter: seat", "filtre: seat")
+    _write(recipes_dir, text)
+    with pytest.raises(CuwError, match=r"sharding: unknown key 'filtre'; did you mean 'filter'"):
+        load_recipe("example", recipes_dir)
+
+
+def test_unquoted_version_is_an_error_not_a_float(recipes_dir):
+    text = (recipes_dir / "example" / "recipe.yml").read_text().replace('archs: ["9.0"]', "archs: [9.0, 10.0]")
+    _write(recipes_dir, text)
+    with pytest.raises(CuwError, match=r"archs\[0\]: 9.0 must be a string; YAML read it as a number"):
+        load_recipe("example", recipes_dir)
+
+
+def test_bad_filter_value_and_missing_required_key(recipes_dir):
+    base = (recipes_dir / "example" / "recipe.yml").read_text()
+    _write(recipes_dir, base.replace("filter: seat", "filter: both"))
+    with pytest.raises(CuwError, match=r"'both' is not one of 'seat', 'source'"):
+        load_recipe("example", recipes_dir)
+    _write(recipes_dir, base.replace("links_torch: false\n", ""))
+    with pytest.raises(CuwError, match=r"missing required key 'links_torch'"):
+        load_recipe("example", recipes_dir)
+
+
+def test_source_filter_needs_its_globs(recipes_dir):
+    base = (recipes_dir / "example" / "recipe.yml").read_text()
+    _write(recipes_dir, base.replace("filter: seat", "filter: source"))
+    with pytest.raises(CuwError, match=r"sharding.sources names no files"):
+        load_recipe("example", recipes_dir)
+
+
+def test_invalid_yaml_names_the_file(recipes_dir):
+    _write(recipes_dir, "name: [unclosed\n")
+    with pytest.raises(CuwError, match=r"recipe.yml: not valid YAML"):
+        load_recipe("example", recipes_dir)
