@@ -14,18 +14,19 @@ from .partition import owner
 
 UNDEFINED_REFERENCE = re.compile(r"undefined reference to|nvlink error\s*: Undefined reference to", re.I)
 
+# Lines may be indented (pip -v indents build output).
 # Compiler diagnostics that mean a TU failed to compile, in the shapes gcc,
 # nvcc's front end (EDG/cudafe/cicc), ptxas and the nvcc driver print them.
 # ld and nvlink are linkers: their errors are what a shard is expected to hit.
 COMPILE_ERROR_PATTERNS = (
     # gcc/clang (and nvcc's host pass): file.cu:123:4: error: / fatal error:
-    re.compile(r"^\S+?:\d+(?::\d+)?: (?:fatal )?error: ", re.M),
+    re.compile(r"^[ \t]*\S+?:\d+(?::\d+)?: (?:fatal )?error: ", re.M),
     # nvcc front end: file.cu(123): error: ... / catastrophic error:
-    re.compile(r"^\S+?\(\d+\): (?:catastrophic )?error\b", re.M),
-    re.compile(r"^ptxas (?:fatal|error)\s*:", re.M),
-    re.compile(r"^nvcc (?:fatal|error)\s*:", re.M),
-    re.compile(r"^cicc(?:\S*)?: .*error", re.M),
-    re.compile(r"^Error: .*(?:cicc|ptxas|cudafe)", re.M),
+    re.compile(r"^[ \t]*\S+?\(\d+\): (?:catastrophic )?error\b", re.M),
+    re.compile(r"^[ \t]*ptxas (?:fatal|error)\s*:", re.M),
+    re.compile(r"^[ \t]*nvcc (?:fatal|error)\s*:", re.M),
+    re.compile(r"^[ \t]*cicc(?:\S*)?: .*error", re.M),
+    re.compile(r"^[ \t]*Error: .*(?:cicc|ptxas|cudafe)", re.M),
 )
 
 

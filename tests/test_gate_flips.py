@@ -1,0 +1,192 @@
+"""Each gate failing for the right reason on real builds, one condition at a time."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, expected_tu_values, wheel_tu_values
+from cuw import archive
+from cuw.errors import CuwError
+from cuw.partition import ShardSpec, owner
+from cuw.pipeline import Paths, run_build, run_link, run_shard
+from cuw.recipe import load_recipe
+from cuw.toolkit import find_toolkit
+
+N = 3
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """The example's three shard archives, built once for this module."""
+    root = tmp_path_factory.mktemp("shards")
+    recipes = root / "recipes"
+    shutil.copytree(REPO / "recipes", recipes, symlinks=True)
+    recipe = load_recipe("example", recipes)
+    paths = Paths(work=root / "work", artifacts=root / "artifacts", dist=root / "dist")
+    for i in range(1, N + 1):
+        assert run_shard(recipe, ShardSpec(i, N), paths, progress=None).verdict.ok
+    (cell_dir,) = paths.artifacts.iterdir()
+    return recipes, cell_dir
+
+
+def fresh(shards, tmp_path) -> tuple[Path, Paths, Path]:
+    """A private copy of the shard archives and folders for one test."""
+    recipes, cell_dir = shards
+    paths = Paths(work=tmp_path / "work", artifacts=tmp_path / "artifacts", dist=tmp_path / "dist")
+    shutil.copytree(cell_dir, paths.artifacts / cell_dir.name)
+    return recipes, paths, paths.artifacts / cell_dir.name
+
+
+def archive_of(folder: Path, index: int) -> Path:
+    (path,) = folder.glob(f"cuw-shard-*-{index}of{N}.tar.gz")
+    return path
+
+
+def test_missing_shard_self_heals_and_is_reported_as_its_misses(shards, tmp_path):
+    recipes, paths, folder = fresh(shards, tmp_path)
+    archive_of(folder, 2).unlink()
+    result = run_link(load_recipe("example", recipes), paths, progress=None)
+
+    assert not result.verdict.ok and result.missing_shards == [2]
+    facts = result.verdict.facts
+    assert facts["misses"] > 0 and facts["hits"] + facts["misses"] == 9
+    assert "(its archive is missing)" in result.verdict.line
+    for reason in result.verdict.reasons:
+        if reason.startswith("cache misses"):
+            assert reason.count("<- shard 2/3") == facts["misses"]
+    # Self-healed: the rebuilt wheel is complete, but it is not shipped.
+    assert result.wheel is None and not paths.dist.exists()
+    rejected = json.loads(result.report.read_text())["wheel"]
+    assert wheel_tu_values(Path(rejected), "cuw_example", tmp_path) == expected_tu_values()
+
+
+def test_counters_left_unzeroed_fail_the_link(shards, tmp_path):
+    recipes, paths, _ = fresh(shards, tmp_path)
+    result = run_link(load_recipe("example", recipes), paths, progress=None, zero_stats=False)
+    assert not result.verdict.ok
+    assert any("not zeroed after the merge" in r for r in result.verdict.reasons)
+
+
+def _bypass(recipes: Path) -> None:
+    """The recipe points CMake at the real nvcc by absolute path, around the seat."""
+    path = recipes / "example" / "recipe.yml"
+    data = yaml.safe_load(path.read_text())
+    data["env"] = {"SKBUILD_CMAKE_DEFINE": f"CMAKE_CUDA_COMPILER={find_toolkit().nvcc}"}
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_seat_bypassed_by_an_absolute_nvcc_path_fails_the_link(shards, tmp_path):
+    recipes, paths, _ = fresh(shards, tmp_path)
+    private = tmp_path / "recipes"
+    shutil.copytree(recipes, private, symlinks=True)
+    _bypass(private)
+    result = run_link(load_recipe("example", private), paths, progress=None)
+    assert not result.verdict.ok
+    line = result.verdict.line
+    assert "zero compiler calls" in line and "9 of 9 CUDA TUs bypassed the seat" in line
+
+
+def test_seat_bypassed_fails_the_shard(recipes_dir, paths):
+    _bypass(recipes_dir)
+    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, N), paths, progress=None)
+    assert not result.verdict.ok and result.archive is None
+    assert any("seat saw no CUDA compile" in r for r in result.verdict.reasons)
+
+
+def test_a_real_compile_error_fails_the_shard_that_owns_the_tu(recipes_dir, paths):
+    key = "csrc/kernels/k04_scan.cu"
+    path = recipes_dir / "example" / "package" / key
+    path.write_text(path.read_text() + "\nstatic int broken = cuw_no_such_symbol;\n")
+    spec = ShardSpec(owner(key, N), N)
+    result = run_shard(load_recipe("example", recipes_dir), spec, paths, progress=None)
+    assert not result.verdict.ok
+    assert result.archive is None and not list(paths.artifacts.glob("*/*.tar.gz"))
+    assert any(r.startswith(f"a real compile error ({key})") and "cuw_no_such_symbol" in r for r in result.verdict.reasons)
+
+
+def _rewrite_manifest(path: Path, **changes) -> None:
+    manifest = archive.read_manifest(path)
+    staging = path.parent / "rewrite"
+    staging.mkdir()
+    restored = archive.unpack(path, staging)
+    fields = {**manifest.__dict__, **changes}
+    archive.pack(restored.staging, archive.Manifest(**fields), path)
+    shutil.rmtree(staging)
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("truncate", "corrupted or truncated"),
+        ("recipe", "is for recipe 'example_torch', not 'example'"),
+        ("cell", "is for cell example-linux-py3.10-"),
+        ("ccache", "made with ccache 4.7.5"),
+        ("escape", "would land outside the cache directory"),
+        ("duplicate", "are both shard 1/3"),
+    ],
+)
+def test_bad_archives_stop_the_link_before_anything_is_merged(shards, tmp_path, damage, message):
+    recipes, paths, folder = fresh(shards, tmp_path)
+    target = archive_of(folder, 1)
+    manifest = archive.read_manifest(target)
+    if damage == "truncate":
+        target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
+    elif damage == "recipe":
+        _rewrite_manifest(target, cell={**manifest.cell, "recipe": "example_torch"})
+    elif damage == "cell":
+        _rewrite_manifest(target, cell={**manifest.cell, "python": "3.10"})
+    elif damage == "ccache":
+        _rewrite_manifest(target, cache_version="4.7.5")
+    elif damage == "escape":
+        _craft_escape(target, manifest)
+    elif damage == "duplicate":
+        shutil.copy(target, folder / "cuw-shard-copy-of-1.tar.gz")
+    with pytest.raises(CuwError, match=message):
+        run_link(load_recipe("example", recipes), paths, progress=None)
+    link_cache = next(paths.work.glob("*/link/ccache"), None)
+    assert link_cache is None or not any(p.is_file() for p in link_cache.rglob("*")), "nothing half-merged"
+    assert not (tmp_path / "evil").exists()
+
+
+def _craft_escape(path: Path, manifest: archive.Manifest) -> None:
+    with tarfile.open(path, "w:gz") as tar:
+        data = json.dumps(asdict(manifest)).encode()
+        info = tarfile.TarInfo(archive.MANIFEST)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        evil = tarfile.TarInfo("cache/../../../../evil")
+        evil.size = 4
+        tar.addfile(evil, io.BytesIO(b"evil"))
+
+
+def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_through(recipes_dir, paths, tmp_path):
+    path = recipes_dir / "example" / "recipe.yml"
+    data = yaml.safe_load(path.read_text())
+    data["sharding"] = {"count": N, "filter": "source", "sources": ["csrc/kernels/*.cu"], "platforms": ["linux", "linux_aarch64"]}
+    path.write_text(yaml.safe_dump(data))
+    recipe = load_recipe("example", recipes_dir)
+    outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir)
+    assert outcomes == [True] * N and link.verdict.ok, link.verdict.line
+
+    owned = []
+    for tarball in sorted(paths.artifacts.glob("*/*.tar.gz")):
+        manifest = archive.read_manifest(tarball)
+        assert manifest.filter == "source" and sorted(manifest.owned) == sorted(manifest.compiled)
+        owned += manifest.owned
+    assert sorted(owned) == sorted(f"csrc/kernels/{p.name}" for p in (recipes_dir / "example/package/csrc/kernels").glob("*.cu"))
+    for shard_dir in paths.work.glob("*/shard-*"):
+        entries = [json.loads(line) for line in (shard_dir / "logs" / "seat.jsonl").read_text().splitlines()]
+        assert not [e for e in entries if e["action"] == "stubbed"], "the seat partitions nothing under the source filter"
+        assert all(e["owner"] is None for e in entries if e["action"] == "compiled")
+        # The forge deleted the out-of-slice sources before the build system ran.
+        kept = sorted(p.name for p in (shard_dir / "src/csrc/kernels").glob("*.cu"))
+        assert 0 < len(kept) < 9 or N == 1
+    assert wheel_tu_values(link.wheel, "cuw_example", tmp_path) == expected_tu_values()
