@@ -20,11 +20,12 @@ class _Parser(argparse.ArgumentParser):
         raise CuwError(message)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
     p.add_argument("--recipes", type=Path, default=None, help="recipes folder (default: $CUW_RECIPES or ./recipes)")
     p.add_argument("--work", type=Path, default=Paths.work, help="job folders (default: %(default)s)")
     p.add_argument("--artifacts", type=Path, default=Paths.artifacts, help="shard archives, per cell (default: %(default)s)")
-    p.add_argument("--dist", type=Path, default=Paths.dist, help="wheels that passed the link gate (default: %(default)s)")
+    if dist:
+        p.add_argument("--dist", type=Path, default=Paths.dist, help="wheels that passed the link gate (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs inside one build (default: cores)")
 
 
@@ -33,17 +34,17 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
     p = sub.add_parser("shard", help="compile one shard (I/N, 1-based) and write its cache archive")
-    p.add_argument("recipe")
-    p.add_argument("shard", help="I/N, for example 3/23")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    p.add_argument("shard", help="I/N, 1-based: 3/23 is shard 3 of 23")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    _common(p)
+    _common(p, dist=False)
 
     p = sub.add_parser("link", help="restore every shard archive, rebuild with all hits, gate, write the wheel")
-    p.add_argument("recipe")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     _common(p)
 
     p = sub.add_parser("build", help="the whole cell here: all shards in parallel, then the link")
-    p.add_argument("recipe")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     p.add_argument("--shards", type=int, default=None, help="N (default: the recipe's sharding.count)")
     _common(p)
 
@@ -53,7 +54,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _paths(args: argparse.Namespace) -> Paths:
-    return Paths(work=args.work, artifacts=args.artifacts, dist=args.dist)
+    return Paths(work=args.work, artifacts=args.artifacts, dist=getattr(args, "dist", Paths.dist))
 
 
 def run(argv: list[str]) -> int:

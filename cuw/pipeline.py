@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import archive, cache, compdb, report, seat
+from . import __version__, archive, cache, compdb, report, seat
 from .backends import build_command, build_env
 from .cell import Cell, local_cell
 from .errors import CuwError
@@ -97,7 +97,7 @@ def _watch(proc: subprocess.Popen, ws: Workspace, label: str, owned: int, progre
         time.sleep(1.0)
         if progress is None:
             continue
-        compiled = sum(1 for e in seat.read_log(ws.seat_log) if e.get("action") == "compiled")
+        compiled = seat.compiled_count(ws.seat_log)
         if compiled != last:
             progress(f"{label}: {compiled}/{owned} TUs compiled")
             last = compiled
@@ -156,7 +156,7 @@ def run_shard(
     if verdict.ok:
         manifest = archive.Manifest(
             format=archive.FORMAT,
-            forge_version=_forge_version(),
+            forge_version=__version__,
             cell=cell.to_dict(),
             shard_index=spec.index,
             shard_count=spec.count,
@@ -180,12 +180,6 @@ def run_shard(
     else:
         report.say(f"cache archive: {written}")
     return ShardResult(verdict, written, report_path)
-
-
-def _forge_version() -> str:
-    from . import __version__
-
-    return __version__
 
 
 def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace) -> tuple[int, list[int]]:
@@ -322,7 +316,7 @@ def run_build(
         while pending and len(running) < parallel:
             spec = pending.pop(0)
             cmd = [sys.executable, "-m", "cuw", "shard", recipe.key, str(spec), "--quiet", "--jobs", str(jobs),
-                   "--work", str(paths.work), "--artifacts", str(paths.artifacts), "--dist", str(paths.dist)]  # fmt: skip
+                   "--work", str(paths.work), "--artifacts", str(paths.artifacts)]  # fmt: skip
             if recipes_dir:
                 cmd += ["--recipes", str(recipes_dir)]
             ws = Workspace(paths.work / cell.id / f"shard-{spec.tag}")
@@ -330,7 +324,7 @@ def run_build(
             running[spec.index] = (subprocess.Popen(cmd, stdin=subprocess.DEVNULL), ws, owned)
         time.sleep(1.0)
         for index, (proc, ws, owned) in list(running.items()):
-            compiled = sum(1 for e in seat.read_log(ws.seat_log) if e.get("action") == "compiled")
+            compiled = seat.compiled_count(ws.seat_log)
             if compiled != last.get(index):
                 progress(f"shard {index}/{n}: {compiled}/{owned} TUs compiled")
                 last[index] = compiled

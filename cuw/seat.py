@@ -171,6 +171,11 @@ def make_empty_object(path: Path) -> Path:
     return path
 
 
+def compiled_count(path: Path) -> int:
+    """How many TUs a job's seat has compiled so far (for progress lines)."""
+    return sum(1 for e in read_log(path) if e.get("action") == "compiled")
+
+
 def read_log(path: Path) -> list[dict]:
     if not path.exists():
         return []

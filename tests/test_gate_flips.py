@@ -68,11 +68,16 @@ def test_missing_shard_self_heals_and_is_reported_as_its_misses(shards, tmp_path
     assert wheel_tu_values(Path(rejected), "cuw_example", tmp_path) == expected_tu_values()
 
 
-def test_counters_left_unzeroed_fail_the_link(shards, tmp_path):
+def test_counters_left_unzeroed_fail_the_link(shards, tmp_path, monkeypatch):
     recipes, paths, _ = fresh(shards, tmp_path)
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     result = run_link(load_recipe("example", recipes), paths, progress=None, zero_stats=False)
     assert not result.verdict.ok
     assert any("not zeroed after the merge" in r for r in result.verdict.reasons)
+    # The verdict also reaches the JSON report and the GitHub step summary.
+    assert json.loads(result.report.read_text())["ok"] is False
+    assert "example link: ❌ FAIL" in summary.read_text() and "not zeroed" in summary.read_text()
 
 
 def _bypass(recipes: Path) -> None:
