@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from . import __version__, cache
+from . import __version__
+from .cache import Cache
 from .cell import Cell
 from .errors import CuwError
 
@@ -36,6 +37,8 @@ class Manifest:
     filter: str
     cache_tool: str
     cache_version: str
+    cache_remote: Optional[str]
+    """With a shared remote cache the archive holds only this manifest."""
     owned: list[str]
     compiled: list[str]
     counters: dict[str, int]
@@ -53,7 +56,7 @@ def archive_name(cell: Cell, index: int, count: int) -> str:
     return f"cuw-shard-{cell.id}-{index}of{count}{SUFFIX}"
 
 
-def pack(cache_dir: Path, manifest: Manifest, dest: Path) -> Path:
+def pack(job_cache: Cache, manifest: Manifest, dest: Path) -> Path:
     """Writes the archive atomically (a temp file renamed into place)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".partial")
@@ -63,10 +66,8 @@ def pack(cache_dir: Path, manifest: Manifest, dest: Path) -> Path:
         info.size = len(data)
         info.mode = 0o644
         tar.addfile(info, io.BytesIO(data))
-        for path in sorted(cache_dir.rglob("*")):
-            rel = path.relative_to(cache_dir)
-            if rel.parts[0] in cache.NOT_ENTRIES or not path.is_file():
-                continue
+        for path in job_cache.entry_files():
+            rel = path.relative_to(job_cache.cache_dir)
             tar.add(path, arcname=f"{CACHE_PREFIX}/{rel.as_posix()}", recursive=False)
     tmp.replace(dest)
     return dest
@@ -144,17 +145,23 @@ def merge_into(restored: list[Restored], cache_dir: Path) -> int:
     return added
 
 
-def expect(manifest: Manifest, path: Path, cell: Cell, tool_version: str, count: Optional[int]) -> None:
-    """An archive from another recipe, cell, cache version or shard count is refused by name."""
+def expect(manifest: Manifest, path: Path, cell: Cell, job_cache: Cache, count: Optional[int]) -> None:
+    """An archive from another recipe, cell, cache tool/version/remote or shard count is refused by name."""
     if manifest.cell.get("recipe") != cell.recipe:
         raise CuwError(f"{path}: archive is for recipe {manifest.cell.get('recipe')!r}, not {cell.recipe!r}")
     theirs = Cell(**manifest.cell)
     if theirs != cell:
         raise CuwError(f"{path}: archive is for cell {theirs.id}, this link builds {cell.id}")
-    if manifest.cache_tool != cache.TOOL or manifest.cache_version != tool_version:
+    tool, version = job_cache.tool, job_cache.version()
+    if manifest.cache_tool != tool or manifest.cache_version != version:
         raise CuwError(
             f"{path}: archive was made with {manifest.cache_tool} {manifest.cache_version}; "
-            f"this link uses {cache.TOOL} {tool_version} (shards and link must run the same version)"
+            f"this link uses {tool} {version} (shards and link must run the same tool and version)"
+        )
+    if manifest.cache_remote != job_cache.remote:
+        raise CuwError(
+            f"{path}: shard used remote cache {manifest.cache_remote or 'none'}, "
+            f"this link uses {job_cache.remote or 'none'}"
         )
     if count is not None and manifest.shard_count != count:
         raise CuwError(f"{path}: archive is shard {manifest.shard_index}/{manifest.shard_count}, others are of {count}")

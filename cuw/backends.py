@@ -31,7 +31,7 @@ def build_env(
     source_filter_shard: Optional[ShardSpec],
     base: Optional[dict[str, str]] = None,
 ) -> dict[str, str]:
-    env = cache.without_ccache_vars(dict(os.environ if base is None else base))
+    env = cache.scrub(dict(os.environ if base is None else base))
     for var in (*_LAUNCHER_VARS, SOURCE_FILTER_INDEX, SOURCE_FILTER_COUNT, "CUDACXX", "PYTORCH_NVCC"):
         env.pop(var, None)
     nvcc = str(shadow_home / "bin" / "nvcc")

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Optional
 
 from . import report
+from .cache import TOOLS
 from .errors import CuwError
 from .partition import parse_shard_spec
 from .pipeline import Paths, run_build, run_link, run_shard
-from .recipe import default_recipes_dir, known_recipes, load_recipe
+from .policy import CacheChoice, cache_choice, load_policy
+from .recipe import Recipe, default_recipes_dir, known_recipes, load_recipe
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,6 +29,11 @@ def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
     if dist:
         p.add_argument("--dist", type=Path, default=Paths.dist, help="wheels that passed the link gate (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs inside one build (default: cores)")
+    p.add_argument("--cache-tool", choices=TOOLS, default=None,
+                   help="compiler cache (default: $CUW_CACHE_TOOL, else the lane's in recipes/defaults.yml)")
+    p.add_argument("--cache-remote", default=None, metavar="URL",
+                   help="shared ccache remote (redis://, http://, file:); replaces the archives "
+                        "(default: $CUW_CACHE_REMOTE, else recipes/defaults.yml)")  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,6 +64,14 @@ def _paths(args: argparse.Namespace) -> Paths:
     return Paths(work=args.work, artifacts=args.artifacts, dist=getattr(args, "dist", Paths.dist))
 
 
+def _cache(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> Optional[CacheChoice]:
+    if args.cache_tool is None and args.cache_remote is None:
+        return None  # the pipeline reads the policy for the cell's lane
+    from .cell import local_lane
+
+    return cache_choice(load_policy(recipes_dir), local_lane(), args.cache_tool, args.cache_remote)
+
+
 def run(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     recipes_dir = args.recipes or default_recipes_dir()
@@ -71,12 +86,13 @@ def run(argv: list[str]) -> int:
     recipe = load_recipe(args.recipe, recipes_dir)
     if args.verb == "shard":
         spec = parse_shard_spec(args.shard)
-        result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say)
+        result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,
+                           cache=_cache(args, recipe, recipes_dir))  # fmt: skip
         return 0 if result.verdict.ok else 1
     if args.verb == "link":
-        return 0 if run_link(recipe, _paths(args), args.jobs).verdict.ok else 1
+        return 0 if run_link(recipe, _paths(args), args.jobs, cache=_cache(args, recipe, recipes_dir)).verdict.ok else 1
     if args.verb == "build":
-        outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes)
+        outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=_cache(args, recipe, recipes_dir))
         return 0 if link.verdict.ok and all(outcomes) else 1
     raise AssertionError(args.verb)
 

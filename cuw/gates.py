@@ -120,6 +120,8 @@ class LinkObservation:
     hits: int
     misses: int
     uncacheable: int
+    total: int
+    """Compiler calls (TUs) the cache tool saw, in its own terms."""
     stats_zeroed_at: int
     merged_at: int
     """When the shard caches were merged; the counters must be zeroed after it."""
@@ -136,7 +138,7 @@ class LinkObservation:
 
 def link_gate(obs: LinkObservation) -> Verdict:
     v = Verdict("link", ok=True)
-    total = obs.hits + obs.misses + obs.uncacheable
+    total = obs.total
     v.facts = {
         "hits": obs.hits,
         "misses": obs.misses,
@@ -173,7 +175,9 @@ def link_gate(obs: LinkObservation) -> Verdict:
             v.ok = False
             v.reasons.append(f"{noun}: {count} (must be 0): " + attribute(keys, obs.shard_count, obs.missing_shards))
     if v.ok:
-        v.reasons.insert(0, f"{obs.hits}/{total} compiler calls were cache hits, zero misses; {len(obs.cuda_tus_in_build)} CUDA TUs")
+        v.reasons.insert(0, f"{total} compiler calls, {obs.hits} cache hits, zero misses; {len(obs.cuda_tus_in_build)} CUDA TUs in the build")
+    if not obs.cuda_tus_in_build and total:
+        v.reasons.append("note: no ninja compile database was found, so the seat-bypass check could not run")
     return v
 
 

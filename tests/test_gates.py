@@ -93,6 +93,7 @@ def good_link(**changes):
         hits=9,
         misses=0,
         uncacheable=0,
+        total=None,
         stats_zeroed_at=200,
         merged_at=200,
         cuda_tus_in_build=tus,
@@ -103,12 +104,14 @@ def good_link(**changes):
         missing_shards=[],
     )
     base.update(changes)
+    if base["total"] is None:
+        base["total"] = base["hits"] + base["misses"] + base["uncacheable"]
     return LinkObservation(**base)
 
 
 def test_all_hits_passes():
     v = link_gate(good_link())
-    assert v.ok and "9/9 compiler calls were cache hits" in v.line
+    assert v.ok and "9 compiler calls, 9 cache hits, zero misses; 9 CUDA TUs" in v.line
 
 
 def test_one_miss_fails_and_names_the_owning_shard():

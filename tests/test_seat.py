@@ -25,16 +25,18 @@ class Seat:
         self.root = root
         self.src = root / "src"
         self.src.mkdir(parents=True)
-        self.cache_dir = root / "ccache"
-        cache.prepare(self.cache_dir)
+        self.cache = cache.open_cache("ccache", root / "cache", root)
+        self.cache.prepare()
+        self.cache_dir = self.cache.cache_dir
         (root / "seat").mkdir()
         empty = seat.make_empty_object(root / "seat" / "empty.o")
         self.log = root / "seat.jsonl"
         self.toolkit = find_toolkit()
         config = seat.SeatConfig(
             real_nvcc=str(self.toolkit.nvcc),
-            ccache=cache.binary(),
-            cache_env=cache.environment(self.cache_dir, root),
+            cache_cmd=self.cache.binary(),
+            cache_env=self.cache.env,
+            statslog_var=self.cache.statslog_var,
             source_root=str(self.src),
             empty_object=str(empty),
             log=str(self.log),
@@ -75,7 +77,7 @@ def test_owned_tu_compiles_through_the_cache_and_hits_the_second_time(tmp_path):
     outcomes = [e["outcome"] for e in s.entries() if e["action"] == "compiled"]
     assert outcomes == ["miss", "hit"]
     assert (s.src / "a.o.d").read_text().startswith("a.o:")
-    stats = cache.read_stats(s.cache_dir)
+    stats = s.cache.stats()
     assert (stats.hits, stats.misses) == (1, 1)
 
 
@@ -90,7 +92,7 @@ def test_foreign_tu_gets_the_empty_object_and_a_depfile(tmp_path):
     assert (s.src / "obj" / "x.cu.o.d").read_text().strip() == "obj/x.cu.o:"
     (entry,) = s.entries()
     assert entry == {**entry, "action": "stubbed", "key": key, "owner": 2}
-    assert cache.read_stats(s.cache_dir).total == 0
+    assert s.cache.stats().total == 0
 
 
 def test_probe_tus_always_compile_for_real_and_uncached(tmp_path):
@@ -101,7 +103,7 @@ def test_probe_tus_always_compile_for_real_and_uncached(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert src.with_suffix(".o").read_bytes() != s.empty.read_bytes()
     assert [e["action"] for e in s.entries()] == ["probe"]
-    assert cache.read_stats(s.cache_dir).total == 0
+    assert s.cache.stats().total == 0
 
 
 def test_non_compiles_pass_through_untouched(tmp_path):
@@ -128,11 +130,12 @@ def test_ccache_alone_shows_the_dc_defect_the_seat_guards(tmp_path):
     (tmp_path / "src").mkdir()
     src = tmp_path / "src" / "r.cu"
     src.write_text(KERNEL)
-    cache.prepare(tmp_path / "ccache")
-    env = cache.without_ccache_vars(dict(os.environ))
-    env.update(cache.environment(tmp_path / "ccache", tmp_path))
+    ccache = cache.open_cache("ccache", tmp_path / "cache", tmp_path)
+    ccache.prepare()
+    env = cache.scrub(dict(os.environ))
+    env.update(ccache.env)
     for flag, out in (("-c", "plain.o"), ("-dc", "reloc.o")):
-        subprocess.run([cache.binary(), str(toolkit.nvcc), flag, str(src), "-o", out, *ARCH], cwd=tmp_path, env=env, check=True)
+        subprocess.run([ccache.binary(), str(toolkit.nvcc), flag, str(src), "-o", out, *ARCH], cwd=tmp_path, env=env, check=True)
     assert b"__nv_relfatbin" not in (tmp_path / "reloc.o").read_bytes()
 
 

@@ -1,0 +1,65 @@
+"""Farm-wide policy (``recipes/defaults.yml``), loaded as strictly as a recipe."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+
+from .cache import tool_class
+from .errors import CuwError
+from .schema import load_dataclass
+
+Tool = Literal["ccache", "sccache"]
+
+
+def _default_tools() -> dict[str, str]:
+    return {"linux": "ccache", "linux_aarch64": "ccache", "windows": "sccache"}
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    tool: dict[str, str] = field(default_factory=_default_tools)
+    remote: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    cache: CachePolicy = field(default_factory=CachePolicy)
+
+
+def load_policy(recipes_dir: Path) -> Policy:
+    path = recipes_dir / "defaults.yml"
+    if not path.is_file():
+        return Policy()
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise CuwError(f"{path}: not valid YAML: {exc}") from None
+    policy = load_dataclass(Policy, data, str(path))
+    for lane, tool in policy.cache.tool.items():
+        try:
+            tool_class(tool)
+        except CuwError as exc:
+            raise CuwError(f"{path}: cache.tool.{lane}: {exc}") from None
+    return policy
+
+
+@dataclass(frozen=True)
+class CacheChoice:
+    tool: str
+    remote: Optional[str]
+
+
+def cache_choice(
+    policy: Policy, lane: str, tool: Optional[str] = None, remote: Optional[str] = None
+) -> CacheChoice:
+    """The lane's cache tool and remote: command line, then $CUW_CACHE_TOOL /
+    $CUW_CACHE_REMOTE, then the policy."""
+    chosen_tool = tool or os.environ.get("CUW_CACHE_TOOL") or policy.cache.tool.get(lane, "ccache")
+    tool_class(chosen_tool)
+    chosen_remote = remote or os.environ.get("CUW_CACHE_REMOTE") or policy.cache.remote
+    return CacheChoice(chosen_tool, chosen_remote or None)
