@@ -13,7 +13,7 @@ import shutil
 import tarfile
 import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
 from . import __version__
@@ -81,8 +81,8 @@ class Restored:
 
 
 def _check_member(member: tarfile.TarInfo, where: Path) -> None:
-    name = member.name
-    parts = Path(name).parts
+    name = member.name.replace("\\", "/")  # a Windows-made name must not smuggle "..\\"
+    parts = PurePosixPath(name).parts
     if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
         raise CuwError(f"{where}: member {name!r} would land outside the cache directory; refusing the archive")
     if not (member.isfile() or member.isdir()):

@@ -19,6 +19,7 @@ from .recipe import Recipe
 
 SOURCE_FILTER_INDEX = "CUDA_WHEELS_SHARD_INDEX"
 SOURCE_FILTER_COUNT = "CUDA_WHEELS_SHARD_COUNT"
+FORCE_UNRESOLVED = "/FORCE:UNRESOLVED"
 # Launchers a user's environment may carry: the seat already caches.
 _LAUNCHER_VARS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER")
 
@@ -30,6 +31,8 @@ def build_env(
     jobs: int,
     source_filter_shard: Optional[ShardSpec],
     base: Optional[dict[str, str]] = None,
+    lane: str = "linux",
+    shard: Optional[ShardSpec] = None,
 ) -> dict[str, str]:
     env = cache.scrub(dict(os.environ if base is None else base))
     for var in (*_LAUNCHER_VARS, SOURCE_FILTER_INDEX, SOURCE_FILTER_COUNT, "CUDACXX", "PYTORCH_NVCC"):
@@ -52,6 +55,13 @@ def build_env(
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
     )
+    link_flags = [f for f in env.pop("LINK", "").split() if f.upper() != FORCE_UNRESOLVED]
+    if lane == "windows" and shard is not None and shard.count > 1:
+        # MSVC's link.exe reads LINK: a shard links past its missing kernels.
+        # The link job never gets it: there an unresolved symbol is an error.
+        link_flags.append(FORCE_UNRESOLVED)
+    if link_flags:
+        env["LINK"] = " ".join(link_flags)
     if source_filter_shard is not None:
         # Exported only for the source filter: the seat then partitions nothing.
         env[SOURCE_FILTER_INDEX] = str(source_filter_shard.index)

@@ -12,7 +12,10 @@ from typing import Optional
 
 from .partition import owner
 
-UNDEFINED_REFERENCE = re.compile(r"undefined reference to|nvlink error\s*: Undefined reference to", re.I)
+# ld, nvlink, and MSVC's linker (LNK2019/LNK2001, or its /FORCE:UNRESOLVED warning LNK4088).
+UNDEFINED_REFERENCE = re.compile(
+    r"undefined reference to|nvlink error\s*: Undefined reference to|unresolved external symbol|LNK4088", re.I
+)
 
 # Lines may be indented (pip -v indents build output).
 # Compiler diagnostics that mean a TU failed to compile, in the shapes gcc,
@@ -23,6 +26,8 @@ COMPILE_ERROR_PATTERNS = (
     re.compile(r"^[ \t]*\S+?:\d+(?::\d+)?: (?:fatal )?error: ", re.M),
     # nvcc front end: file.cu(123): error: ... / catastrophic error:
     re.compile(r"^[ \t]*\S+?\(\d+\): (?:catastrophic )?error\b", re.M),
+    # MSVC (host pass on Windows): file.cpp(12): error C2065: ...
+    re.compile(r"\): (?:fatal )?error C\d{4}:", re.M),
     re.compile(r"^[ \t]*ptxas (?:fatal|error)\s*:", re.M),
     re.compile(r"^[ \t]*nvcc (?:fatal|error)\s*:", re.M),
     re.compile(r"^[ \t]*cicc(?:\S*)?: .*error", re.M),

@@ -13,6 +13,7 @@ any other machine all reach the same answer.
 from __future__ import annotations
 
 import hashlib
+import ntpath
 import os
 import re
 from dataclasses import dataclass
@@ -20,8 +21,18 @@ from dataclasses import dataclass
 from .errors import CuwError
 
 
+_WINDOWS_PATH = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")
+
+
 def tu_key(path: str, source_root: str) -> str:
-    """The partition key of a source file: its path relative to the source root."""
+    """The partition key of a source file: its path relative to the source root.
+
+    Windows paths (``D:\\a\\_temp\\src\\k.cu``) give the same key as POSIX ones,
+    on any machine, so a planner on Linux predicts a Windows lane.
+    """
+    if _WINDOWS_PATH.match(path) or _WINDOWS_PATH.match(source_root):
+        rel = ntpath.relpath(ntpath.normpath(path), ntpath.normpath(source_root))
+        return rel.replace("\\", "/")
     rel = os.path.relpath(os.path.abspath(path), os.path.abspath(source_root))
     return rel.replace(os.sep, "/")
 

@@ -68,9 +68,15 @@ def _check_lane(recipe: Recipe, cell: Cell, spec: ShardSpec) -> None:
         raise CuwError(f"recipe {recipe.key!r} does not shard on lane {cell.lane} (sharding.platforms: {lanes}); use 1/1")
 
 
-def apply_source_filter(src_root: Path, globs: list[str], spec: ShardSpec) -> list[str]:
-    """Deletes out-of-slice files matched by ``globs``; returns the kept keys."""
+def apply_source_filter(src_root: Path, globs: list[str], spec: ShardSpec, lane: str = "linux") -> list[str]:
+    """Deletes out-of-slice files matched by ``globs``; returns the kept keys.
+
+    On Windows only CUDA sources are partitioned: host sources (the module-init
+    symbol among them) stay in every shard.
+    """
     matched = sorted({p for pattern in globs for p in src_root.glob(pattern) if p.is_file()})
+    if lane == "windows":
+        matched = [p for p in matched if p.suffix == ".cu"]
     if not matched:
         raise CuwError(f"sharding.sources ({', '.join(globs)}) matched no file under {src_root}")
     kept = []
@@ -149,7 +155,7 @@ def run_shard(
     ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
     job_cache = prepare(ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote)
     if source_filter:
-        owned = apply_source_filter(ws.src, recipe.sharding.sources, spec)
+        owned = apply_source_filter(ws.src, recipe.sharding.sources, spec, cell.lane)
     else:
         owned = expected_owned(recipe, ws.src, spec)
     label = f"shard {spec}"
@@ -158,7 +164,9 @@ def run_shard(
             f"{label}: building {cell.id} ({len(owned)} TUs in its slice, filter {recipe.sharding.filter}, "
             f"{_describe(job_cache)}); log {ws.build_log}"
         )
-    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), spec if source_filter else None)
+    env = build_env(
+        recipe, ws.cuda_home, ws.build, jobs or default_jobs(), spec if source_filter else None, lane=cell.lane, shard=spec
+    )
     job_cache.start()
     try:
         job_cache.zero()
@@ -206,6 +214,8 @@ def run_shard(
         for line in obs.log.splitlines()[-15:]:
             print(f"  | {line}", file=sys.stderr)
         report.say(f"full log: {ws.build_log}")
+    elif job_cache.remote:
+        report.say(f"cache written to {job_cache.remote}; shard manifest: {written}")
     else:
         report.say(f"cache archive: {written}")
     return ShardResult(verdict, written, report_path)
@@ -276,7 +286,7 @@ def run_link(
             listing = ", ".join(f"{i}/{count}" for i in missing)
             progress(f"link: missing shard archives: {listing}; their TUs recompile here and the gate will report them")
     all_tus = cuda_sources(ws.src)
-    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None)
+    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane)
     job_cache.start()
     try:
         if zero_stats:

@@ -1,0 +1,152 @@
+"""The same example, handed over by sccache and by a shared ccache remote (Redis)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import expected_tu_values, wheel_tu_values
+from cuw import archive
+from cuw.cache import check_remote
+from cuw.errors import CuwError
+from cuw.partition import owner
+from cuw.pipeline import Paths, run_build, run_link
+from cuw.policy import CacheChoice
+from cuw.recipe import load_recipe
+
+N = 3
+
+
+def test_sccache_handoff_passes_every_gate_and_attributes_a_missing_shard(recipes_dir, paths, tmp_path):
+    recipe = load_recipe("example", recipes_dir)
+    choice = CacheChoice("sccache", None)
+    outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir, cache=choice)
+    assert outcomes == [True] * N and link.verdict.ok, link.verdict.line
+    facts = link.verdict.facts
+    assert facts["misses"] == 0 and facts["total"] == facts["cuda_tus"] == 9
+    assert facts["hits"] >= 9  # sccache counts each piece of an nvcc call
+    assert wheel_tu_values(link.wheel, "cuw_example", tmp_path) == expected_tu_values()
+    for tarball in paths.artifacts.glob("*/*.tar.gz"):
+        assert archive.read_manifest(tarball).cache_tool == "sccache"
+
+    # One archive lost: the link self-heals and names the shard's TUs.
+    (gone,) = paths.artifacts.glob("*/*-1of3.tar.gz")
+    gone.unlink()
+    again = run_link(recipe, paths, progress=None, cache=choice)
+    assert not again.verdict.ok and again.missing_shards == [1]
+    owned_by_1 = [k for k in (f"csrc/kernels/{p.name}" for p in (recipes_dir / "example/package/csrc/kernels").glob("*.cu")) if owner(k, N) == 1]
+    for key in owned_by_1:
+        assert f"{key} <- shard 1/3 (its archive is missing)" in again.verdict.line
+
+
+def test_a_ccache_link_refuses_sccache_archives(recipes_dir, paths):
+    recipe = load_recipe("example", recipes_dir)
+    folder = paths.artifacts / "x"
+    # A real sccache-made archive is not needed to prove the refusal: the manifest decides.
+    from cuw.cache import Sccache
+    from cuw.cell import local_cell
+    from cuw.toolkit import find_toolkit
+
+    cell = local_cell(recipe, find_toolkit())
+    folder = paths.cell_artifacts(cell)
+    (paths.work / "c").mkdir(parents=True)
+    manifest = archive.Manifest(1, "0.1.0", cell.to_dict(), 1, 2, "seat", "sccache", Sccache.pinned, None, [], [], {})
+    archive.pack(Sccache(paths.work / "c", paths.work), manifest, folder / archive.archive_name(cell, 1, 2))
+    with pytest.raises(CuwError, match=r"made with sccache 0.16.0; this link uses ccache"):
+        run_link(recipe, paths, progress=None, cache=CacheChoice("ccache", None))
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    server = shutil.which("redis-server")
+    if not server:
+        pytest.skip("redis-server is not installed (.ci/run installs it with apt)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            check_remote(url, timeout=0.5)
+            break
+        except CuwError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _contents(wheel: Path) -> dict[str, str]:
+    with zipfile.ZipFile(wheel) as zf:
+        return {n: hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist() if not n.endswith("RECORD")}
+
+
+def test_redis_remote_handoff_matches_the_archive_handoff(recipes_dir, tmp_path, redis_url):
+    recipe = load_recipe("example", recipes_dir)
+    remote = Paths(work=tmp_path / "r" / "work", artifacts=tmp_path / "r" / "artifacts", dist=tmp_path / "r" / "dist")
+    outcomes, link = run_build(recipe, remote, count=N, recipes_dir=recipes_dir, cache=CacheChoice("ccache", redis_url))
+    assert outcomes == [True] * N and link.verdict.ok, link.verdict.line
+    facts = link.verdict.facts
+    assert (facts["misses"], facts["uncacheable"], facts["total"], facts["hits"]) == (0, 0, 9, 9)
+    for tarball in remote.artifacts.glob("*/*.tar.gz"):
+        with tarfile.open(tarball) as tar:
+            assert tar.getnames() == ["manifest.json"], "with a remote cache the archive is only a manifest"
+        assert archive.read_manifest(tarball).cache_remote == redis_url
+
+    local = Paths(work=tmp_path / "a" / "work", artifacts=tmp_path / "a" / "artifacts", dist=tmp_path / "a" / "dist")
+    outcomes, archived = run_build(recipe, local, count=N, recipes_dir=recipes_dir, cache=CacheChoice("ccache", None))
+    assert archived.verdict.ok
+    assert _contents(link.wheel) == _contents(archived.wheel)
+    assert wheel_tu_values(link.wheel, "cuw_example", tmp_path) == expected_tu_values()
+
+
+def test_unreachable_remote_is_a_clear_error(tmp_path, recipes_dir):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "cuw", "shard", "example", "1/2", "--recipes", str(recipes_dir),
+         "--cache-remote", f"redis://127.0.0.1:{closed}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"remote cache redis://127.0.0.1:{closed} is unreachable" in proc.stderr
+    assert not (tmp_path / "artifacts").exists()
+
+
+def test_a_remote_that_never_answers_times_out(tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    held = []
+    threading.Thread(target=lambda: held.append(listener.accept()), daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(CuwError, match=r"is unreachable .*timed out"):
+        check_remote(f"redis://127.0.0.1:{port}", timeout=1.0)
+    assert time.monotonic() - start < 5
+    listener.close()
+
+
+def test_file_remote_must_exist(tmp_path):
+    with pytest.raises(CuwError, match=r"is not a folder"):
+        check_remote(f"file://{tmp_path}/missing")
+    check_remote(f"file://{tmp_path}")
