@@ -169,6 +169,10 @@ class Ccache(Cache):
     def zero(self) -> None:
         self._run("--zero-stats")
 
+    def entry_files(self) -> list[Path]:
+        # With remote storage the entries live there; the local folder holds only counters.
+        return [] if self.remote else super().entry_files()
+
     def stats(self) -> Stats:
         counters: dict[str, int] = {}
         for line in self._run("--print-stats").splitlines():
