@@ -32,6 +32,18 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session
+def verify(session: nox.Session) -> None:
+    """The verify gate on a wheel: nox -s verify -- <wheel> [--recipe R]."""
+    session.run(sys.executable, "-m", "cuw", "verify", *session.posargs)
+
+
+@nox.session
+def index(session: nox.Session) -> None:
+    """A PEP 503 index from a folder of wheels: nox -s index -- <wheel-dir> <out-dir>."""
+    session.run(sys.executable, "-m", "cuw", "index", *session.posargs)
+
+
+@nox.session
 def recipes(session: nox.Session) -> None:
     """List the recipes."""
     session.run(sys.executable, "-m", "cuw", "recipes", *session.posargs)

@@ -28,6 +28,18 @@ def build(c, recipe="example", shards=0):
     _cuw(c, "build", recipe, *(["--shards", str(shards)] if shards else []))
 
 
+@task(help={"wheel": "path to a wheel", "recipe": "recipe name (default: matched by the wheel's name)"})
+def verify(c, wheel, recipe=""):
+    """The verify gate on a finished wheel."""
+    _cuw(c, "verify", wheel, *(["--recipe", recipe] if recipe else []))
+
+
+@task(help={"wheel_dir": "folder of finished wheels", "out_dir": "where the index goes"})
+def index(c, wheel_dir, out_dir):
+    """A PEP 503 index (flat root and per-CUDA/torch channels) from a folder of wheels."""
+    _cuw(c, "index", wheel_dir, out_dir)
+
+
 @task
 def recipes(c):
     """List the recipes."""

@@ -55,6 +55,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shards", type=int, default=None, help="N (default: the recipe's sharding.count)")
     _common(p)
 
+    p = sub.add_parser("verify", help="the verify gate on a finished wheel (exit 0 pass, 1 fail, 2 cannot run)")
+    p.add_argument("wheel", type=Path)
+    p.add_argument("--recipe", default=None, help="recipe name (default: the recipe whose name matches the wheel)")
+    p.add_argument("--recipes", type=Path, default=None)
+    p.add_argument("--no-import", action="store_true", help="skip importing the modules")
+
+    p = sub.add_parser("index", help="a PEP 503 index (flat root and per-CUDA/torch channels) from a folder of wheels")
+    p.add_argument("wheel_dir", type=Path)
+    p.add_argument("out_dir", type=Path)
+
     p = sub.add_parser("recipes", help="list the recipes")
     p.add_argument("--recipes", type=Path, default=None)
     return top
@@ -72,9 +82,48 @@ def _cache(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> Optio
     return cache_choice(load_policy(recipes_dir), local_lane(), args.cache_tool, args.cache_remote)
 
 
+def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    from .cell import local_cell
+    from .toolkit import find_toolkit
+    from .verify import verify, write_verify_reports
+
+    if not args.wheel.is_file():
+        raise CuwError(f"no such wheel: {args.wheel}")
+    key = args.recipe
+    if key is None:
+        try:
+            dist = canonicalize_name(parse_wheel_filename(args.wheel.name)[0])
+        except Exception:
+            raise CuwError(f"{args.wheel.name} is not a wheel filename") from None
+        matches = [k for k in known_recipes(recipes_dir) if canonicalize_name(load_recipe(k, recipes_dir).name) == dist]
+        if not matches:
+            raise CuwError(f"no recipe builds {dist}; pass --recipe (known: {', '.join(known_recipes(recipes_dir))})")
+        key = matches[0]
+    recipe = load_recipe(key, recipes_dir)
+    toolkit = find_toolkit()
+    checked = verify(args.wheel, recipe, local_cell(recipe, toolkit), toolkit, load_policy(recipes_dir).wheel,
+                     import_check=not args.no_import)  # fmt: skip
+    for check in checked.checks:
+        print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:12} {'; '.join(check.details)}")
+    as_json, as_md = write_verify_reports(checked, args.wheel)
+    report.append_summary(checked.to_markdown())
+    report.say(f"{checked.line} (reports: {as_json}, {as_md})")
+    return 0 if checked.ok else 1
+
+
 def run(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    if args.verb == "index":
+        from .index import build_index
+
+        kept = build_index(args.wheel_dir, args.out_dir)
+        report.say(f"index of {len(kept)} wheels in {args.out_dir} (flat root: {args.out_dir / 'simple'})")
+        return 0
     recipes_dir = args.recipes or default_recipes_dir()
+    if args.verb == "verify":
+        return _verify(args, recipes_dir)
     if args.verb == "recipes":
         for key in known_recipes(recipes_dir):
             r = load_recipe(key, recipes_dir)
@@ -90,10 +139,10 @@ def run(argv: list[str]) -> int:
                            cache=_cache(args, recipe, recipes_dir))  # fmt: skip
         return 0 if result.verdict.ok else 1
     if args.verb == "link":
-        return 0 if run_link(recipe, _paths(args), args.jobs, cache=_cache(args, recipe, recipes_dir)).verdict.ok else 1
+        return 0 if run_link(recipe, _paths(args), args.jobs, cache=_cache(args, recipe, recipes_dir)).ok else 1
     if args.verb == "build":
         outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=_cache(args, recipe, recipes_dir))
-        return 0 if link.verdict.ok and all(outcomes) else 1
+        return 0 if link.ok and all(outcomes) else 1
     raise AssertionError(args.verb)
 
 

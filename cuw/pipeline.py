@@ -24,8 +24,11 @@ from .gates import LinkObservation, ShardObservation, Verdict, link_gate, shard_
 from .partition import ShardSpec, tu_key
 from .policy import CacheChoice, cache_choice, load_policy
 from .recipe import Recipe
-from .toolkit import find_toolkit
 from .cache import Cache, Sccache, check_remote, tool_class
+from .finish import dist_versions, repair, retag
+from .toolkit import Toolkit, find_toolkit
+from .verify import Check, verify, write_verify_reports
+from .verify import Report as VerifyReport
 from .workspace import Workspace, cuda_sources, default_jobs, prepare, real_objects
 
 
@@ -57,6 +60,11 @@ class LinkResult:
     wheel: Optional[Path]
     report: Path
     missing_shards: list[int] = field(default_factory=list)
+    verify: Optional[VerifyReport] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok and self.verify is not None and self.verify.ok
 
 
 Progress = Callable[[str], None]
@@ -319,27 +327,52 @@ def run_link(
     verdict = link_gate(obs)
     context = {"cell": cell.to_dict(), "shard_count": count, "build_log": str(ws.build_log), "wheel": obs.wheel,
                "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote}}  # fmt: skip
-    shipped: Optional[Path] = None
-    if verdict.ok and wheels:
-        paths.dist.mkdir(parents=True, exist_ok=True)
-        shipped = paths.dist / wheels[0].name
-        shutil.copy2(wheels[0], shipped)
-        context["wheel"] = str(shipped)
-        report_path = report.write(verdict, paths.dist / f"{wheels[0].name}.link.json", context)
-    else:
-        report_path = report.write(verdict, paths.cell_artifacts(cell) / "link.report.json", context)
     report.step_summary(f"{recipe.key} link", verdict)
     report.say(verdict.line)
+    shipped: Optional[Path] = None
+    checked: Optional[VerifyReport] = None
+    if verdict.ok and wheels:
+        checked, final = _finish_and_verify(wheels[0], recipe, cell, toolkit, ws, paths)
+        if checked.ok:
+            paths.dist.mkdir(parents=True, exist_ok=True)
+            shipped = paths.dist / final.name
+            shutil.copy2(final, shipped)
+            context["wheel"] = str(shipped)
+            write_verify_reports(checked, paths.dist / final.name)
+        else:
+            write_verify_reports(checked, final)
     if shipped:
+        report_path = report.write(verdict, paths.dist / f"{shipped.name}.link.json", context)
         report.say(f"wheel: {shipped}")
     else:
+        report_path = report.write(verdict, paths.cell_artifacts(cell) / "link.report.json", context)
         if wheels:
             report.say(f"rejected wheel kept at {wheels[0]} (not copied to {paths.dist})")
         if rc != 0:
             for line in log.splitlines()[-15:]:
                 print(f"  | {line}", file=sys.stderr)
         report.say(f"full log: {ws.build_log}")
-    return LinkResult(verdict, shipped, report_path, missing)
+    return LinkResult(verdict, shipped, report_path, missing, checked)
+
+
+def _finish_and_verify(
+    wheel: Path, recipe: Recipe, cell: Cell, toolkit: Toolkit, ws: Workspace, paths: Paths
+) -> tuple[VerifyReport, Path]:
+    """Local version label, curated metadata, auditwheel repair, then the verify gate."""
+    recipes_dir = Path(recipe.folder).parent
+    policy = load_policy(recipes_dir).wheel
+    out = ws.root / "finished"
+    try:
+        retagged = retag(wheel, cell, recipe, out / "retagged", dist_versions(paths.dist, cell, recipes_dir))
+        final = repair(retagged, cell.lane, policy, recipe, out / "repaired")
+    except CuwError as exc:
+        failed = VerifyReport(str(wheel), [Check("finish", False, [str(exc)])])
+        report.say(f"verify gate FAIL: finish: {exc}")
+        return failed, wheel
+    checked = verify(final, recipe, cell, toolkit, policy)
+    report.say(checked.line)
+    report.append_summary(checked.to_markdown())
+    return checked, final
 
 
 def run_build(

@@ -27,8 +27,18 @@ class CachePolicy:
 
 
 @dataclass(frozen=True)
+class WheelPolicy:
+    manylinux: dict[str, str] = field(default_factory=dict)
+    """The platform tag auditwheel repairs to, per lane."""
+    max_glibc: Optional[str] = None
+    exclude: list[str] = field(default_factory=list)
+    """Libraries never grafted into a wheel (the CUDA runtime and driver, torch)."""
+
+
+@dataclass(frozen=True)
 class Policy:
     cache: CachePolicy = field(default_factory=CachePolicy)
+    wheel: WheelPolicy = field(default_factory=WheelPolicy)
 
 
 def load_policy(recipes_dir: Path) -> Policy:

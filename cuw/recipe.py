@@ -33,6 +33,16 @@ class Sharding:
 
 
 @dataclass(frozen=True)
+class Verify:
+    allowed_needed: list[str] = field(default_factory=list)
+    """Extra DT_NEEDED sonames (globs) the wheel may depend on."""
+    allowed_grafts: list[str] = field(default_factory=list)
+    """Libraries (globs) auditwheel may copy into the wheel."""
+    skip_import: list[str] = field(default_factory=list)
+    """Modules not to import in the verify gate (with a README line saying why)."""
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     """The distribution name of the wheel."""
@@ -43,7 +53,11 @@ class Recipe:
     archs: list[str] = field(default_factory=lambda: ["9.0"])
     """GPU architectures as compute capabilities ('9.0')."""
     env: dict[str, str] = field(default_factory=dict)
+    requires_dist: Optional[list[str]] = None
+    """Curated Requires-Dist replacing upstream's; ``{LOCAL}`` is the cell's local
+    label (``cu130torch2.14``), ``{VER:<recipe>}`` a sibling recipe's finished version."""
     sharding: Sharding = field(default_factory=Sharding)
+    verify: Verify = field(default_factory=Verify)
     # Set by the loader, not by the YAML file.
     key: str = ""
     folder: str = ""

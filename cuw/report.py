@@ -24,13 +24,17 @@ def write(verdict: Verdict, path: Path, context: dict[str, Any]) -> Path:
     return path
 
 
-def step_summary(title: str, verdict: Verdict) -> None:
-    """Appends a markdown table to ``$GITHUB_STEP_SUMMARY`` when it is set."""
+def append_summary(markdown: str) -> None:
+    """Appends to ``$GITHUB_STEP_SUMMARY`` when it is set."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not target:
-        return
+    if target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(markdown.rstrip("\n") + "\n\n")
+
+
+def step_summary(title: str, verdict: Verdict) -> None:
+    """A gate verdict as a markdown table in the GitHub step summary."""
     rows = [f"### {title}: {'✅ pass' if verdict.ok else '❌ FAIL'}", "", "| | |", "|---|---|"]
     rows += [f"| {key} | {value} |" for key, value in verdict.facts.items()]
     rows += [f"| reason | {reason} |" for reason in verdict.reasons]
-    with open(target, "a", encoding="utf-8") as fh:
-        fh.write("\n".join(rows) + "\n\n")
+    append_summary("\n".join(rows))

@@ -91,3 +91,25 @@ def make_shadow_home(toolkit: Toolkit, shadow: Path, seat: Path) -> Path:
     (shadow / "bin" / "nvcc").symlink_to(seat)
     (shadow / SHADOW_MARK).write_text(str(toolkit.home) + "\n")
     return shadow
+
+
+def find_cuobjdump(toolkit: Toolkit) -> Path:
+    """The toolkit's cuobjdump, else the one the ``nvidia-cuda-cuobjdump`` wheel ships
+    (a newer cuobjdump reads older binaries)."""
+    override = os.environ.get("CUW_CUOBJDUMP")
+    if override:
+        if not Path(override).is_file():
+            raise CuwError(f"CUW_CUOBJDUMP={override} is not a file")
+        return Path(override)
+    own = toolkit.home / "bin" / "cuobjdump"
+    if own.exists():
+        return own
+    try:
+        import nvidia  # namespace package of the nvidia-* wheels
+
+        for root in nvidia.__path__:
+            for found in sorted(Path(root).glob("cu*/bin/cuobjdump")):
+                return found
+    except ImportError:
+        pass
+    raise CuwError(f"cuobjdump not found in {toolkit.home}/bin nor in the nvidia-cuda-cuobjdump wheel")

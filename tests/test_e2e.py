@@ -39,6 +39,9 @@ def test_sharded_build_links_every_tu_from_the_cache(flavour, n, recipes_dir, pa
     if n > TU_COUNT:
         assert per_shard.count(0) >= n - TU_COUNT, "shards with an empty slice still pass"
 
-    assert link.wheel is not None and link.wheel.parent == paths.dist
+    # Finished (cell label, manylinux) and verified before it reached dist/.
+    assert link.ok and link.verify is not None and link.verify.ok, link.verify and link.verify.line
+    assert link.wheel is not None and link.wheel.parent == paths.dist and "+cu" in link.wheel.name
     assert (paths.dist / f"{link.wheel.name}.link.json").is_file()
+    assert (paths.dist / f"{link.wheel.name}.verify.json").is_file()
     assert wheel_tu_values(link.wheel, module, tmp_path) == expected_tu_values()

@@ -15,6 +15,7 @@ CSRC = os.path.join(os.path.dirname(HERE), "csrc")
 SOURCES = sorted(glob.glob(os.path.join(CSRC, "kernels", "*.cu"))) + [
     os.path.join(CSRC, "dispatch.cpp"),
     os.path.join(CSRC, "registry.cpp"),
+    os.path.join(HERE, "torch_link.cpp"),
 ]
 FLAVOUR = ['-DCUW_EXAMPLE_FLAVOUR="torch"']
 

@@ -10,7 +10,7 @@ import os
 class KernelLibrary:
     def __init__(self, path: str) -> None:
         self.path = path
-        self._dll = ctypes.CDLL(path)
+        self.dll = self._dll = ctypes.CDLL(path)
         self._dll.cuw_example_tu_name.restype = ctypes.c_char_p
         self._dll.cuw_example_build_info.restype = ctypes.c_char_p
         self._dll.cuw_example_launch_all.argtypes = [ctypes.c_void_p, ctypes.c_int]

