@@ -14,6 +14,7 @@ import yaml
 
 from conftest import REPO, expected_tu_values, wheel_tu_values
 from cuw import archive
+from cuw.cache import Ccache
 from cuw.errors import CuwError
 from cuw.partition import ShardSpec, owner
 from cuw.pipeline import Paths, run_build, run_link, run_shard
@@ -123,7 +124,7 @@ def _rewrite_manifest(path: Path, **changes) -> None:
     staging.mkdir()
     restored = archive.unpack(path, staging)
     fields = {**manifest.__dict__, **changes}
-    archive.pack(restored.staging, archive.Manifest(**fields), path)
+    archive.pack(Ccache(restored.staging, restored.staging.parent), archive.Manifest(**fields), path)
     shutil.rmtree(staging)
 
 
