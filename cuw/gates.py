@@ -113,7 +113,8 @@ def shard_gate(obs: ShardObservation) -> Verdict:
             v.reasons.append("compile-shard failed without undefined references (configure or build error; see log)")
     if v.ok:
         how = "build succeeded" if obs.build_rc == 0 else "link failed on undefined references, as a shard should"
-        slice_note = f"compiled {len(obs.compiled)} TUs" if obs.compiled else "empty slice (no TU hashes to this shard)"
+        n = len(obs.compiled)
+        slice_note = f"compiled {n} TU{'' if n == 1 else 's'}" if n else "empty slice (no TU hashes to this shard)"
         v.reasons.insert(0, f"{slice_note}; {how}")
     return v
 

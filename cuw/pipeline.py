@@ -107,6 +107,10 @@ def expected_owned(recipe: Recipe, src_root: Path, spec: ShardSpec) -> list[str]
     return [k for k in keys if spec.owns(k)]
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _describe(job_cache: Cache) -> str:
     return f"{job_cache.tool} {job_cache.version()}" + (f", remote {job_cache.remote}" if job_cache.remote else "")
 
@@ -390,7 +394,7 @@ def run_build(
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     choice = resolve_cache(recipe, cell, cache)
-    n = count or recipe.sharding.count
+    n = recipe.sharding.count if count is None else count
     if n < 1:
         raise CuwError(f"--shards must be at least 1, got {n}")
     specs = [ShardSpec(i, n) for i in range(1, n + 1)]
@@ -403,7 +407,7 @@ def run_build(
     parallel = 1 if shared_tree else min(n, cores)
     jobs = default_jobs(parallel)
     progress(
-        f"build {cell.id}: {n} shards, {parallel} at a time, {jobs} compile jobs each, then the link "
+        f"build {cell.id}: {_plural(n, 'shard')}, {parallel} at a time, {_plural(jobs, 'compile job')} each, then the link "
         f"({choice.tool}{', remote ' + choice.remote if choice.remote else ''})"
     )
     outcomes: list[Optional[bool]] = [None] * n

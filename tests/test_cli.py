@@ -65,3 +65,14 @@ def test_nox_and_invoke_list_every_verb():
     for verb in ("shard", "link", "build", "tests", "recipes"):
         assert f"{verb} -> " in nox.stdout or f"* {verb} -> " in nox.stdout, nox.stdout
         assert f"  {verb} " in inv.stdout, inv.stdout
+
+
+def test_zero_shards_is_refused(tmp_path, recipes_dir):
+    proc = cuw("build", "example", "--shards", "0", "--recipes", str(recipes_dir), cwd=tmp_path)
+    assert_clean_error(proc, "--shards must be at least 1, got 0")
+    assert not (tmp_path / ".cuw").exists()
+
+
+def test_unknown_cache_tool_is_refused(tmp_path, recipes_dir):
+    proc = cuw("shard", "example", "1/2", "--cache-tool", "zcache", "--recipes", str(recipes_dir), cwd=tmp_path)
+    assert_clean_error(proc, "invalid choice: 'zcache'")
