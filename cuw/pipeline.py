@@ -412,7 +412,7 @@ def run_build(
     )
     outcomes: list[Optional[bool]] = [None] * n
     pending = list(specs)
-    running: dict[int, tuple[subprocess.Popen, Workspace, int]] = {}
+    running: dict[int, tuple[subprocess.Popen, Workspace, Optional[int]]] = {}
     last: dict[int, int] = {}
     while pending or running:
         while pending and len(running) < parallel:
@@ -423,13 +423,13 @@ def run_build(
                 cmd += ["--recipes", str(recipes_dir)]
             cmd += ["--cache-tool", choice.tool] + (["--cache-remote", choice.remote] if choice.remote else [])
             ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", shared_tree)
-            owned = len(expected_owned(recipe, recipe.source_dir, spec))
+            owned = len(expected_owned(recipe, recipe.source_dir, spec)) if recipe.source.path is not None else None
             running[spec.index] = (subprocess.Popen(cmd, stdin=subprocess.DEVNULL), ws, owned)
         time.sleep(1.0)
         for index, (proc, ws, owned) in list(running.items()):
             compiled = seat.compiled_count(ws.seat_log)
             if compiled != last.get(index):
-                progress(f"shard {index}/{n}: {compiled}/{owned} TUs compiled")
+                progress(f"shard {index}/{n}: {compiled}/{owned if owned is not None else '?'} TUs compiled")
                 last[index] = compiled
             if proc.poll() is not None:
                 outcomes[index - 1] = proc.returncode == 0

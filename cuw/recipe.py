@@ -19,8 +19,17 @@ Lane = Literal["linux", "linux_aarch64", "windows"]
 
 @dataclass(frozen=True)
 class Source:
-    path: str
+    """Exactly one of: ``path``; ``pypi`` + ``sha256``; ``git`` + ``tag``."""
+
+    path: Optional[str] = None
     """A folder relative to the recipe folder."""
+    pypi: Optional[str] = None
+    """An sdist, ``name==version``, from the package index pip uses."""
+    sha256: Optional[str] = None
+    git: Optional[str] = None
+    tag: Optional[str] = None
+    """A release tag; a branch name is refused."""
+    recursive: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,9 @@ class Recipe:
 
     @property
     def source_dir(self) -> Path:
+        """The local source folder (``source.path`` recipes only)."""
+        if self.source.path is None:
+            raise CuwError(f"recipe {self.key!r} has no local source folder (it is fetched)")
         return (Path(self.folder) / self.source.path).resolve()
 
 
@@ -115,11 +127,30 @@ def _with(recipe: Recipe, **changes: str) -> Recipe:
     return replace(recipe, **changes)
 
 
+def _validate_source(source: Source, path: Path) -> None:
+    kinds = [k for k in ("path", "pypi", "git") if getattr(source, k) is not None]
+    if len(kinds) != 1:
+        raise CuwError(f"{path}: source needs exactly one of path, pypi, git (got {', '.join(kinds) or 'none'})")
+    if source.pypi is not None:
+        if "==" not in source.pypi:
+            raise CuwError(f"{path}: source.pypi {source.pypi!r} must pin a version: name==version")
+        if not (source.sha256 and len(source.sha256) == 64 and all(c in "0123456789abcdef" for c in source.sha256)):
+            raise CuwError(f"{path}: source.pypi needs source.sha256, the sdist's sha256 (64 hex digits)")
+    elif source.sha256 is not None:
+        raise CuwError(f"{path}: source.sha256 goes with source.pypi")
+    if source.git is not None and not source.tag:
+        raise CuwError(f"{path}: source.git needs source.tag (a release tag; a branch is refused)")
+    if source.git is None and (source.tag is not None or source.recursive):
+        raise CuwError(f"{path}: source.tag and source.recursive go with source.git")
+
+
 def _validate(recipe: Recipe, path: Path) -> None:
-    if not recipe.source_dir.is_dir():
-        raise CuwError(f"{path}: source.path {recipe.source.path!r} is not a folder ({recipe.source_dir})")
-    if not (recipe.source_dir / recipe.build_subdir).is_dir():
-        raise CuwError(f"{path}: build_subdir {recipe.build_subdir!r} is not a folder under the source")
+    _validate_source(recipe.source, path)
+    if recipe.source.path is not None:
+        if not recipe.source_dir.is_dir():
+            raise CuwError(f"{path}: source.path {recipe.source.path!r} is not a folder ({recipe.source_dir})")
+        if not (recipe.source_dir / recipe.build_subdir).is_dir():
+            raise CuwError(f"{path}: build_subdir {recipe.build_subdir!r} is not a folder under the source")
     sharding = recipe.sharding
     if sharding.count < 1:
         raise CuwError(f"{path}: sharding.count must be at least 1, got {sharding.count}")

@@ -19,6 +19,7 @@ from . import seat
 from .cache import Cache, open_cache
 from .partition import ShardSpec
 from .recipe import Recipe
+from .sources import materialize
 from .toolkit import Toolkit, make_shadow_home
 
 
@@ -86,7 +87,7 @@ def prepare(
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-    shutil.copytree(recipe.source_dir, ws.src, symlinks=True)
+    materialize(recipe, ws.src)
     for folder in (ws.build, ws.wheel_dir, ws.logs, ws.seat_dir):
         folder.mkdir()
     job_cache = open_cache(tool, ws.cache_dir, ws.tree, remote)

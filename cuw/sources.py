@@ -1,0 +1,132 @@
+"""Getting a recipe's source: a local folder, a PyPI sdist, or a pinned git tag.
+
+Downloads land in a content-addressed cache (``$CUW_SOURCE_CACHE``, default
+``~/.cache/cuw/sources``) named by their sha256, are verified against the
+recipe's pin, and are unpacked with every member checked: nothing may land
+outside the source folder, and no link may point out of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from .errors import CuwError
+from .recipe import Recipe
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("CUW_SOURCE_CACHE", Path.home() / ".cache" / "cuw" / "sources"))
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_sdist(requirement: str, sha256: str) -> Path:
+    """The sdist ``name==version`` from the package index pip is configured for,
+    verified and kept under its hash."""
+    cached = sorted(cache_root().glob(f"{sha256}-*"))
+    if cached:
+        return cached[0]
+    with tempfile.TemporaryDirectory(prefix="cuw-sdist-") as tmp:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+             "--no-build-isolation", "-d", tmp, requirement],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        files = [p for p in Path(tmp).iterdir() if p.is_file()]
+        if proc.returncode != 0 or len(files) != 1:
+            last = (proc.stderr.strip().splitlines() or ["no file"])[-1]
+            raise CuwError(f"could not download the sdist {requirement}: {last}")
+        got = sha256_of(files[0])
+        if got != sha256:
+            raise CuwError(f"sdist {files[0].name} has sha256 {got}, the recipe pins {sha256}")
+        cache_root().mkdir(parents=True, exist_ok=True)
+        dest = cache_root() / f"{sha256}-{files[0].name}"
+        shutil.move(str(files[0]), dest)
+        return dest
+
+
+def _check_name(name: str, where: Path) -> PurePosixPath:
+    path = PurePosixPath(name.replace("\\", "/"))
+    if path.is_absolute() or ".." in path.parts or (path.parts and ":" in path.parts[0]):
+        raise CuwError(f"{where}: member {name!r} would land outside the source folder")
+    return path
+
+
+def unpack(archive: Path, dest: Path) -> Path:
+    """Unpacks an sdist into ``dest`` (which must not exist) and returns the
+    project folder (the single top-level folder, as sdists have)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="cuw-unpack-", dir=dest.parent))
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as zf:
+                for info in zf.infolist():
+                    _check_name(info.filename, archive)
+                zf.extractall(staging)
+        else:
+            try:
+                with tarfile.open(archive) as tar:
+                    for member in tar.getmembers():
+                        _check_name(member.name, archive)
+                        if member.issym() or member.islnk():
+                            target = PurePosixPath(member.name).parent / member.linkname
+                            if member.linkname.startswith("/") or ".." in PurePosixPath(os.path.normpath(target)).parts:
+                                raise CuwError(f"{archive}: link {member.name!r} -> {member.linkname!r} points out of the tree")
+                        elif not (member.isfile() or member.isdir()):
+                            raise CuwError(f"{archive}: member {member.name!r} is not a file or folder")
+                    tar.extractall(staging, filter="data")
+            except (tarfile.TarError, EOFError, OSError) as exc:
+                raise CuwError(f"{archive}: corrupted or truncated archive ({exc})") from None
+        entries = list(staging.iterdir())
+        top = entries[0] if len(entries) == 1 and entries[0].is_dir() else staging
+        shutil.move(str(top), dest)
+        return dest
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def checkout_git(url: str, tag: str, recursive: bool, dest: Path) -> Path:
+    """A shallow clone of ``tag``; a branch name is refused (a build must be a function of the pin)."""
+    refs = subprocess.run(["git", "ls-remote", url, f"refs/tags/{tag}", f"refs/heads/{tag}"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    if refs.returncode != 0:
+        raise CuwError(f"cannot read {url}: {refs.stderr.strip()}")
+    kinds = {line.split("\t")[1] for line in refs.stdout.splitlines() if "\t" in line}
+    if f"refs/tags/{tag}" not in kinds:
+        what = "a branch, not a tag" if f"refs/heads/{tag}" in kinds else "not a tag of that repository"
+        raise CuwError(f"source.tag {tag!r} is {what}: pin a release tag")
+    cmd = ["git", "clone", "--quiet", "--depth", "1", "--branch", tag, "-c", "advice.detachedHead=false"]
+    if recursive:
+        cmd += ["--recurse-submodules", "--shallow-submodules"]
+    proc = subprocess.run([*cmd, url, str(dest)], capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise CuwError(f"git clone of {url} at {tag} failed: {proc.stderr.strip()}")
+    shutil.rmtree(dest / ".git", ignore_errors=True)
+    return dest
+
+
+def materialize(recipe: Recipe, dest: Path) -> Path:
+    """Puts the recipe's source at ``dest`` (a fresh folder)."""
+    source = recipe.source
+    if source.path is not None:
+        shutil.copytree(recipe.source_dir, dest, symlinks=True)
+        return dest
+    if source.pypi is not None:
+        assert source.sha256 is not None  # the loader requires it
+        return unpack(fetch_sdist(source.pypi, source.sha256), dest)
+    assert source.git is not None and source.tag is not None
+    return checkout_git(source.git, source.tag, source.recursive, dest)
