@@ -50,6 +50,12 @@ def recipes(session: nox.Session) -> None:
 
 
 @nox.session
+def show(session: nox.Session) -> None:
+    """A recipe's resolved configuration for a cell: nox -s show -- <recipe> [--cell linux/3.11/13.0/2.14]."""
+    session.run(sys.executable, "-m", "cuw", "show", *session.posargs)
+
+
+@nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite (real nvcc, real ccache): nox -s tests [-- pytest args]."""
     session.run(sys.executable, "-m", "pytest", *(session.posargs or ["-q"]))

@@ -46,6 +46,12 @@ def recipes(c):
     _cuw(c, "recipes")
 
 
+@task(help={"recipe": "recipe name", "cell": "LANE/PY/CUDA[/TORCH] (default: this machine's cell)"})
+def show(c, recipe, cell=""):
+    """A recipe's merged, resolved configuration for one cell."""
+    _cuw(c, "show", recipe, *(["--cell", cell] if cell else []))
+
+
 @task
 def tests(c):
     """Run the test suite (real nvcc, real ccache)."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import cache
+from .grid import cmake_archs
 from .partition import ShardSpec
 from .recipe import Recipe
 
@@ -33,7 +34,10 @@ def build_env(
     base: Optional[dict[str, str]] = None,
     lane: str = "linux",
     shard: Optional[ShardSpec] = None,
+    archs: Optional[list[str]] = None,
 ) -> dict[str, str]:
+    """``archs`` is the cell's resolved arch list (grid.cell_archs); default 9.0."""
+    archs = archs or ["9.0"]
     env = cache.scrub(dict(os.environ if base is None else base))
     for var in (*_LAUNCHER_VARS, SOURCE_FILTER_INDEX, SOURCE_FILTER_COUNT, "CUDACXX", "PYTORCH_NVCC"):
         env.pop(var, None)
@@ -46,8 +50,8 @@ def build_env(
             "PYTORCH_NVCC": nvcc,
             "PATH": os.pathsep.join([str(shadow_home / "bin"), str(Path(sys.executable).parent), env.get("PATH", "")]),
             "TORCH_NO_COMPILER_WRAPPER": "1",  # torch would prepend ccache to both compilers
-            "CUDAARCHS": ";".join(a.replace(".", "") for a in recipe.archs),
-            "TORCH_CUDA_ARCH_LIST": ";".join(recipe.archs),
+            "CUDAARCHS": cmake_archs(archs),
+            "TORCH_CUDA_ARCH_LIST": ";".join(archs),
             "MAX_JOBS": str(jobs),
             "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),
             "SKBUILD_BUILD_DIR": str(build_dir),

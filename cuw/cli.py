@@ -12,6 +12,7 @@ from .cache import TOOLS
 from .errors import CuwError
 from .partition import parse_shard_spec
 from .pipeline import Paths, run_build, run_link, run_shard
+from .grid import cell_archs
 from .policy import CacheChoice, cache_choice, load_policy
 from .recipe import Recipe, default_recipes_dir, known_recipes, load_recipe
 
@@ -65,8 +66,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("wheel_dir", type=Path)
     p.add_argument("out_dir", type=Path)
 
-    p = sub.add_parser("recipes", help="list the recipes")
+    p = sub.add_parser("recipes", help="list the recipes: source, torch axis, sharding, platforms, cells")
     p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("show", help="the merged, resolved configuration of a recipe for one cell (JSON)")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    p.add_argument("--recipes", type=Path, default=None)
+    p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
+                   help="for example linux/3.11/13.0/2.14 (default: this machine's cell)")  # fmt: skip
     return top
 
 
@@ -103,14 +110,49 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
         key = matches[0]
     recipe = load_recipe(key, recipes_dir)
     toolkit = find_toolkit()
-    checked = verify(args.wheel, recipe, local_cell(recipe, toolkit), toolkit, load_policy(recipes_dir).wheel,
-                     import_check=not args.no_import)  # fmt: skip
+    cell = local_cell(recipe, toolkit)
+    policy = load_policy(recipes_dir)
+    archs = cell_archs(recipe, policy.archs, cell)
+    checked = verify(args.wheel, recipe, cell, toolkit, policy.wheel, archs, import_check=not args.no_import)
     for check in checked.checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:12} {'; '.join(check.details)}")
     as_json, as_md = write_verify_reports(checked, args.wheel)
     report.append_summary(checked.to_markdown())
     report.say(f"{checked.line} (reports: {as_json}, {as_md})")
     return 0 if checked.ok else 1
+
+
+def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
+    import dataclasses
+    import json
+
+    from .cell import Cell, local_cell
+    from .finish import local_label
+    from .toolkit import find_toolkit
+
+    recipe = load_recipe(args.recipe, recipes_dir)
+    policy = load_policy(recipes_dir)
+    if args.cell:
+        parts = args.cell.split("/")
+        if len(parts) not in (3, 4):
+            raise CuwError(f"--cell {args.cell!r} is not LANE/PY/CUDA[/TORCH] (for example linux/3.11/13.0/2.14)")
+        cell = Cell(recipe.key, parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else None)
+    else:
+        cell = local_cell(recipe, find_toolkit())
+    from .grid import require_in_grid
+
+    require_in_grid(recipe, policy.grid, cell)
+    shown = dataclasses.asdict(recipe)
+    shown.update(
+        cell=cell.to_dict(),
+        cell_id=cell.id,
+        local_version_label=local_label(cell),
+        resolved_archs=cell_archs(recipe, policy.archs, cell),
+        cache=dataclasses.asdict(cache_choice(policy, cell.lane)),
+        manylinux=policy.wheel.manylinux.get(cell.lane),
+    )
+    print(json.dumps(shown, indent=2, sort_keys=True))
+    return 0
 
 
 def run(argv: list[str]) -> int:
@@ -125,11 +167,20 @@ def run(argv: list[str]) -> int:
     if args.verb == "verify":
         return _verify(args, recipes_dir)
     if args.verb == "recipes":
+        from .grid import cells
+
+        grid = load_policy(recipes_dir).grid
+        print(f"{'recipe':16} {'source':28} {'backend':18} {'torch':10} {'sharding':14} {'shards on':26} cells")
         for key in known_recipes(recipes_dir):
             r = load_recipe(key, recipes_dir)
-            torch = "torch" if r.links_torch else "torch-free"
-            print(f"{key:20} {r.backend:18} {torch:10} sharding {r.sharding.count} ({r.sharding.filter}) on {', '.join(r.sharding.platforms)}")
+            src = r.source.path or r.source.pypi or f"{r.source.git}@{r.source.tag}"
+            torch = "links" if r.links_torch else "torch-free"
+            sharding = f"{r.sharding.count} ({r.sharding.filter})"
+            print(f"{key:16} {src[:28]:28} {r.backend:18} {torch:10} {sharding:14} "
+                  f"{','.join(r.sharding.platforms):26} {len(cells(r, grid))}")  # fmt: skip
         return 0
+    if args.verb == "show":
+        return _show(args, recipes_dir)
     if args.jobs is not None and args.jobs < 1:
         raise CuwError(f"--jobs must be at least 1, got {args.jobs}")
     recipe = load_recipe(args.recipe, recipes_dir)

@@ -22,7 +22,8 @@ from .cell import Cell, local_cell
 from .errors import CuwError
 from .gates import LinkObservation, ShardObservation, Verdict, link_gate, shard_gate
 from .partition import ShardSpec, tu_key
-from .policy import CacheChoice, cache_choice, load_policy
+from .grid import cell_archs, require_in_grid
+from .policy import CacheChoice, Policy, cache_choice, load_policy
 from .recipe import Recipe
 from .cache import Cache, Sccache, check_remote, tool_class
 from .finish import dist_versions, repair, retag
@@ -138,11 +139,22 @@ def _build(ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned
         return _watch(proc, ws, label, owned, progress)
 
 
+def _policy(recipe: Recipe) -> Policy:
+    return load_policy(Path(recipe.folder).parent)
+
+
+def _cell_archs(recipe: Recipe, cell: Cell) -> list[str]:
+    """Refuses a cell outside the recipe's grid; returns the archs it compiles."""
+    policy = _policy(recipe)
+    require_in_grid(recipe, policy.grid, cell)
+    return cell_archs(recipe, policy.archs, cell)
+
+
 def resolve_cache(recipe: Recipe, cell: Cell, choice: Optional[CacheChoice]) -> CacheChoice:
     """The cell's cache tool and remote: given, or from the policy beside the recipes."""
     if choice is not None:
         return choice
-    return cache_choice(load_policy(Path(recipe.folder).parent), cell.lane)
+    return cache_choice(_policy(recipe), cell.lane)
 
 
 def run_shard(
@@ -156,6 +168,7 @@ def run_shard(
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     _check_lane(recipe, cell, spec)
+    archs = _cell_archs(recipe, cell)
     choice = resolve_cache(recipe, cell, cache)
     if choice.remote:
         check_remote(choice.remote)
@@ -177,8 +190,9 @@ def run_shard(
             f"{_describe(job_cache)}); log {ws.build_log}"
         )
     env = build_env(
-        recipe, ws.cuda_home, ws.build, jobs or default_jobs(), spec if source_filter else None, lane=cell.lane, shard=spec
-    )
+        recipe, ws.cuda_home, ws.build, jobs or default_jobs(), spec if source_filter else None,
+        lane=cell.lane, shard=spec, archs=archs,
+    )  # fmt: skip
     job_cache.start()
     try:
         job_cache.zero()
@@ -284,6 +298,7 @@ def run_link(
     """
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
+    archs = _cell_archs(recipe, cell)
     choice = resolve_cache(recipe, cell, cache)
     if choice.remote:
         check_remote(choice.remote)
@@ -298,7 +313,7 @@ def run_link(
             listing = ", ".join(f"{i}/{count}" for i in missing)
             progress(f"link: missing shard archives: {listing}; their TUs recompile here and the gate will report them")
     all_tus = cuda_sources(ws.src)
-    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane)
+    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane, archs=archs)
     job_cache.start()
     try:
         if zero_stats:
@@ -336,7 +351,7 @@ def run_link(
     shipped: Optional[Path] = None
     checked: Optional[VerifyReport] = None
     if verdict.ok and wheels:
-        checked, final = _finish_and_verify(wheels[0], recipe, cell, toolkit, ws, paths)
+        checked, final = _finish_and_verify(wheels[0], recipe, cell, archs, toolkit, ws, paths)
         if checked.ok:
             paths.dist.mkdir(parents=True, exist_ok=True)
             shipped = paths.dist / final.name
@@ -360,7 +375,7 @@ def run_link(
 
 
 def _finish_and_verify(
-    wheel: Path, recipe: Recipe, cell: Cell, toolkit: Toolkit, ws: Workspace, paths: Paths
+    wheel: Path, recipe: Recipe, cell: Cell, archs: list[str], toolkit: Toolkit, ws: Workspace, paths: Paths
 ) -> tuple[VerifyReport, Path]:
     """Local version label, curated metadata, auditwheel repair, then the verify gate."""
     recipes_dir = Path(recipe.folder).parent
@@ -373,7 +388,7 @@ def _finish_and_verify(
         failed = VerifyReport(str(wheel), [Check("finish", False, [str(exc)])])
         report.say(f"verify gate FAIL: finish: {exc}")
         return failed, wheel
-    checked = verify(final, recipe, cell, toolkit, policy)
+    checked = verify(final, recipe, cell, toolkit, policy, archs)
     report.say(checked.line)
     report.append_summary(checked.to_markdown())
     return checked, final
@@ -393,6 +408,7 @@ def run_build(
     """
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
+    _cell_archs(recipe, cell)
     choice = resolve_cache(recipe, cell, cache)
     n = recipe.sharding.count if count is None else count
     if n < 1:

@@ -10,6 +10,7 @@ from typing import Literal, Optional
 import yaml
 
 from .cache import tool_class
+from .grid import Archs, Grid
 from .errors import CuwError
 from .schema import load_dataclass
 
@@ -37,6 +38,8 @@ class WheelPolicy:
 
 @dataclass(frozen=True)
 class Policy:
+    grid: Grid = field(default_factory=Grid)
+    archs: Archs = field(default_factory=Archs)
     cache: CachePolicy = field(default_factory=CachePolicy)
     wheel: WheelPolicy = field(default_factory=WheelPolicy)
 
@@ -50,6 +53,11 @@ def load_policy(recipes_dir: Path) -> Policy:
     except yaml.YAMLError as exc:
         raise CuwError(f"{path}: not valid YAML: {exc}") from None
     policy = load_dataclass(Policy, data, str(path))
+    from .recipe import check_arch
+
+    for line, archs in [*policy.archs.cuda.items(), *policy.archs.aarch64.items()]:
+        for arch in archs:
+            check_arch(arch, f"{path}: archs ({line})")
     for lane, tool in policy.cache.tool.items():
         try:
             tool_class(tool)

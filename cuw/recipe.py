@@ -52,6 +52,16 @@ class Verify:
 
 
 @dataclass(frozen=True)
+class GridOverride:
+    """Narrows the farm grid for one recipe (its README must say why)."""
+
+    platforms: list[Lane] = field(default_factory=list)
+    python: list[str] = field(default_factory=list)
+    cuda: list[str] = field(default_factory=list)
+    min_pytorch: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     """The distribution name of the wheel."""
@@ -59,8 +69,9 @@ class Recipe:
     source: Source
     backend: Backend
     build_subdir: str = "."
-    archs: list[str] = field(default_factory=lambda: ["9.0"])
-    """GPU architectures as compute capabilities ('9.0')."""
+    archs: dict[str, list[str]] = field(default_factory=dict)
+    """Per CUDA line, replaces the farm's arch list ('9.0', '12.0+PTX'); its README must say why."""
+    grid: GridOverride = field(default_factory=GridOverride)
     env: dict[str, str] = field(default_factory=dict)
     requires_dist: Optional[list[str]] = None
     """Curated Requires-Dist replacing upstream's; ``{LOCAL}`` is the cell's local
@@ -158,7 +169,29 @@ def _validate(recipe: Recipe, path: Path) -> None:
         raise CuwError(f"{path}: sharding.filter is 'source' but sharding.sources names no files to partition")
     if sharding.filter == "seat" and sharding.sources:
         raise CuwError(f"{path}: sharding.sources is only read with filter: source (this recipe uses seat)")
-    for arch in recipe.archs:
-        major, _, minor = arch.partition(".")
-        if not (major.isdigit() and minor.isdigit()):
-            raise CuwError(f"{path}: archs entry {arch!r} is not a compute capability like '9.0'")
+    for line, archs in recipe.archs.items():
+        for arch in archs:
+            check_arch(arch, f"{path}: archs.{line}")
+    _require_readme(recipe, path)
+
+
+def check_arch(arch: str, where: str) -> None:
+    base, plus, suffix = arch.partition("+")
+    major, _, minor = base.partition(".")
+    if not (major.isdigit() and minor[:1].isdigit()) or (plus and suffix != "PTX"):
+        raise CuwError(f"{where}: {arch!r} is not a compute capability like '9.0' or '12.0+PTX'")
+
+
+def _require_readme(recipe: Recipe, path: Path) -> None:
+    """An override of the farm's policy without a README line explaining it is an error."""
+    overrides = [key for key, value in (("archs", recipe.archs), ("grid", recipe.grid != GridOverride())) if value]
+    if not overrides:
+        return
+    readme = path.parent / "README.md"
+    text = readme.read_text() if readme.is_file() else ""
+    unexplained = [key for key in overrides if f"`{key}`" not in text]
+    if unexplained:
+        raise CuwError(
+            f"{path}: overrides {', '.join(unexplained)} of the farm policy; "
+            f"explain each in {readme} (mention it as `{unexplained[0]}`)"
+        )

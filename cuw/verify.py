@@ -29,6 +29,7 @@ from wheel.wheelfile import WheelError, WheelFile
 from .cell import Cell
 from .errors import CuwError
 from .finish import local_label
+from .grid import parse_arch
 from .policy import WheelPolicy
 from .recipe import Recipe
 from .toolkit import Toolkit, find_cuobjdump
@@ -137,6 +138,7 @@ def verify(
     cell: Cell,
     toolkit: Toolkit,
     policy: WheelPolicy,
+    archs: list[str],
     import_check: bool = True,
 ) -> Report:
     checks: list[Check] = []
@@ -205,14 +207,14 @@ def verify(
         else:
             checks.append(Check("links_torch", True, links[:3] or ["torch-free, as the recipe says"]))
 
-        checks.append(_arch_check(elves, scratch, recipe, toolkit))
+        checks.append(_arch_check(elves, scratch, archs, toolkit))
 
     if import_check:
         checks.append(_import_check(wheel, members, elves, recipe))
     return Report(str(wheel), checks)
 
 
-def _arch_check(elves: list[Elf], scratch: Path, recipe: Recipe, toolkit: Toolkit) -> Check:
+def _arch_check(elves: list[Elf], scratch: Path, archs: list[str], toolkit: Toolkit) -> Check:
     try:
         cuobjdump = find_cuobjdump(toolkit)
     except CuwError as exc:
@@ -225,11 +227,11 @@ def _arch_check(elves: list[Elf], scratch: Path, recipe: Recipe, toolkit: Toolki
             out = subprocess.run([str(cuobjdump), flag, str(lib)], capture_output=True, text=True).stdout
             into.update(re.findall(r"\bsm_(\d+)", out))
     missing = []
-    for arch in recipe.archs:
-        number = arch.split("+")[0].replace(".", "")
+    for arch in archs:
+        number, wants_ptx = parse_arch(arch)
         if number not in sass:
             missing.append(f"no SASS for sm_{number}")
-        if arch.endswith("+PTX") and number not in ptx:
+        if wants_ptx and number not in ptx:
             missing.append(f"no PTX for compute_{number}")
     found = f"SASS {sorted(sass)}, PTX {sorted(ptx)}"
     return Check("arch", not missing, missing + [found] if missing else [found])

@@ -76,3 +76,23 @@ def test_zero_shards_is_refused(tmp_path, recipes_dir):
 def test_unknown_cache_tool_is_refused(tmp_path, recipes_dir):
     proc = cuw("shard", "example", "1/2", "--cache-tool", "zcache", "--recipes", str(recipes_dir), cwd=tmp_path)
     assert_clean_error(proc, "invalid choice: 'zcache'")
+
+
+def test_show_resolves_a_cell(tmp_path, recipes_dir):
+    import json
+
+    proc = cuw("show", "example_torch", "--cell", "linux_aarch64/3.12/13.0/2.14", "--recipes", str(recipes_dir), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["cell_id"] == "example_torch-linux_aarch64-py3.12-cu13.0-torch2.14"
+    assert shown["local_version_label"] == "cu130torch2.14" and shown["resolved_archs"] == ["9.0"]
+    assert shown["cache"]["tool"] == "ccache"
+    outside = cuw("show", "example", "--cell", "linux/3.9/13.0", "--recipes", str(recipes_dir), cwd=tmp_path)
+    assert_clean_error(outside, "Python 3.9 is not one of its Pythons")
+    assert_clean_error(cuw("show", "example", "--cell", "x", "--recipes", str(recipes_dir), cwd=tmp_path), "is not LANE/PY/CUDA")
+
+
+def test_recipes_listing_counts_cells(tmp_path, recipes_dir):
+    proc = cuw("recipes", "--recipes", str(recipes_dir), cwd=tmp_path)
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:]}
+    assert rows["example"][-1] == "24" and rows["example_torch"][-1] == "48"

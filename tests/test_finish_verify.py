@@ -67,9 +67,9 @@ def built(tmp_path_factory):
     return recipes, link.wheel
 
 
-def _verify(wheel, recipes, **recipe_changes):
+def _verify(wheel, recipes, archs=("9.0",), **recipe_changes):
     recipe = replace(load_recipe("example", recipes), **recipe_changes)
-    return {c.name: c for c in verify(wheel, recipe, CELL, find_toolkit(), load_policy(recipes).wheel).checks}
+    return {c.name: c for c in verify(wheel, recipe, CELL, find_toolkit(), load_policy(recipes).wheel, list(archs)).checks}
 
 
 def _rebuild(wheel: Path, dest_dir: Path, mutate) -> Path:
@@ -116,8 +116,9 @@ def test_tampered_file_fails_record(built, tmp_path):
 
 def test_missing_arch_fails(built):
     recipes, wheel = built
-    checks = _verify(wheel, recipes, archs=["8.0", "9.0"])
+    checks = _verify(wheel, recipes, archs=["8.0", "9.0+PTX"])
     assert not checks["arch"].ok and "no SASS for sm_80" in checks["arch"].details
+    assert "no PTX for compute_90" in checks["arch"].details  # 9.0 is built as SASS only
 
 
 def test_foreign_needed_and_non_origin_rpath_fail(built, tmp_path):
@@ -151,7 +152,7 @@ def test_import_error_in_one_module_does_not_hide_the_others(built, tmp_path):
 def test_glibc_and_links_torch_follow_policy_and_recipe(built):
     recipes, wheel = built
     policy = replace(load_policy(recipes).wheel, max_glibc="2.17")
-    checks = {c.name: c for c in verify(wheel, load_recipe("example", recipes), CELL, find_toolkit(), policy).checks}
+    checks = {c.name: c for c in verify(wheel, load_recipe("example", recipes), CELL, find_toolkit(), policy, ["9.0"]).checks}
     assert not checks["glibc"].ok and "policy allows 2.17" in checks["glibc"].details[0]
     assert not _verify(wheel, recipes, links_torch=True)["links_torch"].ok
 

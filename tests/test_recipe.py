@@ -39,9 +39,29 @@ def test_unknown_nested_key_names_its_path(recipes_dir):
 
 
 def test_unquoted_version_is_an_error_not_a_float(recipes_dir):
-    text = (recipes_dir / "example" / "recipe.yml").read_text().replace('archs: ["9.0"]', "archs: [9.0, 10.0]")
+    text = (recipes_dir / "example" / "recipe.yml").read_text().replace('archs: {"13.0": ["9.0"]}', 'archs: {"13.0": [9.0, 10.0]}')
     _write(recipes_dir, text)
-    with pytest.raises(CuwError, match=r"archs\[0\]: 9.0 must be a string; YAML read it as a number"):
+    with pytest.raises(CuwError, match=r"archs.13.0\[0\]: 9.0 must be a string; YAML read it as a number"):
+        load_recipe("example", recipes_dir)
+    text = (recipes_dir / "example" / "recipe.yml").read_text().replace('archs: {"13.0": [9.0, 10.0]}', "grid: {min_pytorch: 2.10}")
+    _write(recipes_dir, text)
+    with pytest.raises(CuwError, match=r"grid.min_pytorch: 2.1 must be a string.*quote it: '2.1'"):
+        load_recipe("example", recipes_dir)
+
+
+def test_an_override_needs_a_readme_line(recipes_dir):
+    (recipes_dir / "example" / "README.md").write_text("# example\n")
+    with pytest.raises(CuwError, match=r"overrides archs of the farm policy; explain each in .*README.md"):
+        load_recipe("example", recipes_dir)
+    (recipes_dir / "example" / "README.md").unlink()
+    with pytest.raises(CuwError, match=r"overrides archs"):
+        load_recipe("example", recipes_dir)
+
+
+def test_bad_arch_strings(recipes_dir):
+    text = (recipes_dir / "example" / "recipe.yml").read_text().replace('["9.0"]', '["sm_90"]')
+    _write(recipes_dir, text)
+    with pytest.raises(CuwError, match=r"'sm_90' is not a compute capability like '9.0' or '12.0\+PTX'"):
         load_recipe("example", recipes_dir)
 
 

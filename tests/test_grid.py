@@ -1,0 +1,75 @@
+"""The build grid and arch resolution (recipes/defaults.yml + recipe overrides)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cuw.cell import Cell
+from cuw.errors import CuwError
+from cuw.grid import ArchException, cell_archs, cells, cmake_archs, require_in_grid
+from cuw.policy import load_policy
+from cuw.recipe import GridOverride, load_recipe
+
+
+@pytest.fixture
+def policy(recipes_dir):
+    return load_policy(recipes_dir)
+
+
+def test_torch_free_recipe_collapses_the_torch_axis(recipes_dir, policy):
+    grid = policy.grid
+    got = cells(load_recipe("example", recipes_dir), grid)
+    assert all(c.torch is None for c in got)
+    assert len(got) == len(grid.platforms) * len(grid.cuda) * len(grid.python)
+    assert len(set(got)) == len(got)
+
+
+def test_torch_recipe_multiplies_by_torch_releases(recipes_dir, policy):
+    grid = policy.grid
+    got = cells(load_recipe("example_torch", recipes_dir), grid)
+    expected = sum(
+        1 for _ in grid.platforms for cuda in grid.cuda for py in grid.python
+        for rel in grid.torch.values() if cuda in rel.cuda and py in rel.python
+    )  # fmt: skip
+    assert len(got) == expected and {c.torch for c in got} == set(grid.torch)
+
+
+def test_overrides_narrow_the_grid(recipes_dir, policy):
+    recipe = replace(
+        load_recipe("example_torch", recipes_dir),
+        grid=GridOverride(platforms=["linux"], python=["3.11"], cuda=["13.0"], min_pytorch="2.14"),
+    )
+    assert cells(recipe, policy.grid) == [Cell("example_torch", "linux", "3.11", "13.0", "2.14")]
+    with pytest.raises(CuwError, match=r"cell example_torch-linux-py3.11-cu13.0-torch2.13 is not in .* needs torch >= 2.14"):
+        require_in_grid(recipe, policy.grid, Cell("example_torch", "linux", "3.11", "13.0", "2.13"))
+    with pytest.raises(CuwError, match=r"Python 3.12 is not one of its Pythons"):
+        require_in_grid(recipe, policy.grid, Cell("example_torch", "linux", "3.12", "13.0", "2.14"))
+    with pytest.raises(CuwError, match=r"CUDA 12.8 is not one of its CUDA lines"):
+        require_in_grid(recipe, policy.grid, Cell("example_torch", "linux", "3.11", "12.8", "2.14"))
+
+
+def test_arch_resolution_order(recipes_dir, policy):
+    plain = replace(load_recipe("example", recipes_dir), archs={})
+    x86 = Cell("example", "linux", "3.11", "13.0", None)
+    arm = replace(x86, lane="linux_aarch64")
+    assert cell_archs(plain, policy.archs, x86) == policy.archs.cuda["13.0"]
+    assert cell_archs(plain, policy.archs, arm) == policy.archs.aarch64["13.0"]
+    archs = replace(policy.archs, exceptions=[ArchException("13.0", "2.14", ["9.0", "10.0"])])
+    torch_cell = Cell("example_torch", "linux", "3.11", "13.0", "2.14")
+    assert cell_archs(plain, archs, torch_cell) == ["9.0", "10.0"]
+    assert cell_archs(load_recipe("example", recipes_dir), archs, x86) == ["9.0"]  # the recipe wins
+    with pytest.raises(CuwError, match=r"archs.cuda has no list for CUDA 11.8"):
+        cell_archs(plain, policy.archs, replace(x86, cuda="11.8"))
+
+
+def test_cmake_arch_spelling():
+    assert cmake_archs(["9.0", "12.0+PTX"]) == "90-real;120"
+
+
+def test_policy_versions_must_be_quoted(recipes_dir):
+    path = recipes_dir / "defaults.yml"
+    path.write_text(path.read_text().replace('python: ["3.10", "3.11"', 'python: [3.10, "3.11"'))
+    with pytest.raises(CuwError, match=r"grid.python\[0\]: 3.1 must be a string"):
+        load_policy(recipes_dir)
