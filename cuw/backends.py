@@ -38,6 +38,8 @@ def build_env(
 ) -> dict[str, str]:
     """``archs`` is the cell's resolved arch list (grid.cell_archs); default 9.0."""
     archs = archs or ["9.0"]
+    if recipe.max_jobs:
+        jobs = min(jobs, recipe.max_jobs)
     env = cache.scrub(dict(os.environ if base is None else base))
     for var in (*_LAUNCHER_VARS, SOURCE_FILTER_INDEX, SOURCE_FILTER_COUNT, "CUDACXX", "PYTORCH_NVCC"):
         env.pop(var, None)

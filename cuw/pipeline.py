@@ -23,6 +23,7 @@ from .errors import CuwError
 from .gates import LinkObservation, ShardObservation, Verdict, link_gate, shard_gate
 from .partition import ShardSpec, tu_key
 from .grid import cell_archs, require_in_grid
+from .patching import PatchContext
 from .policy import CacheChoice, Policy, cache_choice, load_policy
 from .recipe import Recipe
 from .cache import Cache, Sccache, check_remote, tool_class
@@ -132,6 +133,15 @@ def _watch(proc: subprocess.Popen, ws: Workspace, label: str, owned: int, progre
 def _build(ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned: int, progress: Optional[Progress]) -> int:
     project = ws.src / recipe.build_subdir
     cmd = build_command(project, ws.wheel_dir)
+    if recipe.pre_build:
+        # Inside the seat and cache environment: its compiles are cached like the build's.
+        with open(ws.build_log, "ab") as fh:
+            fh.write(f"$ (pre_build) {recipe.pre_build}\n".encode())
+            fh.flush()
+            rc = subprocess.run(["bash", "-c", recipe.pre_build], env=env, cwd=project, stdout=fh,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode  # fmt: skip
+        if rc != 0:
+            return rc
     with open(ws.build_log, "ab") as fh:
         fh.write(("$ " + " ".join(cmd) + "\n").encode())
         fh.flush()
@@ -178,7 +188,8 @@ def run_shard(
     target.unlink(missing_ok=True)  # a stale archive must never stand in for this run
     source_filter = recipe.sharding.filter == "source"
     ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
-    job_cache = prepare(ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote)
+    patch_ctx = PatchContext(ws.src, cell, archs, spec if spec.count > 1 else None, recipe.key)
+    job_cache = prepare(ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote, patch_ctx)
     if source_filter:
         owned = apply_source_filter(ws.src, recipe.sharding.sources, spec, cell.lane)
     else:
@@ -303,7 +314,7 @@ def run_link(
     if choice.remote:
         check_remote(choice.remote)
     ws = Workspace.for_job(paths.work / cell.id, "link", tool_class(choice.tool).shared_tree)
-    job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote)
+    job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, PatchContext(ws.src, cell, archs, None, recipe.key))
     count, missing = _restore(recipe, cell, paths, ws, job_cache)
     merged_at = int(time.time())
     if progress:

@@ -73,6 +73,14 @@ class Recipe:
     """Per CUDA line, replaces the farm's arch list ('9.0', '12.0+PTX'); its README must say why."""
     grid: GridOverride = field(default_factory=GridOverride)
     env: dict[str, str] = field(default_factory=dict)
+    max_jobs: Optional[int] = None
+    """At most this many parallel compiles in one build (two 6-7 GB cicc peaks swap a 16 GB runner)."""
+    nvcc_flags: list[str] = field(default_factory=list)
+    """Appended to every CUDA compile the seat runs."""
+    nvcc_threads: Optional[int] = None
+    """nvcc --threads N for every CUDA compile (parallel gencode targets inside one TU)."""
+    pre_build: Optional[str] = None
+    """A shell command run in the source folder before the build, with the seat and cache wired in."""
     requires_dist: Optional[list[str]] = None
     """Curated Requires-Dist replacing upstream's; ``{LOCAL}`` is the cell's local
     label (``cu130torch2.14``), ``{VER:<recipe>}`` a sibling recipe's finished version."""
@@ -162,6 +170,10 @@ def _validate(recipe: Recipe, path: Path) -> None:
             raise CuwError(f"{path}: source.path {recipe.source.path!r} is not a folder ({recipe.source_dir})")
         if not (recipe.source_dir / recipe.build_subdir).is_dir():
             raise CuwError(f"{path}: build_subdir {recipe.build_subdir!r} is not a folder under the source")
+    for key in ("max_jobs", "nvcc_threads"):
+        value = getattr(recipe, key)
+        if value is not None and value < 1:
+            raise CuwError(f"{path}: {key} must be at least 1, got {value}")
     sharding = recipe.sharding
     if sharding.count < 1:
         raise CuwError(f"{path}: sharding.count must be at least 1, got {sharding.count}")

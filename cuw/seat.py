@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -57,6 +57,8 @@ class SeatConfig:
     log: str
     partition: Optional[SeatPartition]
     """None: the seat is a pure cache pass-through (unsharded, link, or ``source`` filter)."""
+    extra_args: list[str] = field(default_factory=list)
+    """The recipe's nvcc_flags and ``--threads N``, appended to every owned compile."""
 
     @staticmethod
     def read(path: str) -> "SeatConfig":
@@ -90,7 +92,7 @@ def _stub(call: NvccCall, config: SeatConfig) -> None:
 def _compile_cached(call: NvccCall, config: SeatConfig) -> tuple[int, str]:
     env = cache.scrub(dict(os.environ))
     env.update(config.cache_env)
-    cmd = [config.cache_cmd, config.real_nvcc, *call.cache_safe_args()]
+    cmd = [config.cache_cmd, config.real_nvcc, *call.cache_safe_args(), *config.extra_args]
     if not config.statslog_var:
         return subprocess.call(cmd, env=env), "unknown"
     fd, statslog = tempfile.mkstemp(prefix="cuw-statslog-", dir=os.path.dirname(config.log))

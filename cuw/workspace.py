@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -19,6 +19,8 @@ from . import seat
 from .cache import Cache, open_cache
 from .partition import ShardSpec
 from .recipe import Recipe
+from .patching import PatchContext
+from .patching import apply as apply_patch
 from .sources import materialize
 from .toolkit import Toolkit, make_shadow_home
 
@@ -81,13 +83,16 @@ def prepare(
     seat_partition: Optional[ShardSpec],
     tool: str = "ccache",
     remote: Optional[str] = None,
+    patch: Optional[PatchContext] = None,
 ) -> Cache:
-    """A fresh job folder: source copy, empty cache, seat and shadow CUDA_HOME."""
+    """A fresh job folder: source copy (patched), empty cache, seat and shadow CUDA_HOME."""
     for folder in {ws.root, ws.tree}:
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
     materialize(recipe, ws.src)
+    if patch is not None:
+        apply_patch(recipe, replace(patch, source_dir=ws.src))
     for folder in (ws.build, ws.wheel_dir, ws.logs, ws.seat_dir):
         folder.mkdir()
     job_cache = open_cache(tool, ws.cache_dir, ws.tree, remote)
@@ -102,6 +107,7 @@ def prepare(
         empty_object=str(ws.empty_object),
         log=str(ws.seat_log),
         partition=seat.SeatPartition(seat_partition.index, seat_partition.count) if seat_partition else None,
+        extra_args=[*recipe.nvcc_flags, *([f"--threads={recipe.nvcc_threads}"] if recipe.nvcc_threads else [])],
     )
     script = seat.install(ws.seat_dir, config)
     make_shadow_home(toolkit, ws.cuda_home, script)

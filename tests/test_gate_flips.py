@@ -196,3 +196,16 @@ def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_throu
         kept = sorted(p.name for p in (shard_dir / "src/csrc/kernels").glob("*.cu"))
         assert 0 < len(kept) < 9 or N == 1
     assert wheel_tu_values(link.wheel, "cuw_example", tmp_path) == expected_tu_values()
+
+
+def test_pre_build_runs_inside_the_seat_and_cache_environment(recipes_dir, paths):
+    """A pre_build compile goes through the seat (and so the cache), not around it."""
+    path = recipes_dir / "example" / "recipe.yml"
+    data = yaml.safe_load(path.read_text())
+    data["pre_build"] = "mkdir -p gen && printf '__global__ void g(){}\\n' > gen/pre.cu && nvcc -c gen/pre.cu -o gen/pre.o"
+    path.write_text(yaml.safe_dump(data))
+    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, 1), paths, progress=None)
+    assert result.verdict.ok, result.verdict.line
+    (seat_log,) = paths.work.glob("*/shard-1of1/logs/seat.jsonl")
+    entries = [json.loads(line) for line in seat_log.read_text().splitlines()]
+    assert any(e.get("key") == "gen/pre.cu" and e["action"] == "compiled" for e in entries)

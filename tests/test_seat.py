@@ -21,7 +21,7 @@ ARCH = ["-gencode", "arch=compute_90,code=sm_90"]
 
 
 class Seat:
-    def __init__(self, root: Path, partition: seat.SeatPartition | None) -> None:
+    def __init__(self, root: Path, partition: seat.SeatPartition | None, extra_args: list[str] | None = None) -> None:
         self.root = root
         self.src = root / "src"
         self.src.mkdir(parents=True)
@@ -41,6 +41,7 @@ class Seat:
             empty_object=str(empty),
             log=str(self.log),
             partition=partition,
+            extra_args=extra_args or [],
         )
         self.exe = seat.install(root / "seat", config)
         self.empty = empty
@@ -179,3 +180,11 @@ def test_compile_error_exit_code_is_kept_and_logged(tmp_path):
     assert "bad.cu(1): error" in proc.stderr
     (entry,) = s.entries()
     assert entry["rc"] != 0 and entry["key"] == tu_key(str(src), str(s.src))
+
+
+def test_recipe_nvcc_flags_and_threads_reach_every_owned_compile(tmp_path):
+    s = Seat(tmp_path, seat.SeatPartition(1, 1), extra_args=["-DCUW_FROM_RECIPE=7", "--threads=2"])
+    src = s.src / "flags.cu"
+    src.write_text("#if CUW_FROM_RECIPE != 7\n#error the recipe's nvcc_flags did not arrive\n#endif\n" + KERNEL)
+    proc = s.run("-c", str(src), "-o", "flags.o", *ARCH)
+    assert proc.returncode == 0, proc.stderr

@@ -103,3 +103,4 @@ def test_msvc_shapes_in_the_shard_gate():
     obs = ShardObservation(1, unresolved, 3, 9, ["a.cu"], [], ["a.cu"], 1)
     assert shard_gate(obs).ok
     assert compile_errors("D:\\a\\src\\module.cpp(12): error C2065: 'x': undeclared identifier\n")
+

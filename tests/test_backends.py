@@ -1,0 +1,31 @@
+"""The build environment: the one place the seat, the archs and the job limits are wired."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cuw.backends import build_env
+from cuw.partition import ShardSpec
+from cuw.recipe import load_recipe
+
+
+def test_max_jobs_caps_parallel_compiles(recipes_dir, tmp_path):
+    recipe = replace(load_recipe("example", recipes_dir), max_jobs=1)
+    env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 8, None, base={"PATH": "/usr/bin"})
+    assert env["MAX_JOBS"] == env["CMAKE_BUILD_PARALLEL_LEVEL"] == "1"
+
+
+def test_seat_is_in_every_compiler_position_and_the_source_filter_only_when_asked(recipes_dir, tmp_path):
+    recipe = load_recipe("example", recipes_dir)
+    base = {"PATH": "/usr/bin", "CCACHE_DIR": "/elsewhere", "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache",
+            "CUDA_WHEELS_SHARD_COUNT": "9"}  # fmt: skip
+    env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 2, None, base=base, archs=["9.0", "12.0+PTX"])
+    seat = str(tmp_path / "cuda" / "bin" / "nvcc")
+    assert env["CUDACXX"] == env["PYTORCH_NVCC"] == seat and env["CUDA_HOME"] == str(tmp_path / "cuda")
+    assert env["PATH"].split(":")[0] == str(tmp_path / "cuda" / "bin")
+    assert env["TORCH_NO_COMPILER_WRAPPER"] == "1"
+    assert env["CUDAARCHS"] == "90-real;120" and env["TORCH_CUDA_ARCH_LIST"] == "9.0;12.0+PTX"
+    for gone in ("CCACHE_DIR", "CMAKE_CUDA_COMPILER_LAUNCHER", "CUDA_WHEELS_SHARD_COUNT"):
+        assert gone not in env
+    filtered = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 2, ShardSpec(2, 3), base=base)
+    assert (filtered["CUDA_WHEELS_SHARD_INDEX"], filtered["CUDA_WHEELS_SHARD_COUNT"]) == ("2", "3")

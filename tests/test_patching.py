@@ -1,0 +1,57 @@
+"""The patch.py contract: every recipe's patch is idempotent and anchored."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from cuw.cell import Cell
+from cuw.errors import CuwError
+from cuw.patching import PatchContext, apply, patch_file
+from cuw.recipe import known_recipes, load_recipe
+from cuw.sources import materialize
+
+
+def _digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(path.relative_to(root).as_posix().encode() + path.read_bytes())
+    return h.hexdigest()
+
+
+def _ctx(recipe, src: Path) -> PatchContext:
+    return PatchContext(src, Cell(recipe.key, "linux", "3.11", "13.0", None), ["9.0"], None, recipe.key)
+
+
+def test_every_recipe_patch_runs_twice_without_changing_anything_the_second_time(recipes_dir, tmp_path):
+    patched = [k for k in known_recipes(recipes_dir) if patch_file(load_recipe(k, recipes_dir))]
+    assert "example" in patched
+    for key in patched:
+        recipe = load_recipe(key, recipes_dir)
+        src = materialize(recipe, tmp_path / key / "src")
+        pristine = _digest(src)
+        assert apply(recipe, _ctx(recipe, src))
+        once = _digest(src)
+        assert once != pristine, f"{key}: the patch changed nothing"
+        apply(recipe, _ctx(recipe, src))
+        assert _digest(src) == once, f"{key}: the patch is not idempotent"
+
+
+def test_a_moved_anchor_fails_loudly(recipes_dir, tmp_path):
+    recipe = load_recipe("example", recipes_dir)
+    src = materialize(recipe, tmp_path / "src")
+    registry = src / "csrc" / "registry.cpp"
+    registry.write_text(registry.read_text().replace("CUW_EXAMPLE_FLAVOUR;", "CUW_EXAMPLE_FLAVOUR ;"))
+    with pytest.raises(CuwError, match=r"example patch: csrc/registry.cpp: anchor not found"):
+        apply(recipe, _ctx(recipe, src))
+    with pytest.raises(CuwError, match=r"does not exist in the source"):
+        _ctx(recipe, src).replace("nope.cpp", "a", "b")
+
+
+def test_a_patch_without_a_patch_function(recipes_dir, tmp_path):
+    (recipes_dir / "example" / "patch.py").write_text("X = 1\n")
+    recipe = load_recipe("example", recipes_dir)
+    with pytest.raises(CuwError, match=r"defines no patch\(ctx\) function"):
+        apply(recipe, _ctx(recipe, tmp_path))
