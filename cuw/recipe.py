@@ -26,17 +26,23 @@ class Source:
     pypi: Optional[str] = None
     """An sdist, ``name==version``, from the package index pip uses."""
     sha256: Optional[str] = None
+    """The sdist's sha256 (required with pypi)."""
     git: Optional[str] = None
+    """A git repository URL (CI sources; these machines reach no git host)."""
     tag: Optional[str] = None
     """A release tag; a branch name is refused."""
     recursive: bool = False
+    """Clone submodules too."""
 
 
 @dataclass(frozen=True)
 class Sharding:
     count: int = 1
+    """N: compile shards per cell on the lanes that shard."""
     filter: Filter = "seat"
+    """Who decides which TUs a shard compiles: the nvcc seat, or deleting sources before the build."""
     platforms: list[Lane] = field(default_factory=lambda: ["linux", "linux_aarch64", "windows"])
+    """Lanes that shard; the others build whole (1/1)."""
     sources: list[str] = field(default_factory=list)
     """With ``filter: source``: globs (relative to the source root) of the files it partitions."""
 
@@ -56,9 +62,13 @@ class GridOverride:
     """Narrows the farm grid for one recipe (its README must say why)."""
 
     platforms: list[Lane] = field(default_factory=list)
+    """Only these lanes (empty: the farm's)."""
     python: list[str] = field(default_factory=list)
+    """Only these Pythons (empty: the farm's)."""
     cuda: list[str] = field(default_factory=list)
+    """Only these CUDA lines (empty: the farm's)."""
     min_pytorch: Optional[str] = None
+    """The oldest torch release to build against."""
 
 
 @dataclass(frozen=True)
@@ -66,13 +76,19 @@ class Recipe:
     name: str
     """The distribution name of the wheel."""
     links_torch: bool
+    """Whether the wheel links torch: a torch-free recipe builds one cell per CUDA line, not per torch."""
     source: Source
+    """Where the source comes from."""
     backend: Backend
+    """How it builds: scikit-build-core (CMake) or a torch extension (setuptools)."""
     build_subdir: str = "."
+    """The folder inside the source that holds pyproject.toml or setup.py."""
     archs: dict[str, list[str]] = field(default_factory=dict)
     """Per CUDA line, replaces the farm's arch list ('9.0', '12.0+PTX'); its README must say why."""
     grid: GridOverride = field(default_factory=GridOverride)
+    """Narrows the farm grid; its README must say why."""
     env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for the build (applied last)."""
     max_jobs: Optional[int] = None
     """At most this many parallel compiles in one build (two 6-7 GB cicc peaks swap a 16 GB runner)."""
     nvcc_flags: list[str] = field(default_factory=list)
@@ -85,7 +101,9 @@ class Recipe:
     """Curated Requires-Dist replacing upstream's; ``{LOCAL}`` is the cell's local
     label (``cu130torch2.14``), ``{VER:<recipe>}`` a sibling recipe's finished version."""
     sharding: Sharding = field(default_factory=Sharding)
+    """How a cell is split into compile shards."""
     verify: Verify = field(default_factory=Verify)
+    """What the verify gate allows beyond the farm policy."""
     # Set by the loader, not by the YAML file.
     key: str = ""
     folder: str = ""
@@ -98,7 +116,7 @@ class Recipe:
         return (Path(self.folder) / self.source.path).resolve()
 
 
-_LOADER_ONLY = ("key", "folder")
+LOADER_ONLY = ("key", "folder")
 
 
 def default_recipes_dir() -> Path:
@@ -131,7 +149,7 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
     except yaml.YAMLError as exc:
         raise CuwError(f"{path}: not valid YAML: {exc}") from None
     if isinstance(data, dict):
-        for reserved in _LOADER_ONLY:
+        for reserved in LOADER_ONLY:
             if reserved in data:
                 raise SchemaError(f"{path}: {reserved!r} is set by the forge, not by the recipe")
     recipe = load_dataclass(Recipe, data, str(path))
