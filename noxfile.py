@@ -32,6 +32,12 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session
+def matrix(session: nox.Session) -> None:
+    """The GitHub matrix JSON in chunks: nox -s matrix -- [--package P|all] [--platform …] [--cuda …] [--pytorch …]."""
+    session.run(sys.executable, "-m", "cuw", "matrix", *session.posargs)
+
+
+@nox.session
 def verify(session: nox.Session) -> None:
     """The verify gate on a wheel: nox -s verify -- <wheel> [--recipe R]."""
     session.run(sys.executable, "-m", "cuw", "verify", *session.posargs)

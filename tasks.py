@@ -40,6 +40,12 @@ def index(c, wheel_dir, out_dir):
     _cuw(c, "index", wheel_dir, out_dir)
 
 
+@task(help={"package": "a recipe, or all", "chunk": "print only this chunk"})
+def matrix(c, package="all", chunk=""):
+    """The GitHub matrix JSON in dispatchable chunks."""
+    _cuw(c, "matrix", "--package", package, *(["--chunk", chunk] if chunk else []))
+
+
 @task
 def recipes(c):
     """List the recipes."""

@@ -66,6 +66,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("wheel_dir", type=Path)
     p.add_argument("out_dir", type=Path)
 
+    p = sub.add_parser("matrix", help="the GitHub matrix JSON, in chunks of <= 256 jobs and < 1 MB")
+    p.add_argument("--package", default="all", help="a recipe, or all (default)")
+    for flag in ("platform", "cuda", "pytorch", "python"):
+        p.add_argument(f"--{flag}", action="append", default=[], help=f"only these {flag} values (repeat or comma-separate)")
+    p.add_argument("--chunk", default=None, help="print only this chunk (its id from the plan)")
+    p.add_argument("--output", type=Path, default=None, help="write the JSON here instead of stdout")
+    p.add_argument("--recipes", type=Path, default=None)
+
     p = sub.add_parser("recipes", help="list the recipes: source, torch axis, sharding, platforms, cells")
     p.add_argument("--recipes", type=Path, default=None)
 
@@ -120,6 +128,23 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
     report.append_summary(checked.to_markdown())
     report.say(f"{checked.line} (reports: {as_json}, {as_md})")
     return 0 if checked.ok else 1
+
+
+def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from . import matrix
+
+    split = lambda values: tuple(v.strip() for value in values for v in value.split(",") if v.strip())  # noqa: E731
+    keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
+    recipes = [load_recipe(k, recipes_dir) for k in keys]
+    filters = matrix.Filters(split(args.platform), split(args.cuda), split(args.pytorch), split(args.python))
+    result = matrix.plan(recipes, load_policy(recipes_dir).grid, filters)
+    print(matrix.summary(result), file=sys.stderr)
+    text = matrix.dumps(matrix.chunk(result, args.chunk))
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
@@ -181,6 +206,8 @@ def run(argv: list[str]) -> int:
         return 0
     if args.verb == "show":
         return _show(args, recipes_dir)
+    if args.verb == "matrix":
+        return _matrix(args, recipes_dir)
     if args.jobs is not None and args.jobs < 1:
         raise CuwError(f"--jobs must be at least 1, got {args.jobs}")
     recipe = load_recipe(args.recipe, recipes_dir)

@@ -1,0 +1,119 @@
+"""The matrix plan: fan-out per lane, filters that explain themselves, chunks under GitHub's caps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from cuw.errors import CuwError
+from cuw.grid import Grid, TorchRelease
+from cuw.matrix import MAX_JOBS, Filters, dumps, plan
+from cuw.policy import load_policy
+from cuw.recipe import Sharding, load_recipe
+
+
+@pytest.fixture
+def grid(recipes_dir) -> Grid:
+    return load_policy(recipes_dir).grid
+
+
+def _jobs(result):
+    return [j for c in result["chunks"] for j in c["compile"]["include"] + c["link"]["include"]]
+
+
+def test_shard_fan_out_and_link_lists_per_lane(recipes_dir, grid):
+    recipe = load_recipe("example", recipes_dir)  # sharding 4 on linux and linux_aarch64
+    result = plan([recipe], grid, Filters(cuda=("13.0",), python=("3.11",)))
+    jobs = _jobs(result)
+    by_lane = {lane: [j for j in jobs if j["lane"] == lane] for lane in ("linux", "linux_aarch64", "windows")}
+    assert [j["shard"] for j in by_lane["linux"] if j["kind"] == "shard"] == ["1/4", "2/4", "3/4", "4/4"]
+    assert [j["kind"] for j in by_lane["linux"]].count("link") == 1
+    assert [j["kind"] for j in by_lane["windows"]] == ["build"], "windows is not in sharding.platforms"
+    for chunk in result["chunks"]:
+        assert all(j["kind"] == "link" for j in chunk["link"]["include"])
+        for link in chunk["link"]["include"]:  # every shard of a cell rides in the same chunk as its link
+            shards = [j for j in chunk["compile"]["include"] if j["cell"] == link["cell"]]
+            assert len(shards) == 4 and link["artifact"] == f"cuw-shard-{link['cell']}-*"
+    assert len({j["artifact"] for j in jobs if j["kind"] == "shard"}) == 8, "artifact names never collide across lanes"
+
+
+def test_torch_free_collapse_and_its_filter_error(recipes_dir, grid):
+    recipe = load_recipe("example", recipes_dir)
+    assert all(j["torch"] == "" for j in _jobs(plan([recipe], grid, Filters())))
+    with pytest.raises(CuwError, match=r"example is torch-free .* --pytorch does not apply"):
+        plan([recipe], grid, Filters(pytorch=("2.14",)))
+
+
+@pytest.mark.parametrize(
+    "filters, message",
+    [
+        (Filters(platform=("macos",)), r"--platform macos matches no cell of example_torch \(it has: linux, linux_aarch64, windows\)"),
+        (Filters(cuda=("11.8",)), r"--cuda 11.8 matches no cell"),
+        (Filters(pytorch=("2.1",)), r"--pytorch 2.1 matches no cell .*it has: 2.13, 2.14"),
+        (Filters(python=("3.9",)), r"--python 3.9 matches no cell"),
+    ],
+)
+def test_every_empty_filter_is_an_error(recipes_dir, grid, filters, message):
+    with pytest.raises(CuwError, match=message):
+        plan([load_recipe("example_torch", recipes_dir)], grid, filters)
+
+
+def test_values_that_exist_but_not_together(recipes_dir):
+    grid = Grid(platforms=["linux"], python=["3.11", "3.12"], cuda=["12.8", "13.0"],
+                torch={"2.13": TorchRelease(["12.8"], ["3.11", "3.12"]), "2.14": TorchRelease(["13.0"], ["3.12"])})  # fmt: skip
+    recipe = load_recipe("example_torch", recipes_dir)
+    with pytest.raises(CuwError, match=r"each value exists, but not together"):
+        plan([recipe], grid, Filters(pytorch=("2.14",), cuda=("12.8",)))
+
+
+def test_sharding_platforms_and_min_pytorch(recipes_dir, grid):
+    recipe = replace(load_recipe("example_torch", recipes_dir), sharding=Sharding(count=3, platforms=["linux"]))
+    jobs = _jobs(plan([recipe], grid, Filters()))
+    assert {j["lane"] for j in jobs if j["kind"] == "shard"} == {"linux"}
+    assert {j["kind"] for j in jobs if j["lane"] != "linux"} == {"build"}
+
+
+def test_a_big_grid_is_chunked_under_the_caps_never_truncated(recipes_dir):
+    grid = Grid(
+        platforms=["linux", "linux_aarch64", "windows"],
+        python=["3.9", "3.10", "3.11", "3.12", "3.13"],
+        cuda=["12.6", "12.8", "13.0"],
+        torch={v: TorchRelease(["12.6", "12.8", "13.0"], ["3.9", "3.10", "3.11", "3.12", "3.13"]) for v in ("2.11", "2.12", "2.13", "2.14")},
+    )  # fmt: skip
+    recipe = replace(load_recipe("example_torch", recipes_dir), sharding=Sharding(count=40, platforms=["linux", "linux_aarch64"]))
+    result = plan([recipe], grid, Filters())
+    cells = 3 * 5 * 3 * 4
+    assert result["total_jobs"] == (2 * 41 + 1) * cells // 3 and len(_jobs(result)) == result["total_jobs"]
+    assert len(result["chunks"]) > 3
+    for chunk in result["chunks"]:
+        assert chunk["jobs"] <= MAX_JOBS
+        assert len(json.dumps(chunk)) < 1_000_000
+    ids = [c["id"] for c in result["chunks"]]
+    assert len(ids) == len(set(ids)) and "example_torch-linux-cu12.6-1" in ids
+
+
+def test_a_cell_over_the_cap_is_an_error(recipes_dir, grid):
+    recipe = replace(load_recipe("example", recipes_dir), sharding=Sharding(count=300, platforms=["linux"]))
+    with pytest.raises(CuwError, match=r"alone needs 301 jobs, over GitHub's 256: lower sharding.count"):
+        plan([recipe], grid, Filters(platform=("linux",)))
+
+
+def test_output_is_deterministic_and_the_cli_prints_a_summary(recipes_dir, tmp_path):
+    args = [sys.executable, "-m", "cuw", "matrix", "--package", "all", "--recipes", str(recipes_dir)]
+    one = subprocess.run(args, capture_output=True, text=True, check=True)
+    two = subprocess.run(args, capture_output=True, text=True, check=True)
+    assert one.stdout == two.stdout and json.loads(one.stdout)["total_jobs"] > 0
+    assert "jobs in" in one.stderr and "lane linux" in one.stderr and "package example_torch" in one.stderr
+    first = json.loads(one.stdout)["chunks"][0]["id"]
+    chunk = subprocess.run([*args, "--chunk", first, "--output", str(tmp_path / "c.json")], capture_output=True, text=True)
+    assert chunk.returncode == 0 and json.loads((tmp_path / "c.json").read_text())["id"] == first
+    missing = subprocess.run([*args, "--chunk", "nope"], capture_output=True, text=True)
+    assert missing.returncode == 2 and "no chunk 'nope'" in missing.stderr
+
+
+def test_dumps_is_stable():
+    assert dumps({"b": 1, "a": [2]}) == '{"a":[2],"b":1}\n'
