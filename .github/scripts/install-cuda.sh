@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the CUDA toolkit of one CUDA line on a GitHub Linux runner, pinned to
+# the exact release below (NVIDIA's apt repository). Usage: install-cuda.sh 13.0
+set -euo pipefail
+line="${1:?usage: install-cuda.sh <cuda line, e.g. 13.0>}"
+case "$line" in
+  12.8) full=12.8.1 ;;
+  13.0) full=13.0.2 ;;
+  *) echo "install-cuda.sh: no pinned release for CUDA $line" >&2; exit 2 ;;
+esac
+arch=$(uname -m); [ "$arch" = aarch64 ] && repo=sbsa || repo=x86_64
+. /etc/os-release
+distro="ubuntu${VERSION_ID//./}"
+keyring=cuda-keyring_1.1-1_all.deb
+curl -fsSLo "/tmp/$keyring" "https://developer.download.nvidia.com/compute/cuda/repos/$distro/$repo/$keyring"
+sudo dpkg -i "/tmp/$keyring"
+sudo apt-get update -qq
+pkg="${line/./-}"
+ver="$(apt-cache madison "cuda-nvcc-$pkg" | awk -v f="$full" '$3 ~ "^"f {print $3; exit}')"
+sudo apt-get install -y -qq "cuda-nvcc-$pkg=$ver" "cuda-cudart-dev-$pkg" "cuda-cuobjdump-$pkg" "cuda-nvrtc-dev-$pkg" \
+  "libcublas-dev-$pkg" "libcusparse-dev-$pkg"
+echo "CUDA_HOME=/usr/local/cuda-$line" >> "$GITHUB_ENV"
+echo "/usr/local/cuda-$line/bin" >> "$GITHUB_PATH"

@@ -1,0 +1,80 @@
+"""The GitHub workflows, checked offline: linters, and their contract with the matrix and nox."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+from cuw.matrix import Job
+
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    found = BIN / name if (BIN / name).exists() else shutil.which(name)
+    if not found:
+        pytest.fail(f"{name} is not installed (pip install -e '.[test]')")
+    return str(found)
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["actionlint"],
+        ["check-jsonschema", "--builtin-schema", "vendor.github-workflows"],
+        ["zizmor", "--offline"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_linters_pass(cmd):
+    proc = subprocess.run([_tool(cmd[0]), *cmd[1:], *map(str, WORKFLOWS)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_matrix_field_the_workflow_reads_is_one_the_generator_emits():
+    emitted = {f.name for f in dataclasses.fields(Job)}
+    for path in WORKFLOWS:
+        read = set(re.findall(r"matrix\.(\w+)", path.read_text()))
+        assert read <= emitted, f"{path.name} reads {sorted(read - emitted)} that cuw matrix never emits"
+    assert {"recipe", "shard", "artifact", "kind", "lane", "cuda", "python", "torch"} <= set(
+        re.findall(r"matrix\.(\w+)", (REPO / ".github/workflows/build.yml").read_text())
+    )
+
+
+def test_every_nox_session_the_workflows_call_exists():
+    listed = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=REPO, capture_output=True, text=True).stdout
+    sessions = set(re.findall(r"^[*-] (\w+) ->", listed, re.M))
+    for path in WORKFLOWS:
+        for called in re.findall(r"nox -s (\w+)", path.read_text()):
+            assert called in sessions, f"{path.name} calls nox -s {called}, which does not exist"
+
+
+def test_shape_of_the_build_workflow():
+    flow = yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())
+    jobs = flow["jobs"]
+    assert flow["permissions"] == {}
+    for name, job in jobs.items():
+        assert "timeout-minutes" in job, name
+        assert "permissions" in job, f"{name}: least privilege means a permissions block per job"
+    assert jobs["compile"]["strategy"]["fail-fast"] is False
+    assert "!cancelled()" in jobs["link"]["if"] and "success()" not in jobs["link"]["if"]
+    assert set(jobs["link"]["needs"]) == {"plan", "compile"}
+    for path in WORKFLOWS:
+        for uses in re.findall(r"uses: (\S+)", path.read_text()):
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", uses), f"{path.name}: {uses} is not pinned by SHA"
+
+
+def test_ci_workflow_runs_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    assert "nox -s tests" in readme
+    assert "run: nox -s tests" in (REPO / ".github/workflows/ci.yml").read_text()
+    assert (REPO / ".ci/run").read_text().rstrip().endswith("nox -s tests")
