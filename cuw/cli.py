@@ -9,6 +9,7 @@ from typing import Optional
 
 from . import report
 from .cache import TOOLS
+from .cell import Cell
 from .errors import CuwError
 from .partition import parse_shard_spec
 from .pipeline import Paths, run_build, run_link, run_shard
@@ -54,6 +55,10 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="the whole cell here: all shards in parallel, then the link")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     p.add_argument("--shards", type=int, default=None, help="N (default: the recipe's sharding.count)")
+    p.add_argument("--matrix", action="store_true",
+                   help="every cell of the recipe's matrix this machine can build; the others are listed as skipped")
+    for flag in ("platform", "cuda", "pytorch", "python"):
+        p.add_argument(f"--{flag}", action="append", default=[], help=f"with --matrix: only these {flag} values")  # fmt: skip
     _common(p)
 
     p = sub.add_parser("verify", help="the verify gate on a finished wheel (exit 0 pass, 1 fail, 2 cannot run)")
@@ -130,10 +135,39 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0 if checked.ok else 1
 
 
+def _split(values: list[str]) -> tuple[str, ...]:
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+
+def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> int:
+    """``build --matrix``: the same cells the workflow gets, built here where possible."""
+    from . import matrix
+    from .cell import installed_torch, local_lane
+    from .toolkit import find_toolkit
+
+    filters = matrix.Filters(_split(args.platform), _split(args.cuda), _split(args.pytorch), _split(args.python))
+    selected = matrix.select(recipe, load_policy(recipes_dir).grid, filters)
+    toolkit = find_toolkit()
+    here = Cell(recipe.key, local_lane(), f"{sys.version_info.major}.{sys.version_info.minor}", toolkit.version,
+                installed_torch())  # fmt: skip
+    build, skipped = matrix.local_split(selected, here)
+    for cell_id, why in sorted(skipped.items()):
+        report.say(f"skipped {cell_id}: needs {why}")
+    if not build:
+        raise CuwError(f"none of the {len(selected)} selected cells of {recipe.key} can be built on this machine")
+    results = []
+    for cell in build:
+        report.say(f"matrix: building {cell.id}")
+        outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=_cache(args, recipe, recipes_dir))
+        results.append(link.ok and all(outcomes))
+    report.say(f"matrix: {sum(results)}/{len(build)} built cells passed, {len(skipped)} skipped")
+    return 0 if all(results) else 1
+
+
 def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     from . import matrix
 
-    split = lambda values: tuple(v.strip() for value in values for v in value.split(",") if v.strip())  # noqa: E731
+    split = _split
     keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
     recipes = [load_recipe(k, recipes_dir) for k in keys]
     filters = matrix.Filters(split(args.platform), split(args.cuda), split(args.pytorch), split(args.python))
@@ -219,6 +253,8 @@ def run(argv: list[str]) -> int:
     if args.verb == "link":
         return 0 if run_link(recipe, _paths(args), args.jobs, cache=_cache(args, recipe, recipes_dir)).ok else 1
     if args.verb == "build":
+        if args.matrix:
+            return _build_matrix(args, recipe, recipes_dir)
         outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=_cache(args, recipe, recipes_dir))
         return 0 if link.ok and all(outcomes) else 1
     raise AssertionError(args.verb)
