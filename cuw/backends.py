@@ -35,6 +35,7 @@ def build_env(
     lane: str = "linux",
     shard: Optional[ShardSpec] = None,
     archs: Optional[list[str]] = None,
+    deps_dir: Optional[Path] = None,
 ) -> dict[str, str]:
     """``archs`` is the cell's resolved arch list (grid.cell_archs); default 9.0."""
     archs = archs or ["9.0"]
@@ -72,6 +73,9 @@ def build_env(
         # Exported only for the source filter: the seat then partitions nothing.
         env[SOURCE_FILTER_INDEX] = str(source_filter_shard.index)
         env[SOURCE_FILTER_COUNT] = str(source_filter_shard.count)
+    if deps_dir is not None:
+        env["CUW_EXTRA_DEPS"] = str(deps_dir)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(deps_dir), env.get("PYTHONPATH", "")) if p)
     env.update(recipe.env)
     return env
 

@@ -31,7 +31,7 @@ from .finish import dist_versions, repair, retag
 from .toolkit import Toolkit, find_toolkit
 from .verify import Check, verify, write_verify_reports
 from .verify import Report as VerifyReport
-from .workspace import Workspace, cuda_sources, default_jobs, prepare, real_objects
+from .workspace import Workspace, cuda_sources, default_jobs, install_extra_deps, prepare, real_objects
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def run_shard(
         )
     env = build_env(
         recipe, ws.cuda_home, ws.build, jobs or default_jobs(), spec if source_filter else None,
-        lane=cell.lane, shard=spec, archs=archs,
+        lane=cell.lane, shard=spec, archs=archs, deps_dir=install_extra_deps(recipe, ws),
     )  # fmt: skip
     job_cache.start()
     try:
@@ -324,7 +324,8 @@ def run_link(
             listing = ", ".join(f"{i}/{count}" for i in missing)
             progress(f"link: missing shard archives: {listing}; their TUs recompile here and the gate will report them")
     all_tus = cuda_sources(ws.src)
-    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane, archs=archs)
+    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane, archs=archs,
+                    deps_dir=install_extra_deps(recipe, ws))  # fmt: skip
     job_cache.start()
     try:
         if zero_stats:

@@ -89,6 +89,9 @@ class Recipe:
     """Narrows the farm grid; its README must say why."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for the build (applied last)."""
+    extra_deps: list[str] = field(default_factory=list)
+    """pip requirements installed for the build into the job's own folder (on PYTHONPATH;
+    its path is $CUW_EXTRA_DEPS, for headers such as the nvidia-* wheels' cuBLAS)."""
     max_jobs: Optional[int] = None
     """At most this many parallel compiles in one build (two 6-7 GB cicc peaks swap a 16 GB runner)."""
     nvcc_flags: list[str] = field(default_factory=list)

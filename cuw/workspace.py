@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 from . import seat
 from .cache import Cache, open_cache
+from .errors import CuwError
 from .partition import ShardSpec
 from .recipe import Recipe
 from .patching import PatchContext
@@ -70,6 +73,10 @@ class Workspace:
     @property
     def build_log(self) -> Path:
         return self.logs / "build.log"
+
+    @property
+    def deps(self) -> Path:
+        return self.root / "deps"
 
     @property
     def empty_object(self) -> Path:
@@ -135,3 +142,17 @@ def cuda_sources(root: Path) -> list[str]:
 
 def default_jobs(parallel_builds: int = 1) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, parallel_builds))
+
+
+def install_extra_deps(recipe: Recipe, ws: Workspace) -> Optional[Path]:
+    """The recipe's extra_deps, installed into the job's own folder (never into the forge's environment)."""
+    if not recipe.extra_deps:
+        return None
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(ws.deps), *recipe.extra_deps]
+    with open(ws.build_log, "ab") as fh:
+        fh.write(("$ (extra_deps) " + " ".join(cmd) + "\n").encode())
+        fh.flush()
+        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    if rc != 0:
+        raise CuwError(f"recipe {recipe.key!r}: extra_deps {recipe.extra_deps} could not be installed (see {ws.build_log})")
+    return ws.deps

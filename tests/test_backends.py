@@ -29,3 +29,24 @@ def test_seat_is_in_every_compiler_position_and_the_source_filter_only_when_aske
         assert gone not in env
     filtered = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 2, ShardSpec(2, 3), base=base)
     assert (filtered["CUDA_WHEELS_SHARD_INDEX"], filtered["CUDA_WHEELS_SHARD_COUNT"]) == ("2", "3")
+
+
+def test_extra_deps_that_cannot_install_are_a_clear_error(recipes_dir, tmp_path):
+    import pytest
+
+    from cuw.errors import CuwError
+    from cuw.workspace import Workspace, install_extra_deps
+
+    ws = Workspace(tmp_path / "job", tmp_path / "job")
+    ws.logs.mkdir(parents=True)
+    recipe = replace(load_recipe("example", recipes_dir), extra_deps=["cuw-no-such-package==0.0.0"])
+    with pytest.raises(CuwError, match=r"extra_deps \['cuw-no-such-package==0.0.0'\] could not be installed"):
+        install_extra_deps(recipe, ws)
+    assert install_extra_deps(replace(recipe, extra_deps=[]), ws) is None
+
+
+def test_extra_deps_folder_goes_first_on_the_build_pythonpath(recipes_dir, tmp_path):
+    recipe = load_recipe("example", recipes_dir)
+    env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 2, None,
+                    base={"PATH": "/usr/bin", "PYTHONPATH": "/x"}, deps_dir=tmp_path / "deps")  # fmt: skip
+    assert env["PYTHONPATH"] == f"{tmp_path / 'deps'}:/x" and env["CUW_EXTRA_DEPS"] == str(tmp_path / "deps")

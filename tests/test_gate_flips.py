@@ -199,10 +199,16 @@ def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_throu
 
 
 def test_pre_build_runs_inside_the_seat_and_cache_environment(recipes_dir, paths):
-    """A pre_build compile goes through the seat (and so the cache), not around it."""
+    """A pre_build compile goes through the seat (and so the cache), not around it;
+    extra_deps are importable from the job's own folder."""
     path = recipes_dir / "example" / "recipe.yml"
     data = yaml.safe_load(path.read_text())
-    data["pre_build"] = "mkdir -p gen && printf '__global__ void g(){}\\n' > gen/pre.cu && nvcc -c gen/pre.cu -o gen/pre.o"
+    data["pre_build"] = (
+        "mkdir -p gen && printf '__global__ void g(){}\\n' > gen/pre.cu && nvcc -c gen/pre.cu -o gen/pre.o"
+        # extra_deps land in the job's own folder, on the build's PYTHONPATH
+        ' && python -c "import six, os; assert six.__file__.startswith(os.environ[\'CUW_EXTRA_DEPS\'])"'
+    )
+    data["extra_deps"] = ["six==1.16.0"]
     path.write_text(yaml.safe_dump(data))
     result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, 1), paths, progress=None)
     assert result.verdict.ok, result.verdict.line
