@@ -37,8 +37,8 @@ def build_env(
     archs: Optional[list[str]] = None,
     deps_dir: Optional[Path] = None,
 ) -> dict[str, str]:
-    """``archs`` is the cell's resolved arch list (grid.cell_archs); default 9.0."""
-    archs = archs or ["9.0"]
+    """``archs`` is the cell's resolved arch list (grid.cell_archs, the one arch policy);
+    without it the build system's own default applies."""
     if recipe.max_jobs:
         jobs = min(jobs, recipe.max_jobs)
     env = cache.scrub(dict(os.environ if base is None else base))
@@ -53,8 +53,6 @@ def build_env(
             "PYTORCH_NVCC": nvcc,
             "PATH": os.pathsep.join([str(shadow_home / "bin"), str(Path(sys.executable).parent), env.get("PATH", "")]),
             "TORCH_NO_COMPILER_WRAPPER": "1",  # torch would prepend ccache to both compilers
-            "CUDAARCHS": cmake_archs(archs),
-            "TORCH_CUDA_ARCH_LIST": ";".join(archs),
             "MAX_JOBS": str(jobs),
             "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),
             "SKBUILD_BUILD_DIR": str(build_dir),
@@ -62,6 +60,9 @@ def build_env(
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
     )
+    if archs:
+        env["CUDAARCHS"] = cmake_archs(archs)
+        env["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
     link_flags = [f for f in env.pop("LINK", "").split() if f.upper() != FORCE_UNRESOLVED]
     if lane == "windows" and shard is not None and shard.count > 1:
         # MSVC's link.exe reads LINK: a shard links past its missing kernels.

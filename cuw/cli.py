@@ -167,10 +167,9 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
 def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     from . import matrix
 
-    split = _split
     keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
     recipes = [load_recipe(k, recipes_dir) for k in keys]
-    filters = matrix.Filters(split(args.platform), split(args.cuda), split(args.pytorch), split(args.python))
+    filters = matrix.Filters(_split(args.platform), _split(args.cuda), _split(args.pytorch), _split(args.python))
     result = matrix.plan(recipes, load_policy(recipes_dir).grid, filters)
     print(matrix.summary(result), file=sys.stderr)
     text = matrix.dumps(matrix.chunk(result, args.chunk))

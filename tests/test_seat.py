@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from cuw import cache, seat
 from cuw.partition import owner, tu_key
