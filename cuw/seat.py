@@ -43,6 +43,10 @@ class SeatPartition:
     index: int  # 1-based
     count: int
 
+    def owner(self, key: str) -> int:
+        """The 1-based shard that compiles the TU with this key."""
+        return owner(key, self.count)
+
 
 @dataclass(frozen=True)
 class SeatConfig:
@@ -125,7 +129,7 @@ def run(argv: list[str], config: SeatConfig) -> int:
 
     key = tu_key(call.source, config.source_root)
     part = config.partition
-    tu_owner = owner(key, part.count) if part else None
+    tu_owner = part.owner(key) if part else None
     if part and tu_owner != part.index:
         _stub(call, config)
         _log(config, action="stubbed", key=key, owner=tu_owner, output=call.output)
