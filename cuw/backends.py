@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from string import Template
 from typing import Optional
 
 from . import cache
+from .errors import CuwError
 from .grid import cmake_archs
 from .partition import ShardSpec
 from .recipe import Recipe
@@ -77,8 +79,26 @@ def build_env(
     if deps_dir is not None:
         env["CUW_EXTRA_DEPS"] = str(deps_dir)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(deps_dir), env.get("PYTHONPATH", "")) if p)
-    env.update(recipe.env)
+    env.update(expand_recipe_env(recipe, env))
     return env
+
+
+def expand_recipe_env(recipe: Recipe, env: dict[str, str]) -> dict[str, str]:
+    """The recipe's env with ``${NAME}`` taken from the build environment, so a recipe can pass
+    the cell's arch list or the extra_deps folder to an upstream knob (CMAKE_ARGS, NCCL_ROOT)."""
+    out: dict[str, str] = {}
+    for key, value in recipe.env.items():
+        try:
+            out[key] = Template(value).substitute(env)
+        except KeyError as exc:
+            known = ", ".join(v for v in ("CUDAARCHS", "TORCH_CUDA_ARCH_LIST", "CUW_EXTRA_DEPS", "CUDA_HOME") if v in env)
+            raise CuwError(
+                f"recipe {recipe.key!r}: env.{key} refers to ${{{exc.args[0]}}}, which the build environment "
+                f"does not set here (set: {known or 'none of CUDAARCHS, CUW_EXTRA_DEPS'})"
+            ) from None
+        except ValueError:
+            raise CuwError(f"recipe {recipe.key!r}: env.{key}: a '$' must start ${{NAME}} (write $$ for a literal $)") from None
+    return out
 
 
 def build_command(project_dir: Path, wheel_dir: Path) -> list[str]:

@@ -202,7 +202,7 @@ def run_shard(
         )
     env = build_env(
         recipe, ws.cuda_home, ws.build, jobs or default_jobs(), spec if source_filter else None,
-        lane=cell.lane, shard=spec, archs=archs, deps_dir=install_extra_deps(recipe, ws),
+        lane=cell.lane, shard=spec, archs=archs, deps_dir=install_extra_deps(recipe, ws, cell.cuda),
     )  # fmt: skip
     job_cache.start()
     try:
@@ -325,7 +325,7 @@ def run_link(
             progress(f"link: missing shard archives: {listing}; their TUs recompile here and the gate will report them")
     all_tus = cuda_sources(ws.src)
     env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane, archs=archs,
-                    deps_dir=install_extra_deps(recipe, ws))  # fmt: skip
+                    deps_dir=install_extra_deps(recipe, ws, cell.cuda))  # fmt: skip
     job_cache.start()
     try:
         if zero_stats:

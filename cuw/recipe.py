@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
@@ -12,7 +13,7 @@ import yaml
 from .errors import CuwError
 from .schema import SchemaError, load_dataclass
 
-Backend = Literal["scikit-build-core", "torch-extension"]
+Backend = Literal["scikit-build-core", "torch-extension", "setuptools"]
 Filter = Literal["seat", "source"]
 Lane = Literal["linux", "linux_aarch64", "windows"]
 
@@ -80,7 +81,8 @@ class Recipe:
     source: Source
     """Where the source comes from."""
     backend: Backend
-    """How it builds: scikit-build-core (CMake) or a torch extension (setuptools)."""
+    """How it builds: scikit-build-core (CMake), a torch extension (setuptools + torch's
+    BuildExtension), or setuptools calling nvcc its own way (pccm/ccimport); all through pip."""
     build_subdir: str = "."
     """The folder inside the source that holds pyproject.toml or setup.py."""
     archs: dict[str, list[str]] = field(default_factory=dict)
@@ -88,10 +90,15 @@ class Recipe:
     grid: GridOverride = field(default_factory=GridOverride)
     """Narrows the farm grid; its README must say why."""
     env: dict[str, str] = field(default_factory=dict)
-    """Extra environment for the build (applied last)."""
+    """Extra environment for the build (applied last). ``${NAME}`` is replaced by the build
+    environment's value: the cell's ``CUDAARCHS`` (CMake form) and ``TORCH_CUDA_ARCH_LIST``,
+    ``CUW_EXTRA_DEPS``, ``CUDA_HOME``…; ``$$`` is a literal ``$``."""
     extra_deps: list[str] = field(default_factory=list)
     """pip requirements installed for the build into the job's own folder (on PYTHONPATH;
     its path is $CUW_EXTRA_DEPS, for headers such as the nvidia-* wheels' cuBLAS)."""
+    extra_deps_cuda: dict[str, list[str]] = field(default_factory=dict)
+    """Per CUDA line ('13.0'), requirements added to extra_deps for that line's cells
+    (the nvidia-* wheels are named per CUDA major: nvidia-nccl-cu12, nvidia-nccl-cu13)."""
     max_jobs: Optional[int] = None
     """At most this many parallel compiles in one build (two 6-7 GB cicc peaks swap a 16 GB runner)."""
     nvcc_flags: list[str] = field(default_factory=list)
@@ -202,6 +209,9 @@ def _validate(recipe: Recipe, path: Path) -> None:
         raise CuwError(f"{path}: sharding.filter is 'source' but sharding.sources names no files to partition")
     if sharding.filter == "seat" and sharding.sources:
         raise CuwError(f"{path}: sharding.sources is only read with filter: source (this recipe uses seat)")
+    for line in recipe.extra_deps_cuda:
+        if not re.fullmatch(r"\d+\.\d+", line):
+            raise CuwError(f"{path}: extra_deps_cuda.{line}: not a CUDA line like '13.0'")
     for line, archs in recipe.archs.items():
         for arch in archs:
             check_arch(arch, f"{path}: archs.{line}")

@@ -9,12 +9,16 @@ outside the source folder, and no link may point out of it.
 from __future__ import annotations
 
 import hashlib
+import html
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.parse
+import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
 
@@ -47,7 +51,11 @@ def fetch_sdist(requirement: str, sha256: str) -> Path:
             capture_output=True, text=True,
         )  # fmt: skip
         files = [p for p in Path(tmp).iterdir() if p.is_file()]
-        if proc.returncode != 0 or len(files) != 1:
+        if proc.returncode != 0 and "metadata-generation-failed" in proc.stderr:
+            # pip runs upstream's setup.py to read metadata (flash-attn's imports psutil);
+            # the file itself is on the index: take it by its pinned hash instead.
+            files = [_download_by_hash(requirement, sha256, Path(tmp))]
+        elif proc.returncode != 0 or len(files) != 1:
             last = (proc.stderr.strip().splitlines() or ["no file"])[-1]
             raise CuwError(f"could not download the sdist {requirement}: {last}")
         got = sha256_of(files[0])
@@ -57,6 +65,36 @@ def fetch_sdist(requirement: str, sha256: str) -> Path:
         dest = cache_root() / f"{sha256}-{files[0].name}"
         shutil.move(str(files[0]), dest)
         return dest
+
+
+def _index_url() -> str:
+    """The index pip is configured for (PEP 503 simple API)."""
+    url = os.environ.get("PIP_INDEX_URL")
+    if not url:
+        proc = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+                              capture_output=True, text=True)  # fmt: skip
+        url = proc.stdout.strip() if proc.returncode == 0 else ""
+    return (url or "https://pypi.org/simple").rstrip("/")
+
+
+def _download_by_hash(requirement: str, sha256: str, into: Path) -> Path:
+    """The file of ``requirement`` whose index link carries ``#sha256=<pin>``, fetched without
+    running any of its code."""
+    name = re.sub(r"[-_.]+", "-", requirement.split("==")[0]).lower()
+    page_url = f"{_index_url()}/{name}/"
+    try:
+        with urllib.request.urlopen(page_url, timeout=120) as resp:
+            page = resp.read().decode()
+        links = [urllib.parse.urljoin(page_url, html.unescape(h)) for h in re.findall(r'href="([^"]+)"', page)]
+        url = next((link for link in links if link.endswith(f"#sha256={sha256}")), None)
+        if url is None:
+            raise CuwError(f"could not download the sdist {requirement}: {page_url} lists no file with sha256 {sha256}")
+        dest = into / urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+        with urllib.request.urlopen(url.split("#")[0], timeout=600) as resp, open(dest, "wb") as fh:
+            shutil.copyfileobj(resp, fh)
+    except OSError as exc:
+        raise CuwError(f"could not download the sdist {requirement} from {page_url}: {exc}") from None
+    return dest
 
 
 def _check_name(name: str, where: Path) -> PurePosixPath:

@@ -144,15 +144,17 @@ def default_jobs(parallel_builds: int = 1) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, parallel_builds))
 
 
-def install_extra_deps(recipe: Recipe, ws: Workspace) -> Optional[Path]:
-    """The recipe's extra_deps, installed into the job's own folder (never into the forge's environment)."""
-    if not recipe.extra_deps:
+def install_extra_deps(recipe: Recipe, ws: Workspace, cuda: Optional[str] = None) -> Optional[Path]:
+    """The recipe's extra_deps (and those of the cell's CUDA line), installed into the job's
+    own folder (never into the forge's environment)."""
+    requirements = [*recipe.extra_deps, *recipe.extra_deps_cuda.get(cuda or "", [])]
+    if not requirements:
         return None
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(ws.deps), *recipe.extra_deps]
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(ws.deps), *requirements]
     with open(ws.build_log, "ab") as fh:
         fh.write(("$ (extra_deps) " + " ".join(cmd) + "\n").encode())
         fh.flush()
         rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
     if rc != 0:
-        raise CuwError(f"recipe {recipe.key!r}: extra_deps {recipe.extra_deps} could not be installed (see {ws.build_log})")
+        raise CuwError(f"recipe {recipe.key!r}: extra_deps {requirements} could not be installed (see {ws.build_log})")
     return ws.deps
