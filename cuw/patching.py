@@ -39,6 +39,8 @@ class PatchContext:
         if not path.is_file():
             raise CuwError(f"{self.recipe} patch: {relpath} does not exist in the source")
         text = path.read_text()
+        if old in new and new in text:
+            return False  # an insertion keeps its anchor: present ``new`` means patched
         if old in text:
             found = text.count(old)
             if found != count:

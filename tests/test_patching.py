@@ -55,3 +55,12 @@ def test_a_patch_without_a_patch_function(recipes_dir, tmp_path):
     recipe = load_recipe("example", recipes_dir)
     with pytest.raises(CuwError, match=r"defines no patch\(ctx\) function"):
         apply(recipe, _ctx(recipe, tmp_path))
+
+
+def test_an_insertion_that_keeps_its_anchor_is_idempotent(tmp_path):
+    (tmp_path / "CMakeLists.txt").write_text("project(x)\nadd_library(x a.c)\n")
+    ctx = PatchContext(tmp_path, Cell("x", "linux", "3.11", "13.0", None), ["9.0"], None, "x")
+    inserted = "add_library(x a.c)\nif(TARGET y)\n  add_dependencies(x y)\nendif()\n"
+    assert ctx.replace("CMakeLists.txt", "add_library(x a.c)\n", inserted)
+    assert not ctx.replace("CMakeLists.txt", "add_library(x a.c)\n", inserted)
+    assert (tmp_path / "CMakeLists.txt").read_text() == "project(x)\n" + inserted

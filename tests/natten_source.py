@@ -1,0 +1,37 @@
+"""natten's real sdist for the tests, fetched once through the forge's source cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cuw.patching import PatchContext
+from cuw.recipe import Recipe, load_recipe
+from cuw.cell import Cell
+from cuw.sources import fetch_sdist, unpack
+
+REPO = Path(__file__).resolve().parent.parent
+# The farm's CUDA 13.0 list (recipes/defaults.yml): Hopper and Blackwell kernels both generated.
+CUDA13_ARCHS = ["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0+PTX"]
+
+
+def natten_recipe() -> Recipe:
+    return load_recipe("natten", REPO / "recipes")
+
+
+def fresh_natten_tree(dest: Path) -> Path:
+    """An unpacked, unpatched copy of the recipe's pinned sdist at ``dest``."""
+    recipe = natten_recipe()
+    assert recipe.source.pypi and recipe.source.sha256
+    return unpack(fetch_sdist(recipe.source.pypi, recipe.source.sha256), dest)
+
+
+def natten_ctx(src: Path, archs: list[str] = CUDA13_ARCHS) -> PatchContext:
+    return PatchContext(src, Cell("natten", "linux", "3.11", "13.0", "2.14"), archs, None, "natten")
+
+
+@pytest.fixture(scope="module")
+def natten_pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """natten's sdist as upstream ships it (read-only by convention: copy before editing)."""
+    return fresh_natten_tree(tmp_path_factory.mktemp("natten") / "pristine")
