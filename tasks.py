@@ -10,22 +10,29 @@ def _cuw(c: Context, *args: str) -> None:
     c.run(shlex.join([sys.executable, "-m", "cuw", *args]), pty=False)
 
 
-@task(help={"recipe": "recipe name", "spec": "I/N, 1-based (for example 3/23)"})
-def shard(c, recipe, spec):
+_BACKEND_HELP = {"backend": "pip (default) or cibuildwheel", "cell": "with cibuildwheel: LANE/PY/CUDA[/TORCH]"}
+
+
+def _backend(backend: str, cell: str) -> list[str]:
+    return ["--backend", backend, *(["--cell", cell] if cell else [])]
+
+
+@task(help={"recipe": "recipe name", "spec": "I/N, 1-based (for example 3/23)", **_BACKEND_HELP})
+def shard(c, recipe, spec, backend="pip", cell=""):
     """Compile one shard of a recipe and write its cache archive."""
-    _cuw(c, "shard", recipe, spec)
+    _cuw(c, "shard", recipe, spec, *_backend(backend, cell))
 
 
-@task(help={"recipe": "recipe name"})
-def link(c, recipe):
+@task(help={"recipe": "recipe name", **_BACKEND_HELP})
+def link(c, recipe, backend="pip", cell=""):
     """Restore all shard caches, rebuild with every compile a hit, gate, write the wheel."""
-    _cuw(c, "link", recipe)
+    _cuw(c, "link", recipe, *_backend(backend, cell))
 
 
-@task(help={"recipe": "recipe name", "shards": "N (default: the recipe's sharding.count)"})
-def build(c, recipe="example", shards=0):
+@task(help={"recipe": "recipe name", "shards": "N (default: the recipe's sharding.count)", **_BACKEND_HELP})
+def build(c, recipe="example", shards=0, backend="pip", cell=""):
     """Build a whole cell here: every shard in parallel, then the link."""
-    _cuw(c, "build", recipe, *(["--shards", str(shards)] if shards else []))
+    _cuw(c, "build", recipe, *(["--shards", str(shards)] if shards else []), *_backend(backend, cell))
 
 
 @task(help={"wheel": "path to a wheel", "recipe": "recipe name (default: matched by the wheel's name)"})

@@ -61,3 +61,11 @@ def local_cell(recipe: Recipe, toolkit: Toolkit) -> Cell:
             )
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     return Cell(recipe.key, local_lane(), python, toolkit.version, torch)
+
+
+def parse_cell(recipe: Recipe, text: str) -> Cell:
+    """``LANE/PY/CUDA[/TORCH]`` (``linux/3.11/13.0/2.14``) as a cell of ``recipe``."""
+    parts = text.split("/")
+    if len(parts) not in (3, 4) or not all(parts):
+        raise CuwError(f"--cell {text!r} is not LANE/PY/CUDA[/TORCH] (for example linux/3.11/13.0/2.14)")
+    return Cell(recipe.key, parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else None)

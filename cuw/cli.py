@@ -36,6 +36,12 @@ def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
     p.add_argument("--cache-remote", default=None, metavar="URL",
                    help="shared ccache remote (redis://, http://, file:); replaces the archives "
                         "(default: $CUW_CACHE_REMOTE, else recipes/defaults.yml)")  # fmt: skip
+    p.add_argument("--backend", choices=("pip", "cibuildwheel"), default="pip",
+                   help="pip: build here (default); cibuildwheel: the same job inside cibuildwheel's "
+                        "manylinux container or Windows build")  # fmt: skip
+    p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
+                   help="with --backend cibuildwheel: the cell to build (default: this machine's)")
+
 
 
 def parser() -> argparse.ArgumentParser:
@@ -164,6 +170,20 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
     return 0 if all(results) else 1
 
 
+def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> int:
+    """``--backend cibuildwheel``: the verb's jobs, each run by cibuildwheel (cuw/cibw.py)."""
+    from . import cibw
+    from .cell import local_cell, parse_cell
+    from .toolkit import find_toolkit
+
+    if getattr(args, "matrix", False):
+        raise CuwError("build --matrix builds with the pip backend; with cibuildwheel pass one --cell")
+    cell = parse_cell(recipe, args.cell) if args.cell else local_cell(recipe, find_toolkit())
+    choice = cache_choice(load_policy(recipes_dir), cell.lane, args.cache_tool, args.cache_remote)
+    specs = cibw.job_specs(recipe, args.verb, getattr(args, "shard", None), getattr(args, "shards", None))
+    return 0 if cibw.run_jobs(recipe, recipes_dir, cell, specs, _paths(args), choice, args.jobs) else 1
+
+
 def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     from . import matrix
 
@@ -184,17 +204,14 @@ def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
     import dataclasses
     import json
 
-    from .cell import Cell, local_cell
+    from .cell import local_cell, parse_cell
     from .finish import local_label
     from .toolkit import find_toolkit
 
     recipe = load_recipe(args.recipe, recipes_dir)
     policy = load_policy(recipes_dir)
     if args.cell:
-        parts = args.cell.split("/")
-        if len(parts) not in (3, 4):
-            raise CuwError(f"--cell {args.cell!r} is not LANE/PY/CUDA[/TORCH] (for example linux/3.11/13.0/2.14)")
-        cell = Cell(recipe.key, parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else None)
+        cell = parse_cell(recipe, args.cell)
     else:
         cell = local_cell(recipe, find_toolkit())
     from .grid import require_in_grid
@@ -244,6 +261,10 @@ def run(argv: list[str]) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise CuwError(f"--jobs must be at least 1, got {args.jobs}")
     recipe = load_recipe(args.recipe, recipes_dir)
+    if args.backend == "cibuildwheel":
+        return _cibuildwheel(args, recipe, recipes_dir)
+    if args.cell:
+        raise CuwError("--cell goes with --backend cibuildwheel; the pip backend builds this machine's cell")
     if args.verb == "shard":
         spec = parse_shard_spec(args.shard)
         result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,

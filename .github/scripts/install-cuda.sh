@@ -9,13 +9,22 @@ case "$line" in
   *) echo "install-cuda.sh: no pinned release for CUDA $line" >&2; exit 2 ;;
 esac
 arch=$(uname -m); [ "$arch" = aarch64 ] && repo=sbsa || repo=x86_64
+pkg="${line/./-}"
+if command -v dnf >/dev/null; then
+  # A manylinux container (cibuildwheel's before-all): RHEL family, root, no runner files.
+  # The cuda-compiler meta package carries the release number, so it takes the pin.
+  rhel="rhel$(. /etc/os-release; echo "${VERSION_ID%%.*}")"
+  curl -fsSLo "/etc/yum.repos.d/cuda-$rhel.repo" "https://developer.download.nvidia.com/compute/cuda/repos/$rhel/$repo/cuda-$rhel.repo"
+  dnf install -y -q "cuda-compiler-$pkg-$full" "cuda-cudart-devel-$pkg" "cuda-cuobjdump-$pkg" "cuda-nvrtc-devel-$pkg" \
+    "libcublas-devel-$pkg" "libcusparse-devel-$pkg"
+  exit 0
+fi
 . /etc/os-release
 distro="ubuntu${VERSION_ID//./}"
 keyring=cuda-keyring_1.1-1_all.deb
 curl -fsSLo "/tmp/$keyring" "https://developer.download.nvidia.com/compute/cuda/repos/$distro/$repo/$keyring"
 sudo dpkg -i "/tmp/$keyring"
 sudo apt-get update -qq
-pkg="${line/./-}"
 ver="$(apt-cache madison "cuda-nvcc-$pkg" | awk -v f="$full" '$3 ~ "^"f {print $3; exit}')"
 sudo apt-get install -y -qq "cuda-nvcc-$pkg=$ver" "cuda-cudart-dev-$pkg" "cuda-cuobjdump-$pkg" "cuda-nvrtc-dev-$pkg" \
   "libcublas-dev-$pkg" "libcusparse-dev-$pkg"
