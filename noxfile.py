@@ -62,6 +62,25 @@ def show(session: nox.Session) -> None:
 
 
 @nox.session
+def plan(session: nox.Session) -> None:
+    """Choose N without compiling: nox -s plan -- <recipe> [--shards N | --range 2..64] [--costs FILE] [--json]."""
+    session.run(sys.executable, "-m", "cuw", "plan", *session.posargs)
+
+
+@nox.session
+def costs(session: nox.Session) -> None:
+    """Record a recipe's cost table from real logs: nox -s costs -- <recipe> --from <seat log | .ninja_log> [...]."""
+    session.run(sys.executable, "-m", "cuw", "costs", *session.posargs)
+
+
+@nox.session
+def e2e(session: nox.Session) -> None:
+    """Real packages from their sdists, sharded, linked and verified: nox -s e2e -- [<recipe> ...]."""
+    recipes = [f"--e2e-recipe={name}" for name in session.posargs]
+    session.run(sys.executable, "-m", "pytest", "-m", "e2e", "-v", "-s", "tests/test_real_packages.py", *recipes)
+
+
+@nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite (real nvcc, real ccache): nox -s tests [-- pytest args]."""
     session.run(sys.executable, "-m", "pytest", *(session.posargs or ["-q"]))

@@ -16,6 +16,10 @@ from cuw.recipe import Recipe, load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_KERNELS = REPO / "recipes" / "example" / "package" / "csrc" / "kernels"
+EXAMPLE_CUDA_TUS = 9
+# Host TUs under the source root go through the host seat and the cache too:
+# dispatch.cpp and registry.cpp (and torch_link.cpp in the torch flavour).
+EXAMPLE_HOST_TUS = {"example": 2, "example_torch": 3}
 
 
 def expected_tu_values() -> dict[str, int]:
@@ -80,3 +84,9 @@ def torch_cuda_available() -> bool:
 requires_torch = pytest.mark.skipif(
     not torch_cuda_available(), reason="needs the CUDA build of torch (pip install torch==2.14.1)"
 )
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--e2e-recipe", action="append", default=[], help="end-to-end tier: only this recipe (repeatable)"
+    )
