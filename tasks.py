@@ -65,6 +65,20 @@ def show(c, recipe, cell=""):
     _cuw(c, "show", recipe, *(["--cell", cell] if cell else []))
 
 
+@task(help={"recipe": "recipe name", "shards": "plan this N only", "range": "A..B (default 2..64)",
+            "costs": "a cost table (default: the recipe's costs.json)", "json": "print JSON"})  # fmt: skip
+def plan(c, recipe, shards=0, range="", costs="", json=False):
+    """Per N: TUs and families per shard, jobs per lane, predicted times; a recommended N and the checklist."""
+    _cuw(c, "plan", recipe, *(["--shards", str(shards)] if shards else []), *(["--range", range] if range else []),
+         *(["--costs", costs] if costs else []), *(["--json"] if json else []))  # fmt: skip
+
+
+@task(help={"recipe": "recipe name", "log": "a seat log or .ninja_log (comma-separate several)"})
+def costs(c, recipe, log):
+    """Record a recipe's cost table (recipes/<name>/costs.json) from real build logs."""
+    _cuw(c, "costs", recipe, *[a for item in log.split(",") for a in ("--from", item)])
+
+
 @task
 def tests(c):
     """Run the test suite (real nvcc, real ccache)."""

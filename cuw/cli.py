@@ -93,6 +93,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recipes", type=Path, default=None)
     p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
                    help="for example linux/3.11/13.0/2.14 (default: this machine's cell)")  # fmt: skip
+    p = sub.add_parser("plan", help="per N: TUs and families per shard, jobs per lane, predicted times; "
+                                    "a recommended N and the checklist (no compile)")  # fmt: skip
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    p.add_argument("--shards", type=int, default=None, help="plan this N only")
+    p.add_argument("--range", default=None, metavar="A..B", help="plan every N from A to B (default: 2..64)")
+    p.add_argument("--costs", type=Path, default=None, help="a cost table (default: the recipe's costs.json)")
+    p.add_argument("--from-log", type=Path, default=None, help="seat filter: the TUs of this recorded seat log")
+    p.add_argument("--check", type=int, default=None, metavar="N", help="run the checklist at N (default: sharding.count)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("costs", help="record a recipe's cost table (recipes/<name>/costs.json) from real build logs")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    p.add_argument("--from", dest="logs", type=Path, action="append", required=True,
+                   help="a seat log (logs/seat.jsonl) or a build's .ninja_log; repeat for several shards")  # fmt: skip
+    p.add_argument("--source-root", type=Path, default=None, help="with a .ninja_log outside a forge job: the source root")
+    p.add_argument("--output", type=Path, default=None, help="write here (default: the recipe's costs.json)")
+    p.add_argument("--recipes", type=Path, default=None)
     return top
 
 
@@ -230,6 +248,29 @@ def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from . import planner
+
+    recipe = load_recipe(args.recipe, recipes_dir)
+    counts = planner.parse_counts(args.shards, args.range)
+    result = planner.plan(recipe, counts, args.costs, args.from_log, checked_n=args.check)
+    print(result.to_json() if args.json else planner.render(result), end="" if args.json else "\n")
+    return 0 if result.ok else 1
+
+
+def _costs(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from . import costs
+    from .partition import glob_match
+    from .recipe import costs_path
+
+    recipe = load_recipe(args.recipe, recipes_dir)
+    globs = recipe.sharding.source.globs if recipe.sharding.filter == "source" else ["**/*.cu"]
+    out = args.output or costs_path(Path(recipe.folder))
+    table = costs.record(args.logs, out, args.source_root, lambda key: any(glob_match(key, g) for g in globs))
+    report.say(f"cost table: {len(table.costs)} TUs, {table.total:.1f} s in all, longest {table.longest:.1f} s -> {out}")
+    return 0
+
+
 def run(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if args.verb == "index":
@@ -256,6 +297,10 @@ def run(argv: list[str]) -> int:
         return 0
     if args.verb == "show":
         return _show(args, recipes_dir)
+    if args.verb == "plan":
+        return _plan(args, recipes_dir)
+    if args.verb == "costs":
+        return _costs(args, recipes_dir)
     if args.verb == "matrix":
         return _matrix(args, recipes_dir)
     if args.jobs is not None and args.jobs < 1:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .partition import owner
+from .partition import Assignment
 
 # ld, nvlink, and MSVC's linker (LNK2019/LNK2001, or its /FORCE:UNRESOLVED warning LNK4088).
 UNDEFINED_REFERENCE = re.compile(
@@ -140,6 +140,8 @@ class LinkObservation:
     shard_count: int
     missing_shards: list[int]
     log: str = ""
+    assignment: Optional[Assignment] = None
+    """The recipe's partition at N, to name the shard that owned each missed TU (None: the hash rule)."""
 
 
 def link_gate(obs: LinkObservation) -> Verdict:
@@ -179,7 +181,7 @@ def link_gate(obs: LinkObservation) -> Verdict:
     ):
         if count:
             v.ok = False
-            v.reasons.append(f"{noun}: {count} (must be 0): " + attribute(keys, obs.shard_count, obs.missing_shards))
+            v.reasons.append(f"{noun}: {count} (must be 0): " + attribute(keys, obs.shard_count, obs.missing_shards, obs.assignment))
     if v.ok:
         v.reasons.insert(0, f"{total} compiler calls, {obs.hits} cache hits, zero misses; {len(obs.cuda_tus_in_build)} CUDA TUs in the build")
     if not obs.cuda_tus_in_build and total:
@@ -187,11 +189,12 @@ def link_gate(obs: LinkObservation) -> Verdict:
     return v
 
 
-def attribute(keys: list[str], count: int, missing_shards: list[int]) -> str:
-    """Names each missed TU with the shard that owned it."""
+def attribute(keys: list[str], count: int, missing_shards: list[int], assignment: Optional[Assignment] = None) -> str:
+    """Names each missed TU with the shard that owned it under the recipe's rule."""
+    rule = assignment or Assignment(count)
     parts = []
     for key in sorted(keys)[:8]:
-        shard = owner(key, count)
+        shard = rule.owner(key)
         why = " (its archive is missing)" if shard in missing_shards else ""
         parts.append(f"{key} <- shard {shard}/{count}{why}")
     more = f" and {len(keys) - 8} more" if len(keys) > 8 else ""

@@ -16,7 +16,8 @@ import hashlib
 import ntpath
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence
 
 from .errors import CuwError
 
@@ -78,3 +79,119 @@ def parse_shard_spec(text: str) -> ShardSpec:
     if not 1 <= index <= count:
         raise CuwError(f"shard {text!r}: the index must be between 1 and {count} (shards count from 1)")
     return ShardSpec(index, count)
+
+
+# -- rules over a known set of TUs ---------------------------------------------
+#
+# ``hash`` needs nothing but the key. ``sorted`` and ``cost`` need the full set
+# (the source filter's files, or a recipe's cost table), so they produce an
+# explicit table key -> shard; a key outside that table (a TU the table never
+# saw) falls back to the hash rule, so every key still has exactly one owner.
+
+RULES = ("hash", "sorted", "cost")
+OTHER_FAMILY = "other"
+
+
+def _glob_regex(pattern: str) -> "re.Pattern[str]":
+    """``pathlib``-style glob over ``/`` keys: ``**`` spans folders, ``*`` and ``?`` stay inside one."""
+    parts = []
+    for segment in pattern.strip("/").split("/"):
+        if segment == "**":
+            parts.append("(?:[^/]+/)*")
+            continue
+        body = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in segment)
+        parts.append(body + "/")
+    return re.compile("".join(parts).removesuffix("/") + r"\Z")
+
+
+def glob_match(key: str, pattern: str) -> bool:
+    """Whether a partition key matches a glob relative to the source root."""
+    return _glob_regex(pattern).match(key) is not None
+
+
+def families_of(keys: Iterable[str], families: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """Each key's family: the one whose globs match it, else ``other``; two families for one key is an error."""
+    out: dict[str, str] = {}
+    for key in keys:
+        found = sorted(name for name, globs in families.items() if any(glob_match(key, g) for g in globs))
+        if len(found) > 1:
+            raise CuwError(f"sharding.source.families: {key} matches {' and '.join(found)}; a file belongs to one family")
+        out[key] = found[0] if found else OTHER_FAMILY
+    return out
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Which shard owns each TU: an explicit table, with the hash rule for keys outside it."""
+
+    count: int
+    rule: str = "hash"
+    table: Mapping[str, int] = field(default_factory=dict)
+
+    def owner(self, key: str) -> int:
+        return self.table.get(key) or owner(key, self.count)
+
+    def owned(self, keys: Iterable[str], index: int) -> list[str]:
+        return [k for k in keys if self.owner(k) == index]
+
+
+def _family_order(family: Mapping[str, str]) -> list[str]:
+    names = sorted(set(family.values()) - {OTHER_FAMILY})
+    return names + ([OTHER_FAMILY] if OTHER_FAMILY in family.values() else [])
+
+
+def _round_robin(keys: Sequence[str], count: int, family: Mapping[str, str], per_family: bool) -> dict[str, int]:
+    """Sorted index i -> shard (i mod N) + 1; per family, the count runs on across families
+    (sorted by name, ``other`` last) so each family covers min(size, N) shards."""
+    groups = [[k for k in sorted(keys) if family.get(k, OTHER_FAMILY) == name] for name in _family_order(family)] \
+        if per_family else [sorted(keys)]  # fmt: skip
+    ordered = [k for group in groups for k in group]
+    return {key: i % count + 1 for i, key in enumerate(ordered)}
+
+
+def _lpt(costs: Mapping[str, float], count: int, family: Mapping[str, str], per_family: bool) -> dict[str, int]:
+    """Longest processing time first: cost descending then key; each TU goes to the
+    lowest-loaded shard, ties to the lowest index. Per family, the family's own load
+    decides first (so its TUs spread over all shards), the total load breaks ties."""
+    load = [0.0] * count
+    out: dict[str, int] = {}
+    names = _family_order(family) if per_family else [None]
+    for name in names:
+        fam_load = [0.0] * count
+        keys = [k for k in costs if name is None or family.get(k, OTHER_FAMILY) == name]
+        for key in sorted(keys, key=lambda k: (-costs[k], k)):
+            best = min(range(count), key=lambda i: (fam_load[i], load[i], i))
+            fam_load[best] += costs[key]
+            load[best] += costs[key]
+            out[key] = best + 1
+    return out
+
+
+def assign(
+    count: int,
+    rule: str,
+    keys: Iterable[str] = (),
+    costs: Optional[Mapping[str, float]] = None,
+    family: Optional[Mapping[str, str]] = None,
+    per_family: bool = False,
+) -> Assignment:
+    """The one partition function: N, a rule, the known keys (with costs and families) -> an assignment.
+
+    ``hash``: every key by md5. ``sorted``: round-robin over the sorted ``keys``
+    (or the cost table's keys when ``keys`` is empty). ``cost``: LPT over the cost table.
+    """
+    if count < 1:
+        raise ValueError(f"shard count must be >= 1, got {count}")
+    if rule not in RULES:
+        raise CuwError(f"sharding.rule {rule!r} is not one of {', '.join(RULES)}")
+    family = dict(family or {})
+    known = sorted(set(keys) or set(costs or {}))
+    if rule == "hash":
+        table: dict[str, int] = {}  # the fallback is the rule
+    elif rule == "sorted":
+        table = _round_robin(known, count, family, per_family)
+    else:
+        if not costs:
+            raise CuwError("sharding.rule 'cost' needs a cost table (record one with `cuw costs <recipe> --from <log>`)")
+        table = _lpt(costs, count, family, per_family)
+    return Assignment(count, rule, table)

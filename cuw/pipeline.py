@@ -21,7 +21,8 @@ from .backends import build_command, build_env
 from .cell import Cell, local_cell
 from .errors import CuwError
 from .gates import LinkObservation, ShardObservation, Verdict, link_gate, shard_gate
-from .partition import ShardSpec, tu_key
+from .assignment import covered_keys, recipe_assignment, source_filter_files
+from .partition import Assignment, ShardSpec, tu_key
 from .grid import cell_archs, require_in_grid
 from .patching import PatchContext
 from .policy import CacheChoice, Policy, cache_choice, load_policy
@@ -78,35 +79,29 @@ def _check_lane(recipe: Recipe, cell: Cell, spec: ShardSpec) -> None:
         raise CuwError(f"recipe {recipe.key!r} does not shard on lane {cell.lane} (sharding.platforms: {lanes}); use 1/1")
 
 
-def apply_source_filter(src_root: Path, globs: list[str], spec: ShardSpec, lane: str = "linux") -> list[str]:
+def apply_source_filter(
+    src_root: Path, globs: list[str], spec: ShardSpec, lane: str = "linux", assignment: Optional[Assignment] = None
+) -> list[str]:
     """Deletes out-of-slice files matched by ``globs``; returns the kept keys.
 
-    On Windows only CUDA sources are partitioned: host sources (the module-init
-    symbol among them) stay in every shard.
+    ``assignment`` is the recipe's rule (:func:`cuw.assignment.recipe_assignment`);
+    without one, the hash rule. On Windows only CUDA sources are partitioned.
     """
-    matched = sorted({p for pattern in globs for p in src_root.glob(pattern) if p.is_file()})
-    if lane == "windows":
-        matched = [p for p in matched if p.suffix == ".cu"]
-    if not matched:
-        raise CuwError(f"sharding.sources ({', '.join(globs)}) matched no file under {src_root}")
+    rule = assignment or Assignment(spec.count)
     kept = []
-    for path in matched:
+    for path in source_filter_files(src_root, globs, lane):
         key = tu_key(str(path), str(src_root))
-        if spec.owns(key):
+        if rule.owner(key) == spec.index:
             kept.append(key)
         else:
             path.unlink()
     return kept
 
 
-def expected_owned(recipe: Recipe, src_root: Path, spec: ShardSpec) -> list[str]:
+def expected_owned(recipe: Recipe, src_root: Path, spec: ShardSpec, lane: str = "linux") -> list[str]:
     """TU keys shard ``spec`` is expected to compile."""
-    if recipe.sharding.filter == "source":
-        matched = {p for pattern in recipe.sharding.sources for p in src_root.glob(pattern) if p.is_file()}
-        keys = sorted(tu_key(str(p), str(src_root)) for p in matched)
-    else:
-        keys = cuda_sources(src_root)
-    return [k for k in keys if spec.owns(k)]
+    keys = covered_keys(recipe, src_root, lane)
+    return recipe_assignment(recipe, spec.count, src_root, lane).owned(keys, spec.index)
 
 
 def _plural(count: int, noun: str) -> str:
@@ -191,9 +186,10 @@ def run_shard(
     patch_ctx = PatchContext(ws.src, cell, archs, spec if spec.count > 1 else None, recipe.key)
     job_cache = prepare(ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote, patch_ctx)
     if source_filter:
-        owned = apply_source_filter(ws.src, recipe.sharding.sources, spec, cell.lane)
+        rule = recipe_assignment(recipe, spec.count, ws.src, cell.lane)
+        owned = apply_source_filter(ws.src, recipe.sharding.source.globs, spec, cell.lane, rule)
     else:
-        owned = expected_owned(recipe, ws.src, spec)
+        owned = expected_owned(recipe, ws.src, spec, cell.lane)
     label = f"shard {spec}"
     if progress:
         progress(
@@ -352,6 +348,7 @@ def run_link(
         misses_by_key=_missed_keys(compiles, job_cache),
         uncacheable_by_key=sorted(e["key"] for e in compiles if str(e.get("outcome", "")).startswith("uncacheable")),
         shard_count=count,
+        assignment=recipe_assignment(recipe, count, ws.src, cell.lane) if count > 1 else None,
         missing_shards=missing,
         log=log,
     )

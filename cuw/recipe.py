@@ -15,6 +15,7 @@ from .schema import SchemaError, load_dataclass
 
 Backend = Literal["scikit-build-core", "torch-extension", "setuptools"]
 Filter = Literal["seat", "source"]
+Rule = Literal["hash", "sorted", "cost"]
 Lane = Literal["linux", "linux_aarch64", "windows"]
 
 
@@ -37,6 +38,17 @@ class Source:
 
 
 @dataclass(frozen=True)
+class ShardSources:
+    """The files a partition covers, and how they group into families."""
+
+    globs: list[str] = field(default_factory=list)
+    """With ``filter: source``: globs (relative to the source root) of the files it partitions."""
+    families: dict[str, list[str]] = field(default_factory=dict)
+    """Family name -> globs (relative to the source root) of a subset of the files, such as
+    per-arch targets; files in no family form family ``other``. Needs ``filter: source`` or a cost table."""
+
+
+@dataclass(frozen=True)
 class Sharding:
     count: int = 1
     """N: compile shards per cell on the lanes that shard."""
@@ -44,8 +56,13 @@ class Sharding:
     """Who decides which TUs a shard compiles: the nvcc seat, or deleting sources before the build."""
     platforms: list[Lane] = field(default_factory=lambda: ["linux", "linux_aarch64", "windows"])
     """Lanes that shard; the others build whole (1/1)."""
-    sources: list[str] = field(default_factory=list)
-    """With ``filter: source``: globs (relative to the source root) of the files it partitions."""
+    rule: Rule = "hash"
+    """How TUs map to shards: ``hash`` (md5 of the key), ``sorted`` (round-robin over the sorted full
+    set: ``filter: source`` or a cost table), ``cost`` (longest first over the recipe's ``costs.json``)."""
+    per_family: bool = False
+    """Partition each family separately so every family spreads over all shards (rule sorted or cost)."""
+    source: ShardSources = field(default_factory=ShardSources)
+    """The partitioned files (globs) and their families."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +179,9 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
         for reserved in LOADER_ONLY:
             if reserved in data:
                 raise SchemaError(f"{path}: {reserved!r} is set by the forge, not by the recipe")
+        sharding = data.get("sharding")
+        if isinstance(sharding, dict) and "sources" in sharding:
+            raise SchemaError(f"{path}: sharding.sources moved to sharding.source.globs (write `source: {{globs: [...]}}`)")
     recipe = load_dataclass(Recipe, data, str(path))
     recipe = _with(recipe, key=key, folder=str(path.parent.resolve()))
     _validate(recipe, path)
@@ -205,10 +225,7 @@ def _validate(recipe: Recipe, path: Path) -> None:
     sharding = recipe.sharding
     if sharding.count < 1:
         raise CuwError(f"{path}: sharding.count must be at least 1, got {sharding.count}")
-    if sharding.filter == "source" and not sharding.sources:
-        raise CuwError(f"{path}: sharding.filter is 'source' but sharding.sources names no files to partition")
-    if sharding.filter == "seat" and sharding.sources:
-        raise CuwError(f"{path}: sharding.sources is only read with filter: source (this recipe uses seat)")
+    _validate_sharding(sharding, path)
     for line in recipe.extra_deps_cuda:
         if not re.fullmatch(r"\d+\.\d+", line):
             raise CuwError(f"{path}: extra_deps_cuda.{line}: not a CUDA line like '13.0'")
@@ -216,6 +233,39 @@ def _validate(recipe: Recipe, path: Path) -> None:
         for arch in archs:
             check_arch(arch, f"{path}: archs.{line}")
     _require_readme(recipe, path)
+
+
+def costs_path(recipe_folder: Path) -> Path:
+    """The recipe's cost table: measured seconds per TU, committed next to recipe.yml."""
+    return recipe_folder / "costs.json"
+
+
+def _validate_sharding(sharding: Sharding, path: Path) -> None:
+    globs = sharding.source.globs
+    has_costs = costs_path(path.parent).is_file()
+    record = f"create {costs_path(path.parent)} with `cuw costs {path.parent.name} --from <seat log or .ninja_log>`"
+    if sharding.filter == "source" and not globs:
+        raise CuwError(f"{path}: sharding.filter is 'source' but sharding.source.globs names no files to partition")
+    if sharding.filter == "seat" and globs:
+        raise CuwError(f"{path}: sharding.source.globs is only read with filter: source (this recipe uses seat)")
+    if sharding.rule == "cost" and not has_costs:
+        raise CuwError(f"{path}: sharding.rule is 'cost' but there is no cost table: {record}")
+    if sharding.rule == "sorted" and sharding.filter == "seat" and not has_costs:
+        raise CuwError(
+            f"{path}: sharding.rule 'sorted' needs the full set of TUs, which a seat only knows from a cost table: "
+            f"use filter: source, or {record}"
+        )
+    if sharding.source.families and sharding.filter == "seat" and not has_costs:
+        raise CuwError(
+            f"{path}: sharding.source.families needs the full set of TUs (filter: source, or a cost table): {record}"
+        )
+    if sharding.per_family and sharding.rule == "hash":
+        raise CuwError(f"{path}: sharding.per_family needs rule sorted or cost (the hash rule cannot spread a family)")
+    if sharding.per_family and not sharding.source.families:
+        raise CuwError(f"{path}: sharding.per_family is set but sharding.source.families names no family")
+    for name, family_globs in sharding.source.families.items():
+        if not family_globs:
+            raise CuwError(f"{path}: sharding.source.families.{name} names no globs")
 
 
 def check_arch(arch: str, where: str) -> None:

@@ -31,7 +31,7 @@ from typing import Optional
 
 from . import cache
 from .nvcc_args import NvccCall, parse
-from .partition import owner, tu_key
+from .partition import Assignment, tu_key
 
 PROBE_MARKERS = ("CMakeScratch", "CompilerId", "CMakeTmp", "cmTC_", "meson-private", "conftest")
 SOURCE_FILTER_VARS = ("CUDA_WHEELS_SHARD_INDEX", "CUDA_WHEELS_SHARD_COUNT")
@@ -42,10 +42,12 @@ DOUBLE_PARTITION_EXIT = 90
 class SeatPartition:
     index: int  # 1-based
     count: int
+    assignment: dict[str, int] = field(default_factory=dict)
+    """Key -> shard from the recipe's rule (cuw.assignment); keys outside it fall back to the hash rule."""
 
     def owner(self, key: str) -> int:
         """The 1-based shard that compiles the TU with this key."""
-        return owner(key, self.count)
+        return Assignment(self.count, table=self.assignment).owner(key)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import seat
+from .assignment import recipe_assignment
 from .cache import Cache, open_cache
 from .errors import CuwError
 from .partition import ShardSpec
@@ -113,12 +114,17 @@ def prepare(
         source_root=str(ws.src),
         empty_object=str(ws.empty_object),
         log=str(ws.seat_log),
-        partition=seat.SeatPartition(seat_partition.index, seat_partition.count) if seat_partition else None,
+        partition=partition_for_seat(recipe, seat_partition) if seat_partition else None,
         extra_args=[*recipe.nvcc_flags, *([f"--threads={recipe.nvcc_threads}"] if recipe.nvcc_threads else [])],
     )
     script = seat.install(ws.seat_dir, config)
     make_shadow_home(toolkit, ws.cuda_home, script)
     return job_cache
+
+
+def partition_for_seat(recipe: Recipe, spec: ShardSpec) -> seat.SeatPartition:
+    """The seat's slice with the recipe's rule; a seat knows the full set only from the cost table."""
+    return seat.SeatPartition(spec.index, spec.count, dict(recipe_assignment(recipe, spec.count).table))
 
 
 def real_objects(ws: Workspace) -> int:

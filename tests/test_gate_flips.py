@@ -176,7 +176,7 @@ def _craft_escape(path: Path, manifest: archive.Manifest) -> None:
 def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_through(recipes_dir, paths, tmp_path):
     path = recipes_dir / "example" / "recipe.yml"
     data = yaml.safe_load(path.read_text())
-    data["sharding"] = {"count": N, "filter": "source", "sources": ["csrc/kernels/*.cu"], "platforms": ["linux", "linux_aarch64"]}
+    data["sharding"] = {"count": N, "filter": "source", "source": {"globs": ["csrc/kernels/*.cu"]}, "platforms": ["linux", "linux_aarch64"]}
     path.write_text(yaml.safe_dump(data))
     recipe = load_recipe("example", recipes_dir)
     outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir)

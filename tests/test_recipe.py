@@ -78,7 +78,7 @@ def test_bad_filter_value_and_missing_required_key(recipes_dir):
 def test_source_filter_needs_its_globs(recipes_dir):
     base = (recipes_dir / "example" / "recipe.yml").read_text()
     _write(recipes_dir, base.replace("filter: seat", "filter: source"))
-    with pytest.raises(CuwError, match=r"sharding.sources names no files"):
+    with pytest.raises(CuwError, match=r"sharding.source.globs names no files"):
         load_recipe("example", recipes_dir)
 
 

@@ -1,0 +1,265 @@
+"""Partition rules, cost tables and the planner; a real seat run checks the prediction."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cuw import planner, seat
+from cuw.assignment import recipe_assignment
+from cuw.cli import main as cuw_main
+from cuw.errors import CuwError
+from cuw.partition import Assignment, ShardSpec, assign, families_of, glob_match, owner
+from cuw.pipeline import apply_source_filter
+from cuw.recipe import load_recipe
+from cuw.workspace import partition_for_seat
+
+from test_seat import ARCH, KERNEL, Seat
+
+# natten's generated set, in sorted order: Blackwell 50 (indices 0-49), base 70,
+# Hopper 22 (indices 120-141), 2 more base files after.
+NATTEN_LAYOUT = [("a_blackwell", 50), ("b_base", 70), ("c_hopper", 22), ("d_tail", 2)]
+NATTEN_CMAKE = """
+file(GLOB AUTOGEN_HOPPER autogen/c_hopper/*.cu)
+if(AUTOGEN_HOPPER)
+  add_library(natten_hopper OBJECT ${AUTOGEN_HOPPER})
+endif()
+add_library(natten SHARED dispatch.cpp)
+if(NATTEN_WITH_HOPPER_FNA)
+  target_link_libraries(natten PRIVATE $<TARGET_OBJECTS:natten_hopper>)
+endif()
+"""
+
+
+def _natten_like(recipes_dir: Path, **sharding: object) -> str:
+    folder = recipes_dir / "natten_like"
+    src = folder / "src"
+    for family, count in NATTEN_LAYOUT:
+        (src / "autogen" / family).mkdir(parents=True)
+        for i in range(count):
+            (src / "autogen" / family / f"k{i:03}.cu").write_text(f"// {family} {i}\n")
+    (src / "dispatch.cpp").write_text("int dispatch() { return 0; }\n")
+    (src / "CMakeLists.txt").write_text(NATTEN_CMAKE)
+    recipe = {
+        "name": "natten-like",
+        "links_torch": False,
+        "source": {"path": "src"},
+        "backend": "scikit-build-core",
+        "sharding": {
+            "count": 23,
+            "filter": "source",
+            "platforms": ["linux"],
+            "rule": "sorted",
+            "source": {
+                "globs": ["autogen/**/*.cu"],
+                "families": {"blackwell": ["autogen/a_blackwell/*.cu"], "hopper": ["autogen/c_hopper/*.cu"]},
+            },
+            **sharding,
+        },
+    }
+    (folder / "recipe.yml").write_text(yaml.safe_dump(recipe))
+    return "natten_like"
+
+
+def _rows(result: planner.Plan) -> dict[int, planner.Row]:
+    return {row.n: row for row in result.rows}
+
+
+# -- the rules ---------------------------------------------------------------------
+
+
+def test_lpt_is_deterministic_longest_first_to_the_lowest_loaded_shard():
+    costs = {"a": 5.0, "b": 4.0, "c": 3.0, "d": 3.0, "e": 2.0, "f": 2.0}
+    table = assign(3, "cost", costs=costs).table
+    assert table == {"a": 1, "b": 2, "c": 3, "d": 3, "e": 2, "f": 1}
+    loads = [sum(costs[k] for k, s in table.items() if s == i) for i in (1, 2, 3)]
+    assert loads == [7.0, 6.0, 6.0]
+    # Equal costs: key order decides, ties go to the lowest index.
+    assert assign(2, "cost", costs={"y": 1.0, "x": 1.0}).table == {"x": 1, "y": 2}
+
+
+def test_keys_outside_the_table_fall_back_to_the_hash_rule():
+    rule = assign(5, "cost", costs={"known.cu": 3.0})
+    assert rule.owner("known.cu") == 1
+    assert rule.owner("csrc/new_kernel.cu") == owner("csrc/new_kernel.cu", 5)
+    assert Assignment(7).owner("x/y.cu") == owner("x/y.cu", 7)
+
+
+def test_sorted_rule_is_round_robin_over_the_sorted_set():
+    keys = [f"k{i:02}.cu" for i in range(10)]
+    table = assign(4, "sorted", reversed(keys)).table
+    assert [table[k] for k in keys] == [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
+
+
+def test_globs_and_families():
+    assert glob_match("autogen/c_hopper/k001.cu", "autogen/**/*.cu")
+    assert glob_match("top.cu", "**/*.cu") and not glob_match("a/top.cu", "*.cu")
+    family = families_of(["a/x.cu", "b/y.cu"], {"fa": ["a/*.cu"]})
+    assert family == {"a/x.cu": "fa", "b/y.cu": "other"}
+    with pytest.raises(CuwError, match=r"a/x.cu matches f1 and f2"):
+        families_of(["a/x.cu"], {"f1": ["a/*"], "f2": ["**/*.cu"]})
+
+
+# -- the planner on natten's layout -----------------------------------------------------
+
+
+def test_family_emptiness_on_natten_layout(recipes_dir):
+    recipe = load_recipe(_natten_like(recipes_dir), recipes_dir)
+    result = planner.plan(recipe, [20, 23, 40, 50, 51], checked_n=23)
+    rows = _rows(result)
+    assert result.tus == 144 and result.families == {"blackwell": 50, "hopper": 22, "other": 72}
+    assert [rows[n].family_empty["hopper"] for n in (20, 23, 40)] == [0, 1, 18]
+    assert rows[50].family_empty["blackwell"] == 0 and rows[51].family_empty["blackwell"] == 1
+    # At N=23 the check names the empty Hopper shard, the ceiling and the fixes.
+    family = next(c for c in result.checks if c.name == "family")
+    assert not family.ok and "'hopper': 22 files, every shard holds one up to N=22" in family.detail
+    assert "hopper: 1 of 23 shards" in family.detail and "per_family" in family.fix
+    # The consumer guarded on the arch flag is found, with its fix (where the CMake lint is present).
+    guards = next(c for c in result.checks if c.name == "guards")
+    if importlib.util.find_spec("cuw.cmake_guards"):
+        assert not guards.ok and "natten_hopper" in guards.detail and "if(TARGET natten_hopper)" in guards.fix
+    else:
+        assert guards.ok and "not checked" in guards.detail
+    assert result.recommended == 20 and not result.ok
+
+
+def test_per_family_spreads_hopper_over_every_shard_up_to_22(recipes_dir):
+    recipe = load_recipe(_natten_like(recipes_dir, per_family=True), recipes_dir)
+    rows = _rows(planner.plan(recipe, list(range(2, 25)), checked_n=22))
+    assert all(rows[n].family_empty["hopper"] == 0 for n in range(2, 23))
+    assert rows[23].family_empty["hopper"] == 1
+    assert all(rows[n].tus_max - rows[n].tus_min <= 1 for n in range(2, 25))  # still balanced overall
+
+
+def test_source_filter_deletes_exactly_the_planned_slice(recipes_dir, tmp_path):
+    recipe = load_recipe(_natten_like(recipes_dir, per_family=True), recipes_dir)
+    predicted = planner.plan(recipe, [23], checked_n=23).assignment
+    tree = tmp_path / "shard7"
+    shutil.copytree(recipe.source_dir, tree)
+    rule = recipe_assignment(recipe, 23, tree)
+    kept = apply_source_filter(tree, recipe.sharding.source.globs, ShardSpec(7, 23), "linux", rule)
+    assert kept == sorted(k for k, shard in predicted.items() if shard == 7)
+    assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.cu")) == kept
+    assert sum(k.startswith("autogen/c_hopper/") for k in kept) == 1
+
+
+# -- cost tables, the seat, the link attribution ------------------------------------------
+
+
+def _example_with_rule(recipes_dir: Path, rule: str) -> str:
+    path = recipes_dir / "example" / "recipe.yml"
+    path.write_text(path.read_text().replace("filter: seat", f"filter: seat\n  rule: {rule}"))
+    return "example"
+
+
+def test_live_seat_decisions_equal_the_planners_prediction(recipes_dir, tmp_path):
+    """Three real seats (real nvcc, real ccache) configured as a cost-rule shard job is."""
+    recipe = load_recipe(_example_with_rule(recipes_dir, "cost"), recipes_dir)
+    predicted = planner.plan(recipe, [3], checked_n=3).assignment
+    assert sorted(predicted) == sorted(json.loads((recipes_dir / "example" / "costs.json").read_text())["costs"])
+    logs = []
+    for index in (1, 2, 3):
+        part = partition_for_seat(recipe, ShardSpec(index, 3))
+        # The partition survives the seat's JSON configuration.
+        s = Seat(tmp_path / f"shard{index}", part)
+        assert seat.SeatConfig.read(str(s.exe.parent / "seat.json")).partition == part
+        for key in predicted:
+            src = s.src / key
+            src.parent.mkdir(parents=True, exist_ok=True)
+            src.write_text(KERNEL)
+            proc = s.run("-c", str(src), "-o", f"{src.name}.o", *ARCH)
+            assert proc.returncode == 0, proc.stderr
+        compiled = sorted(e["key"] for e in s.entries() if e["action"] == "compiled")
+        stubbed = sorted(e["key"] for e in s.entries() if e["action"] == "stubbed")
+        assert compiled == sorted(k for k, shard in predicted.items() if shard == index)
+        assert stubbed == sorted(k for k, shard in predicted.items() if shard != index)
+        logs.append(s.log)
+    # The three logs record a cost table covering every TU exactly once.
+    out = tmp_path / "costs.json"
+    args = ["costs", "example", "--recipes", str(recipes_dir), "--output", str(out)]
+    assert cuw_main(args + [a for log in logs for a in ("--from", str(log))]) == 0
+    recorded = json.loads(out.read_text())
+    assert sorted(recorded["costs"]) == sorted(predicted) and recorded["header"]["tus"] == 9
+    assert all(seconds > 0 for seconds in recorded["costs"].values())
+
+
+def test_link_gate_names_the_owner_under_the_recipes_rule(recipes_dir):
+    from cuw.gates import attribute
+
+    recipe = load_recipe(_example_with_rule(recipes_dir, "cost"), recipes_dir)
+    rule = recipe_assignment(recipe, 4)
+    key = "csrc/kernels/k08_gemm.cu"
+    assert rule.owner(key) == 1  # the longest TU goes first to shard 1
+    assert f"{key} <- shard 1/4 (its archive is missing)" in attribute([key], 4, [1], rule)
+
+
+def test_a_replayed_log_is_refused_and_a_bad_table_named(tmp_path, recipes_dir):
+    log = tmp_path / "seat.jsonl"
+    log.write_text(json.dumps({"action": "compiled", "key": "a.cu", "outcome": "hit", "rc": 0, "seconds": 0.03}) + "\n")
+    assert cuw_main(["costs", "example", "--recipes", str(recipes_dir), "--from", str(log)]) == 2
+    bad = tmp_path / "costs.json"
+    bad.write_text('{"costs": {"a.cu": "slow"}}')
+    with pytest.raises(CuwError, match=r"costs\['a.cu'\] = 'slow' is not a number of seconds"):
+        planner.plan(load_recipe("example", recipes_dir), [2], costs_file=bad)
+
+
+# -- recipe errors -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ("  rule: cost", r"rule is 'cost' but there is no cost table: create .*costs.json with `cuw costs example"),
+        ("  rule: sorted", r"rule 'sorted' needs the full set of TUs"),
+        ("  source: {families: {big: ['**/k08*.cu']}}", r"families needs the full set of TUs"),
+        ("  rule: hash\n  per_family: true", r"per_family needs rule sorted or cost"),
+        ("  sources: ['**/*.cu']", r"sharding.sources moved to sharding.source.globs"),
+        ("  rule: lpt", r"'lpt' is not one of 'hash', 'sorted', 'cost'"),
+    ],
+)
+def test_sharding_errors_name_the_fix(recipes_dir, edit, message):
+    (recipes_dir / "example" / "costs.json").unlink()
+    path = recipes_dir / "example" / "recipe.yml"
+    path.write_text(path.read_text().replace("  filter: seat", "  filter: seat\n" + edit))
+    with pytest.raises(CuwError, match=message):
+        load_recipe("example", recipes_dir)
+
+
+def test_plan_cli_json_and_exit_code(recipes_dir, capsys):
+    assert cuw_main(["plan", "example", "--recipes", str(recipes_dir), "--range", "2..4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["n"] for r in data["rows"]] == [2, 3, 4] and data["ok"]
+    assert all(r["bound_s"] <= r["slowest_s"] for r in data["rows"])
+    key = _natten_like(recipes_dir)
+    assert cuw_main(["plan", key, "--recipes", str(recipes_dir), "--shards", "23"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL family" in out and "fix: keep N <= 22" in out
+    assert cuw_main(["plan", "example", "--recipes", str(recipes_dir), "--range", "9..2"]) == 2
+
+
+def test_cost_rule_is_within_5_percent_of_the_physical_bound():
+    spec = importlib.util.spec_from_file_location("partition_balance", Path(__file__).parent.parent / "benchmarks" / "partition_balance.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for sigma in (1.0, 1.6):
+        costs = bench.lognormal_table(150, 7, sigma)
+        for n in (4, 10):
+            row = bench.measure("lognormal", costs, n)
+            assert row["cost_over_bound"] <= 1.05, row
+            assert row["cost"] <= row["hash"]
+
+
+def test_nox_and_invoke_offer_plan_and_costs():
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    nox = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=repo, capture_output=True, text=True).stdout
+    inv = subprocess.run([sys.executable, "-m", "invoke", "--list"], cwd=repo, capture_output=True, text=True).stdout
+    for verb in ("plan", "costs"):
+        assert f"{verb} -> " in nox and f"  {verb} " in inv, (nox, inv)
