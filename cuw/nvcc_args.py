@@ -35,6 +35,15 @@ VALUE_OPTIONS = frozenset(
     """.split()
 )
 
+# gcc/g++/clang spell fewer options with a separate value (and -Werror, -time
+# and -m take none), so a host compiler's argv is read with this set instead.
+HOST_VALUE_OPTIONS = frozenset(
+    """
+    -o -MF -MT -MQ -x -I -isystem -iquote -idirafter -include -imacros -L -l -D -U
+    -Xlinker -Xassembler -Xpreprocessor -aux-info -dumpbase -dumpdir -B
+    """.split()
+)
+
 COMPILE_FLAGS = frozenset({"-c", "--compile", "-dc", "--device-c", "-dw", "--device-w"})
 # Any of these makes the call something other than "compile one TU to an object".
 NOT_A_COMPILE = frozenset(
@@ -81,7 +90,8 @@ def _split(arg: str) -> tuple[str, Optional[str]]:
     return arg, None
 
 
-def parse(args: list[str]) -> NvccCall:
+def parse(args: list[str], value_options: frozenset[str] = VALUE_OPTIONS) -> NvccCall:
+    """Reads an nvcc argv (or, with ``HOST_VALUE_OPTIONS``, a gcc/g++ one)."""
     positionals: list[str] = []
     flags: set[str] = set()
     output: Optional[str] = None
@@ -90,10 +100,10 @@ def parse(args: list[str]) -> NvccCall:
     while i < len(args):
         arg = args[i]
         name, value = _split(arg)
-        if name in VALUE_OPTIONS and value is None:
+        if name in value_options and value is None:
             value = args[i + 1] if i + 1 < len(args) else None
             i += 1
-        elif name.startswith("-o") and name not in VALUE_OPTIONS and name not in ("-objtemp",):
+        elif name.startswith("-o") and name not in value_options and name not in ("-objtemp",):
             # nvcc rejects -oFILE, but builds that write it mean the output file.
             name, value = "-o", name[2:]
         i += 1

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import expected_tu_values, wheel_tu_values
+from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values
 from cuw import archive
 from cuw.cache import check_remote
 from cuw.errors import CuwError
@@ -33,8 +33,9 @@ def test_sccache_handoff_passes_every_gate_and_attributes_a_missing_shard(recipe
     outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir, cache=choice)
     assert outcomes == [True] * N and link.verdict.ok, link.verdict.line
     facts = link.verdict.facts
-    assert facts["misses"] == 0 and facts["total"] == facts["cuda_tus"] == 9
-    assert facts["hits"] >= 9  # sccache counts each piece of an nvcc call
+    assert facts["misses"] == 0 and facts["cuda_tus"] == EXAMPLE_CUDA_TUS
+    assert facts["total"] == EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"], "one request per CUDA and host TU"
+    assert facts["hits"] >= facts["total"]  # sccache counts each piece of an nvcc call
     assert wheel_tu_values(link.wheel, "cuw_example", tmp_path) == expected_tu_values()
     for tarball in paths.artifacts.glob("*/*.tar.gz"):
         assert archive.read_manifest(tarball).cache_tool == "sccache"
@@ -119,7 +120,8 @@ def test_redis_remote_handoff_matches_the_archive_handoff(recipes_dir, tmp_path,
     outcomes, link = run_build(recipe, remote, count=N, recipes_dir=recipes_dir, cache=CacheChoice("ccache", redis_url))
     assert outcomes == [True] * N and link.verdict.ok, link.verdict.line
     facts = link.verdict.facts
-    assert (facts["misses"], facts["uncacheable"], facts["total"], facts["hits"]) == (0, 0, 9, 9)
+    tus = EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"]
+    assert (facts["misses"], facts["uncacheable"], facts["total"], facts["hits"]) == (0, 0, tus, tus)
     for tarball in remote.artifacts.glob("*/*.tar.gz"):
         with tarfile.open(tarball) as tar:
             assert tar.getnames() == ["manifest.json"], "with a remote cache the archive is only a manifest"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import expected_tu_values, requires_torch, wheel_tu_values
+from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, requires_torch, wheel_tu_values
 from cuw.pipeline import run_build
 from cuw.recipe import load_recipe
 
@@ -14,7 +14,7 @@ FLAVOURS = [
     pytest.param(("example", "cuw_example"), id="cmake"),
     pytest.param(("example_torch", "cuw_example_torch"), id="torch", marks=requires_torch),
 ]
-TU_COUNT = 9
+TU_COUNT = EXAMPLE_CUDA_TUS
 
 
 @pytest.mark.parametrize("n", [1, 3, 12])
@@ -28,16 +28,17 @@ def test_sharded_build_links_every_tu_from_the_cache(flavour, n, recipes_dir, pa
     assert link.verdict.ok, link.verdict.line
     facts = link.verdict.facts
     assert (facts["misses"], facts["uncacheable"]) == (0, 0)
-    assert facts["total"] == facts["hits"] == facts["cuda_tus"] == TU_COUNT
+    assert facts["cuda_tus"] == TU_COUNT
+    assert facts["total"] == facts["hits"] == TU_COUNT + EXAMPLE_HOST_TUS[key], "CUDA and host TUs all replayed"
     assert link.missing_shards == []
 
     # Work conservation: every CUDA TU compiled by exactly one shard.
     reports = sorted(paths.artifacts.glob("*/cuw-shard-*.report.json"))
     assert len(reports) == n
     per_shard = [json.loads(r.read_text())["facts"]["compiled"] for r in reports]
-    assert sum(per_shard) == TU_COUNT
-    if n > TU_COUNT:
-        assert per_shard.count(0) >= n - TU_COUNT, "shards with an empty slice still pass"
+    assert sum(per_shard) == TU_COUNT + EXAMPLE_HOST_TUS[key], "every CUDA and host TU compiled by exactly one shard"
+    if n > TU_COUNT + EXAMPLE_HOST_TUS[key]:
+        assert per_shard.count(0) >= n - TU_COUNT - EXAMPLE_HOST_TUS[key], "shards with an empty slice still pass"
 
     # Finished (cell label, manylinux) and verified before it reached dist/.
     assert link.ok and link.verify is not None and link.verify.ok, link.verify and link.verify.line
