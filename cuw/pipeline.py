@@ -184,7 +184,9 @@ def run_shard(
     source_filter = recipe.sharding.filter == "source"
     ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
     patch_ctx = PatchContext(ws.src, cell, archs, spec if spec.count > 1 else None, recipe.key)
-    job_cache = prepare(ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote, patch_ctx)
+    job_cache = prepare(
+        ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote, patch_ctx, lane=cell.lane
+    )
     if source_filter:
         rule = recipe_assignment(recipe, spec.count, ws.src, cell.lane)
         owned = apply_source_filter(ws.src, recipe.sharding.source.globs, spec, cell.lane, rule)
@@ -203,7 +205,9 @@ def run_shard(
     job_cache.start()
     try:
         job_cache.zero()
+        started = time.monotonic()
         rc = _build(ws, recipe, env, label, len(owned), progress)
+        build_s = round(time.monotonic() - started, 1)
         stats = job_cache.stats()
     finally:
         job_cache.stop()
@@ -214,7 +218,9 @@ def run_shard(
         build_rc=rc,
         log=ws.build_log.read_text(errors="replace"),
         real_objects=real_objects(ws),
-        seat_compiles_seen=sum(1 for e in entries if e.get("action") in ("compiled", "stubbed")),
+        seat_compiles_seen=sum(
+            1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") != "host"
+        ),
         compiled=sorted({e["key"] for e in compiles if e.get("rc") == 0}),
         failed=sorted({e["key"] for e in compiles if e.get("rc") != 0}),
         expected_owned=owned,
@@ -238,7 +244,7 @@ def run_shard(
             counters=stats.summary(),
         )
         written = archive.pack(job_cache, manifest, target)
-    context = {"cell": cell.to_dict(), "shard": str(spec), "archive": str(written) if written else None,
+    context = {"cell": cell.to_dict(), "shard": str(spec), "archive": str(written) if written else None, "build_s": build_s,
                "build_log": str(ws.build_log), "counters": stats.summary()}  # fmt: skip
     report_path = report.write(verdict, out_dir / name.replace(archive.SUFFIX, ".report.json"), context)
     report.step_summary(f"{recipe.key} {label}", verdict)
@@ -310,7 +316,8 @@ def run_link(
     if choice.remote:
         check_remote(choice.remote)
     ws = Workspace.for_job(paths.work / cell.id, "link", tool_class(choice.tool).shared_tree)
-    job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, PatchContext(ws.src, cell, archs, None, recipe.key))
+    link_patch = PatchContext(ws.src, cell, archs, None, recipe.key)
+    job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, lane=cell.lane)
     count, missing = _restore(recipe, cell, paths, ws, job_cache)
     merged_at = int(time.time())
     if progress:
@@ -326,7 +333,9 @@ def run_link(
     try:
         if zero_stats:
             job_cache.zero()
+        started = time.monotonic()
         rc = _build(ws, recipe, env, "link", len(all_tus), progress)
+        build_s = round(time.monotonic() - started, 1)
         stats = job_cache.stats()
     finally:
         job_cache.stop()
@@ -353,7 +362,7 @@ def run_link(
         log=log,
     )
     verdict = link_gate(obs)
-    context = {"cell": cell.to_dict(), "shard_count": count, "build_log": str(ws.build_log), "wheel": obs.wheel,
+    context = {"cell": cell.to_dict(), "shard_count": count, "build_log": str(ws.build_log), "wheel": obs.wheel, "build_s": build_s,
                "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote}}  # fmt: skip
     report.step_summary(f"{recipe.key} link", verdict)
     report.say(verdict.line)

@@ -11,6 +11,14 @@ runs ``$CUDA_HOME/bin/nvcc`` by path). For each call:
 * a TU another shard owns: a valid empty object (and a depfile if asked);
 * otherwise: ``ccache <real nvcc> ...`` with -dc/-dw spelled out.
 
+The host compilers (gcc, g++, cc, c++) get a seat too, reached through PATH
+(the shadow CUDA_HOME's bin comes first): a host TU under the source root is
+compiled through the same cache, so the link job replays it, and on lanes
+whose shards may leave host symbols undefined (not Windows, where the
+module-init symbol must be in every shard) it is partitioned like a CUDA TU.
+Host compiles of anything else (nvcc's own ``tmpxft`` intermediates, files
+in the build tree, probes, links) run the real compiler untouched.
+
 Each decision is one JSON line in the seat log, which the gates read.
 The configuration is a JSON file written by :func:`install`; a seat with a
 partition refuses to run when the ``source`` filter is also active.
@@ -30,12 +38,14 @@ from pathlib import Path
 from typing import Optional
 
 from . import cache
-from .nvcc_args import NvccCall, parse
+from .nvcc_args import HOST_VALUE_OPTIONS, NvccCall, parse
 from .partition import Assignment, tu_key
 
 PROBE_MARKERS = ("CMakeScratch", "CompilerId", "CMakeTmp", "cmTC_", "meson-private", "conftest")
 SOURCE_FILTER_VARS = ("CUDA_WHEELS_SHARD_INDEX", "CUDA_WHEELS_SHARD_COUNT")
 DOUBLE_PARTITION_EXIT = 90
+HOST_COMPILERS = ("gcc", "g++", "cc", "c++")
+HOST_SCRIPT = "host-cc"
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,10 @@ class SeatConfig:
     """None: the seat is a pure cache pass-through (unsharded, link, or ``source`` filter)."""
     extra_args: list[str] = field(default_factory=list)
     """The recipe's nvcc_flags and ``--threads N``, appended to every owned compile."""
+    real_compilers: dict[str, str] = field(default_factory=dict)
+    """Host compiler name -> the real executable behind the host seat."""
+    partition_host: bool = True
+    """Whether host TUs are partitioned too (False on Windows lanes)."""
 
     @staticmethod
     def read(path: str) -> "SeatConfig":
@@ -95,10 +109,10 @@ def _stub(call: NvccCall, config: SeatConfig) -> None:
         dep.write_text(f"{call.output.replace(' ', chr(92) + ' ')}:\n")
 
 
-def _compile_cached(call: NvccCall, config: SeatConfig) -> tuple[int, str]:
+def _compile_cached(cmd_tail: list[str], config: SeatConfig) -> tuple[int, str]:
     env = cache.scrub(dict(os.environ))
     env.update(config.cache_env)
-    cmd = [config.cache_cmd, config.real_nvcc, *call.cache_safe_args(), *config.extra_args]
+    cmd = [config.cache_cmd, *cmd_tail]
     if not config.statslog_var:
         return subprocess.call(cmd, env=env), "unknown"
     fd, statslog = tempfile.mkstemp(prefix="cuw-statslog-", dir=os.path.dirname(config.log))
@@ -110,6 +124,16 @@ def _compile_cached(call: NvccCall, config: SeatConfig) -> tuple[int, str]:
     finally:
         os.unlink(statslog)
     return rc, outcome
+
+
+def _host_compiler_args(argv: list[str], config: SeatConfig) -> list[str]:
+    """``-ccbin <real g++>`` unless the build chose one: nvcc would otherwise find the host
+    seat on PATH, a path that differs per job (sccache hashes it) and costs a Python start
+    per host pass."""
+    if any(arg.split("=", 1)[0] in ("-ccbin", "--compiler-bindir") for arg in argv):
+        return []
+    real = config.real_compilers.get("g++") or config.real_compilers.get("gcc")
+    return ["-ccbin", real] if real else []
 
 
 def run(argv: list[str], config: SeatConfig) -> int:
@@ -137,7 +161,9 @@ def run(argv: list[str], config: SeatConfig) -> int:
         _log(config, action="stubbed", key=key, owner=tu_owner, output=call.output)
         return 0
     start = time.monotonic()
-    rc, outcome = _compile_cached(call, config)
+    rc, outcome = _compile_cached(
+        [config.real_nvcc, *call.cache_safe_args(), *_host_compiler_args(argv, config), *config.extra_args], config
+    )
     _log(
         config,
         action="compiled",
@@ -151,8 +177,55 @@ def run(argv: list[str], config: SeatConfig) -> int:
     return rc
 
 
-def main(argv: list[str], config_path: str) -> int:
-    return run(argv, SeatConfig.read(config_path))
+def _under(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([os.path.abspath(path), os.path.abspath(root)]) == os.path.abspath(root)
+    except ValueError:  # different drives
+        return False
+
+
+def run_host(argv: list[str], config: SeatConfig, tool: str) -> int:
+    """One call of a host compiler (gcc, g++, cc, c++) through the seat."""
+    real = [config.real_compilers[tool], *argv]
+    call = parse(argv, HOST_VALUE_OPTIONS)
+    cwd = os.getcwd()
+    if (
+        not call.is_compile
+        or call.source is None
+        or not _under(call.source, config.source_root)
+        or "tmpxft" in call.source
+        or is_probe(call, cwd)
+    ):
+        # Links, preprocessing, nvcc's intermediates, build-tree files, probes: not the build's TUs.
+        return subprocess.call(real)
+    key = tu_key(call.source, config.source_root)
+    part = config.partition if config.partition_host else None
+    tu_owner = part.owner(key) if part else None
+    if part and tu_owner != part.index:
+        _stub(call, config)
+        _log(config, action="stubbed", kind="host", key=key, owner=tu_owner, output=call.output)
+        return 0
+    start = time.monotonic()
+    rc, outcome = _compile_cached(real, config)
+    _log(
+        config,
+        action="compiled",
+        kind="host",
+        key=key,
+        owner=tu_owner,
+        output=call.output,
+        rc=rc,
+        outcome=outcome,
+        seconds=round(time.monotonic() - start, 3),
+    )
+    return rc
+
+
+def main(argv: list[str], config_path: str, tool: str = "nvcc") -> int:
+    config = SeatConfig.read(config_path)
+    if tool == "nvcc":
+        return run(argv, config)
+    return run_host(argv, config, tool)
 
 
 _SCRIPT = """#!{python} -I
@@ -162,6 +235,37 @@ sys.path.insert(0, {root!r})
 from cuw.seat import main
 sys.exit(main(sys.argv[1:], {config!r}))
 """
+
+# One script for every host compiler: the name it was called by picks the real one.
+_HOST_SCRIPT = """#!{python} -I
+# cuda-wheels-forge host seat: a gcc/g++/cc/c++ stand-in (see cuw/seat.py).
+import os, sys
+sys.path.insert(0, {root!r})
+from cuw.seat import main
+sys.exit(main(sys.argv[1:], {config!r}, os.path.basename(sys.argv[0])))
+"""
+
+
+def find_host_compilers(path: Optional[str] = None) -> dict[str, str]:
+    """The real host compilers on PATH (before the shadow CUDA_HOME is put in front of it)."""
+    found = {}
+    for name in HOST_COMPILERS:
+        exe = shutil.which(name, path=path)
+        if exe and os.path.basename(os.path.realpath(exe)) != HOST_SCRIPT:  # never another job's seat
+            found[name] = exe
+    return found
+
+
+def link_host_seat(seat_dir: Path, bin_dir: Path, config: SeatConfig) -> list[Path]:
+    """Puts the host seat in ``bin_dir`` under every host compiler's name."""
+    links = []
+    for name in config.real_compilers:
+        link = bin_dir / name
+        if link.exists() or link.is_symlink():
+            link.unlink()
+        link.symlink_to(seat_dir / HOST_SCRIPT)
+        links.append(link)
+    return links
 
 
 def install(folder: Path, config: SeatConfig) -> Path:
@@ -173,6 +277,9 @@ def install(folder: Path, config: SeatConfig) -> Path:
     root = str(Path(__file__).resolve().parent.parent)
     script.write_text(_SCRIPT.format(python=sys.executable, root=root, config=str(config_path)))
     script.chmod(0o755)
+    host = folder / HOST_SCRIPT
+    host.write_text(_HOST_SCRIPT.format(python=sys.executable, root=root, config=str(config_path)))
+    host.chmod(0o755)
     return script
 
 
@@ -186,8 +293,8 @@ def make_empty_object(path: Path) -> Path:
 
 
 def compiled_count(path: Path) -> int:
-    """How many TUs a job's seat has compiled so far (for progress lines)."""
-    return sum(1 for e in read_log(path) if e.get("action") == "compiled")
+    """How many CUDA TUs a job's seat has compiled so far (for progress lines)."""
+    return sum(1 for e in read_log(path) if e.get("action") == "compiled" and e.get("kind") != "host")
 
 
 def read_log(path: Path) -> list[dict]:

@@ -92,6 +92,7 @@ def prepare(
     tool: str = "ccache",
     remote: Optional[str] = None,
     patch: Optional[PatchContext] = None,
+    lane: str = "linux",
 ) -> Cache:
     """A fresh job folder: source copy (patched), empty cache, seat and shadow CUDA_HOME."""
     for folder in {ws.root, ws.tree}:
@@ -116,9 +117,13 @@ def prepare(
         log=str(ws.seat_log),
         partition=partition_for_seat(recipe, seat_partition) if seat_partition else None,
         extra_args=[*recipe.nvcc_flags, *([f"--threads={recipe.nvcc_threads}"] if recipe.nvcc_threads else [])],
+        real_compilers=seat.find_host_compilers(),
+        # Windows shards keep every host source: the module-init symbol must link in each.
+        partition_host=lane != "windows",
     )
     script = seat.install(ws.seat_dir, config)
     make_shadow_home(toolkit, ws.cuda_home, script)
+    seat.link_host_seat(ws.seat_dir, ws.cuda_home / "bin", config)
     return job_cache
 
 
