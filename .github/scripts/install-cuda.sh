@@ -25,8 +25,13 @@ keyring=cuda-keyring_1.1-1_all.deb
 curl -fsSLo "/tmp/$keyring" "https://developer.download.nvidia.com/compute/cuda/repos/$distro/$repo/$keyring"
 sudo dpkg -i "/tmp/$keyring"
 sudo apt-get update -qq
-ver="$(apt-cache madison "cuda-nvcc-$pkg" | awk -v f="$full" '$3 ~ "^"f {print $3; exit}')"
-sudo apt-get install -y -qq "cuda-nvcc-$pkg=$ver" "cuda-cudart-dev-$pkg" "cuda-cuobjdump-$pkg" "cuda-nvrtc-dev-$pkg" \
+# cuda-nvcc-* is versioned by the compiler (13.0.88-1); the cuda-compiler meta
+# package carries the toolkit release (13.0.2-1), so the pin goes there.
+ver="$(apt-cache madison "cuda-compiler-$pkg" | awk -v f="$full" '$3 ~ "^"f"-" {print $3; exit}')"
+if [ -z "$ver" ]; then
+  echo "install-cuda.sh: cuda-compiler-$pkg $full is not in NVIDIA's $distro repository" >&2; exit 2
+fi
+sudo apt-get install -y -qq "cuda-compiler-$pkg=$ver" "cuda-cudart-dev-$pkg" "cuda-cuobjdump-$pkg" "cuda-nvrtc-dev-$pkg" \
   "libcublas-dev-$pkg" "libcusparse-dev-$pkg"
 echo "CUDA_HOME=/usr/local/cuda-$line" >> "$GITHUB_ENV"
 echo "/usr/local/cuda-$line/bin" >> "$GITHUB_PATH"
