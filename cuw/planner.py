@@ -248,8 +248,8 @@ def _check_family(recipe: Recipe, inputs: Inputs, family: dict[str, str], row: R
 def _check_guards(recipe: Recipe, tree: Optional[Path]) -> Check:
     if recipe.sharding.filter == "seat":
         return Check("guards", True, "seat: every source stays in every shard, so every target exists")
-    if recipe.backend != "scikit-build-core" or tree is None:
-        return Check("guards", True, "no CMake build: no per-family CMake targets to guard")
+    if tree is None:
+        return Check("guards", True, "no source tree prepared: nothing to lint")
     try:
         from .cmake_guards import find_unguarded
     except ImportError:
@@ -257,8 +257,8 @@ def _check_guards(recipe: Recipe, tree: Optional[Path]) -> Check:
     build_root = tree / recipe.build_subdir
     try:
         findings = find_unguarded(build_root)
-    except CuwError as exc:
-        return Check("guards", True, f"no CMake files to lint ({exc})")
+    except CuwError:  # setup.py may drive CMake (natten) or not build with CMake at all
+        return Check("guards", True, "no CMake files in the source: no per-family targets to guard")
     if not findings:
         return Check("guards", True, "every consumer of a source-dependent target is guarded on if(TARGET ...)")
     first = findings[0]
@@ -293,7 +293,8 @@ def _recommend(rows: list[Row], feasible: list[Row]) -> tuple[int, str]:
                         f"slowest shard {pick.slowest_s:.1f} s (bound {pick.bound_s:.1f} s) + link {pick.link_s:.1f} s"
                         + caveat)  # fmt: skip
     pick = max(pool, key=lambda r: (r.shards_without_tus == 0 and not any(r.family_empty.values()), -r.tus_max, -r.n))
-    return pick.n, (f"fewest TUs per slowest shard ({pick.tus_max}) with every shard holding every family; "
+    held = "with every shard holding a TU of every family" if feasible else "among the planned N"
+    return pick.n, (f"fewest TUs on the slowest shard ({pick.tus_max}) {held}; "
                     f"no cost table, so TU counts stand in for seconds (record one: cuw costs {{recipe}} --from <log>)"
                     + caveat)  # fmt: skip
 
