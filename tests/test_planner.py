@@ -15,7 +15,7 @@ from cuw.assignment import recipe_assignment
 from cuw.cli import main as cuw_main
 from cuw.errors import CuwError
 from cuw.partition import Assignment, ShardSpec, assign, families_of, glob_match, owner
-from cuw.pipeline import apply_source_filter
+from cuw.pipeline import apply_source_filter, run_shard
 from cuw.recipe import load_recipe
 from cuw.workspace import partition_for_seat
 
@@ -186,6 +186,19 @@ def test_live_seat_decisions_equal_the_planners_prediction(recipes_dir, tmp_path
     recorded = json.loads(out.read_text())
     assert sorted(recorded["costs"]) == sorted(predicted) and recorded["header"]["tus"] == 9
     assert all(seconds > 0 for seconds in recorded["costs"].values())
+
+
+def test_a_cost_rule_shard_job_compiles_exactly_the_planned_slice(recipes_dir, paths):
+    """The whole wiring: recipe -> workspace -> seat.json -> live decisions in a real CMake build."""
+    recipe = load_recipe(_example_with_rule(recipes_dir, "cost"), recipes_dir)
+    predicted = planner.plan(recipe, [3], checked_n=3).assignment
+    result = run_shard(recipe, ShardSpec(1, 3), paths, progress=None)
+    assert result.verdict.ok, result.verdict.line
+    (log,) = paths.work.glob("*/shard-1of3/logs/seat.jsonl")
+    cuda = [e for e in seat.read_log(log) if e["action"] in ("compiled", "stubbed") and e["key"].endswith(".cu")]
+    assert sorted(e["key"] for e in cuda if e["action"] == "compiled") == sorted(k for k, s in predicted.items() if s == 1)
+    assert sorted(e["key"] for e in cuda if e["action"] == "stubbed") == sorted(k for k, s in predicted.items() if s != 1)
+    assert "csrc/kernels/k08_gemm.cu" in {e["key"] for e in cuda if e["action"] == "compiled"}  # longest first, to shard 1
 
 
 def test_link_gate_names_the_owner_under_the_recipes_rule(recipes_dir):
