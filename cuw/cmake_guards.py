@@ -115,7 +115,7 @@ class _Reader:
             raise self.fail(f"{match.group(0)} is never closed", start)
         body = self.text[match.end() : end]
         self.advance(end + len(close) - self.pos)
-        return body[1:] if body.startswith("\n") else body
+        return body.removeprefix("\n")
 
     def skip_blank(self, newlines: bool) -> None:
         """Skips spaces, comments and (if ``newlines``) line ends."""
@@ -305,7 +305,8 @@ def _reads(args: Iterable[Arg], bare: bool = True) -> set[str]:
     names: set[str] = set()
     for arg in args:
         names.update(_VAR_REF.findall(arg.text))
-        if bare and not arg.quoted and not arg.paren and _IDENT.fullmatch(arg.text) and arg.text not in _CONDITION_WORDS:
+        plain = not arg.quoted and not arg.paren
+        if bare and plain and _IDENT.fullmatch(arg.text) and arg.text not in _CONDITION_WORDS:
             names.add(arg.text)
     return names
 
@@ -320,9 +321,8 @@ def _source_list_vars(commands: list[Command]) -> set[str]:
         for cmd in commands:
             names = [a.text for a in cmd.args]
             new: Optional[str] = None
-            if cmd.name == "file" and len(names) > 1 and names[0] in ("GLOB", "GLOB_RECURSE"):
-                new = names[1]
-            elif cmd.name == "aux_source_directory" and len(names) > 1:
+            globbed = cmd.name == "file" and len(names) > 1 and names[0] in ("GLOB", "GLOB_RECURSE")
+            if globbed or (cmd.name == "aux_source_directory" and len(names) > 1):
                 new = names[1]
             elif cmd.name == "set" and names and _reads(cmd.args[1:], bare=False) & tainted:
                 new = names[0]
@@ -330,9 +330,9 @@ def _source_list_vars(commands: list[Command]) -> set[str]:
                 # list(LENGTH L n), list(GET L i v), list(JOIN L g v): the output is the last argument
                 new = names[1] if names[0] in ("APPEND", "PREPEND", "INSERT", "FILTER", "REMOVE_ITEM",
                                               "REMOVE_DUPLICATES", "TRANSFORM", "SORT") else names[-1]  # fmt: skip
-            elif cmd.name == "list" and len(names) > 2 and names[0] in ("APPEND", "PREPEND", "INSERT"):
-                if _reads(cmd.args[2:], bare=False) & tainted:
-                    new = names[1]
+            elif cmd.name == "list" and len(names) > 2 and names[0] in ("APPEND", "PREPEND", "INSERT") \
+                    and _reads(cmd.args[2:], bare=False) & tainted:  # fmt: skip
+                new = names[1]
             if new and new not in tainted:
                 tainted.add(new)
                 changed = True
@@ -356,9 +356,9 @@ def _conjunctive(condition: tuple[Arg, ...]) -> bool:
 
 def _arm_proves(branch: Branch, target: str) -> bool:
     """Whether running this arm means ``target`` exists."""
-    if branch.keyword != "else" and _conjunctive(branch.condition):
-        if (target, False) in _target_tests(branch.condition):
-            return True
+    asserted = branch.keyword != "else" and _conjunctive(branch.condition)
+    if asserted and (target, False) in _target_tests(branch.condition):
+        return True
     # else/elseif of ``if(NOT TARGET t)``: the earlier arm was false, so t exists
     return any(
         _target_tests(cond) == [(target, True)] and _conjunctive(cond) and len(cond) == 3 for cond in branch.earlier
@@ -473,10 +473,9 @@ def find_in_commands(commands: list[Command]) -> list[GuardFinding]:
                 continue
             guard = cmd.branches[-1] if cmd.branches else None
             where = f"{producer.command.file}:{producer.command.line} under {producer.branch}"
-            findings.append(
-                GuardFinding(cmd.file, line, target, cmd.text(), str(guard) if guard else "no condition",
-                             f"created at {where}", _fix(target, guard, tainted))  # fmt: skip
-            )
+            guard_text = str(guard) if guard else "no condition"
+            fix = _fix(target, guard, tainted)
+            findings.append(GuardFinding(cmd.file, line, target, cmd.text(), guard_text, f"created at {where}", fix))
     return sorted(findings, key=lambda f: (str(f.file), f.line, f.target))
 
 

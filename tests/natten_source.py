@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
+from cuw.cell import Cell
 from cuw.patching import PatchContext
 from cuw.recipe import Recipe, load_recipe
-from cuw.cell import Cell
 from cuw.sources import fetch_sdist, unpack
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,8 +28,3 @@ def fresh_natten_tree(dest: Path) -> Path:
 def natten_ctx(src: Path, archs: list[str] = CUDA13_ARCHS) -> PatchContext:
     return PatchContext(src, Cell("natten", "linux", "3.11", "13.0", "2.14"), archs, None, "natten")
 
-
-@pytest.fixture(scope="module")
-def natten_pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """natten's sdist as upstream ships it (read-only by convention: copy before editing)."""
-    return fresh_natten_tree(tmp_path_factory.mktemp("natten") / "pristine")

@@ -6,14 +6,20 @@ import shutil
 from pathlib import Path
 
 import pytest
+from natten_source import fresh_natten_tree, natten_ctx, natten_recipe
 
 from cuw.cmake_guards import find_unguarded, parse_file
 from cuw.errors import CuwError
 from cuw.patching import apply
-from natten_source import natten_ctx, natten_pristine, natten_recipe  # noqa: F401 (fixture)
 
 NATTEN_CMAKE = Path("csrc") / "CMakeLists.txt"
 SEED_CONSUMER = "$<TARGET_OBJECTS:natten_hopper>"
+
+
+@pytest.fixture(scope="module")
+def natten_pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """natten's sdist as upstream ships it (copy it before editing)."""
+    return fresh_natten_tree(tmp_path_factory.mktemp("natten") / "pristine")
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
