@@ -67,6 +67,11 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{flag}", action="append", default=[], help=f"with --matrix: only these {flag} values")  # fmt: skip
     _common(p)
 
+    p = sub.add_parser("lint-guards", help="CMake consumers of targets that exist only when their sources do, "
+                                           "not under if(TARGET ...) (exit 1 on findings)")  # fmt: skip
+    p.add_argument("target", help="a source folder or CMake file, or a recipe name (its fetched, patched source)")
+    p.add_argument("--recipes", type=Path, default=None)
+
     p = sub.add_parser("verify", help="the verify gate on a finished wheel (exit 0 pass, 1 fail, 2 cannot run)")
     p.add_argument("wheel", type=Path)
     p.add_argument("--recipe", default=None, help="recipe name (default: the recipe whose name matches the wheel)")
@@ -124,6 +129,33 @@ def _cache(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> Optio
     from .cell import local_lane
 
     return cache_choice(load_policy(recipes_dir), local_lane(), args.cache_tool, args.cache_remote)
+
+
+def _lint_guards(args: argparse.Namespace, recipes_dir: Path) -> int:
+    """A folder or file as it is; a recipe name: its source as the jobs see it (fetched, patched)."""
+    import tempfile
+
+    from .cmake_guards import find_unguarded
+
+    given = Path(args.target)
+    if given.exists():
+        findings, where = find_unguarded(given), str(given)
+    elif "/" in args.target or "\\" in args.target:
+        raise CuwError(f"lint-guards: {given}: no such file or folder")
+    else:
+        from .planner import prepare_tree
+
+        recipe = load_recipe(args.target, recipes_dir)
+        with tempfile.TemporaryDirectory(prefix="cuw-lint-") as tmp:
+            findings = find_unguarded(prepare_tree(recipe, Path(tmp) / "src") / recipe.build_subdir)
+        where = f"the patched source of {recipe.key}"
+    for finding in findings:
+        print(finding)
+    if findings:
+        report.say(f"lint-guards: {len(findings)} unguarded consumer(s) in {where}")
+        return 1
+    report.say(f"lint-guards: every consumer of a source-dependent target in {where} is under if(TARGET ...)")
+    return 0
 
 
 def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
@@ -280,6 +312,8 @@ def run(argv: list[str]) -> int:
         report.say(f"index of {len(kept)} wheels in {args.out_dir} (flat root: {args.out_dir / 'simple'})")
         return 0
     recipes_dir = args.recipes or default_recipes_dir()
+    if args.verb == "lint-guards":
+        return _lint_guards(args, recipes_dir)
     if args.verb == "verify":
         return _verify(args, recipes_dir)
     if args.verb == "recipes":
