@@ -51,6 +51,12 @@ def recipe_assignment(
     costs = table.costs if table else {}
     if sharding.filter == "source" and src_root is not None:
         keys = covered_keys(recipe, src_root, lane)
+        # A TU the table names but the source no longer has would take a shard's place.
+        costs = {k: v for k, v in costs.items() if k in set(keys)}
+        if table and not costs:
+            raise CuwError(
+                f"{table.path}: no TU of it is in the source any more: record it again (cuw costs {recipe.key} --from <log>)"
+            )
     else:
         keys = sorted(costs)
     family = families_of(set(keys) | set(costs), sharding.source.families)

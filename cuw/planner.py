@@ -56,7 +56,9 @@ class Row:
     tus_max: int
     shards_without_tus: int
     family_empty: dict[str, int]
-    """Family -> shards with zero files of it."""
+    """Family -> how many shards hold zero files of it."""
+    family_empty_shards: dict[str, list[int]]
+    """Family -> which shards (1-based) hold zero files of it."""
     jobs_per_lane: dict[str, int]
     largest_dispatch: int
     """Jobs of the largest lane x CUDA-line group (the matrix's first chunking)."""
@@ -171,10 +173,10 @@ def evaluate(recipe: Recipe, inputs: Inputs, n: int, family: dict[str, str]) -> 
     owners = {k: rule.owner(k) for k in inputs.keys}
     per_shard = Counter(owners.values())
     counts = [per_shard.get(i, 0) for i in range(1, n + 1)]
-    family_empty = {}
+    empty_shards = {}
     for name in sorted(set(family.values())):
         holding = {owners[k] for k in inputs.keys if family[k] == name}
-        family_empty[name] = n - len(holding)
+        empty_shards[name] = [i for i in range(1, n + 1) if i not in holding]
     sized = replace(recipe, sharding=replace(recipe.sharding, count=n))
     per_lane: Counter = Counter()
     per_group: Counter = Counter()
@@ -182,8 +184,8 @@ def evaluate(recipe: Recipe, inputs: Inputs, n: int, family: dict[str, str]) -> 
         jobs = len(jobs_for_cell(sized, cell))
         per_lane[cell.lane] += jobs
         per_group[(cell.lane, cell.cuda)] += jobs
-    row = Row(n, min(counts), max(counts), counts.count(0), family_empty, dict(sorted(per_lane.items())),
-              max(per_group.values(), default=0))  # fmt: skip
+    row = Row(n, min(counts), max(counts), counts.count(0), {k: len(v) for k, v in empty_shards.items()}, empty_shards,
+              dict(sorted(per_lane.items())), max(per_group.values(), default=0))  # fmt: skip
     if inputs.table is not None:
         costs = inputs.table.costs
         fallback = mean(costs.values())  # a TU the table never saw costs the table's mean
@@ -267,6 +269,21 @@ def _check_guards(recipe: Recipe, tree: Optional[Path]) -> Check:
     return Check("guards", False, f"{len(findings)} unguarded consumer(s): {detail}{more}", first.fix)
 
 
+def _check_costs(inputs: Inputs) -> Optional[Check]:
+    """A table recorded before the sources changed predicts the wrong shards: name the drift."""
+    if inputs.table is None or inputs.tree is None:
+        return None
+    keys, costed = set(inputs.keys), set(inputs.table.costs)
+    stale, unknown = sorted(costed - keys), sorted(keys - costed)
+    detail = f"{inputs.table.path}: {len(keys & costed)} of {len(keys)} TUs costed"
+    if unknown:
+        detail += f"; {len(unknown)} without a cost fall back to the hash rule (e.g. {unknown[0]})"
+    if not stale:
+        return Check("cost table", True, detail)
+    return Check("cost table", False, f"{detail}; {len(stale)} no longer in the source (e.g. {stale[0]})",
+                 "record it again from a cold build: cuw costs <recipe> --from <seat log or .ninja_log>")  # fmt: skip
+
+
 def _check_cap(row: Row) -> Check:
     detail = f"N={row.n}: " + ", ".join(f"{lane} {jobs}" for lane, jobs in row.jobs_per_lane.items()) + \
         f" jobs; largest lane x CUDA-line dispatch {row.largest_dispatch} (cap {MAX_JOBS})"  # fmt: skip
@@ -329,6 +346,8 @@ def plan(
         sizes = dict(sorted(Counter(family.values()).items()))
         checks = [_check_filter(recipe), _check_family(recipe, inputs, family, row), _check_guards(recipe, inputs.tree),
                   _check_cap(row)]  # fmt: skip
+        drift = _check_costs(inputs)
+        checks += [drift] if drift else []
     # A seat stubs, so an empty family still builds; with the source filter it sets the ceiling.
     feasible = [r for r in rows if r.largest_dispatch <= MAX_JOBS and r.shards_without_tus == 0
                 and (recipe.sharding.filter == "seat" or not any(r.family_empty.values()))]  # fmt: skip
@@ -361,7 +380,8 @@ def render(p: Plan) -> str:
     lines += ["", head]
     for r in p.rows:
         mark = "*" if r.n == p.recommended else " "
-        line = f"{r.n:>3}{mark} {f'{r.tus_min}-{r.tus_max}':>10} {r.shards_without_tus:>6} " + " ".join(f"{r.family_empty[f]:>13}" for f in fams)
+        line = f"{r.n:>3}{mark} {f'{r.tus_min}-{r.tus_max}':>10} {r.shards_without_tus:>6} "
+        line += " ".join(f"{r.family_empty[f]:>13}" for f in fams)
         lanes = ",".join(f"{lane[:7]}:{jobs}" for lane, jobs in r.jobs_per_lane.items())
         line += f" {lanes:>24} {r.largest_dispatch:>8}"
         if r.wall_s is not None:

@@ -115,6 +115,8 @@ def test_family_emptiness_on_natten_layout(recipes_dir):
     assert result.tus == 144 and result.families == {"blackwell": 50, "hopper": 22, "other": 72}
     assert [rows[n].family_empty["hopper"] for n in (20, 23, 40)] == [0, 1, 18]
     assert rows[50].family_empty["blackwell"] == 0 and rows[51].family_empty["blackwell"] == 1
+    # Which shard: Hopper's sorted indices 120-141 land on shards 6..23 and 1..4 at N=23.
+    assert rows[23].family_empty_shards["hopper"] == [5]
     # At N=23 the check names the empty Hopper shard, the ceiling and the fixes.
     family = next(c for c in result.checks if c.name == "family")
     assert not family.ok and "'hopper': 22 files, every shard holds one up to N=22" in family.detail
@@ -146,6 +148,22 @@ def test_source_filter_deletes_exactly_the_planned_slice(recipes_dir, tmp_path):
     assert kept == sorted(k for k, shard in predicted.items() if shard == 7)
     assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.cu")) == kept
     assert sum(k.startswith("autogen/c_hopper/") for k in kept) == 1
+
+
+def test_cost_rule_per_family_and_a_stale_table(recipes_dir):
+    key = _natten_like(recipes_dir, rule="cost", per_family=True)
+    src = recipes_dir / key / "src"
+    costs = {p.relative_to(src).as_posix(): 10.0 + i % 7 for i, p in enumerate(sorted(src.rglob("*.cu")))}
+    costs["autogen/c_hopper/k999.cu"] = 300.0  # a TU that no longer exists
+    (recipes_dir / key / "costs.json").write_text(json.dumps({"header": {}, "costs": costs}))
+    result = planner.plan(load_recipe(key, recipes_dir), [22, 23], checked_n=22)
+    rows = _rows(result)
+    assert rows[22].family_empty["hopper"] == 0 and rows[23].family_empty["hopper"] == 1
+    drift = next(c for c in result.checks if c.name == "cost table")
+    assert not drift.ok and "1 no longer in the source (e.g. autogen/c_hopper/k999.cu)" in drift.detail
+    assert "cuw costs" in drift.fix
+    # The phantom 300 s TU takes no shard's place and is in no prediction.
+    assert 300.0 not in (rows[22].slowest_s, rows[22].bound_s) and rows[22].slowest_s < 100.0
 
 
 # -- cost tables, the seat, the link attribution ------------------------------------------
@@ -256,7 +274,8 @@ def test_plan_cli_json_and_exit_code(recipes_dir, capsys):
 
 
 def test_cost_rule_is_within_5_percent_of_the_physical_bound():
-    spec = importlib.util.spec_from_file_location("partition_balance", Path(__file__).parent.parent / "benchmarks" / "partition_balance.py")
+    script = Path(__file__).parent.parent / "benchmarks" / "partition_balance.py"
+    spec = importlib.util.spec_from_file_location("partition_balance", script)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     for sigma in (1.0, 1.6):
