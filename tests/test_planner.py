@@ -217,6 +217,15 @@ def test_a_cost_rule_shard_job_compiles_exactly_the_planned_slice(recipes_dir, p
     assert sorted(e["key"] for e in cuda if e["action"] == "compiled") == sorted(k for k, s in predicted.items() if s == 1)
     assert sorted(e["key"] for e in cuda if e["action"] == "stubbed") == sorted(k for k, s in predicted.items() if s != 1)
     assert "csrc/kernels/k08_gemm.cu" in {e["key"] for e in cuda if e["action"] == "compiled"}  # longest first, to shard 1
+    # ninja's log of the same job records only what the seat really compiled (stubs take no time worth keeping).
+    (ninja_log,) = paths.work.glob("*/shard-1of3/**/.ninja_log")
+    out = paths.work / "from-ninja.json"
+    args = ["costs", "example", "--recipes", str(recipes_dir), "--from", str(ninja_log), "--output", str(out)]
+    assert cuw_main(args) == 0
+    assert sorted(json.loads(out.read_text())["costs"]) == sorted(k for k, s in predicted.items() if s == 1)
+    # The seat log lists every CUDA TU of the build for the planner, compiled or stubbed.
+    replanned = planner.plan(recipe, [3], from_log=log, checked_n=3)
+    assert replanned.tus == 9 and replanned.assignment == predicted
 
 
 def test_link_gate_names_the_owner_under_the_recipes_rule(recipes_dir):
