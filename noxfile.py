@@ -50,6 +50,12 @@ def index(session: nox.Session) -> None:
 
 
 @nox.session
+def lint_guards(session: nox.Session) -> None:
+    """CMake consumers of source-dependent targets not under if(TARGET ...): nox -s lint_guards -- <dir|recipe>."""
+    session.run(sys.executable, "-m", "cuw", "lint-guards", *session.posargs)
+
+
+@nox.session
 def recipes(session: nox.Session) -> None:
     """List the recipes."""
     session.run(sys.executable, "-m", "cuw", "recipes", *session.posargs)
