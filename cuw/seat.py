@@ -28,18 +28,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from . import cache
 from .nvcc_args import HOST_VALUE_OPTIONS, NvccCall, parse
 from .partition import Assignment, tu_key
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+# Every build TU starts a Python here, and on a shard most of them are stubs: the stub path
+# imports only json, os, the argv parser and the partition; subprocess, shutil, tempfile,
+# pathlib and the cache module are imported where a real compile or the installer needs them.
 
 PROBE_MARKERS = ("CMakeScratch", "CompilerId", "CMakeTmp", "cmTC_", "meson-private", "conftest")
 SOURCE_FILTER_VARS = ("CUDA_WHEELS_SHARD_INDEX", "CUDA_WHEELS_SHARD_COUNT")
@@ -82,7 +84,8 @@ class SeatConfig:
 
     @staticmethod
     def read(path: str) -> "SeatConfig":
-        data = json.loads(Path(path).read_text())
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
         part = data.pop("partition")
         return SeatConfig(partition=SeatPartition(**part) if part else None, **data)
 
@@ -100,27 +103,38 @@ def _log(config: SeatConfig, **entry: object) -> None:
 
 def _stub(call: NvccCall, config: SeatConfig) -> None:
     assert call.output is not None
-    out = Path(call.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(config.empty_object, out)
+    os.makedirs(os.path.dirname(os.path.abspath(call.output)), exist_ok=True)
+    with open(config.empty_object, "rb") as src, open(call.output, "wb") as out:
+        out.write(src.read())
     if call.depfile:
-        dep = Path(call.depfile)
-        dep.parent.mkdir(parents=True, exist_ok=True)
-        dep.write_text(f"{call.output.replace(' ', chr(92) + ' ')}:\n")
+        os.makedirs(os.path.dirname(os.path.abspath(call.depfile)), exist_ok=True)
+        with open(call.depfile, "w", encoding="utf-8") as dep:
+            dep.write(f"{call.output.replace(' ', chr(92) + ' ')}:\n")
+
+
+def _call(cmd: list[str], env: Optional[dict[str, str]] = None) -> int:
+    import subprocess
+
+    return subprocess.call(cmd, env=env)
 
 
 def _compile_cached(cmd_tail: list[str], config: SeatConfig) -> tuple[int, str]:
+    import tempfile
+
+    from . import cache
+
     env = cache.scrub(dict(os.environ))
     env.update(config.cache_env)
     cmd = [config.cache_cmd, *cmd_tail]
     if not config.statslog_var:
-        return subprocess.call(cmd, env=env), "unknown"
+        return _call(cmd, env=env), "unknown"
     fd, statslog = tempfile.mkstemp(prefix="cuw-statslog-", dir=os.path.dirname(config.log))
     os.close(fd)
     env[config.statslog_var] = statslog
     try:
-        rc = subprocess.call(cmd, env=env)
-        outcome = cache.Ccache.call_outcome(Path(statslog).read_text(errors="replace"))
+        rc = _call(cmd, env=env)
+        with open(statslog, encoding="utf-8", errors="replace") as fh:
+            outcome = cache.Ccache.call_outcome(fh.read())
     finally:
         os.unlink(statslog)
     return rc, outcome
@@ -148,10 +162,10 @@ def run(argv: list[str], config: SeatConfig) -> int:
     real = [config.real_nvcc, *argv]
     if not call.is_compile or call.source is None:
         _log(config, action="passthrough", argv=argv[:6])
-        return subprocess.call(real)
+        return _call(real)
     if is_probe(call, cwd):
         _log(config, action="probe", source=call.source)
-        return subprocess.call(real)
+        return _call(real)
 
     key = tu_key(call.source, config.source_root)
     part = config.partition
@@ -197,7 +211,7 @@ def run_host(argv: list[str], config: SeatConfig, tool: str) -> int:
         or is_probe(call, cwd)
     ):
         # Links, preprocessing, nvcc's intermediates, build-tree files, probes: not the build's TUs.
-        return subprocess.call(real)
+        return _call(real)
     key = tu_key(call.source, config.source_root)
     part = config.partition if config.partition_host else None
     tu_owner = part.owner(key) if part else None
@@ -228,7 +242,10 @@ def main(argv: list[str], config_path: str, tool: str = "nvcc") -> int:
     return run_host(argv, config, tool)
 
 
-_SCRIPT = """#!{python} -I
+# -IS: isolated and without site-packages (the seat needs only the standard library and
+# cuw); that saves every call the site step and its .pth scan. One word: a shebang passes
+# its flags as a single argument.
+_SCRIPT = """#!{python} -IS
 # cuda-wheels-forge seat: an nvcc stand-in (see cuw/seat.py).
 import sys
 sys.path.insert(0, {root!r})
@@ -237,7 +254,7 @@ sys.exit(main(sys.argv[1:], {config!r}))
 """
 
 # One script for every host compiler: the name it was called by picks the real one.
-_HOST_SCRIPT = """#!{python} -I
+_HOST_SCRIPT = """#!{python} -IS
 # cuda-wheels-forge host seat: a gcc/g++/cc/c++ stand-in (see cuw/seat.py).
 import os, sys
 sys.path.insert(0, {root!r})
@@ -248,6 +265,8 @@ sys.exit(main(sys.argv[1:], {config!r}, os.path.basename(sys.argv[0])))
 
 def find_host_compilers(path: Optional[str] = None) -> dict[str, str]:
     """The real host compilers on PATH (before the shadow CUDA_HOME is put in front of it)."""
+    import shutil
+
     found = {}
     for name in HOST_COMPILERS:
         exe = shutil.which(name, path=path)
@@ -274,7 +293,7 @@ def install(folder: Path, config: SeatConfig) -> Path:
     config_path = folder / "seat.json"
     config_path.write_text(json.dumps(asdict(config), indent=2, sort_keys=True))
     script = folder / "nvcc"
-    root = str(Path(__file__).resolve().parent.parent)
+    root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     script.write_text(_SCRIPT.format(python=sys.executable, root=root, config=str(config_path)))
     script.chmod(0o755)
     host = folder / HOST_SCRIPT
@@ -285,6 +304,9 @@ def install(folder: Path, config: SeatConfig) -> Path:
 
 def make_empty_object(path: Path) -> Path:
     """A valid object file with nothing in it, compiled once per job."""
+    import shutil
+    import subprocess
+
     src = path.with_suffix(".c")
     src.write_text("/* cuda-wheels-forge: the object a foreign TU gets */\n")
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"

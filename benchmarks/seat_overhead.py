@@ -1,0 +1,212 @@
+"""What the seat costs per compiler call, in milliseconds, with the real nvcc, g++ and ccache.
+
+    python benchmarks/seat_overhead.py [--calls 40] [--json out.json]
+
+One seat (shard 1 of 2, hash rule) and its host seat are installed as a job
+installs them. Per call, median and p90 of ``--calls`` calls of:
+
+* stub .cu:  a foreign CUDA TU through the nvcc seat (gets the empty object);
+* stub .cpp: a foreign host TU through the host seat (g++);
+* seat hit:  an owned TU that is a cache hit, through the seat;
+* ccache hit: the same hit calling ccache directly (``ccache <real compiler>
+  <same args>``, same cache environment), for a tiny .cu and a tiny .cpp.
+
+The seat's own overhead on a hit is (seat hit) - (ccache hit); the issue's
+target is <= 5 ms per stubbed TU. The calls are interleaved round-robin, so
+the noise of a shared machine falls on every column alike. A breakdown of a
+stub's cost follows: the interpreter start with and without site-packages,
+the import of cuw.seat, the configuration read and the stub's own work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from cuw import cache, seat  # noqa: E402
+from cuw.nvcc_args import parse  # noqa: E402
+from cuw.partition import owner  # noqa: E402
+from cuw.toolkit import find_toolkit  # noqa: E402
+
+KERNEL = '__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\nextern "C" void launch(float* x) { k<<<1, 32>>>(x); }\n'
+HOST = 'extern "C" int answer() { return 42; }\n'
+ARCH = ["-gencode", "arch=compute_90,code=sm_90"]
+TARGET_STUB_MS = 5.0
+
+
+def _key(index: int, count: int, suffix: str) -> str:
+    return next(f"csrc/t{i}{suffix}" for i in range(1000) if owner(f"csrc/t{i}{suffix}", count) == index)
+
+
+class Bench:
+    """A job's seat (shard 1 of 2) with its host seat in a bin folder, and four tiny TUs."""
+
+    def __init__(self, root: Path) -> None:
+        self.src = root / "src"
+        self.src.mkdir(parents=True)
+        self.cache = cache.open_cache("ccache", root / "cache", root)
+        self.cache.prepare()
+        (root / "seat").mkdir()
+        empty = seat.make_empty_object(root / "seat" / "empty.o")
+        self.real_compilers = seat.find_host_compilers()
+        self.nvcc = str(find_toolkit().nvcc)
+        self.config = seat.SeatConfig(
+            real_nvcc=self.nvcc,
+            cache_cmd=self.cache.binary(),
+            cache_env=self.cache.env,
+            statslog_var=self.cache.statslog_var,
+            source_root=str(self.src),
+            empty_object=str(empty),
+            log=str(root / "seat.jsonl"),
+            partition=seat.SeatPartition(1, 2),
+            real_compilers=self.real_compilers,
+        )
+        self.exe = seat.install(root / "seat", self.config)
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        seat.link_host_seat(root / "seat", self.bin, self.config)
+        self.files = {}
+        for name, index, suffix, text in (("stub_cu", 2, ".cu", KERNEL), ("stub_cpp", 2, ".cpp", HOST),
+                                          ("own_cu", 1, ".cu", KERNEL), ("own_cpp", 1, ".cpp", HOST)):  # fmt: skip
+            path = self.src / _key(index, 2, suffix)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            self.files[name] = path
+        self.cache_env = {**cache.scrub(dict(os.environ)), **self.cache.env}
+
+    def nvcc_args(self, name: str) -> list[str]:
+        # -ccbin given, so the seat adds nothing and the direct call below is the very same command.
+        src = self.files[name]
+        return ["-ccbin", self.real_compilers["g++"], "-c", str(src), "-o", str(src.with_suffix(".o")), *ARCH]
+
+    def host_args(self, name: str) -> list[str]:
+        src = self.files[name]
+        return ["-O2", "-c", str(src), "-o", str(src.with_suffix(".o"))]
+
+    def calls(self) -> dict[str, list[str]]:
+        """Each measured call: its argv, run with the cache environment only for the direct ccache ones."""
+        ccache = self.config.cache_cmd
+        return {
+            "stub .cu (nvcc seat)": [str(self.exe), *self.nvcc_args("stub_cu")],
+            "stub .cpp (host seat)": [str(self.bin / "g++"), *self.host_args("stub_cpp")],
+            "hit .cu via seat": [str(self.exe), *self.nvcc_args("own_cu")],
+            "hit .cu via ccache": [ccache, self.nvcc, *parse(self.nvcc_args("own_cu")).cache_safe_args()],
+            "hit .cpp via seat": [str(self.bin / "g++"), *self.host_args("own_cpp")],
+            "hit .cpp via ccache": [ccache, self.real_compilers["g++"], *self.host_args("own_cpp")],
+        }
+
+    def run(self, argv: list[str]) -> float:
+        env = self.cache_env if argv[0] == self.config.cache_cmd else None
+        start = time.perf_counter()
+        proc = subprocess.run(argv, cwd=self.src, env=env, capture_output=True, text=True)
+        ms = (time.perf_counter() - start) * 1000
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} failed: {proc.stderr.strip()}")
+        return ms
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"median_ms": round(statistics.median(ordered), 2), "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 2)}
+
+
+def interleaved(calls: dict[str, Callable[[], float]], rounds: int) -> dict[str, dict[str, float]]:
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            samples[name].append(call())
+    return {name: summary(values) for name, values in samples.items()}
+
+
+def breakdown(bench: Bench) -> dict[str, Callable[[], float]]:
+    """Where a stub's time goes: the interpreter start with and without site-packages, the
+    import of cuw.seat, the configuration read, the stub's own work once started."""
+    py = sys.executable
+    imp = f"import sys; sys.path.insert(0, {str(REPO)!r}); import cuw.seat"
+    config_path = str(Path(bench.exe).parent / "seat.json")
+
+    def config_read() -> float:
+        start = time.perf_counter()
+        seat.SeatConfig.read(config_path)
+        return (time.perf_counter() - start) * 1000
+
+    def stub_in_process() -> float:
+        here = os.getcwd()
+        os.chdir(bench.src)
+        try:
+            start = time.perf_counter()
+            seat.run(bench.nvcc_args("stub_cu"), bench.config)
+            return (time.perf_counter() - start) * 1000
+        finally:
+            os.chdir(here)
+
+    return {
+        "python -I (start only)": lambda: bench.run([py, "-I", "-c", "pass"]),
+        "python -I -S (start only)": lambda: bench.run([py, "-I", "-S", "-c", "pass"]),
+        "python -I + import cuw.seat": lambda: bench.run([py, "-I", "-c", imp]),
+        "python -I -S + import cuw.seat": lambda: bench.run([py, "-I", "-S", "-c", imp]),
+        "seat.json read (in process)": config_read,
+        "stub: parse, owner, copy, log (in process)": stub_in_process,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=40, help="calls per column (default: 40)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cuw-seat-bench-") as tmp:
+        bench = Bench(Path(tmp))
+        argvs = bench.calls()
+        for name in ("hit .cu via seat", "hit .cpp via seat"):  # the misses that fill the cache
+            bench.run(argvs[name])
+        bench.cache.zero()
+        calls = {name: (lambda a=argv: bench.run(a)) for name, argv in argvs.items()}
+        steps = breakdown(bench)
+        measured = interleaved({**calls, **steps}, args.calls)  # one loop: every ratio is side by side
+        rows = {name: measured[name] for name in calls}
+        parts = {name: measured[name] for name in steps}
+        stats = bench.cache.stats()
+        entries = seat.read_log(Path(bench.config.log))
+        shebang = bench.exe.read_text().splitlines()[0]
+    hits_expected = 4 * args.calls  # seat and direct, .cu and .cpp
+    stubs = sum(1 for e in entries if e.get("action") == "stubbed") - args.calls  # less the in-process ones
+    checks = {
+        "every hit column hit the cache": stats.hits == hits_expected and stats.misses == 0,
+        "every stub call was stubbed": stubs == 2 * args.calls,
+    }
+    overhead = {
+        ext: round(rows[f"hit {ext} via seat"]["median_ms"] - rows[f"hit {ext} via ccache"]["median_ms"], 2)
+        for ext in (".cu", ".cpp")
+    }
+    result = {"seat_shebang": shebang, "calls": args.calls, "rows": rows, "overhead_on_hit_ms": overhead,
+              "stub_breakdown": parts, "checks": checks, "target_stub_ms": TARGET_STUB_MS}  # fmt: skip
+    print(f"seat script: {shebang}   ({args.calls} calls per column, interleaved)\n")
+    print(f"{'call':44} {'median ms':>10} {'p90 ms':>8}")
+    for name, row in rows.items():
+        print(f"{name:44} {row['median_ms']:>10.1f} {row['p90_ms']:>8.1f}")
+    for ext, ms in overhead.items():
+        print(f"{'overhead on a ' + ext + ' hit (seat - ccache)':44} {ms:>10.1f}")
+    print(f"\nstub path breakdown (target <= {TARGET_STUB_MS:.0f} ms per stubbed TU)")
+    for name, row in parts.items():
+        print(f"{name:44} {row['median_ms']:>10.1f} {row['p90_ms']:>8.1f}")
+    for name, ok in checks.items():
+        print(f"check: {name}: {'ok' if ok else 'FAILED'}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
