@@ -18,8 +18,8 @@ def test_builtin_recipes_load(recipes_dir):
 
 
 def test_unknown_recipe_lists_known_ones(recipes_dir):
-    with pytest.raises(CuwError, match=r"unknown recipe 'natten'.*known recipes: example, example_torch"):
-        load_recipe("natten", recipes_dir)
+    with pytest.raises(CuwError, match=r"unknown recipe 'nattn'.*known recipes: .*example, example_torch.*natten"):
+        load_recipe("nattn", recipes_dir)
 
 
 def test_unknown_key_names_file_and_closest_key(recipes_dir):
