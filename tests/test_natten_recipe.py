@@ -133,6 +133,15 @@ def test_kernels_generated_for_other_archs_are_refused(natten_pristine, tmp_path
     assert proc.returncode != 0
     generated = "'default [75, 80, 86, 89, 90, 100, 120]'"
     assert f"kernels were generated for {generated}, this build wants 'default [90]'" in proc.stderr
+    # for the cell's own archs, setup.py keeps what the patch generated (what a shard deleted stays deleted)
+    kernel = next(src.glob("csrc/autogen/src/cuda/hopper_fna/*.cu"))
+    kernel.unlink()
+    same = ",".join(str(n) for n in module.natten_archs(CUDA13_ARCHS))
+    proc = subprocess.run([sys.executable, "-c", module._GENERATE, "default", same], cwd=src,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Kernel instantiations already generated for default [75, 80, 86, 89, 90, 100, 120]" in proc.stdout
+    assert not kernel.exists()
 
 
 def test_shards_without_a_family_per_n(natten_pristine, tmp_path):

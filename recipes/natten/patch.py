@@ -123,12 +123,15 @@ _FAMILIES_MOVED = (
 _AFTER_FLAGS = 'message("CUDA compiler: " ${CMAKE_CUDA_COMPILER})\n'
 _WHEEL_HEADERS = """# cuda-wheels-forge: torch's ATen/cuda headers include cuSPARSE, cuBLAS and cuSOLVER,
 # which a bare toolkit lacks. They come from the nvidia-* wheels torch depends on,
-# searched after the toolkit's own headers (-idirafter), which they never shadow.
-file(GLOB NVIDIA_WHEEL_INCLUDES "${TORCH_DIR}/../nvidia/*/include")
-foreach(dir ${NVIDIA_WHEEL_INCLUDES})
-  set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -Xcompiler=-idirafter,${dir}")
-  set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -idirafter ${dir}")
-endforeach()
+# searched after the toolkit's own headers (-idirafter, a GCC option), which they
+# never shadow.
+if(NOT ${NATTEN_IS_WINDOWS})
+  file(GLOB NVIDIA_WHEEL_INCLUDES "${TORCH_DIR}/../nvidia/*/include")
+  foreach(dir ${NVIDIA_WHEEL_INCLUDES})
+    set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -Xcompiler=-idirafter,${dir}")
+    set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -idirafter ${dir}")
+  endforeach()
+endif()
 
 """
 _LAST_LINE = "target_link_libraries(natten PUBLIC c10 torch torch_cpu torch_python cudart c10_cuda torch_cuda)\n"
