@@ -313,7 +313,7 @@ def _reads(args: Iterable[Arg], bare: bool = True) -> set[str]:
 
 def _source_list_vars(commands: list[Command]) -> set[str]:
     """Variables whose value depends on which files are present: set by file(GLOB),
-    aux_source_directory(), or computed from such a variable (set, list, string)."""
+    aux_source_directory(), or computed from such a variable (set, list)."""
     tainted: set[str] = set()
     changed = True
     while changed:
