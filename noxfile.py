@@ -87,18 +87,6 @@ def e2e(session: nox.Session) -> None:
 
 
 @nox.session
-def plan(session: nox.Session) -> None:
-    """Choose N without compiling: nox -s plan -- <recipe> [--shards N | --range 2..64] [--costs FILE] [--json]."""
-    session.run(sys.executable, "-m", "cuw", "plan", *session.posargs)
-
-
-@nox.session
-def costs(session: nox.Session) -> None:
-    """Record a recipe's cost table from real logs: nox -s costs -- <recipe> --from <seat log | .ninja_log> [...]."""
-    session.run(sys.executable, "-m", "cuw", "costs", *session.posargs)
-
-
-@nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite (real nvcc, real ccache): nox -s tests [-- pytest args]."""
     session.run(sys.executable, "-m", "pytest", *(session.posargs or ["-q"]))
