@@ -1,63 +1,109 @@
 """Sharded versus whole, side by side in one run, on a real compile workload.
 
-    python benchmarks/shard_vs_whole.py [--recipe example] [--shards 1,2,4] [--json out.json]
+    python benchmarks/shard_vs_whole.py [--recipe example] [--shards 1,2,4] [--rules hash,cost] [--json out.json]
 
 For each N it runs the whole cell here (N shards as parallel processes, then
 the link) with a cold cache, and prints: wall time of the shard phase and of
 the link, compile CPU-seconds summed over the shards (from the seat's per-TU
-timings), work conservation (TUs compiled by all shards / TUs in the build:
-must be exactly 1.0), the slowest shard's compile seconds, and each ratio to
-N=1. The machine is shared and noisy: compare ratios from one run, not numbers
-across runs.
+timings), work conservation (CUDA TUs compiled by all shards / CUDA TUs in the
+build: must be exactly 1.0), the slowest shard's compile seconds, and each
+ratio to N=1. Two more columns say what choosing N costs and buys:
+
+* link overhead: link wall / unsharded wall (the N=1 shard phase, one cold
+  build of everything): what every sharded build pays after its shards;
+* balance: slowest shard / mean shard compile seconds, next to the physical
+  bound max(longest TU, mean) / mean that no partition can beat.
+
+Each rule in ``--rules`` is built on its own copy of the recipe
+(``sharding.rule`` set there); ``cost`` only where the recipe has a
+``costs.json``. N=1 is the same build under every rule and runs once. The
+machine is shared and noisy: compare ratios from one run, not numbers across
+runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cuw import seat  # noqa: E402
 from cuw.pipeline import Paths, run_build  # noqa: E402
-from cuw.recipe import load_recipe  # noqa: E402
+from cuw.recipe import costs_path, load_recipe  # noqa: E402
+
+# run_build's line when a shard process ends: the shard phase is over at the last one.
+SHARD_END = re.compile(r"^shard \d+/\d+: (done|FAILED)$")
 
 
-def measure(recipe_key: str, n: int, root: Path) -> dict:
+def recipes_for_rule(recipe_key: str, rule: str, root: Path) -> Path:
+    """A copy of the recipes whose ``recipe_key`` partitions by ``rule``."""
     recipes = root / "recipes"
     if not recipes.exists():
         shutil.copytree(REPO / "recipes", recipes, symlinks=True)
+        path = recipes / recipe_key / "recipe.yml"
+        data = yaml.safe_load(path.read_text())
+        data.setdefault("sharding", {})["rule"] = rule
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return recipes
+
+
+def balance(per_shard: list[float], per_tu: list[float]) -> tuple[float, float]:
+    """(slowest / mean shard, max(longest TU, mean) / mean): the partition and its bound."""
+    mean = sum(per_shard) / max(len(per_shard), 1)
+    if mean <= 0:
+        return 0.0, 0.0
+    return max(per_shard) / mean, max(max(per_tu, default=0.0), mean) / mean
+
+
+def measure(recipe_key: str, n: int, root: Path, rule: str = "hash") -> dict:
+    recipes = recipes_for_rule(recipe_key, rule, root)
     recipe = load_recipe(recipe_key, recipes)
     paths = Paths(work=root / f"n{n}" / "work", artifacts=root / f"n{n}" / "artifacts", dist=root / f"n{n}" / "dist")
-    quiet = lambda _msg: None  # noqa: E731
+    shard_end = [0.0]
+
+    def note(msg: str) -> None:
+        if SHARD_END.match(msg):
+            shard_end[0] = time.monotonic()
+
     start = time.monotonic()
-    outcomes, link = run_build(recipe, paths, count=n, recipes_dir=recipes, progress=quiet)
-    total = time.monotonic() - start
-    shard_seconds, per_shard, compiled = 0.0, [], 0
+    outcomes, link = run_build(recipe, paths, count=n, recipes_dir=recipes, progress=note)
+    end = time.monotonic()
+    shard_seconds, per_shard, per_tu, compiled = 0.0, [], [], 0
     for log in sorted(paths.work.glob("*/shard-*/logs/seat.jsonl")):
         entries = [e for e in seat.read_log(log) if e.get("action") == "compiled"]
         seconds = sum(e.get("seconds", 0.0) for e in entries)
         shard_seconds += seconds
         per_shard.append(seconds)
-        compiled += len(entries)
+        per_tu += [e.get("seconds", 0.0) for e in entries]
+        compiled += sum(1 for e in entries if e.get("kind") != "host")  # cuda_tus counts CUDA TUs only
     link_log = next(paths.work.glob("*/link/logs/seat.jsonl"))
     link_seconds = sum(e.get("seconds", 0.0) for e in seat.read_log(link_log) if e.get("action") == "compiled")
     tus = link.verdict.facts.get("cuda_tus", 0) or 1
+    shard_balance, bound = balance(per_shard, per_tu)
     return {
+        "rule": rule,
         "shards": n,
         "ok": bool(link.ok and all(outcomes)),
-        "wall_s": round(total, 1),
+        "wall_s": round(end - start, 1),
+        "shard_wall_s": round(shard_end[0] - start, 1),
+        "link_wall_s": round(end - shard_end[0], 1),
         "shard_compile_cpu_s": round(shard_seconds, 1),
         "slowest_shard_compile_s": round(max(per_shard, default=0.0), 1),
         "link_compile_s": round(link_seconds, 2),
         "work_conservation": round(compiled / tus, 3),
         "link_misses": link.verdict.facts.get("misses"),
+        "balance": round(shard_balance, 3),
+        "bound": round(bound, 3),
     }
 
 
@@ -65,17 +111,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="example")
     parser.add_argument("--shards", default="1,2,4")
+    parser.add_argument("--rules", default="hash,cost", help="partition rules (cost only with a costs.json)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     counts = [int(x) for x in args.shards.split(",")]
+    rules = [r for r in args.rules.split(",") if r == "hash" or costs_path(REPO / "recipes" / args.recipe).is_file()]
     with tempfile.TemporaryDirectory(prefix="cuw-bench-") as tmp:
-        rows = [measure(args.recipe, n, Path(tmp)) for n in counts]
+        rows = []
+        for i, rule in enumerate(rules):
+            # N=1 is one whole build whatever the rule: measured once, under the first rule.
+            rows += [measure(args.recipe, n, Path(tmp) / rule, rule) for n in counts if n > 1 or i == 0]
     base = rows[0]
     for row in rows:
         row["slowest_shard_vs_first"] = round(row["slowest_shard_compile_s"] / max(base["slowest_shard_compile_s"], 1e-9), 3)
         row["cpu_vs_first"] = round(row["shard_compile_cpu_s"] / max(base["shard_compile_cpu_s"], 1e-9), 3)
-    cols = ["shards", "ok", "wall_s", "shard_compile_cpu_s", "slowest_shard_compile_s", "link_compile_s",
-            "work_conservation", "link_misses", "slowest_shard_vs_first", "cpu_vs_first"]  # fmt: skip
+        # The first row is the unsharded build (N=1 when --shards starts with 1).
+        row["link_overhead"] = round(row["link_wall_s"] / max(base["shard_wall_s"], 1e-9), 3)
+    cols = ["rule", "shards", "ok", "wall_s", "shard_wall_s", "link_wall_s", "link_overhead", "shard_compile_cpu_s",
+            "slowest_shard_compile_s", "balance", "bound", "link_compile_s", "work_conservation", "link_misses",
+            "slowest_shard_vs_first", "cpu_vs_first"]  # fmt: skip
     print(" | ".join(cols))
     for row in rows:
         print(" | ".join(str(row[c]) for c in cols))
