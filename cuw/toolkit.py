@@ -83,14 +83,45 @@ def make_shadow_home(toolkit: Toolkit, shadow: Path, seat: Path) -> Path:
         shutil.rmtree(shadow)
     (shadow / "bin").mkdir(parents=True)
     for entry in toolkit.home.iterdir():
-        if entry.name != "bin":
+        if entry.name not in ("bin", "include"):
             (shadow / entry.name).symlink_to(entry)
+    _merged_include(toolkit, shadow / "include")
     for tool in (toolkit.home / "bin").iterdir():
         if tool.name != "nvcc":
             (shadow / "bin" / tool.name).symlink_to(tool)
     (shadow / "bin" / "nvcc").symlink_to(seat)
     (shadow / SHADOW_MARK).write_text(str(toolkit.home) + "\n")
     return shadow
+
+
+def wheel_include_dirs(major: str) -> list[Path]:
+    """Header folders of the ``nvidia-*`` wheels in this environment (torch depends on them):
+    ``nvidia/cu13/include`` for CUDA 13, ``nvidia/<library>/include`` for the CUDA 12 layout."""
+    try:
+        import nvidia  # namespace package of the nvidia-* wheels
+    except ImportError:
+        return []
+    found: list[Path] = []
+    for root in map(Path, nvidia.__path__):
+        found += [root / f"cu{major}" / "include"] if (root / f"cu{major}" / "include").is_dir() else []
+        found += sorted(p for p in root.glob("*/include") if p.is_dir() and not re.fullmatch(r"cu\d+", p.parent.name))
+    return found
+
+
+def _merged_include(toolkit: Toolkit, target: Path) -> None:
+    """The toolkit's include folder, plus headers it lacks from the nvidia-* wheels.
+
+    Toolkits installed without the math libraries (this one has no cusparse.h or
+    cublas_v2.h) cannot build torch extensions: torch's own headers include them.
+    Everything the toolkit has stays the toolkit's; only missing entries are added.
+    """
+    target.mkdir()
+    for entry in (toolkit.home / "include").iterdir():
+        (target / entry.name).symlink_to(entry)
+    for folder in wheel_include_dirs(toolkit.version.split(".")[0]):
+        for entry in folder.iterdir():
+            if not (target / entry.name).exists() and not (target / entry.name).is_symlink():
+                (target / entry.name).symlink_to(entry)
 
 
 def find_cuobjdump(toolkit: Toolkit) -> Path:
