@@ -28,8 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -109,7 +109,7 @@ class Bench:
     def run(self, argv: list[str]) -> float:
         env = self.cache_env if argv[0] == self.config.cache_cmd else None
         start = time.perf_counter()
-        proc = subprocess.run(argv, cwd=self.src, env=env, capture_output=True, text=True)
+        proc = subprocess.run(argv, cwd=self.src, env=env, capture_output=True, text=True, check=False)
         ms = (time.perf_counter() - start) * 1000
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} failed: {proc.stderr.strip()}")
