@@ -15,7 +15,8 @@ The seat's own overhead on a hit is (seat hit) - (ccache hit); the issue's
 target is <= 5 ms per stubbed TU. The calls are interleaved round-robin, so
 the noise of a shared machine falls on every column alike. A breakdown of a
 stub's cost follows: the interpreter start with and without site-packages,
-the import of cuw.seat, the configuration read and the stub's own work.
+the import of cuw.seat, the configuration read and the stub's own work; and,
+for scale, a shell stub (md5sum and cp, as the real farm's seat did).
 """
 
 from __future__ import annotations
@@ -151,7 +152,13 @@ def breakdown(bench: Bench) -> dict[str, Callable[[], float]]:
         finally:
             os.chdir(here)
 
+    # The real farm's shell seat, for scale: what a stub costs that starts no interpreter.
+    shell_stub = ('h=$(printf %s "$1" | md5sum | cut -c1-8); '
+                  '[ $(( 0x$h % 2 )) -ne 0 ] || true; cp "$2" "$3"')  # fmt: skip
+    stub_args = [str(bench.files["stub_cu"]), bench.config.empty_object, str(bench.src / "shell-stub.o")]
+
     return {
+        "sh: md5sum + cp (a shell stub, for scale)": lambda: bench.run(["sh", "-c", shell_stub, "sh", *stub_args]),
         "python -I (start only)": lambda: bench.run([py, "-I", "-c", "pass"]),
         "python -I -S (start only)": lambda: bench.run([py, "-I", "-S", "-c", "pass"]),
         "python -I + import cuw.seat": lambda: bench.run([py, "-I", "-c", imp]),
