@@ -304,14 +304,128 @@ def install(folder: Path, config: SeatConfig) -> Path:
 
 def make_empty_object(path: Path) -> Path:
     """A valid object file with nothing in it, compiled once per job."""
-    import shutil
     import subprocess
 
     src = path.with_suffix(".c")
     src.write_text("/* cuda-wheels-forge: the object a foreign TU gets */\n")
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
-    subprocess.run([compiler, "-c", str(src), "-o", str(path)], check=True)
+    subprocess.run([c_compiler(), "-c", str(src), "-o", str(path)], check=True)
     return path
+
+
+def c_compiler() -> str:
+    """The C compiler a job builds its own small pieces with (the empty object, the native stub)."""
+    import shutil
+
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
+
+
+# -- the native fast path ------------------------------------------------------------------
+#
+# A stubbed TU through the Python seat costs an interpreter start. cuw/seat_stub.c does the
+# stub alone: it reads a table of the keys this shard does NOT own, written here from the
+# materialized source tree (the partition rule stays in Python), and execs the Python seat
+# (moved to <seat>/python/) for every other call, so the result is the same either way.
+
+NATIVE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seat_stub.c")
+NATIVE_TABLE = "seat-stub.tsv"
+PYTHON_SEAT_DIR = "python"
+_TABLE_MAGIC = "cuw-seat-stub 1"
+
+
+def foreign_table(config: SeatConfig) -> Optional[str]:
+    """The native stub's table: header lines, then ``key, owner, key as JSON`` for every source
+    file under the source root that another shard owns. None when the seat partitions nothing."""
+    from .nvcc_args import SOURCE_SUFFIXES
+
+    part = config.partition
+    if part is None:
+        return None
+    root = os.path.normpath(config.source_root)
+    lines = [
+        _TABLE_MAGIC,
+        f"root\t{root}",
+        f"empty\t{config.empty_object}",
+        f"log\t{config.log}",
+        f"host_partitioned\t{int(config.partition_host)}",
+        "keys",
+    ]
+    rows = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if not name.endswith(SOURCE_SUFFIXES):
+                continue
+            key = tu_key(os.path.join(dirpath, name), root)
+            tu_owner = part.owner(key)
+            if tu_owner != part.index and not any(c in key for c in "\t\n\r"):
+                rows.append(f"{key}\t{tu_owner}\t{json.dumps(key)}")
+    return "\n".join(lines + sorted(rows)) + "\n"
+
+
+def _c_literal(text: str) -> str:
+    """A C string literal for a path: octal escapes for everything but plain path characters."""
+    return '"' + "".join(chr(b) if chr(b).isalnum() or chr(b) in "/_.-+" else f"\\{b:03o}" for b in os.fsencode(text)) + '"'
+
+
+def _native_unfit(folder: Path, config: SeatConfig) -> Optional[str]:
+    """Why the native stub cannot stand in for this seat, or None."""
+    paths = {"source root": config.source_root, "empty object": config.empty_object, "seat log": config.log}
+    for what, path in paths.items():
+        if not os.path.isabs(path) or path.startswith("//") or any(c in path for c in "\t\n\r"):
+            return f"the {what} {path!r} is not a plain absolute path"
+    if not os.path.isabs(str(folder)):
+        return f"the seat folder {str(folder)!r} is not absolute"
+    return None
+
+
+def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None) -> bool:
+    """Compiles cuw/seat_stub.c into the seat folder written by :func:`install`, in place of the
+    ``nvcc`` and host scripts (which move to ``python/`` and stay the fallback).
+
+    Without a partition there is nothing to stub and the scripts stay. When the stub cannot
+    be built (no C compiler), the scripts stay too -- same result, slower -- and one line says
+    so in ``note`` (the job's build log), or on stderr."""
+    import subprocess
+
+    table = foreign_table(config)
+    if table is None:
+        return False
+    reason = _native_unfit(folder, config)
+    binaries = {"nvcc": folder / "seat-stub-nvcc", HOST_SCRIPT: folder / "seat-stub-host"}
+    if reason is None:
+        compiler = c_compiler()
+        (folder / NATIVE_TABLE).write_text(table, encoding="utf-8")
+        for host, out in enumerate(binaries.values()):
+            cmd = [compiler, "-O2", f"-DSEAT_DIR={_c_literal(str(folder))}", f"-DSEAT_HOST={host}", NATIVE_SOURCE, "-o", str(out)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+            except OSError as exc:
+                reason = f"{compiler} could not run: {exc.strerror}"
+                break
+            if proc.returncode != 0:
+                reason = f"{compiler} exited {proc.returncode} on {NATIVE_SOURCE}"
+                break
+    if reason is not None:
+        line = f"cuw seat: native stub not built ({reason}); foreign TUs go through the Python seat (same result, slower)\n"
+        if note is not None:
+            with open(note, "a", encoding="utf-8") as fh:
+                fh.write(line)
+        else:
+            sys.stderr.write(line)
+        for out in binaries.values():
+            if out.exists():
+                out.unlink()
+        return False
+    python_dir = folder / PYTHON_SEAT_DIR
+    python_dir.mkdir(exist_ok=True)
+    for name, native in binaries.items():
+        os.replace(folder / name, python_dir / name)
+        os.replace(native, folder / name)
+    for name in HOST_COMPILERS:  # the host script reads the tool from its own name
+        link = python_dir / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(HOST_SCRIPT)
+    return True
 
 
 def compiled_count(path: Path) -> int:

@@ -122,6 +122,8 @@ def prepare(
         partition_host=lane != "windows",
     )
     script = seat.install(ws.seat_dir, config)
+    # A shard's foreign TUs stubbed without a Python start (no C compiler: the scripts stay).
+    seat.install_native(ws.seat_dir, config, note=ws.build_log)
     make_shadow_home(toolkit, ws.cuda_home, script)
     seat.link_host_seat(ws.seat_dir, ws.cuda_home / "bin", config)
     return job_cache

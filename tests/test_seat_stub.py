@@ -1,0 +1,250 @@
+"""The seat's native stub (cuw/seat_stub.c) against the Python seat, with the real compilers and ccache.
+
+Two job folders of equal path length, ``a`` (native stub in front, Python seat behind it) and
+``b`` (the Python seat alone), get the same sources and the same calls. Every call runs in
+``b``, then in ``a`` with CUW_SEAT_STUB_NO_FALLBACK (the native stub exits 97 where it would
+hand over), then in ``a`` again without it where it handed over. The work trees and seat logs
+(less pid and seconds) must end up identical, and the native stub must have handled exactly
+the calls marked ``native``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from cuw import cache, seat
+from cuw.partition import owner, tu_key
+from cuw.toolkit import find_toolkit
+
+KERNEL = "__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
+HOST_SRC = 'extern "C" int answer() { return 42; }\n'
+ARCH = ["-gencode", "arch=compute_90,code=sm_90"]
+NO_FALLBACK = {"CUW_SEAT_STUB_NO_FALLBACK": "1"}
+INDEX, COUNT = 1, 2
+
+
+def _named(pattern: str, index: int, base: str = "") -> str:
+    """The first ``pattern.format(i)`` whose key (relative to the source root, or ``base/..``) shard ``index`` owns."""
+    return next(p for p in (pattern.format(i) for i in range(2000)) if owner(base + p, COUNT) == index)
+
+
+F_CU = _named("csrc/k{}.cu", 2)  # foreign CUDA TU
+O_CU = _named("csrc/k{}.cu", 1)  # owned CUDA TU
+F_CPP = _named("csrc/h{}.cpp", 2)
+O_CPP = _named("csrc/h{}.cpp", 1)
+F_SPACE = _named("csrc/with space/k{}.cu", 2)
+F_QUOTE = _named('csrc/q"uote{}.cu', 2)
+F_UNICODE = _named("csrc/\u00fcn{}.cu", 2)
+F_TMPXFT_CU = _named("csrc/tmpxft_{}.cu", 2)
+F_TMPXFT_CPP = _named("csrc/tmpxft_00_{}.cudafe1.cpp", 2)
+F_PROBE_CPP = _named("CMakeFiles/CMakeScratch/TryCompile-x/src{}.cxx", 2)
+F_SECOND = _named("csrc/s{}.cu", 2)
+F_OUTSIDE = _named("../gen/x{}.cu", 2)  # a key outside the source root, still foreign by the hash
+F_GENERATED = _named("csrc/generated{}.cu", 2)  # written after the seat was installed
+SOURCES = {F_CU: KERNEL, O_CU: KERNEL, F_SPACE: KERNEL, F_QUOTE: KERNEL, F_UNICODE: KERNEL, F_TMPXFT_CU: KERNEL,
+           F_SECOND: KERNEL, F_CPP: HOST_SRC, O_CPP: HOST_SRC, F_TMPXFT_CPP: HOST_SRC, F_PROBE_CPP: HOST_SRC}  # fmt: skip
+
+
+@dataclass
+class Case:
+    name: str
+    argv: list[str]
+    native: bool
+    """Whether the native stub must handle the call itself (else it must hand it to the Python seat)."""
+    tool: str = "nvcc"
+    cwd: str = "src"
+    env: dict[str, str] = field(default_factory=dict)
+
+
+NVCC_CASES = [
+    Case("cmake rule", ["-Xcompiler", "-Wall -Wextra", '-DNAME="a b"', "-MD", "-MT", "obj/f.cu.o", "-MF", "obj/f.cu.o.d",
+                        "-x", "cu", "-c", "{src}/" + F_CU, "-o", "obj/f.cu.o", *ARCH], True, cwd="build"),  # fmt: skip
+    Case("torch ninja: -c -c, quoted -fPIC", ["-MD", "-MF", "t/f.o.d", "-c", "-c", F_CU, "-o", "t/f.o",
+                                              "--compiler-options", "'-fPIC'", "-std=c++17"], True),  # fmt: skip
+    Case("-o=", ["-c", F_CU, "-o=eq/f.o"], True),
+    Case("-oFILE", ["-c", F_CU, "-oglued.o"], True),
+    Case("--output-file and --dependency-output", ["--dependency-output", "d/x.d", "-c", F_CU, "--output-file", "d/x.o"], True),
+    Case("-dc with -MD: depfile from the output", ["-dc", F_CU, "-o", "dc/f.o", "-MD", *ARCH], True),
+    Case("--device-w with -MMD", ["--device-w", F_CU, "-o", "dw.cu.o", "-MMD"], True),
+    Case("default output in the cwd", ["-c", F_CU], True),
+    Case("-MF= beside -MD", ["-MD", "-MF=deps/y.d", "-c", F_CU, "-o", "y.o"], True),
+    Case("'..' inside the root", ["-c", "./csrc/../" + F_CU, "-o", "dots.o"], True),
+    Case("space in source and output", ["-MD", "-c", F_SPACE, "-o", "out dir/s p.o"], True),
+    Case("quote in the key", ["-c", F_QUOTE, "-o", "quote.o"], True),
+    Case("tmpxft name: nvcc partitions it", ["-c", F_TMPXFT_CU, "-o", "tmpxft.o"], True),
+    Case("non-ASCII output: Python writes it", ["-c", F_UNICODE], False),
+    Case("nvcc's -Werror takes a value: not a compile", ["-Werror", "-c", F_CU, "-o", "w.o"], False),
+    Case("two sources", ["-c", F_SECOND, F_CU, "-o", "two.o"], False),
+    Case("outside the source root", ["-c", "{root}/" + F_OUTSIDE.removeprefix("../"), "-o", "outside.o"], False),
+    Case("generated after install", ["-c", F_GENERATED, "-o", "gen.o"], False),
+    Case("options file", ["-optf", "opts.txt", "-c", F_CU, "-o", "optf.o"], False),
+    Case("source filter active", ["-c", F_CU, "-o", "filter.o"], False, env={"CUDA_WHEELS_SHARD_COUNT": "2"}),
+    Case("not a compile", ["--version"], False),
+    Case("probe by output name", ["-c", F_CU, "-o", "cmTC_1.o", *ARCH], False),
+    Case("owned TU", ["-MD", "-c", O_CU, "-o", "own/o.o", *ARCH], False),
+]
+HOST_CASES = [
+    Case("host -MD -MF", ["-MD", "-MF", "build/x.o.d", "-c", F_CPP, "-o", "build/x.o"], True, tool="g++"),
+    Case("gcc's -Werror takes none", ["-O2", "-Werror", "-fPIC", "-c", F_CPP, "-o", "w.o"], True, tool="g++"),
+    Case("host -oFILE, default depfile", ["-MMD", "-c", F_CPP, "-obuild/g.o"], True, tool="c++"),
+    Case("host default output, -x", ["-x", "c++", "-c", F_CPP], True, tool="gcc"),
+    Case("host -o= (gcc reads it as the output too)", ["-c", F_CPP, "-o=eq.o"], True, tool="cc"),
+    Case("host tmpxft", ["-c", F_TMPXFT_CPP, "-o", "tmpxft_host.o"], False, tool="g++"),
+    Case("host probe", ["-c", F_PROBE_CPP, "-o", "probe.o"], False, tool="g++"),
+    Case("host probe by cwd", ["-c", "{src}/" + F_CPP, "-o", "p.o"], False, tool="g++", cwd="build/CMakeFiles/CMakeTmp"),
+    Case("host response file", ["@opts.rsp", "-c", F_CPP, "-o", "rsp.o"], False, tool="g++"),
+    Case("host preprocess", ["-E", F_CPP], False, tool="g++"),
+    Case("host owned TU", ["-c", O_CPP, "-o", "own.o"], False, tool="g++"),
+    Case("host link", ["-shared", "{root}/seat/empty.o", "-o", "liblink.so"], False, tool="g++"),
+]
+
+
+class Job:
+    """One job folder: sources, a seat of shard 1/2 with its host seat in bin/, and a ccache."""
+
+    def __init__(self, root: Path, native: bool, partition_host: bool = True) -> None:
+        self.root = root
+        self.src = root / "src"
+        for rel, text in SOURCES.items():
+            path = self.src / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        (self.src / "opts.txt").write_text("-DX=1\n")
+        (self.src / "opts.rsp").write_text("-DX=1\n")
+        (root / "build" / "CMakeFiles" / "CMakeTmp").mkdir(parents=True)
+        outside = root / F_OUTSIDE.removeprefix("../")
+        outside.parent.mkdir(parents=True)
+        outside.write_text(KERNEL)
+        self.cache = cache.open_cache("ccache", root / "cache", root)
+        self.cache.prepare()
+        (root / "seat").mkdir()
+        self.empty = seat.make_empty_object(root / "seat" / "empty.o")
+        self.log = root / "seat.jsonl"
+        self.config = seat.SeatConfig(
+            real_nvcc=str(find_toolkit().nvcc),
+            cache_cmd=self.cache.binary(),
+            cache_env=self.cache.env,
+            statslog_var=self.cache.statslog_var,
+            source_root=str(self.src),
+            empty_object=str(self.empty),
+            log=str(self.log),
+            partition=seat.SeatPartition(INDEX, COUNT),
+            real_compilers=seat.find_host_compilers(),
+            partition_host=partition_host,
+        )
+        self.nvcc = seat.install(root / "seat", self.config)
+        self.native = native and seat.install_native(root / "seat", self.config, note=root / "note.log")
+        assert self.native == native, (root / "note.log").read_text() if (root / "note.log").exists() else ""
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        seat.link_host_seat(root / "seat", self.bin, self.config)
+        generated = self.src / F_GENERATED
+        generated.write_text(KERNEL)
+
+    def run(self, case: Case, extra_env: dict[str, str] | None = None) -> int:
+        exe = self.nvcc if case.tool == "nvcc" else self.bin / case.tool
+        argv = [a.format(src=self.src, root=self.root) for a in case.argv]
+        env = {k: v for k, v in os.environ.items() if k not in seat.SOURCE_FILTER_VARS}
+        env.update(case.env, **(extra_env or {}))
+        proc = subprocess.run([str(exe), *argv], cwd=self.root / case.cwd, env=env, capture_output=True, text=True)
+        return proc.returncode
+
+    def snapshot(self) -> dict[str, str]:
+        """The work tree (sources, build and outputs), with this job's root written as <job>."""
+        out = {}
+        stub = self.empty.read_bytes()
+        for path in sorted(self.root.rglob("*")):
+            rel = path.relative_to(self.root).as_posix()
+            if not path.is_file() or rel.split("/")[0] not in ("src", "build", "gen"):
+                continue
+            data = path.read_bytes()
+            if data == stub:
+                out[rel] = "<empty object>"
+            elif data.startswith(b"\x7fELF"):
+                out[rel] = "<compiled object>"  # nvcc embeds per-build ids: compare what it is, not its bytes
+            else:
+                out[rel] = data.decode("utf-8", "replace").replace(str(self.root), "<job>")
+        return out
+
+    def entries(self) -> list[dict]:
+        drop = ("pid", "seconds")
+        return [
+            {k: (v.replace(str(self.root), "<job>") if isinstance(v, str) else v) for k, v in e.items() if k not in drop}
+            for e in seat.read_log(self.log)
+        ]
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory) -> tuple[Job, Job]:
+    base = tmp_path_factory.mktemp("stub")
+    return Job(base / "a", native=True), Job(base / "b", native=False)
+
+
+@pytest.mark.parametrize("case", NVCC_CASES + HOST_CASES, ids=lambda c: c.name)
+def test_native_stub_matches_the_python_seat(jobs, case):
+    native_job, python_job = jobs
+    rc_python = python_job.run(case)
+    before = native_job.snapshot(), native_job.entries()
+    rc_native = native_job.run(case, NO_FALLBACK)
+    handled = rc_native != 97
+    if not handled:
+        assert (native_job.snapshot(), native_job.entries()) == before, "a call it handed over left no trace"
+        rc_native = native_job.run(case)  # the exec into the Python seat
+    assert handled == case.native, f"native stub {'handled' if handled else 'handed over'} {case.argv}"
+    assert rc_native == rc_python
+    assert native_job.snapshot() == python_job.snapshot()
+    assert native_job.entries() == python_job.entries()
+    if handled:
+        assert python_job.entries()[-1]["action"] == "stubbed"
+
+
+def test_the_foreign_table_is_the_partition_rule(jobs):
+    native_job, _ = jobs
+    table = (native_job.root / "seat" / seat.NATIVE_TABLE).read_text(encoding="utf-8")
+    keys = {line.split("\t")[0]: int(line.split("\t")[1]) for line in table.split("keys\n", 1)[1].splitlines()}
+    every = [tu_key(str(p), str(native_job.src)) for p in native_job.src.rglob("*") if p.suffix in (".cu", ".cpp", ".cxx")]
+    assert F_CU in keys and O_CU not in keys and F_GENERATED not in keys
+    assert keys == {k: owner(k, COUNT) for k in every if owner(k, COUNT) != INDEX and k != F_GENERATED}
+
+
+def test_windows_lanes_hand_every_host_call_to_the_python_seat(tmp_path):
+    job = Job(tmp_path / "w", native=True, partition_host=False)
+    assert job.run(Case("host", ["-c", F_CPP, "-o", "x.o"], False, tool="g++"), NO_FALLBACK) == 97
+    assert job.run(Case("host", ["-c", F_CPP, "-o", "x.o"], False, tool="g++")) == 0
+    assert [(e["action"], e["kind"]) for e in job.entries()] == [("compiled", "host")]
+    assert job.run(Case("nvcc", ["-c", F_CU, "-o", "k.o"], True), NO_FALLBACK) == 0  # CUDA TUs still partitioned
+    assert job.entries()[-1]["action"] == "stubbed"
+
+
+def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkeypatch):
+    root = tmp_path / "j"
+    (root / "src" / F_CU).parent.mkdir(parents=True)
+    (root / "src" / F_CU).write_text(KERNEL)
+    empty = seat.make_empty_object(root / "empty.o")
+    config = seat.SeatConfig(real_nvcc=str(find_toolkit().nvcc), cache_cmd="ccache", cache_env={}, statslog_var=None,
+                             source_root=str(root / "src"), empty_object=str(empty), log=str(root / "seat.jsonl"),
+                             partition=seat.SeatPartition(INDEX, COUNT))  # fmt: skip
+    script = seat.install(root / "seat", config)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    note = root / "build.log"
+    assert not seat.install_native(root / "seat", config, note=note)
+    assert script.read_text().startswith("#!")  # still the Python seat
+    assert note.read_text().count("\n") == 1 and "native stub not built" in note.read_text()
+    proc = subprocess.run([str(script), "-c", F_CU, "-o", "k.o"], cwd=root / "src", capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert [e["action"] for e in seat.read_log(root / "seat.jsonl")] == ["stubbed"]
+
+
+def test_a_seat_without_partition_keeps_the_python_scripts(tmp_path):
+    (tmp_path / "src").mkdir()
+    config = seat.SeatConfig(real_nvcc="nvcc", cache_cmd="ccache", cache_env={}, statslog_var=None,
+                             source_root=str(tmp_path / "src"), empty_object=str(tmp_path / "e.o"),
+                             log=str(tmp_path / "seat.jsonl"), partition=None)  # fmt: skip
+    script = seat.install(tmp_path / "seat", config)
+    assert not seat.install_native(tmp_path / "seat", config)
+    assert script.read_text().startswith("#!") and not (tmp_path / "seat" / seat.NATIVE_TABLE).exists()
