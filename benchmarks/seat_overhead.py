@@ -7,6 +7,8 @@ installs them. Per call, median and p90 of ``--calls`` calls of:
 
 * stub .cu:  a foreign CUDA TU through the nvcc seat (gets the empty object);
 * stub .cpp: a foreign host TU through the host seat (g++);
+* the same two stubs through the native stub (cuw/seat_stub.c, as a shard job installs
+  it), run with CUW_SEAT_STUB_NO_FALLBACK so a call it handed to Python would fail;
 * seat hit:  an owned TU that is a cache hit, through the seat;
 * ccache hit: the same hit calling ccache directly (``ccache <real compiler>
   <same args>``, same cache environment), for a tiny .cu and a tiny .cpp.
@@ -51,11 +53,19 @@ def _key(index: int, count: int, suffix: str) -> str:
 
 
 class Bench:
-    """A job's seat (shard 1 of 2) with its host seat in a bin folder, and four tiny TUs."""
+    """A job's seat (shard 1 of 2) with its host seat in a bin folder, and four tiny TUs;
+    ``native``: with the native stub in front of the Python seat, as a shard job has it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, native: bool = False) -> None:
         self.src = root / "src"
         self.src.mkdir(parents=True)
+        self.files = {}
+        for name, index, suffix, text in (("stub_cu", 2, ".cu", KERNEL), ("stub_cpp", 2, ".cpp", HOST),
+                                          ("own_cu", 1, ".cu", KERNEL), ("own_cpp", 1, ".cpp", HOST)):  # fmt: skip
+            path = self.src / _key(index, 2, suffix)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            self.files[name] = path
         self.cache = cache.open_cache("ccache", root / "cache", root)
         self.cache.prepare()
         (root / "seat").mkdir()
@@ -73,17 +83,13 @@ class Bench:
             partition=seat.SeatPartition(1, 2),
             real_compilers=self.real_compilers,
         )
+        self.native = native
         self.exe = seat.install(root / "seat", self.config)
+        if native and not seat.install_native(root / "seat", self.config):
+            raise SystemExit("the native stub could not be built (see the line above)")
         self.bin = root / "bin"
         self.bin.mkdir()
         seat.link_host_seat(root / "seat", self.bin, self.config)
-        self.files = {}
-        for name, index, suffix, text in (("stub_cu", 2, ".cu", KERNEL), ("stub_cpp", 2, ".cpp", HOST),
-                                          ("own_cu", 1, ".cu", KERNEL), ("own_cpp", 1, ".cpp", HOST)):  # fmt: skip
-            path = self.src / _key(index, 2, suffix)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            self.files[name] = path
         self.cache_env = {**cache.scrub(dict(os.environ)), **self.cache.env}
 
     def nvcc_args(self, name: str) -> list[str]:
@@ -107,8 +113,16 @@ class Bench:
             "hit .cpp via ccache": [ccache, self.real_compilers["g++"], *self.host_args("own_cpp")],
         }
 
+    def native_calls(self) -> dict[str, list[str]]:
+        return {
+            "stub .cu (native stub)": [str(self.exe), *self.nvcc_args("stub_cu")],
+            "stub .cpp (native host stub)": [str(self.bin / "g++"), *self.host_args("stub_cpp")],
+        }
+
     def run(self, argv: list[str]) -> float:
         env = self.cache_env if argv[0] == self.config.cache_cmd else None
+        if self.native:
+            env = {**os.environ, "CUW_SEAT_STUB_NO_FALLBACK": "1"}  # a call handed to Python fails
         start = time.perf_counter()
         proc = subprocess.run(argv, cwd=self.src, env=env, capture_output=True, text=True, check=False)
         ms = (time.perf_counter() - start) * 1000
@@ -174,24 +188,29 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="cuw-seat-bench-") as tmp:
-        bench = Bench(Path(tmp))
+        bench = Bench(Path(tmp) / "python")
+        native = Bench(Path(tmp) / "native", native=True)
         argvs = bench.calls()
         for name in ("hit .cu via seat", "hit .cpp via seat"):  # the misses that fill the cache
             bench.run(argvs[name])
         bench.cache.zero()
         calls = {name: (lambda a=argv: bench.run(a)) for name, argv in argvs.items()}
+        native_argvs = native.native_calls()
+        calls.update({name: (lambda a=argv: native.run(a)) for name, argv in native_argvs.items()})
         steps = breakdown(bench)
         measured = interleaved({**calls, **steps}, args.calls)  # one loop: every ratio is side by side
         rows = {name: measured[name] for name in calls}
         parts = {name: measured[name] for name in steps}
         stats = bench.cache.stats()
         entries = seat.read_log(Path(bench.config.log))
+        native_entries = seat.read_log(Path(native.config.log))
         shebang = bench.exe.read_text().splitlines()[0]
     hits_expected = 4 * args.calls  # seat and direct, .cu and .cpp
     stubs = sum(1 for e in entries if e.get("action") == "stubbed") - args.calls  # less the in-process ones
     checks = {
         "every hit column hit the cache": stats.hits == hits_expected and stats.misses == 0,
         "every stub call was stubbed": stubs == 2 * args.calls,
+        "the native stub stubbed every call itself": sum(e.get("action") == "stubbed" for e in native_entries) == 2 * args.calls,
     }
     overhead = {
         ext: round(rows[f"hit {ext} via seat"]["median_ms"] - rows[f"hit {ext} via ccache"]["median_ms"], 2)

@@ -22,6 +22,13 @@ in the build tree, probes, links) run the real compiler untouched.
 Each decision is one JSON line in the seat log, which the gates read.
 The configuration is a JSON file written by :func:`install`; a seat with a
 partition refuses to run when the ``source`` filter is also active.
+
+On a shard, :func:`install_native` puts a native stub (``cuw/seat_stub.c``)
+in front of these scripts: from a table of the keys this shard does not own
+(:func:`foreign_table`, written from the materialized source tree with the
+partition rule here), it stubs a foreign TU the way :func:`run` and
+:func:`run_host` do, without starting Python, and hands every other call, with
+the same argv, to the scripts (moved to ``<seat>/python/``).
 """
 
 from __future__ import annotations
