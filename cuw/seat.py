@@ -354,6 +354,7 @@ def foreign_table(config: SeatConfig) -> Optional[str]:
         f"empty\t{config.empty_object}",
         f"log\t{config.log}",
         f"host_partitioned\t{int(config.partition_host)}",
+        f"host_tools\t {' '.join(sorted(config.real_compilers))} ",
         "keys",
     ]
     rows = []

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,15 +87,20 @@ static int is_source(const char *s) {
     return 0;
 }
 
-/* The Python seat decides this call: same argv, argv[0] kept (the host tool's name). */
+/* The name this program was run by: the path given to execve (a link in the shadow CUDA_HOME's
+ * bin), which is what a script's interpreter gets as sys.argv[0]; argv[0] if the kernel lacks it. */
+static const char *tool_name(void) {
+    const char *path = (const char *)getauxval(AT_EXECFN);
+    if (!path) path = g_argv[0];
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* The Python seat decides this call: same argv (argv[0] kept), run by the same tool name. */
 static void fallback(void) {
     if (getenv("CUW_SEAT_STUB_NO_FALLBACK")) _exit(NO_FALLBACK_EXIT);
     char target[4352];
-    const char *tool = "nvcc";
-#if SEAT_HOST
-    const char *slash = strrchr(g_argv[0], '/');
-    tool = slash ? slash + 1 : g_argv[0];
-#endif
+    const char *tool = SEAT_HOST ? tool_name() : "nvcc";
     snprintf(target, sizeof target, "%s/%s", PYTHON_DIR, tool);
     execv(target, g_argv);
     fprintf(stderr, "cuw seat: cannot run %s: %s\n", target, strerror(errno));
@@ -246,6 +252,7 @@ static char *json_string(const char *s) {
 struct table {
     const char *root, *empty, *log;
     int host_partitioned;
+    const char *host_tools; /* " gcc g++ " : the host compilers the seat has a real one for */
     char *keys; /* "key\towner\tjson-key\n" lines to the end */
 };
 
@@ -261,7 +268,7 @@ static int read_table(struct table *t) {
         *eol = 0;
         if (strcmp(p, "keys") == 0) {
             t->keys = eol + 1;
-            return t->root && t->empty && t->log ? 0 : -1;
+            return t->root && t->empty && t->log && t->host_tools ? 0 : -1;
         }
         char *tab = strchr(p, '\t');
         if (!tab) return -1;
@@ -271,6 +278,7 @@ static int read_table(struct table *t) {
         else if (strcmp(p, "empty") == 0) t->empty = value;
         else if (strcmp(p, "log") == 0) t->log = value;
         else if (strcmp(p, "host_partitioned") == 0) t->host_partitioned = strcmp(value, "1") == 0;
+        else if (strcmp(p, "host_tools") == 0) t->host_tools = value;
         p = eol + 1;
     }
     return -1;
@@ -306,7 +314,12 @@ int main(int argc, char **argv) {
     if (read_table(&t) != 0) fallback();
     /* A partitioning seat refuses to run beside the source filter: the Python seat says so. */
     if (getenv("CUDA_WHEELS_SHARD_INDEX") || getenv("CUDA_WHEELS_SHARD_COUNT")) fallback();
-    if (SEAT_HOST && !t.host_partitioned) fallback();
+#if SEAT_HOST
+    if (!t.host_partitioned) fallback();
+    char tool[256];
+    if (snprintf(tool, sizeof tool, " %s ", tool_name()) >= (int)sizeof tool || !strstr(t.host_tools, tool))
+        fallback(); /* a name without a real compiler: the Python seat says so */
+#endif
 
     /* cuw/nvcc_args.py parse() */
     const char *const *value_options = SEAT_HOST ? HOST_VALUE_OPTIONS : NVCC_VALUE_OPTIONS;

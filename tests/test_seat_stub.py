@@ -59,6 +59,8 @@ class Case:
     tool: str = "nvcc"
     cwd: str = "src"
     env: dict[str, str] = field(default_factory=dict)
+    argv0: str = ""
+    """argv[0] when it is not the path run (the tool is the name run, as for the Python script)."""
 
 
 NVCC_CASES = [
@@ -100,6 +102,8 @@ HOST_CASES = [
     Case("host response file", ["@opts.rsp", "-c", F_CPP, "-o", "rsp.o"], False, tool="g++"),
     Case("host preprocess", ["-E", F_CPP], False, tool="g++"),
     Case("host owned TU", ["-c", O_CPP, "-o", "own.o"], False, tool="g++"),
+    Case("host argv[0] is not the name run", ["-c", F_CPP, "-o", "argv0.o"], True, tool="g++", argv0="cc-wrapper"),
+    Case("host seat run by its own name", ["-c", F_CPP, "-o", "own-name.o"], False, tool="seat/host-cc"),
     Case("host link", ["-shared", "{root}/seat/empty.o", "-o", "liblink.so"], False, tool="g++"),
 ]
 
@@ -147,11 +151,11 @@ class Job:
         generated.write_text(KERNEL)
 
     def run(self, case: Case, extra_env: dict[str, str] | None = None) -> int:
-        exe = self.nvcc if case.tool == "nvcc" else self.bin / case.tool
+        exe = self.nvcc if case.tool == "nvcc" else self.root / case.tool if "/" in case.tool else self.bin / case.tool
         argv = [a.format(src=self.src, root=self.root) for a in case.argv]
         env = {k: v for k, v in os.environ.items() if k not in seat.SOURCE_FILTER_VARS}
         env.update(case.env, **(extra_env or {}))
-        proc = subprocess.run([str(exe), *argv], cwd=self.root / case.cwd, env=env, capture_output=True, text=True)
+        proc = subprocess.run([case.argv0 or str(exe), *argv], executable=str(exe), cwd=self.root / case.cwd, env=env, capture_output=True, text=True)
         return proc.returncode
 
     def snapshot(self) -> dict[str, str]:
