@@ -371,7 +371,8 @@ def foreign_table(config: SeatConfig) -> Optional[str]:
 
 def _c_literal(text: str) -> str:
     """A C string literal for a path: octal escapes for everything but plain path characters."""
-    return '"' + "".join(chr(b) if chr(b).isalnum() or chr(b) in "/_.-+" else f"\\{b:03o}" for b in os.fsencode(text)) + '"'
+    plain = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/_.-+"
+    return '"' + "".join(chr(b) if b in plain else f"\\{b:03o}" for b in os.fsencode(text)) + '"'
 
 
 def _native_unfit(folder: Path, config: SeatConfig) -> Optional[str]:
@@ -419,7 +420,7 @@ def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None
                 fh.write(line)
         else:
             sys.stderr.write(line)
-        for out in binaries.values():
+        for out in (*binaries.values(), folder / NATIVE_TABLE):
             if out.exists():
                 out.unlink()
         return False

@@ -225,6 +225,13 @@ def test_windows_lanes_hand_every_host_call_to_the_python_seat(tmp_path):
     assert job.entries()[-1]["action"] == "stubbed"
 
 
+def test_a_job_folder_with_odd_characters_gets_the_native_stub(tmp_path):
+    job = Job(tmp_path / 'job with sp\u00e4ce "and" quotes', native=True)
+    assert job.run(Case("stub", ["-MD", "-c", F_CU, "-o", "k.o"], True), NO_FALLBACK) == 0
+    assert job.entries() == [{"action": "stubbed", "key": F_CU, "output": "k.o", "owner": 2}]
+    assert (job.src / "k.d").read_text() == "k.o:\n"
+
+
 def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkeypatch):
     root = tmp_path / "j"
     (root / "src" / F_CU).parent.mkdir(parents=True)
@@ -238,6 +245,7 @@ def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkey
     note = root / "build.log"
     assert not seat.install_native(root / "seat", config, note=note)
     assert script.read_text().startswith("#!")  # still the Python seat
+    assert sorted(p.name for p in (root / "seat").iterdir()) == ["host-cc", "nvcc", "seat.json"]
     assert note.read_text().count("\n") == 1 and "native stub not built" in note.read_text()
     proc = subprocess.run([str(script), "-c", F_CU, "-o", "k.o"], cwd=root / "src", capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
