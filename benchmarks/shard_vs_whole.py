@@ -118,8 +118,11 @@ def link_phases(link_root: Path, shard_end: float, restored: float, end: float) 
 
     restore: last shard done -> "link: restored" (copy and patch the source,
     prepare the cache, unpack and merge the shard archives);
-    configure: -> build.ninja written (pip and scikit-build-core start, CMake
-    configure with its compiler probes, generate);
+    pip_start: -> scikit-build-core writes its build folder (pip starts,
+    reads the project, asks the backend for metadata);
+    cmake_configure: -> build.ninja written (CMake configure and generate), of
+    which ``probes``: CMakeSystem.cmake -> the last CMakeDetermineCompilerABI
+    binary (compiler identification and ABI probes, compiled for real, never cached);
     ninja: -> the library linked (every compile replayed as a cache hit, then
     the link itself, ``link_edge`` from .ninja_log);
     package: -> wheel written (cmake install, wheel zip, pip exits);
@@ -127,7 +130,10 @@ def link_phases(link_root: Path, shard_end: float, restored: float, end: float) 
     the verify gate).
     """
     build = link_root / "build"
+    started = _mtime(".skbuild-info.json", build)
     generated = _mtime("build.ninja", build)
+    system = _mtime("CMakeFiles/*/CMakeSystem.cmake", build)
+    identified = _mtime("CMakeFiles/*/CMakeDetermineCompilerABI_*.bin", build)
     linked = _mtime("**/_kernels*.so", build) or _mtime("**/*.so", build)
     wheel = _mtime("wheel/*.whl", link_root)
     edge = None
@@ -143,7 +149,9 @@ def link_phases(link_root: Path, shard_end: float, restored: float, end: float) 
 
     return {
         "restore_s": span(shard_end, restored),
-        "configure_s": span(restored, generated),
+        "pip_start_s": span(restored, started),
+        "cmake_configure_s": span(started, generated),
+        "probes_s": span(system, identified),
         "ninja_s": span(generated, linked),
         "link_edge_s": edge,
         "package_s": span(linked, wheel),
