@@ -67,6 +67,13 @@ static const char *const PROBE_MARKERS[] = {"CMakeScratch", "CompilerId", "CMake
                                             "conftest", NULL};
 /* Options whose meaning the Python reading does not see (more argv in a file): leave them to it. */
 static const char *const DEFER_OPTIONS[] = {"-optf", "--options-file", NULL};
+/* Options known to take no separate value, beside the lists above and glued forms (-DX, -I/p, -O2,
+ * -Wall, -fPIC, -m64, -g3). A source right after an option outside all of these could be that
+ * option's value: such a call goes to the Python seat. */
+static const char *const KNOWN_VALUELESS[] = {
+    "-g", "-G", "-w", "-v", "-lineinfo", "-shared", "-pthread", "-pipe", "-Werror", "--keep",
+    "--expt-relaxed-constexpr", "--expt-extended-lambda", "--extended-lambda", "-use_fast_math",
+    "--use_fast_math", "-forward-unknown-to-host-compiler", "-forward-unknown-to-host-linker", NULL};
 
 static char **g_argv;
 
@@ -74,6 +81,13 @@ static int in_list(const char *s, size_t n, const char *const *list) {
     for (; *list; ++list)
         if (strlen(*list) == n && memcmp(*list, s, n) == 0) return 1;
     return 0;
+}
+
+static int known_flag(const char *name, size_t n, int has_value) {
+    if (has_value) return 1; /* -opt=value */
+    if (n > 2 && name[0] == '-' && strchr("DIUOWfmg", name[1])) return 1;
+    return in_list(name, n, KNOWN_VALUELESS) || in_list(name, n, COMPILE_FLAGS) || in_list(name, n, NOT_A_COMPILE) ||
+           in_list(name, n, DEPFILE_WITH_COMPILE);
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -324,8 +338,10 @@ int main(int argc, char **argv) {
     /* cuw/nvcc_args.py parse() */
     const char *const *value_options = SEAT_HOST ? HOST_VALUE_OPTIONS : NVCC_VALUE_OPTIONS;
     const char *output = NULL, *depfile = NULL, *source = NULL;
-    int sources = 0, compile = 0, not_compile = 0, depfile_with_compile = 0;
+    int sources = 0, compile = 0, not_compile = 0, depfile_with_compile = 0, after_unknown = 0;
     for (int i = 1; i < argc; ++i) {
+        int follows_unknown = after_unknown;
+        after_unknown = 0;
         const char *arg = argv[i];
         size_t name_len = strlen(arg);
         const char *value = NULL;
@@ -355,7 +371,9 @@ int main(int argc, char **argv) {
             compile |= in_list(name, name_len, COMPILE_FLAGS);
             not_compile |= in_list(name, name_len, NOT_A_COMPILE);
             depfile_with_compile |= in_list(name, name_len, DEPFILE_WITH_COMPILE);
+            after_unknown = !known_flag(name, name_len, value != NULL);
         } else if (is_source(arg)) {
+            if (follows_unknown) fallback();
             source = arg;
             ++sources;
         }

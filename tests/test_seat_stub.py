@@ -84,6 +84,7 @@ NVCC_CASES = [
     Case("two sources", ["-c", F_SECOND, F_CU, "-o", "two.o"], False),
     Case("outside the source root", ["-c", "{root}/" + F_OUTSIDE.removeprefix("../"), "-o", "outside.o"], False),
     Case("generated after install", ["-c", F_GENERATED, "-o", "gen.o"], False),
+    Case("a source right after an unknown option", ["-c", "--some-new-option", F_CU, "-o", "amb.o"], False),
     Case("options file", ["-optf", "opts.txt", "-c", F_CU, "-o", "optf.o"], False),
     Case("source filter active", ["-c", F_CU, "-o", "filter.o"], False, env={"CUDA_WHEELS_SHARD_COUNT": "2"}),
     Case("not a compile", ["--version"], False),
