@@ -172,6 +172,7 @@ def breakdown(bench: Bench) -> dict[str, Callable[[], float]]:
     stub_args = [str(bench.files["stub_cu"]), bench.config.empty_object, str(bench.src / "shell-stub.o")]
 
     return {
+        "true (a process start alone, for scale)": lambda: bench.run(["true"]),
         "sh: md5sum + cp (a shell stub, for scale)": lambda: bench.run(["sh", "-c", shell_stub, "sh", *stub_args]),
         "python -I (start only)": lambda: bench.run([py, "-I", "-c", "pass"]),
         "python -I -S (start only)": lambda: bench.run([py, "-I", "-S", "-c", "pass"]),

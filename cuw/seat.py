@@ -375,14 +375,13 @@ def _c_literal(text: str) -> str:
     return '"' + "".join(chr(b) if b in plain else f"\\{b:03o}" for b in os.fsencode(text)) + '"'
 
 
-def _native_unfit(folder: Path, config: SeatConfig) -> Optional[str]:
-    """Why the native stub cannot stand in for this seat, or None."""
+def _native_unfit(config: SeatConfig) -> Optional[str]:
+    """Why the native stub cannot stand in for this seat, or None. (The Python seat reads a
+    relative path against each call's cwd; the table holds one string per path.)"""
     paths = {"source root": config.source_root, "empty object": config.empty_object, "seat log": config.log}
     for what, path in paths.items():
         if not os.path.isabs(path) or path.startswith("//") or any(c in path for c in "\t\n\r"):
             return f"the {what} {path!r} is not a plain absolute path"
-    if not os.path.isabs(str(folder)):
-        return f"the seat folder {str(folder)!r} is not absolute"
     return None
 
 
@@ -398,13 +397,13 @@ def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None
     table = foreign_table(config)
     if table is None:
         return False
-    reason = _native_unfit(folder, config)
+    reason = _native_unfit(config)
     binaries = {"nvcc": folder / "seat-stub-nvcc", HOST_SCRIPT: folder / "seat-stub-host"}
     if reason is None:
         compiler = c_compiler()
         (folder / NATIVE_TABLE).write_text(table, encoding="utf-8")
         for host, out in enumerate(binaries.values()):
-            cmd = [compiler, "-O2", f"-DSEAT_DIR={_c_literal(str(folder))}", f"-DSEAT_HOST={host}", NATIVE_SOURCE, "-o", str(out)]
+            cmd = [compiler, "-O2", f"-DSEAT_DIR={_c_literal(os.path.abspath(folder))}", f"-DSEAT_HOST={host}", NATIVE_SOURCE, "-o", str(out)]
             try:
                 proc = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL, check=False)
             except OSError as exc:

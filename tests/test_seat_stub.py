@@ -83,6 +83,7 @@ NVCC_CASES = [
     Case("nvcc's -Werror takes a value: not a compile", ["-Werror", "-c", F_CU, "-o", "w.o"], False),
     Case("two sources", ["-c", F_SECOND, F_CU, "-o", "two.o"], False),
     Case("outside the source root", ["-c", "{root}/" + F_OUTSIDE.removeprefix("../"), "-o", "outside.o"], False),
+    Case("'..' out of the root", ["-c", F_OUTSIDE, "-o", "up.o"], False),
     Case("generated after install", ["-c", F_GENERATED, "-o", "gen.o"], False),
     Case("a source right after an unknown option", ["-c", "--some-new-option", F_CU, "-o", "amb.o"], False),
     Case("options file", ["-optf", "opts.txt", "-c", F_CU, "-o", "optf.o"], False),
