@@ -65,9 +65,9 @@ class Case:
 
 NVCC_CASES = [
     Case("cmake rule", ["-Xcompiler", "-Wall -Wextra", '-DNAME="a b"', "-MD", "-MT", "obj/f.cu.o", "-MF", "obj/f.cu.o.d",
-                        "-x", "cu", "-c", "{src}/" + F_CU, "-o", "obj/f.cu.o", *ARCH], True, cwd="build"),  # fmt: skip
+                        "-x", "cu", "-c", "{src}/" + F_CU, "-o", "obj/f.cu.o", *ARCH], True, cwd="build"),
     Case("torch ninja: -c -c, quoted -fPIC", ["-MD", "-MF", "t/f.o.d", "-c", "-c", F_CU, "-o", "t/f.o",
-                                              "--compiler-options", "'-fPIC'", "-std=c++17"], True),  # fmt: skip
+                                              "--compiler-options", "'-fPIC'", "-std=c++17"], True),
     Case("-o=", ["-c", F_CU, "-o=eq/f.o"], True),
     Case("-oFILE", ["-c", F_CU, "-oglued.o"], True),
     Case("--output-file and --dependency-output", ["--dependency-output", "d/x.d", "-c", F_CU, "--output-file", "d/x.o"], True),
@@ -157,7 +157,7 @@ class Job:
         argv = [a.format(src=self.src, root=self.root) for a in case.argv]
         env = {k: v for k, v in os.environ.items() if k not in seat.SOURCE_FILTER_VARS}
         env.update(case.env, **(extra_env or {}))
-        proc = subprocess.run([case.argv0 or str(exe), *argv], executable=str(exe), cwd=self.root / case.cwd, env=env, capture_output=True, text=True)
+        proc = subprocess.run([case.argv0 or str(exe), *argv], executable=str(exe), check=False, cwd=self.root / case.cwd, env=env, capture_output=True, text=True)
         return proc.returncode
 
     def snapshot(self) -> dict[str, str]:
@@ -249,7 +249,7 @@ def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkey
     assert script.read_text().startswith("#!")  # still the Python seat
     assert sorted(p.name for p in (root / "seat").iterdir()) == ["host-cc", "nvcc", "seat.json"]
     assert note.read_text().count("\n") == 1 and "native stub not built" in note.read_text()
-    proc = subprocess.run([str(script), "-c", F_CU, "-o", "k.o"], cwd=root / "src", capture_output=True, text=True)
+    proc = subprocess.run([str(script), "-c", F_CU, "-o", "k.o"], check=False, cwd=root / "src", capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert [e["action"] for e in seat.read_log(root / "seat.jsonl")] == ["stubbed"]
 
