@@ -68,6 +68,9 @@ NVCC_CASES = [
                         "-x", "cu", "-c", "{src}/" + F_CU, "-o", "obj/f.cu.o", *ARCH], True, cwd="build"),
     Case("torch ninja: -c -c, quoted -fPIC", ["-MD", "-MF", "t/f.o.d", "-c", "-c", F_CU, "-o", "t/f.o",
                                               "--compiler-options", "'-fPIC'", "-std=c++17"], True),
+    Case("torch distutils", ["-DWITH_CUDA", "-Icsrc", "-c", F_CU, "-o", "build/temp/f.o", "-D__CUDA_NO_HALF_OPERATORS__",
+                             "--expt-relaxed-constexpr", "--compiler-options", "'-fPIC'", "-O3",
+                             "-gencode=arch=compute_90,code=sm_90", "-std=c++20"], True),
     Case("-o=", ["-c", F_CU, "-o=eq/f.o"], True),
     Case("-oFILE", ["-c", F_CU, "-oglued.o"], True),
     Case("--output-file and --dependency-output", ["--dependency-output", "d/x.d", "-c", F_CU, "--output-file", "d/x.o"], True),
@@ -94,6 +97,8 @@ NVCC_CASES = [
 ]
 HOST_CASES = [
     Case("host -MD -MF", ["-MD", "-MF", "build/x.o.d", "-c", F_CPP, "-o", "build/x.o"], True, tool="g++"),
+    Case("host torch distutils", ["-Wsign-compare", "-DNDEBUG", "-g", "-fwrapv", "-O3", "-Wall", "-fPIC", "-Icsrc", "-c",
+                                  F_CPP, "-o", "build/temp/h.o", "-fopenmp", "-std=c++20"], True, tool="g++"),
     Case("gcc's -Werror takes none", ["-O2", "-Werror", "-fPIC", "-c", F_CPP, "-o", "w.o"], True, tool="g++"),
     Case("host -oFILE, default depfile", ["-MMD", "-c", F_CPP, "-obuild/g.o"], True, tool="c++"),
     Case("host default output, -x", ["-x", "c++", "-c", F_CPP], True, tool="gcc"),
