@@ -43,7 +43,6 @@ def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
                    help="with --backend cibuildwheel: the cell to build (default: this machine's)")
 
 
-
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="cuw", description="Build a CUDA wheel as N compile shards and a link job.")
     sub = top.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -98,6 +97,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recipes", type=Path, default=None)
     p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
                    help="for example linux/3.11/13.0/2.14 (default: this machine's cell)")  # fmt: skip
+
     p = sub.add_parser("plan", help="per N: TUs and families per shard, jobs per lane, predicted times; "
                                     "a recommended N and the checklist (no compile)")  # fmt: skip
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
@@ -296,9 +296,11 @@ def _costs(args: argparse.Namespace, recipes_dir: Path) -> int:
     from .recipe import costs_path
 
     recipe = load_recipe(args.recipe, recipes_dir)
-    globs = recipe.sharding.source.globs if recipe.sharding.filter == "source" else ["**/*.cu"]
+    # The source filter partitions only its globs; the seat partitions every TU it sees (host ones too).
+    globs = recipe.sharding.source.globs if recipe.sharding.filter == "source" else None
     out = args.output or costs_path(Path(recipe.folder))
-    table = costs.record(args.logs, out, args.source_root, lambda key: any(glob_match(key, g) for g in globs))
+    keep = (lambda key: any(glob_match(key, g) for g in globs)) if globs else None
+    table = costs.record(args.logs, out, args.source_root, keep)
     report.say(f"cost table: {len(table.costs)} TUs, {table.total:.1f} s in all, longest {table.longest:.1f} s -> {out}")
     return 0
 

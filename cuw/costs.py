@@ -69,7 +69,11 @@ def recipe_costs(recipe: Recipe) -> Optional[CostTable]:
 
 
 def from_seat_log(path: Path) -> dict[str, float]:
-    """Seconds per key from a seat log's ``compiled`` entries that were real compiles (not hits)."""
+    """Seconds per key from a seat log's ``compiled`` entries that were real compiles (not hits).
+
+    Host TUs count too (the host seat partitions them off Windows). A key compiled more
+    than once in one build (torch-scatter builds each host source into a ``_cpu`` and a
+    ``_cuda`` module) costs its owner the sum."""
     out: dict[str, float] = {}
     hits = 0
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -79,12 +83,12 @@ def from_seat_log(path: Path) -> dict[str, float]:
             entry = json.loads(line)
         except json.JSONDecodeError:
             raise CuwError(f"{path}:{n}: not a seat log line (JSON expected)") from None
-        if entry.get("action") != "compiled" or entry.get("rc") not in (0, None) or entry.get("kind") == "host":
+        if entry.get("action") != "compiled" or entry.get("rc") not in (0, None):
             continue
         if entry.get("outcome") == "hit":
             hits += 1
             continue
-        out[entry["key"]] = max(out.get(entry["key"], 0.0), float(entry["seconds"]))
+        out[entry["key"]] = out.get(entry["key"], 0.0) + float(entry["seconds"])
     if not out:
         why = f"all {hits} compiles were cache hits: record from a cold build" if hits else "no compiled TUs"
         raise CuwError(f"{path}: {why}")

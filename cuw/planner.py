@@ -139,12 +139,12 @@ def prepare_tree(recipe: Recipe, dest: Path) -> Path:
 
 
 def seat_log_keys(path: Path) -> list[str]:
-    """The CUDA TUs a recorded seat log saw, compiled or stubbed."""
+    """The TUs (CUDA and host) a recorded seat log saw, compiled or stubbed."""
     from .seat import read_log
 
     if not path.is_file():
         raise CuwError(f"--from-log {path}: no such file (a job's logs/seat.jsonl)")
-    keys = {e["key"] for e in read_log(path) if e.get("action") in ("compiled", "stubbed") and e.get("kind") != "host"}
+    keys = {e["key"] for e in read_log(path) if e.get("action") in ("compiled", "stubbed")}
     if not keys:
         raise CuwError(f"--from-log {path}: the seat log names no compiled or stubbed TU")
     return sorted(keys)

@@ -223,9 +223,14 @@ def test_a_cost_rule_shard_job_compiles_exactly_the_planned_slice(recipes_dir, p
     args = ["costs", "example", "--recipes", str(recipes_dir), "--from", str(ninja_log), "--output", str(out)]
     assert cuw_main(args) == 0
     assert sorted(json.loads(out.read_text())["costs"]) == sorted(k for k, s in predicted.items() if s == 1)
-    # The seat log lists every CUDA TU of the build for the planner, compiled or stubbed.
+    # The seat log lists every TU of the build for the planner, compiled or stubbed: the 9 CUDA
+    # TUs and the 2 host TUs the host seat partitions too (outside the cost table: the hash rule).
     replanned = planner.plan(recipe, [3], from_log=log, checked_n=3)
-    assert replanned.tus == 9 and replanned.assignment == predicted
+    assert replanned.tus == 11
+    assert {k: s for k, s in replanned.assignment.items() if k in predicted} == predicted
+    host = {k: s for k, s in replanned.assignment.items() if k not in predicted}
+    assert sorted(host) == ["csrc/dispatch.cpp", "csrc/registry.cpp"]
+    assert host == {k: owner(k, 3) for k in host}
 
 
 def test_link_gate_names_the_owner_under_the_recipes_rule(recipes_dir):
@@ -304,3 +309,19 @@ def test_nox_and_invoke_offer_plan_and_costs():
     inv = subprocess.run([sys.executable, "-m", "invoke", "--list"], cwd=repo, capture_output=True, text=True).stdout
     for verb in ("plan", "costs"):
         assert f"{verb} -> " in nox and f"  {verb} " in inv, (nox, inv)
+
+
+def test_seat_log_costs_count_host_tus_and_sum_a_key_built_twice(tmp_path):
+    from cuw.costs import from_seat_log
+
+    entries = [
+        {"action": "compiled", "kind": "host", "key": "csrc/scatter.cpp", "outcome": "miss", "rc": 0, "seconds": 120.0},
+        {"action": "compiled", "kind": "host", "key": "csrc/scatter.cpp", "outcome": "miss", "rc": 0, "seconds": 80.0},
+        {"action": "compiled", "kind": "host", "key": "csrc/cpu/a.cpp", "outcome": "hit", "rc": 0, "seconds": 1.5},
+        {"action": "compiled", "key": "csrc/cuda/scatter_cuda.cu", "outcome": "miss", "rc": 0, "seconds": 300.0},
+        {"action": "stubbed", "key": "csrc/cuda/other.cu"},
+    ]
+    log = tmp_path / "seat.jsonl"
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    # torch-scatter's _cpu and _cuda modules compile one host source twice: its owner pays both.
+    assert from_seat_log(log) == {"csrc/scatter.cpp": 200.0, "csrc/cuda/scatter_cuda.cu": 300.0}
