@@ -157,12 +157,46 @@ def _host_compiler_args(argv: list[str], config: SeatConfig) -> list[str]:
     return ["-ccbin", real] if real else []
 
 
-def run(argv: list[str], config: SeatConfig) -> int:
+def _double_partition(config: SeatConfig) -> bool:
+    """A partitioning seat refuses to run under the source filter (each shard would get ~1/N^2)."""
     if config.partition and any(os.environ.get(v) for v in SOURCE_FILTER_VARS):
         sys.stderr.write(
             "cuw seat: refusing to partition: the source filter is active too "
             "(CUDA_WHEELS_SHARD_COUNT is set), so each shard would get ~1/N^2 of the work\n"
         )
+        return True
+    return False
+
+
+def _stub_or_compile(
+    call: NvccCall, config: SeatConfig, part: Optional[SeatPartition], cmd: list[str], **kind: str
+) -> int:
+    """One TU of the build: a foreign one gets the empty object, an owned one goes through the cache."""
+    assert call.source is not None
+    key = tu_key(call.source, config.source_root)
+    tu_owner = part.owner(key) if part else None
+    if part and tu_owner != part.index:
+        _stub(call, config)
+        _log(config, action="stubbed", **kind, key=key, owner=tu_owner, output=call.output)
+        return 0
+    start = time.monotonic()
+    rc, outcome = _compile_cached(cmd, config)
+    _log(
+        config,
+        action="compiled",
+        **kind,
+        key=key,
+        owner=tu_owner,
+        output=call.output,
+        rc=rc,
+        outcome=outcome,
+        seconds=round(time.monotonic() - start, 3),
+    )
+    return rc
+
+
+def run(argv: list[str], config: SeatConfig) -> int:
+    if _double_partition(config):
         return DOUBLE_PARTITION_EXIT
     call = parse(argv)
     cwd = os.getcwd()
@@ -173,29 +207,8 @@ def run(argv: list[str], config: SeatConfig) -> int:
     if is_probe(call, cwd):
         _log(config, action="probe", source=call.source)
         return _call(real)
-
-    key = tu_key(call.source, config.source_root)
-    part = config.partition
-    tu_owner = part.owner(key) if part else None
-    if part and tu_owner != part.index:
-        _stub(call, config)
-        _log(config, action="stubbed", key=key, owner=tu_owner, output=call.output)
-        return 0
-    start = time.monotonic()
-    rc, outcome = _compile_cached(
-        [config.real_nvcc, *call.cache_safe_args(), *_host_compiler_args(argv, config), *config.extra_args], config
-    )
-    _log(
-        config,
-        action="compiled",
-        key=key,
-        owner=tu_owner,
-        output=call.output,
-        rc=rc,
-        outcome=outcome,
-        seconds=round(time.monotonic() - start, 3),
-    )
-    return rc
+    cmd = [config.real_nvcc, *call.cache_safe_args(), *_host_compiler_args(argv, config), *config.extra_args]
+    return _stub_or_compile(call, config, config.partition, cmd)
 
 
 def _under(path: str, root: str) -> bool:
@@ -219,27 +232,10 @@ def run_host(argv: list[str], config: SeatConfig, tool: str) -> int:
     ):
         # Links, preprocessing, nvcc's intermediates, build-tree files, probes: not the build's TUs.
         return _call(real)
-    key = tu_key(call.source, config.source_root)
     part = config.partition if config.partition_host else None
-    tu_owner = part.owner(key) if part else None
-    if part and tu_owner != part.index:
-        _stub(call, config)
-        _log(config, action="stubbed", kind="host", key=key, owner=tu_owner, output=call.output)
-        return 0
-    start = time.monotonic()
-    rc, outcome = _compile_cached(real, config)
-    _log(
-        config,
-        action="compiled",
-        kind="host",
-        key=key,
-        owner=tu_owner,
-        output=call.output,
-        rc=rc,
-        outcome=outcome,
-        seconds=round(time.monotonic() - start, 3),
-    )
-    return rc
+    if part and _double_partition(config):
+        return DOUBLE_PARTITION_EXIT
+    return _stub_or_compile(call, config, part, real, kind="host")
 
 
 def main(argv: list[str], config_path: str, tool: str = "nvcc") -> int:
