@@ -15,6 +15,7 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Optional
 
@@ -40,6 +41,21 @@ C_RUNTIME = (
     "libc.so.*", "libm.so.*", "libdl.so.*", "libpthread.so.*", "librt.so.*", "ld-linux*.so.*",
     "libgcc_s.so.*", "libstdc++.so.*",
 )  # fmt: skip
+
+
+def manylinux_whitelist(platform_tag: Optional[str]) -> tuple[str, ...]:
+    """The system libraries auditwheel's policy lets a wheel of this platform tag depend on
+    (``manylinux_2_34_x86_64`` -> its ``lib_whitelist``: glibc's libmvec, libz, ...)."""
+    if not platform_tag:
+        return ()
+    name = re.sub(r"_(x86_64|aarch64|i686|ppc64le|s390x|armv7l)$", "", platform_tag)
+    try:
+        data = json.loads(resources.files("auditwheel.policy").joinpath("manylinux-policy.json").read_text())
+    except (ModuleNotFoundError, FileNotFoundError, ValueError):
+        return ()
+    return next((tuple(p["lib_whitelist"]) for p in data if p.get("name") == name), ())
+
+
 # Evidence that a library links torch.
 TORCH_LIBS = ("libtorch*.so*", "libc10*.so*", "libshm.so*")
 
@@ -187,7 +203,10 @@ def verify(
 
         checks.append(Check("compiled", bool(elves), [e.path for e in elves] or ["no compiled code in the wheel"]))
 
-        allowed = C_RUNTIME + TORCH_LIBS + tuple(policy.exclude) + tuple(recipe.verify.allowed_needed)
+        allowed = (
+            C_RUNTIME + manylinux_whitelist(policy.manylinux.get(cell.lane)) + TORCH_LIBS
+            + tuple(policy.exclude) + tuple(recipe.verify.allowed_needed)
+        )  # fmt: skip
         foreign = [f"{e.path}: {n}" for e in elves for n in e.needed if n not in shipped and not _allowed(n, allowed)]
         checks.append(Check("needed", not foreign, foreign or ["every DT_NEEDED is runtime, CUDA, torch or shipped"]))
 

