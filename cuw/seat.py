@@ -147,11 +147,39 @@ def _compile_cached(cmd_tail: list[str], config: SeatConfig) -> tuple[int, str]:
     return rc, outcome
 
 
+_CCBIN = ("-ccbin", "--compiler-bindir")
+
+
+def _unseated_ccbin(args: list[str], config: SeatConfig) -> list[str]:
+    """``args`` with a ``-ccbin`` that names a host seat (CMake passes its CXX compiler, which is
+    the job's own shadow ``bin/c++``) pointed at the real compiler: the seat's path differs per
+    job, and the cache hashes it verbatim."""
+
+    def real(value: str) -> str:
+        if os.path.basename(os.path.realpath(value)) != HOST_SCRIPT:
+            return value
+        return config.real_compilers.get(os.path.basename(value)) or config.real_compilers.get("g++") or value
+
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        if name in _CCBIN and eq:
+            out.append(f"{name}={real(value)}")
+        elif args[i] in _CCBIN and i + 1 < len(args):
+            out += [args[i], real(args[i + 1])]
+            i += 1
+        else:
+            out.append(args[i])
+        i += 1
+    return out
+
+
 def _host_compiler_args(argv: list[str], config: SeatConfig) -> list[str]:
     """``-ccbin <real g++>`` unless the build chose one: nvcc would otherwise find the host
     seat on PATH, a path that differs per job (sccache hashes it) and costs a Python start
     per host pass."""
-    if any(arg.split("=", 1)[0] in ("-ccbin", "--compiler-bindir") for arg in argv):
+    if any(arg.split("=", 1)[0] in _CCBIN for arg in argv):
         return []
     real = config.real_compilers.get("g++") or config.real_compilers.get("gcc")
     return ["-ccbin", real] if real else []
@@ -207,7 +235,8 @@ def run(argv: list[str], config: SeatConfig) -> int:
     if is_probe(call, cwd):
         _log(config, action="probe", source=call.source)
         return _call(real)
-    cmd = [config.real_nvcc, *call.cache_safe_args(), *_host_compiler_args(argv, config), *config.extra_args]
+    args = _unseated_ccbin(call.cache_safe_args(), config)
+    cmd = [config.real_nvcc, *args, *_host_compiler_args(argv, config), *config.extra_args]
     return _stub_or_compile(call, config, config.partition, cmd)
 
 

@@ -146,3 +146,15 @@ def test_nvcc_compiles_name_the_real_host_compiler(tmp_path):
     assert args == ["-ccbin", s.config.real_compilers["g++"]]
     assert seat._host_compiler_args(["-ccbin=/opt/gcc/bin/g++", "-c", "k.cu"], s.config) == []
     assert seat._host_compiler_args(["--compiler-bindir", "/opt", "-c", "k.cu"], s.config) == []
+
+
+def test_a_ccbin_naming_the_host_seat_becomes_the_real_compiler(tmp_path):
+    """CMake passes -ccbin <CMAKE_CXX_COMPILER>, the job's own shadow bin/c++: the cache would key on it."""
+    s = HostSeat(tmp_path, None)
+    seat_cxx = str(s.bin / "c++")
+    real = s.config.real_compilers["c++"]
+    assert seat._unseated_ccbin(["-ccbin", seat_cxx, "-c", "k.cu"], s.config) == ["-ccbin", real, "-c", "k.cu"]
+    assert seat._unseated_ccbin([f"-ccbin={seat_cxx}", "-c"], s.config) == [f"-ccbin={real}", "-c"]
+    assert seat._unseated_ccbin(["--compiler-bindir", seat_cxx], s.config) == ["--compiler-bindir", real]
+    untouched = ["-ccbin", "/opt/gcc-13/bin/g++", "-c", "k.cu"]
+    assert seat._unseated_ccbin(untouched, s.config) == untouched
