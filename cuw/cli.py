@@ -292,14 +292,18 @@ def _plan(args: argparse.Namespace, recipes_dir: Path) -> int:
 
 def _costs(args: argparse.Namespace, recipes_dir: Path) -> int:
     from . import costs
+    from .nvcc_args import SOURCE_SUFFIXES
     from .partition import glob_match
     from .recipe import costs_path
 
     recipe = load_recipe(args.recipe, recipes_dir)
-    # The source filter partitions only its globs; the seat partitions every TU it sees (host ones too).
-    globs = recipe.sharding.source.globs if recipe.sharding.filter == "source" else None
+    # The source filter partitions only its globs; the seat every source it compiles (host ones too).
     out = args.output or costs_path(Path(recipe.folder))
-    keep = (lambda key: any(glob_match(key, g) for g in globs)) if globs else None
+    if recipe.sharding.filter == "source":
+        globs = recipe.sharding.source.globs
+        keep = lambda key: any(glob_match(key, g) for g in globs)  # noqa: E731
+    else:
+        keep = lambda key: key.endswith(SOURCE_SUFFIXES) and not key.startswith("../")  # noqa: E731
     table = costs.record(args.logs, out, args.source_root, keep)
     report.say(f"cost table: {len(table.costs)} TUs, {table.total:.1f} s in all, longest {table.longest:.1f} s -> {out}")
     return 0

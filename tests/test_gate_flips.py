@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, expected_tu_values, wheel_tu_values
+from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, REPO, expected_tu_values, wheel_tu_values
 from cuw import archive
 from cuw.cache import Ccache
 from cuw.errors import CuwError
@@ -58,7 +58,8 @@ def test_missing_shard_self_heals_and_is_reported_as_its_misses(shards, tmp_path
 
     assert not result.verdict.ok and result.missing_shards == [2]
     facts = result.verdict.facts
-    assert facts["misses"] > 0 and facts["hits"] + facts["misses"] == 9
+    tus = EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"]
+    assert facts["misses"] > 0 and facts["hits"] + facts["misses"] == tus
     assert "(its archive is missing)" in result.verdict.line
     for reason in result.verdict.reasons:
         if reason.startswith("cache misses"):
@@ -97,7 +98,9 @@ def test_seat_bypassed_by_an_absolute_nvcc_path_fails_the_link(shards, tmp_path)
     result = run_link(load_recipe("example", private), paths, progress=None)
     assert not result.verdict.ok
     line = result.verdict.line
-    assert "zero compiler calls" in line and "9 of 9 CUDA TUs bypassed the seat" in line
+    # Only the host TUs reached the cache (through the host seat); every CUDA TU went around it.
+    assert "9 of 9 CUDA TUs bypassed the seat" in line
+    assert f"the cache saw {EXAMPLE_HOST_TUS['example']} calls for 9 CUDA TUs" in line
 
 
 def test_seat_bypassed_fails_the_shard(recipes_dir, paths):
@@ -185,7 +188,10 @@ def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_throu
     owned = []
     for tarball in sorted(paths.artifacts.glob("*/*.tar.gz")):
         manifest = archive.read_manifest(tarball)
-        assert manifest.filter == "source" and sorted(manifest.owned) == sorted(manifest.compiled)
+        # Host TUs are cached but not partitioned under the source filter: every shard compiles them.
+        cuda = sorted(k for k in manifest.compiled if k.endswith(".cu"))
+        assert manifest.filter == "source" and sorted(manifest.owned) == cuda
+        assert sorted(set(manifest.compiled) - set(cuda)) == ["csrc/dispatch.cpp", "csrc/registry.cpp"]
         owned += manifest.owned
     assert sorted(owned) == sorted(f"csrc/kernels/{p.name}" for p in (recipes_dir / "example/package/csrc/kernels").glob("*.cu"))
     for shard_dir in paths.work.glob("*/shard-*"):
