@@ -6,23 +6,43 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Optional
 
 from .errors import CuwError
 
 DEFAULT_CUDA_HOME = "/usr/local/cuda-13.0"
+# Where NVIDIA's Windows installer puts a CUDA line (.github/scripts/install-cuda.ps1).
+DEFAULT_CUDA_HOME_WINDOWS = "C:\\Program Files\\NVIDIA GPU Computing Toolkit\\CUDA\\v13.0"
+
+
+def is_windows(platform: Optional[str] = None) -> bool:
+    """Whether ``platform`` -- a ``sys.platform`` value (``win32``, ``linux``) or a lane
+    (``windows``, ``linux_aarch64``) -- is Windows; the host when None."""
+    return (sys.platform if platform is None else platform).startswith("win")
+
+
+def exe_name(tool: str, platform: Optional[str] = None) -> str:
+    """A toolkit program's file name on ``platform``: ``nvcc`` or ``nvcc.exe``."""
+    return tool + ".exe" if is_windows(platform) else tool
 
 
 @dataclass(frozen=True)
 class Toolkit:
     home: Path
     version: str  # "13.0"
+    windows: bool = field(default_factory=is_windows)  # its programs are bin/<tool>.exe
 
     @property
     def nvcc(self) -> Path:
-        return self.home / "bin" / "nvcc"
+        return self.tool("nvcc")
+
+    def tool(self, name: str) -> Path:
+        """``bin/<name>`` (``bin/<name>.exe`` in a Windows toolkit)."""
+        return self.home / "bin" / exe_name(name, "win32" if self.windows else "linux")
 
 
 @lru_cache(maxsize=None)
@@ -37,18 +57,28 @@ def _version_of(nvcc: str) -> str:
     return match.group(1)
 
 
-def find_toolkit() -> Toolkit:
-    """``$CUW_CUDA_HOME``, ``$CUDA_HOME``, nvcc on PATH, then the default install."""
+def find_toolkit(platform: Optional[str] = None) -> Toolkit:
+    """``$CUW_CUDA_HOME``, ``$CUDA_HOME``, nvcc on PATH, then the default install.
+
+    ``platform`` (a ``sys.platform`` value or a lane; the host when None) decides the
+    toolkit's shape: on Windows nvcc is ``bin\\nvcc.exe``, ``$CUDA_PATH`` (what NVIDIA's
+    installer sets) is read after ``$CUDA_HOME``, and the default is the installer's folder.
+    """
+    windows = is_windows(platform)
+    nvcc = exe_name("nvcc", platform)
     candidates = [os.environ.get("CUW_CUDA_HOME"), os.environ.get("CUDA_HOME")]
-    on_path = shutil.which("nvcc")
+    if windows:
+        candidates.append(os.environ.get("CUDA_PATH"))
+    on_path = shutil.which(nvcc)
     if on_path:
         candidates.append(_home_of_nvcc(Path(on_path)))
-    candidates.append(DEFAULT_CUDA_HOME)
+    candidates.append(DEFAULT_CUDA_HOME_WINDOWS if windows else DEFAULT_CUDA_HOME)
     for home in candidates:
-        if home and (Path(home) / "bin" / "nvcc").is_file() and not _is_shadow(Path(home)):
+        if home and (Path(home) / "bin" / nvcc).is_file() and not _is_shadow(Path(home)):
             home_path = Path(home).resolve()
-            return Toolkit(home_path, _version_of(str(home_path / "bin" / "nvcc")))
-    raise CuwError("no CUDA toolkit found: set CUDA_HOME (or CUW_CUDA_HOME) to a folder with bin/nvcc")
+            return Toolkit(home_path, _version_of(str(home_path / "bin" / nvcc)), windows)
+    where = "bin\\nvcc.exe" if windows else "bin/nvcc"
+    raise CuwError(f"no CUDA toolkit found: set CUDA_HOME (or CUW_CUDA_HOME) to a folder with {where}")
 
 
 def _home_of_nvcc(nvcc: Path) -> str:
@@ -132,14 +162,14 @@ def find_cuobjdump(toolkit: Toolkit) -> Path:
         if not Path(override).is_file():
             raise CuwError(f"CUW_CUOBJDUMP={override} is not a file")
         return Path(override)
-    own = toolkit.home / "bin" / "cuobjdump"
+    own = toolkit.tool("cuobjdump")
     if own.exists():
         return own
     try:
         import nvidia  # namespace package of the nvidia-* wheels
 
         for root in nvidia.__path__:
-            for found in sorted(Path(root).glob("cu*/bin/cuobjdump")):
+            for found in sorted(Path(root).glob("cu*/bin/" + own.name)):
                 return found
     except ImportError:
         pass

@@ -135,10 +135,12 @@ def partition_for_seat(recipe: Recipe, spec: ShardSpec) -> seat.SeatPartition:
 
 
 def real_objects(ws: Workspace) -> int:
-    """Object files under the job's tree that are not the seat's empty stub."""
+    """Object files (``*.o``, and MSVC's ``*.obj``) under the job's tree that are not the
+    seat's empty stub."""
     stub = ws.empty_object.read_bytes() if ws.empty_object.exists() else b""
     count = 0
-    for path in ws.tree.rglob("*.o"):
+    # gcc/nvcc write .o on Linux; MSVC (cl, and nvcc's host side) writes .obj on Windows.
+    for path in (p for suffix in (".o", ".obj") for p in ws.tree.rglob("*" + suffix)):
         try:
             size = path.stat().st_size
         except OSError:

@@ -104,3 +104,72 @@ def test_msvc_shapes_in_the_shard_gate():
     assert shard_gate(obs).ok
     assert compile_errors("D:\\a\\src\\module.cpp(12): error C2065: 'x': undeclared identifier\n")
 
+
+
+# -- the toolkit: bin\nvcc.exe -----------------------------------------------------------
+
+
+def _toolkit_tree(root: Path, nvcc: str) -> Path:
+    """A toolkit-shaped folder whose nvcc prints a release line (a script: Linux runs it)."""
+    (root / "bin").mkdir(parents=True)
+    (root / "include").mkdir()
+    tool = root / "bin" / nvcc
+    tool.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    tool.chmod(0o755)
+    return root
+
+
+@pytest.fixture
+def no_toolkit_env(monkeypatch, tmp_path):
+    for var in ("CUW_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+    return monkeypatch
+
+
+def test_a_windows_toolkit_is_found_by_nvcc_exe(tmp_path, no_toolkit_env):
+    from cuw.toolkit import find_toolkit
+
+    win = _toolkit_tree(tmp_path / "NVIDIA GPU Computing Toolkit" / "CUDA" / "v13.0", "nvcc.exe")
+    linux_shaped = _toolkit_tree(tmp_path / "linux-cuda", "nvcc")
+    # CUDA_HOME names a tree with bin/nvcc only: not a Windows toolkit; CUDA_PATH (the installer's) is.
+    no_toolkit_env.setenv("CUDA_HOME", str(linux_shaped))
+    no_toolkit_env.setenv("CUDA_PATH", str(win))
+    for platform in ("win32", "windows"):  # sys.platform or the lane
+        found = find_toolkit(platform)
+        assert found.home == win.resolve() and found.version == "13.0" and found.windows
+        assert found.nvcc == win.resolve() / "bin" / "nvcc.exe"
+        assert found.tool("cuobjdump").name == "cuobjdump.exe"
+    # The Linux lane reads bin/nvcc and never CUDA_PATH.
+    assert find_toolkit("linux").home == linux_shaped.resolve()
+    assert find_toolkit("linux").nvcc.name == "nvcc"
+
+
+def test_a_windows_toolkit_is_found_through_nvcc_exe_on_path(tmp_path, no_toolkit_env):
+    from cuw.errors import CuwError
+    from cuw.toolkit import find_toolkit
+
+    win = _toolkit_tree(tmp_path / "CUDA" / "v13.0", "nvcc.exe")
+    no_toolkit_env.setenv("PATH", str(win / "bin"))
+    assert find_toolkit("win32").nvcc == win.resolve() / "bin" / "nvcc.exe"
+    (win / "bin" / "nvcc.exe").unlink()
+    with pytest.raises(CuwError, match=r"bin\\nvcc\.exe"):
+        find_toolkit("win32")
+
+
+# -- objects: MSVC's .obj ----------------------------------------------------------------
+
+
+def test_real_objects_counts_msvc_obj_files(tmp_path):
+    from cuw.workspace import Workspace, real_objects
+
+    ws = Workspace(tmp_path / "job", tmp_path / "job")
+    build = ws.tree / "build" / "CMakeFiles" / "ext.dir" / "csrc"
+    build.mkdir(parents=True)
+    ws.empty_object.parent.mkdir(parents=True, exist_ok=True)
+    ws.empty_object.write_bytes(b"EMPTY-COFF" * 8)
+    (build / "k01.cu.obj").write_bytes(b"\x64\x86" + b"real kernel" * 40)  # a compiled TU
+    (build / "module.cpp.obj").write_bytes(b"\x64\x86" + b"host code" * 40)
+    (build / "k02.cu.obj").write_bytes(ws.empty_object.read_bytes())  # a foreign TU's stub
+    (build / "k03.cu.o").write_bytes(b"\x7fELF" + b"linux" * 40)
+    assert real_objects(ws) == 3
