@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from . import report
 from .cache import TOOLS
 from .cell import Cell
 from .errors import CuwError
-from .partition import parse_shard_spec
+from .files import check_destination, writable_dir, write_text
+from .partition import check_count, parse_shard_spec
 from .pipeline import Paths, run_build, run_link, run_shard
 from .grid import cell_archs
 from .policy import CacheChoice, cache_choice, load_policy
 from .recipe import Recipe, default_recipes_dir, known_recipes, load_recipe
+
+if TYPE_CHECKING:
+    from . import matrix
 
 
 class _Parser(argparse.ArgumentParser):
@@ -191,8 +196,21 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0 if checked.ok else 1
 
 
-def _split(values: list[str]) -> tuple[str, ...]:
-    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+def _split(values: list[str], flag: str = "filter") -> tuple[str, ...]:
+    """Repeated or comma-separated filter values; an empty one is refused (it would match everything)."""
+    out = tuple(v.strip() for value in values for v in value.split(","))
+    if any(not v for v in out):
+        raise CuwError(f"--{flag}: an empty value (give a value like --{flag} {_EXAMPLE.get(flag, 'X')}, or leave the option out)")
+    return out
+
+
+_EXAMPLE = {"platform": "linux", "cuda": "13.0", "pytorch": "2.14", "python": "3.11"}
+
+
+def _filters(args: argparse.Namespace) -> "matrix.Filters":
+    from . import matrix
+
+    return matrix.Filters(*(_split(getattr(args, f), f) for f in ("platform", "cuda", "pytorch", "python")))
 
 
 def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> int:
@@ -201,7 +219,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
     from .cell import installed_torch, local_lane
     from .toolkit import find_toolkit
 
-    filters = matrix.Filters(_split(args.platform), _split(args.cuda), _split(args.pytorch), _split(args.python))
+    filters = _filters(args)
     selected = matrix.select(recipe, load_policy(recipes_dir).grid, filters)
     toolkit = find_toolkit()
     here = Cell(recipe.key, local_lane(), f"{sys.version_info.major}.{sys.version_info.minor}", toolkit.version,
@@ -237,14 +255,16 @@ def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
 def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     from . import matrix
 
+    if args.output is not None:
+        check_destination(args.output, "--output")
     keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
     recipes = [load_recipe(k, recipes_dir) for k in keys]
-    filters = matrix.Filters(_split(args.platform), _split(args.cuda), _split(args.pytorch), _split(args.python))
+    filters = _filters(args)
     result = matrix.plan(recipes, load_policy(recipes_dir).grid, filters)
     print(matrix.summary(result), file=sys.stderr)
     text = matrix.dumps(matrix.chunk(result, args.chunk))
     if args.output:
-        args.output.write_text(text)
+        write_text(args.output, text, "--output")
     else:
         sys.stdout.write(text)
     return 0
@@ -285,6 +305,8 @@ def _plan(args: argparse.Namespace, recipes_dir: Path) -> int:
 
     recipe = load_recipe(args.recipe, recipes_dir)
     counts = planner.parse_counts(args.shards, args.range)
+    if args.check is not None:
+        check_count(args.check, "--check")
     result = planner.plan(recipe, counts, args.costs, args.from_log, checked_n=args.check)
     print(result.to_json() if args.json else planner.render(result), end="" if args.json else "\n")
     return 0 if result.ok else 1
@@ -299,6 +321,9 @@ def _costs(args: argparse.Namespace, recipes_dir: Path) -> int:
     recipe = load_recipe(args.recipe, recipes_dir)
     # The source filter partitions only its globs; the seat every source it compiles (host ones too).
     out = args.output or costs_path(Path(recipe.folder))
+    check_destination(out, "--output")
+    if args.source_root is not None and not args.source_root.is_dir():
+        raise CuwError(f"--source-root {args.source_root} is not a folder")
     if recipe.sharding.filter == "source":
         globs = recipe.sharding.source.globs
         keep = lambda key: any(glob_match(key, g) for g in globs)  # noqa: E731
@@ -343,15 +368,28 @@ def run(argv: list[str]) -> int:
         return _costs(args, recipes_dir)
     if args.verb == "matrix":
         return _matrix(args, recipes_dir)
-    if args.jobs is not None and args.jobs < 1:
-        raise CuwError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.jobs is not None and not 1 <= args.jobs <= 1024:
+        raise CuwError(f"--jobs must be between 1 and 1024, got {args.jobs}")
+    if args.verb == "build":
+        if args.shards is not None:
+            check_count(args.shards, "--shards")
+        given = [f"--{f}" for f in ("platform", "cuda", "pytorch", "python") if getattr(args, f)]
+        if given and not args.matrix:
+            raise CuwError(
+                f"{', '.join(given)} select cells of --matrix; without --matrix, build makes this machine's cell "
+                f"(add --matrix, or see `cuw show {args.recipe}` for the cell built here)"
+            )
+    spec = parse_shard_spec(args.shard) if args.verb == "shard" else None
     recipe = load_recipe(args.recipe, recipes_dir)
+    if args.backend == "pip":
+        for option in ("work", "artifacts", "dist"):
+            if hasattr(args, option):
+                writable_dir(getattr(args, option), f"--{option}")
     if args.backend == "cibuildwheel":
         return _cibuildwheel(args, recipe, recipes_dir)
     if args.cell:
         raise CuwError("--cell goes with --backend cibuildwheel; the pip backend builds this machine's cell")
-    if args.verb == "shard":
-        spec = parse_shard_spec(args.shard)
+    if spec is not None:
         result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,
                            cache=_cache(args, recipe, recipes_dir))  # fmt: skip
         return 0 if result.verdict.ok else 1
@@ -365,7 +403,27 @@ def run(argv: list[str]) -> int:
     raise AssertionError(args.verb)
 
 
+def _crash_log(exc: BaseException) -> Optional[Path]:
+    """Writes the traceback of an internal error to a log file; returns its path."""
+    import tempfile
+    import time
+    import traceback
+
+    folder = Path(os.environ.get("CUW_LOG_DIR") or tempfile.gettempdir())
+    path = folder / f"cuw-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    try:
+        path.write_text(f"cuw {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(exc)))
+    except OSError:
+        return None
+    return path
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    """The one error boundary: exit 0 pass, 1 a gate refused the result, 2 bad input or environment.
+
+    Whatever goes wrong ends in one line on stderr; an internal bug says so and leaves its
+    traceback in a log file instead of on the terminal.
+    """
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except CuwError as exc:
@@ -374,3 +432,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         print("cuw: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # the environment: a full disk, a read-only folder, a vanished file
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"cuw: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the boundary: a bug must still end in one line
+        log = _crash_log(exc)
+        where = f"traceback in {log}" if log else "no log could be written"
+        print(f"cuw: internal error (a bug in the forge, please report it): {type(exc).__name__}: {exc} ({where})",
+              file=sys.stderr)  # fmt: skip
+        return 2

@@ -65,7 +65,20 @@ class ShardSpec:
         return owner(key, self.count) == self.index
 
 
-_SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_SPEC = re.compile(r"^\s*(\d{1,9})\s*/\s*(\d{1,9})\s*$")
+
+# A cell's N shard jobs and its link job run in one GitHub matrix, which holds at most 256 jobs.
+MAX_SHARDS = 255
+
+
+def check_count(count: int, what: str) -> int:
+    """A shard count within 1..MAX_SHARDS, or a CuwError naming the option."""
+    if count < 1 or count > MAX_SHARDS:
+        raise CuwError(
+            f"{what} {count}: a shard count is 1..{MAX_SHARDS} (a cell's shards and its link job "
+            f"share one GitHub matrix, capped at 256 jobs)"
+        )
+    return count
 
 
 def parse_shard_spec(text: str) -> ShardSpec:
@@ -74,8 +87,7 @@ def parse_shard_spec(text: str) -> ShardSpec:
     if not match:
         raise CuwError(f"shard {text!r} is not I/N (for example 3/23: shard 3 of 23, counted from 1)")
     index, count = int(match.group(1)), int(match.group(2))
-    if count < 1:
-        raise CuwError(f"shard {text!r}: the shard count must be at least 1")
+    check_count(count, f"shard {text!r}: count")
     if not 1 <= index <= count:
         raise CuwError(f"shard {text!r}: the index must be between 1 and {count} (shards count from 1)")
     return ShardSpec(index, count)

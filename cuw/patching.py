@@ -10,6 +10,7 @@ anchors on: :meth:`PatchContext.replace` does both.
 from __future__ import annotations
 
 import importlib.util
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -57,16 +58,38 @@ def patch_file(recipe: Recipe) -> Optional[Path]:
     return path if path.is_file() else None
 
 
+def _recipe_code_error(recipe: Recipe, path: Path, exc: BaseException) -> CuwError:
+    """One line naming the recipe, the file and the line where its own code failed."""
+    if isinstance(exc, SyntaxError):
+        return CuwError(f"recipe {recipe.key!r}: {path}:{exc.lineno}: syntax error: {exc.msg}")
+    if isinstance(exc, SystemExit):
+        return CuwError(
+            f"recipe {recipe.key!r}: {path} called sys.exit({exc.code!r}); a patch reports failure by raising "
+            "an exception (a patch that exits could make a job look done)"
+        )
+    line = next((f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == str(path)), None)
+    where = f"{path}:{line}" if line else str(path)
+    return CuwError(f"recipe {recipe.key!r}: {where}: {type(exc).__name__}: {exc}")
+
+
 def apply(recipe: Recipe, ctx: PatchContext) -> bool:
-    """Runs the recipe's patch, if it has one; returns whether one ran."""
+    """Runs the recipe's patch, if it has one; returns whether one ran.
+
+    Anything the recipe's code raises (or a ``sys.exit`` in it) becomes one CuwError
+    naming the recipe and the file, never a traceback or a silent stop."""
     path = patch_file(recipe)
     if path is None:
         return False
     spec = importlib.util.spec_from_file_location(f"cuw_recipe_patch_{recipe.key}", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, "patch", None)):
-        raise CuwError(f"{path}: defines no patch(ctx) function")
-    module.patch(ctx)
+    try:
+        spec.loader.exec_module(module)
+        if not callable(getattr(module, "patch", None)):
+            raise CuwError(f"{path}: defines no patch(ctx) function")
+        module.patch(ctx)
+    except (CuwError, KeyboardInterrupt):
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - recipe code: report it as the recipe's error
+        raise _recipe_code_error(recipe, path, exc) from None
     return True

@@ -25,7 +25,7 @@ from .costs import CostTable, recipe_costs
 from .errors import CuwError
 from .grid import cells
 from .matrix import MAX_JOBS, jobs_for_cell
-from .partition import OTHER_FAMILY, families_of
+from .partition import OTHER_FAMILY, check_count, families_of
 from .policy import load_policy
 from .recipe import Recipe
 
@@ -143,8 +143,22 @@ def seat_log_keys(path: Path) -> list[str]:
     from .seat import read_log
 
     if not path.is_file():
-        raise CuwError(f"--from-log {path}: no such file (a job's logs/seat.jsonl)")
-    keys = {e["key"] for e in read_log(path) if e.get("action") in ("compiled", "stubbed")}
+        what = "is a folder" if path.is_dir() else "no such file"
+        raise CuwError(f"--from-log {path}: {what} (a job's logs/seat.jsonl, or its build's .ninja_log)")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            ninja = fh.readline().startswith("# ninja log")
+        if ninja:  # every compile the build ran, stubs included: the TUs of the partition
+            from .costs import ninja_log_times
+
+            return sorted(ninja_log_times(path)[0])
+        entries = read_log(path)
+    except UnicodeDecodeError:
+        raise CuwError(f"--from-log {path}: not a text file (a seat log, logs/seat.jsonl, or a .ninja_log)") from None
+    except ValueError as exc:  # json.JSONDecodeError
+        raise CuwError(f"--from-log {path}: not a seat log (JSON lines expected: {exc})") from None
+    keys = {e.get("key") for e in entries if isinstance(e, dict) and e.get("action") in ("compiled", "stubbed")}
+    keys.discard(None)
     if not keys:
         raise CuwError(f"--from-log {path}: the seat log names no compiled or stubbed TU")
     return sorted(keys)
@@ -325,8 +339,10 @@ def plan(
     checked_n: Optional[int] = None,
 ) -> Plan:
     """Plans ``counts``; the checklist runs at ``checked_n`` (default: the recipe's sharding.count)."""
-    if not counts or min(counts) < 1:
-        raise CuwError("shard counts must be at least 1")
+    if not counts:
+        raise CuwError("no shard count to plan")
+    for n in (*counts, *([checked_n] if checked_n is not None else [])):
+        check_count(n, "shard count")
     from .costs import load
 
     table = load(costs_file) if costs_file else recipe_costs(recipe)
@@ -400,10 +416,9 @@ def parse_counts(shards: Optional[int], span: Optional[str]) -> list[int]:
     if shards is not None and span is not None:
         raise CuwError("give --shards N or --range A..B, not both")
     if shards is not None:
-        if shards < 1:
-            raise CuwError(f"--shards must be at least 1, got {shards}")
-        return [shards]
-    match = re.fullmatch(r"\s*(\d+)\s*\.\.\s*(\d+)\s*", span or "2..64")
+        return [check_count(shards, "--shards")]
+    match = re.fullmatch(r"\s*(\d{1,9})\s*\.\.\s*(\d{1,9})\s*", span or "2..64")
     if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
         raise CuwError(f"--range {span!r} is not A..B with 1 <= A <= B (for example 2..64)")
+    check_count(int(match.group(2)), "--range end")
     return list(range(int(match.group(1)), int(match.group(2)) + 1))

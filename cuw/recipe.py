@@ -11,6 +11,7 @@ from typing import Literal, Optional
 import yaml
 
 from .errors import CuwError
+from .partition import check_count
 from .schema import SchemaError, load_dataclass
 
 Backend = Literal["scikit-build-core", "torch-extension", "setuptools"]
@@ -157,22 +158,45 @@ def default_recipes_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "recipes"
 
 
-def known_recipes(recipes_dir: Path) -> list[str]:
+# A recipe name is one folder name directly under the recipes folder; job folders,
+# cell ids and archive names are built from it, so it may not carry a path.
+RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_recipes_dir(recipes_dir: Path) -> Path:
     if not recipes_dir.is_dir():
-        return []
-    return sorted(p.parent.name for p in recipes_dir.glob("*/recipe.yml"))
+        what = "is not a folder" if recipes_dir.exists() else "does not exist"
+        raise CuwError(f"recipes folder {recipes_dir} {what} (pass --recipes DIR or set $CUW_RECIPES)")
+    return recipes_dir
+
+
+def check_recipe_name(key: str) -> str:
+    if not RECIPE_NAME.fullmatch(key) or ".." in key:
+        raise CuwError(
+            f"recipe name {key!r} is not a folder name (letters, digits, '_', '-', '.'; no '/', no '..'): "
+            "give the name of a folder directly under the recipes folder"
+        )
+    return key
+
+
+def known_recipes(recipes_dir: Path) -> list[str]:
+    check_recipes_dir(recipes_dir)
+    return sorted(p.parent.name for p in recipes_dir.glob("*/recipe.yml") if RECIPE_NAME.fullmatch(p.parent.name))
 
 
 def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
     """Loads ``<recipes_dir>/<key>/recipe.yml``; an unknown key lists the known ones."""
-    recipes_dir = recipes_dir or default_recipes_dir()
+    recipes_dir = check_recipes_dir(recipes_dir or default_recipes_dir())
+    check_recipe_name(key)
     path = recipes_dir / key / "recipe.yml"
     if not path.is_file():
         known = known_recipes(recipes_dir)
         listing = ", ".join(known) if known else "none"
         raise CuwError(f"unknown recipe {key!r} (in {recipes_dir}); known recipes: {listing}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise CuwError(f"{path}: not a text file (UTF-8 YAML expected)") from None
     except yaml.YAMLError as exc:
         raise CuwError(f"{path}: not valid YAML: {exc}") from None
     if isinstance(data, dict):
@@ -223,8 +247,7 @@ def _validate(recipe: Recipe, path: Path) -> None:
         if value is not None and value < 1:
             raise CuwError(f"{path}: {key} must be at least 1, got {value}")
     sharding = recipe.sharding
-    if sharding.count < 1:
-        raise CuwError(f"{path}: sharding.count must be at least 1, got {sharding.count}")
+    check_count(sharding.count, f"{path}: sharding.count")
     _validate_sharding(sharding, path)
     for line in recipe.extra_deps_cuda:
         if not re.fullmatch(r"\d+\.\d+", line):

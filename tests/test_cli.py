@@ -69,7 +69,7 @@ def test_nox_and_invoke_list_every_verb():
 
 def test_zero_shards_is_refused(tmp_path, recipes_dir):
     proc = cuw("build", "example", "--shards", "0", "--recipes", str(recipes_dir), cwd=tmp_path)
-    assert_clean_error(proc, "--shards must be at least 1, got 0")
+    assert_clean_error(proc, "--shards 0: a shard count is 1..255")
     assert not (tmp_path / ".cuw").exists()
 
 

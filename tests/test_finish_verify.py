@@ -183,21 +183,23 @@ def _tiny_wheel(folder: Path, name: str, version: str) -> Path:
     return out
 
 
-def test_index_channels_pruning_and_pip_round_trip(built, tmp_path):
+def test_index_channels_every_version_and_pip_round_trip(built, tmp_path):
     recipes, wheel = built
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     shutil.copy(wheel, wheels)
     label = local_label(CELL)
     _tiny_wheel(wheels, "torchy", f"1.0+{label}torch2.14")
-    _tiny_wheel(wheels, "torchy", f"0.9+{label}torch2.14")  # pruned: older, same cell
+    _tiny_wheel(wheels, "torchy", f"0.9+{label}torch2.14")  # kept: an index never drops a published version
     out = tmp_path / "index"
     kept = build_index(wheels, out)
-    assert sorted(e.path.name for e in kept) == sorted([wheel.name, f"torchy-1.0+{label}torch2.14-py3-none-any.whl"])
+    torchy = [f"torchy-{v}+{label}torch2.14-py3-none-any.whl" for v in ("0.9", "1.0")]
+    assert sorted(e.path.name for e in kept) == sorted([wheel.name, *torchy])
     page = (out / label / "torch2.14" / "cuw-example" / "index.html").read_text()
     assert "#sha256=" in page and "%2B" in page  # torch-free wheels appear under the torch channel too
     assert not (out / label / "cuw-example" / "index.html").read_text().count("torchy")
-    assert "0.9" not in (out / "simple" / "torchy" / "index.html").read_text()
+    flat = (out / "simple" / "torchy" / "index.html").read_text()
+    assert "0.9" in flat and "1.0" in flat
 
     target = tmp_path / "site"
     subprocess.run(
@@ -205,9 +207,57 @@ def test_index_channels_pruning_and_pip_round_trip(built, tmp_path):
          "--index-url", (out / label / "torch2.14").as_uri(), "cuw-example", "torchy"],
         check=True,
     )  # fmt: skip
+    assert (target / f"torchy-1.0+{label}torch2.14.dist-info").is_dir()  # pip picks the highest
     code = "import json, cuw_example, torchy; print(json.dumps(cuw_example.tu_values()))"
     values = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(target)}, capture_output=True, text=True, check=True)
     assert json.loads(values.stdout) == expected_tu_values()
+
+
+def test_index_adds_to_an_existing_index_and_never_replaces_or_deletes(tmp_path):
+    label = "cu130"
+    first, second = tmp_path / "run1", tmp_path / "run2"
+    first.mkdir(), second.mkdir()
+    old = _tiny_wheel(first, "torchy", f"1.0+{label}torch2.14")
+    _tiny_wheel(second, "torchy", f"1.1+{label}torch2.14")
+    out = tmp_path / "index"
+    build_index(first, out)
+    kept = build_index(second, out)  # a later run adds its wheels
+    assert sorted(e.version.public for e in kept) == ["1.0", "1.1"]
+    assert (out / "files" / old.name).read_bytes() == old.read_bytes()
+    flat = (out / "simple" / "torchy" / "index.html").read_text()
+    assert "1.0+" in flat and "1.1+" in flat
+    assert build_index(first, out) and len(list((out / "files").iterdir())) == 2  # re-adding is a no-op
+
+    rebuilt = tmp_path / "rebuilt"
+    rebuilt.mkdir()
+    (tree := rebuilt / "x").mkdir()
+    other = _tiny_wheel(tree, "torchy", f"1.0+{label}torch2.14")
+    with WheelFile(other, "a") as wf:  # same name, other bytes
+        wf.writestr("torchy/extra.py", "X = 2\n")
+    shutil.move(str(other), rebuilt / other.name)
+    with pytest.raises(CuwError, match="already publishes .* with other bytes"):
+        build_index(rebuilt, out)
+    assert (out / "files" / old.name).read_bytes() == old.read_bytes()
+
+
+def test_index_refuses_an_output_that_is_its_input_or_not_an_index(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _tiny_wheel(wheels, "torchy", "1.0+cu130torch2.14")
+    before = sorted(p.name for p in wheels.iterdir())
+    for out in (wheels, tmp_path):
+        with pytest.raises(CuwError, match="is or contains the wheel folder"):
+            build_index(wheels, out)
+    stranger = tmp_path / "docs"
+    stranger.mkdir()
+    (stranger / "notes.txt").write_text("mine")
+    with pytest.raises(CuwError, match="not an index made by `cuw index`"):
+        build_index(wheels, stranger)
+    assert (stranger / "notes.txt").read_text() == "mine" and sorted(p.name for p in wheels.iterdir()) == before
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(CuwError, match="is a file"):
+        build_index(wheels, a_file)
 
 
 def test_index_refuses_unfinished_wheels(tmp_path):

@@ -1,0 +1,92 @@
+"""Safe writes and containment: the one place the forge turns user input into paths it writes.
+
+* A path built from user input (a recipe name, a cell id) must stay under the root
+  the user gave (:func:`contained`), checked before anything is written.
+* An output is written beside its destination and renamed into place
+  (:func:`write_text`, :func:`copy_into`), so a reader never sees half a file and
+  an interrupted write leaves the previous file as it was.
+* An output folder is probed before a long job starts (:func:`writable_dir`),
+  so a read-only ``--dist`` fails in a second, not after the whole build.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import CuwError
+
+
+def contained(path: Path, root: Path, what: str) -> Path:
+    """``path`` resolved, refused unless it lies under ``root`` (``what`` names the input)."""
+    resolved_root = root.resolve()
+    resolved = path.resolve()
+    if resolved != resolved_root and resolved_root not in resolved.parents:
+        raise CuwError(f"{what}: {path} would lie outside {root}; refusing to write there")
+    return resolved
+
+
+def check_destination(dest: Path, option: str) -> None:
+    """Refuses an output path that is a folder or whose folder is missing, before any work."""
+    if dest.is_dir():
+        raise CuwError(f"{option} {dest} is a folder; give a file path")
+    if not dest.parent.is_dir():
+        raise CuwError(f"{option} {dest}: the folder {dest.parent} does not exist (create it first)")
+
+
+def write_text(dest: Path, text: str, option: str = "output") -> Path:
+    """Writes ``text`` to a temp file beside ``dest`` and renames it into place."""
+    check_destination(dest, option)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise CuwError(f"{option} {dest}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def copy_into(src: Path, dest: Path, option: str = "output") -> Path:
+    """Copies ``src`` to ``dest`` through a temp file beside it and a rename (no torn file)."""
+    check_destination(dest, option)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
+    os.close(fd)
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise CuwError(f"{option} {dest}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def writable_dir(folder: Path, option: str) -> Path:
+    """Creates ``folder`` if needed and proves a file can be written in it; a clear error otherwise."""
+    if folder.exists() and not folder.is_dir():
+        raise CuwError(f"{option} {folder} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".cuw-write-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise CuwError(f"{option} {folder}: cannot write there ({exc.strerror or exc}); pick a writable folder") from None
+    return folder
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """True when both paths name one file (existing or not)."""
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
