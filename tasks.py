@@ -29,10 +29,13 @@ def link(c, recipe, backend="pip", cell=""):
     _cuw(c, "link", recipe, *_backend(backend, cell))
 
 
+# Numbers are passed on as text: the cuw CLI checks them and says what is wrong in one line.
+
+
 @task(help={"recipe": "recipe name", "shards": "N (default: the recipe's sharding.count)", **_BACKEND_HELP})
-def build(c, recipe="example", shards=0, backend="pip", cell=""):
+def build(c, recipe="example", shards="", backend="pip", cell=""):
     """Build a whole cell here: every shard in parallel, then the link."""
-    _cuw(c, "build", recipe, *(["--shards", str(shards)] if shards else []), *_backend(backend, cell))
+    _cuw(c, "build", recipe, *(["--shards", shards] if shards else []), *_backend(backend, cell))
 
 
 @task(help={"wheel": "path to a wheel", "recipe": "recipe name (default: matched by the wheel's name)"})
@@ -67,9 +70,9 @@ def show(c, recipe, cell=""):
 
 @task(help={"recipe": "recipe name", "shards": "plan this N only", "range": "A..B (default 2..64)",
             "costs": "a cost table (default: the recipe's costs.json)", "json": "print JSON"})  # fmt: skip
-def plan(c, recipe, shards=0, range="", costs="", json=False):
+def plan(c, recipe, shards="", range="", costs="", json=False):
     """Per N: TUs and families per shard, jobs per lane, predicted times; a recommended N and the checklist."""
-    _cuw(c, "plan", recipe, *(["--shards", str(shards)] if shards else []), *(["--range", range] if range else []),
+    _cuw(c, "plan", recipe, *(["--shards", shards] if shards else []), *(["--range", range] if range else []),
          *(["--costs", costs] if costs else []), *(["--json"] if json else []))  # fmt: skip
 
 
@@ -77,6 +80,12 @@ def plan(c, recipe, shards=0, range="", costs="", json=False):
 def costs(c, recipe, log):
     """Record a recipe's cost table (recipes/<name>/costs.json) from real build logs."""
     _cuw(c, "costs", recipe, *[a for item in log.split(",") for a in ("--from", item)])
+
+
+@task(help={"target": "a source folder or CMake file, or a recipe name (its fetched, patched source)"})
+def lint_guards(c, target):
+    """CMake consumers of source-dependent targets not under if(TARGET ...)."""
+    _cuw(c, "lint-guards", target)
 
 
 @task
