@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
+import pefile
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
@@ -58,6 +60,27 @@ def manylinux_whitelist(platform_tag: Optional[str]) -> tuple[str, ...]:
 
 # Evidence that a library links torch.
 TORCH_LIBS = ("libtorch*.so*", "libc10*.so*", "libshm.so*")
+
+# The Windows lane's analogues, matched case-insensitively (DLL names are): what a .pyd may
+# import besides the DLLs shipped in the wheel and the recipe's verify.allowed_needed.
+# The OS (API sets, system DLLs), the MSVC runtime (VC++ redistributable, on every runner and
+# every machine with Python), and msvcrt.dll, which mingw-w64 builds link.
+WINDOWS_SYSTEM_DLLS = (
+    "api-ms-win-*.dll", "ext-ms-win-*.dll", "kernel32.dll", "kernelbase.dll", "ntdll.dll", "user32.dll",
+    "gdi32.dll", "advapi32.dll", "shell32.dll", "shlwapi.dll", "ole32.dll", "oleaut32.dll", "ws2_32.dll",
+    "bcrypt.dll", "crypt32.dll", "secur32.dll", "version.dll", "winmm.dll", "psapi.dll", "dbghelp.dll",
+    "iphlpapi.dll", "setupapi.dll", "rpcrt4.dll", "userenv.dll", "comctl32.dll", "comdlg32.dll",
+    "imm32.dll", "ucrtbase.dll", "msvcrt.dll", "vcruntime140.dll", "vcruntime140_1.dll", "msvcp140*.dll",
+    "concrt140.dll", "vcomp140.dll",
+)  # fmt: skip
+# The CUDA runtime and libraries (never shipped: the toolkit or the nvidia-* wheels provide them).
+CUDA_DLLS = (
+    "nvcuda.dll", "cudart64_*.dll", "cublas64_*.dll", "cublaslt64_*.dll", "cusparse64_*.dll", "cufft64_*.dll",
+    "cufftw64_*.dll", "curand64_*.dll", "cusolver64_*.dll", "cusolvermg64_*.dll", "nvrtc64_*.dll",
+    "nvrtc-builtins64_*.dll", "nvjitlink_*.dll", "nvtoolsext64_*.dll", "cudnn*64_*.dll", "nvtx*.dll",
+)  # fmt: skip
+TORCH_DLLS = ("torch.dll", "torch_cpu.dll", "torch_cuda*.dll", "torch_python.dll", "c10.dll", "c10_cuda.dll",
+              "torch_global_deps.dll")  # fmt: skip
 
 
 class GateCannotRun(CuwError):
@@ -100,15 +123,51 @@ class Report:
 
 
 @dataclass(frozen=True)
-class Elf:
+class Binary:
+    """A compiled file in the wheel: an ELF shared object or a PE DLL (``.pyd``)."""
+
     path: str  # inside the wheel
-    needed: list[str]
+    needed: list[str]  # DT_NEEDED; for PE, the imported DLLs (delay-loaded ones too)
     rpaths: list[str]
     glibc: list[str]
     exports_pyinit: Optional[str]
+    kind: str = "elf"  # or "pe"
 
 
-def _read_elf(name: str, data: bytes, scratch: Path) -> Optional[Elf]:
+def _read_binary(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
+    if data.startswith(b"\x7fELF"):
+        return _read_elf(name, data, scratch)
+    if data.startswith(b"MZ"):
+        return _read_pe(name, data, scratch)
+    return None
+
+
+def _read_pe(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
+    """A PE file's imported DLLs and its ``PyInit_*`` export, read with pefile."""
+    try:
+        pe = pefile.PE(data=data, fast_load=True)
+        pe.parse_data_directories(
+            directories=[pefile.DIRECTORY_ENTRY[d] for d in
+                         ("IMAGE_DIRECTORY_ENTRY_IMPORT", "IMAGE_DIRECTORY_ENTRY_DELAY_IMPORT", "IMAGE_DIRECTORY_ENTRY_EXPORT")]
+        )  # fmt: skip
+    except pefile.PEFormatError:
+        return None
+    needed: list[str] = []
+    for entry in (*getattr(pe, "DIRECTORY_ENTRY_IMPORT", []), *getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", [])):
+        dll = entry.dll.decode("ascii", "replace")
+        if dll.lower() not in (n.lower() for n in needed):
+            needed.append(dll)
+    pyinit = None
+    export = getattr(pe, "DIRECTORY_ENTRY_EXPORT", None)
+    for sym in export.symbols if export else []:
+        if sym.name and sym.name.startswith(b"PyInit_"):
+            pyinit = sym.name[len(b"PyInit_") :].decode("ascii", "replace")
+    pe.close()
+    (scratch / Path(name).name).write_bytes(data)  # for cuobjdump
+    return Binary(name, needed, [], [], pyinit, "pe")
+
+
+def _read_elf(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
     if not data.startswith(b"\x7fELF"):
         return None
     path = scratch / Path(name).name
@@ -137,11 +196,64 @@ def _read_elf(name: str, data: bytes, scratch: Path) -> Optional[Elf]:
     except ELFError:
         return None
     rp = [p for entry in rpaths for p in entry.split(":") if p]
-    return Elf(name, needed, rp, sorted({v for v in versions if v.startswith("GLIBC_")}), pyinit)
+    return Binary(name, needed, rp, sorted({v for v in versions if v.startswith("GLIBC_")}), pyinit)
 
 
 def _allowed(soname: str, patterns: tuple[str, ...] | list[str]) -> bool:
     return any(fnmatch.fnmatch(soname, p) for p in patterns)
+
+
+def _python_dll(dll: str, python: str) -> Optional[bool]:
+    """For ``python3.dll`` / ``python3X.dll``: whether it is the cell's Python (``python3.dll``
+    is the stable ABI, any 3.x); None for any other DLL."""
+    match = re.fullmatch(r"python(\d)(\d*)(?:_d)?\.dll", dll.lower())
+    if not match:
+        return None
+    return match.group(2) == "" or f"{match.group(1)}.{match.group(2)}" == python
+
+
+def _foreign_needed(binary: Binary, shipped: set[str], allowed: tuple[str, ...], python: str) -> list[str]:
+    """The libraries a binary needs that nothing allows: not shipped, not the runtime, CUDA or
+    torch, not the recipe's. PE names are matched case-insensitively, and a ``python3X.dll``
+    must be the cell's Python."""
+    if binary.kind == "elf":
+        return [f"{binary.path}: {n}" for n in binary.needed if n not in shipped and not _allowed(n, allowed)]
+    shipped_lower = {n.lower() for n in shipped}
+    windows = WINDOWS_SYSTEM_DLLS + CUDA_DLLS + TORCH_DLLS + tuple(p.lower() for p in allowed)
+    foreign = []
+    for dll in binary.needed:
+        python_ok = _python_dll(dll, python)
+        if python_ok is False:
+            foreign.append(f"{binary.path}: {dll} (the cell is Python {python})")
+        elif python_ok is None and dll.lower() not in shipped_lower and not _allowed(dll.lower(), windows):
+            foreign.append(f"{binary.path}: {dll}")
+    return foreign
+
+
+def _torch_needed(binary: Binary) -> list[str]:
+    if binary.kind == "elf":
+        return [n for n in binary.needed if _allowed(n, TORCH_LIBS)]
+    return [n for n in binary.needed if _allowed(n.lower(), TORCH_DLLS)]
+
+
+EXTENSION_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\.(cpython|cp|abi3|pypy)[^/]*)?\.(pyd|so)")
+
+
+def _pyinit_check(binaries: list[Binary]) -> Check:
+    """Every extension module (``name.pyd``, ``name.cp311-win_amd64.pyd``,
+    ``name.cpython-311-x86_64-linux-gnu.so``, ``name.abi3.so``) exports ``PyInit_<name>``:
+    the import check's evidence where the wheel cannot be imported (a Windows wheel here)."""
+    problems, modules = [], 0
+    for b in binaries:
+        base = Path(b.path).name
+        match = EXTENSION_NAME.fullmatch(base)
+        if ".libs/" in b.path or not match or (base.endswith(".so") and not match.group(2)):
+            continue  # a plain shared library (libfoo.so, foo.dll), not a module
+        modules += 1
+        if b.exports_pyinit != match.group(1):
+            found = f"PyInit_{b.exports_pyinit}" if b.exports_pyinit else "no PyInit_* export"
+            problems.append(f"{b.path}: exports {found}, its name needs PyInit_{match.group(1)}")
+    return Check("pyinit", not problems, problems or [f"{modules} extension module(s) export PyInit_<name>"])
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -173,6 +285,8 @@ def verify(
     machine = "aarch64" if cell.lane == "linux_aarch64" else "x86_64"
     if cell.lane.startswith("linux") and not all(t.platform.endswith(machine) and "linux" in t.platform for t in tags):
         problems.append(f"platform tags {sorted({t.platform for t in tags})} are not {cell.lane}")
+    if cell.lane == "windows" and not all(t.platform == "win_amd64" for t in tags):
+        problems.append(f"platform tags {sorted({t.platform for t in tags})} are not win_amd64")
     checks.append(Check("filename", not problems, problems or [f"{name} {version} for {cell.id}"]))
 
     try:
@@ -198,7 +312,7 @@ def verify(
 
     with tempfile.TemporaryDirectory(prefix="cuw-verify-") as tmp:
         scratch = Path(tmp)
-        elves = [e for e in (_read_elf(n, d, scratch) for n, d in members.items()) if e]
+        elves = [e for e in (_read_binary(n, d, scratch) for n, d in members.items()) if e]
         shipped = {Path(n).name for n in members}
 
         checks.append(Check("compiled", bool(elves), [e.path for e in elves] or ["no compiled code in the wheel"]))
@@ -207,8 +321,8 @@ def verify(
             C_RUNTIME + manylinux_whitelist(policy.manylinux.get(cell.lane)) + TORCH_LIBS
             + tuple(policy.exclude) + tuple(recipe.verify.allowed_needed)
         )  # fmt: skip
-        foreign = [f"{e.path}: {n}" for e in elves for n in e.needed if n not in shipped and not _allowed(n, allowed)]
-        checks.append(Check("needed", not foreign, foreign or ["every DT_NEEDED is runtime, CUDA, torch or shipped"]))
+        foreign = [f for e in elves for f in _foreign_needed(e, shipped, allowed, cell.python)]
+        checks.append(Check("needed", not foreign, foreign or ["every DT_NEEDED / imported DLL is runtime, CUDA, torch or shipped"]))
 
         bad_rpath = [f"{e.path}: {p}" for e in elves for p in e.rpaths if not p.startswith("$ORIGIN")]
         checks.append(Check("rpath", not bad_rpath, bad_rpath or ["every RPATH starts with $ORIGIN"]))
@@ -218,7 +332,7 @@ def verify(
         too_new = bool(max_glibc) and _version_tuple(newest) > _version_tuple(max_glibc or "0")
         checks.append(Check("glibc", not too_new, [f"needs {newest}, policy allows {max_glibc or 'any'}"]))
 
-        links = [f"{e.path}: {n}" for e in elves for n in e.needed if _allowed(n, TORCH_LIBS)]
+        links = [f"{e.path}: {n}" for e in elves for n in _torch_needed(e)]
         if recipe.links_torch and not links:
             checks.append(Check("links_torch", False, ["recipe says links_torch: true, no library needs torch"]))
         elif not recipe.links_torch and links:
@@ -226,6 +340,7 @@ def verify(
         else:
             checks.append(Check("links_torch", True, links[:3] or ["torch-free, as the recipe says"]))
 
+        checks.append(_pyinit_check(elves))
         checks.append(_arch_check(elves, scratch, archs, toolkit))
 
     if import_check:
@@ -233,7 +348,7 @@ def verify(
     return Report(str(wheel), checks)
 
 
-def _arch_check(elves: list[Elf], scratch: Path, archs: list[str], toolkit: Toolkit) -> Check:
+def _arch_check(elves: list[Binary], scratch: Path, archs: list[str], toolkit: Toolkit) -> Check:
     try:
         cuobjdump = find_cuobjdump(toolkit)
     except CuwError as exc:
@@ -256,7 +371,7 @@ def _arch_check(elves: list[Elf], scratch: Path, archs: list[str], toolkit: Tool
     return Check("arch", not missing, missing + [found] if missing else [found])
 
 
-def _modules(members: dict[str, bytes], elves: list[Elf]) -> list[str]:
+def _modules(members: dict[str, bytes], elves: list[Binary]) -> list[str]:
     """Every Python module in the wheel, and every extension module (one with PyInit_)."""
     mods = []
     for name in members:
@@ -271,7 +386,12 @@ def _modules(members: dict[str, bytes], elves: list[Elf]) -> list[str]:
     return sorted(set(mods))
 
 
-def _import_check(wheel: Path, members: dict[str, bytes], elves: list[Elf], recipe: Recipe) -> Check:
+def _import_check(wheel: Path, members: dict[str, bytes], elves: list[Binary], recipe: Recipe) -> Check:
+    pe = [e.path for e in elves if e.kind == "pe"]
+    if pe and sys.platform != "win32":
+        raise GateCannotRun(
+            f"the import check needs Windows for {pe[0]} (a PE file): run verify on a Windows host, or pass --no-import"
+        )
     with tempfile.TemporaryDirectory(prefix="cuw-import-") as tmp:
         target = Path(tmp) / "site"
         empty = Path(tmp) / "cwd"
@@ -287,6 +407,9 @@ def _import_check(wheel: Path, members: dict[str, bytes], elves: list[Elf], reci
             if module in recipe.verify.skip_import:
                 continue
             env = {"PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "HOME": tmp}
+            if sys.platform == "win32":  # Python needs SYSTEMROOT; DLLs resolve from System32
+                root = os.environ.get("SYSTEMROOT", "C:\\Windows")
+                env.update(SYSTEMROOT=root, PATH=os.path.join(root, "System32"), USERPROFILE=tmp)
             child = subprocess.run(
                 [sys.executable, "-c", f"import {module}"], cwd=empty, env=env, capture_output=True, text=True, timeout=300
             )

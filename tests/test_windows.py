@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+import subprocess
 import tarfile
 from dataclasses import asdict
 from pathlib import Path
@@ -173,3 +175,143 @@ def test_real_objects_counts_msvc_obj_files(tmp_path):
     (build / "k02.cu.obj").write_bytes(ws.empty_object.read_bytes())  # a foreign TU's stub
     (build / "k03.cu.o").write_bytes(b"\x7fELF" + b"linux" * 40)
     assert real_objects(ws) == 3
+
+
+# -- verify: PE files (.pyd) read with pefile --------------------------------------------
+
+MINGW = "x86_64-w64-mingw32-gcc"
+needs_mingw = pytest.mark.skipif(
+    shutil.which(MINGW) is None or shutil.which("x86_64-w64-mingw32-dlltool") is None,
+    reason=f"{MINGW} (Debian's gcc-mingw-w64-x86-64, which .ci/run installs) is absent: no PE files to test with",
+)
+
+# DLLs a real Windows build imports from: an import library per DLL, made from a .def file,
+# so the .pyd's import table names them exactly as MSVC's would.
+_IMPORT_LIBS = {
+    "python311": ["PyModule_Create2"],
+    "python310": ["PyModule_Create2"],
+    "cudart64_13": ["cudaGetDeviceCount"],
+    "libgomp-1": ["omp_get_max_threads"],
+}
+
+
+def _mingw(tmp: Path, *args: str) -> None:
+    proc = subprocess.run([MINGW, *args], cwd=tmp, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _pyd(tmp: Path, module: str, *, python: str = "python311", export: str | None = None, extra: tuple = ()) -> bytes:
+    """A real PE .pyd from mingw-w64: exports PyInit_<export or module>, imports PyModule_Create2
+    from the given Python DLL, cudaGetDeviceCount from the CUDA runtime, and whatever ``extra``
+    names (``helper`` -> the wheel's own helper.dll, ``libgomp-1`` -> not allowed)."""
+    for lib in [python, "cudart64_13", *[e for e in extra if e in _IMPORT_LIBS]]:
+        if not (tmp / f"lib{lib}.a").exists():
+            (tmp / f"{lib}.def").write_text(f"LIBRARY {lib}.dll\nEXPORTS\n" + "\n".join(_IMPORT_LIBS[lib]) + "\n")
+            subprocess.run(["x86_64-w64-mingw32-dlltool", "-d", f"{lib}.def", "-l", f"lib{lib}.a"], cwd=tmp, check=True)
+    calls = "".join(f" + {fn}()" for fn in ("helper_value",) if "helper" in extra)
+    calls += "".join(" + omp_get_max_threads()" for e in extra if e == "libgomp-1")
+    (tmp / f"{module}.c").write_text(
+        "extern void *PyModule_Create2(void *, int);\nextern int cudaGetDeviceCount(int *);\n"
+        "extern int helper_value(void);\nextern int omp_get_max_threads(void);\n"
+        f"static char def[104];\nint probe(void) {{ int n = 0; return cudaGetDeviceCount(&n){calls}; }}\n"
+        f"__declspec(dllexport) void *PyInit_{export or module}(void) {{ return PyModule_Create2(def, 1013); }}\n"
+    )
+    out = f"{module}.cp311-win_amd64.pyd"
+    libs = [f"-l{lib}" for lib in [python, "cudart64_13", *extra]]
+    _mingw(tmp, "-shared", "-O1", f"{module}.c", "-o", out, "-L.", *libs)
+    return (tmp / out).read_bytes()
+
+
+def _helper_dll(tmp: Path) -> bytes:
+    (tmp / "helper.c").write_text("__declspec(dllexport) int helper_value(void) { return 7; }\n")
+    _mingw(tmp, "-shared", "helper.c", "-o", "helper.dll", "-Wl,--out-implib,libhelper.a")
+    return (tmp / "helper.dll").read_bytes()
+
+
+def _windows_wheel(tmp: Path, files: dict[str, bytes], tag: str = "cp311-cp311-win_amd64") -> Path:
+    from wheel.wheelfile import WheelFile
+
+    name = f"cuw_example-0.1.0+cu130-{tag}.whl"
+    dist = "cuw_example-0.1.0+cu130.dist-info"
+    path = tmp / name
+    with WheelFile(path, "w") as wf:  # writes RECORD with every hash
+        for member, data in files.items():
+            wf.writestr(member, data)
+        wf.writestr(f"{dist}/METADATA", "Metadata-Version: 2.1\nName: cuw-example\nVersion: 0.1.0+cu130\n\n")
+        wf.writestr(f"{dist}/WHEEL", f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n")
+    return path
+
+
+def _verify_windows(recipes_dir: Path, wheel: Path, import_check: bool = False) -> dict:
+    from cuw.cell import Cell
+    from cuw.policy import load_policy
+    from cuw.toolkit import find_toolkit
+    from cuw.verify import verify
+
+    cell = Cell("example", "windows", "3.11", "13.0", None)
+    report = verify(wheel, load_recipe("example", recipes_dir), cell, find_toolkit(), load_policy(recipes_dir).wheel, [],
+                    import_check=import_check)  # fmt: skip
+    return {c.name: c for c in report.checks}
+
+
+@needs_mingw
+def test_verify_reads_a_real_pyd(recipes_dir, tmp_path):
+    from cuw.verify import GateCannotRun, _read_pe
+
+    build = tmp_path / "build"
+    build.mkdir()
+    helper = _helper_dll(build)
+    pyd = _pyd(build, "_core", extra=("helper",))
+    read = _read_pe("cuw_example/_core.cp311-win_amd64.pyd", pyd, build)
+    assert read.kind == "pe" and read.exports_pyinit == "_core"
+    assert {d.lower() for d in read.needed} >= {"python311.dll", "cudart64_13.dll", "helper.dll", "kernel32.dll"}
+
+    wheel = _windows_wheel(tmp_path, {
+        "cuw_example/__init__.py": b"from ._core import *\n",
+        "cuw_example/_core.cp311-win_amd64.pyd": pyd,
+        "cuw_example/helper.dll": helper,  # shipped: its import is allowed
+    })  # fmt: skip
+    checks = _verify_windows(recipes_dir, wheel)
+    failed = {n: c.details for n, c in checks.items() if not c.ok}
+    assert not failed, failed
+    assert checks["compiled"].details == ["cuw_example/_core.cp311-win_amd64.pyd", "cuw_example/helper.dll"]
+    assert checks["pyinit"].details == ["1 extension module(s) export PyInit_<name>"]
+    assert "torch-free" in checks["links_torch"].details[0]
+    # A .pyd cannot be imported here: the gate says it cannot run (exit 2), it does not pass.
+    with pytest.raises(GateCannotRun, match="needs Windows .*--no-import"):
+        _verify_windows(recipes_dir, wheel, import_check=True)
+
+
+@needs_mingw
+def test_verify_refuses_a_pyd_with_foreign_dlls_or_the_wrong_init(recipes_dir, tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    _helper_dll(build)
+    wheel = _windows_wheel(tmp_path, {
+        # helper.dll imported but not shipped; libgomp-1.dll is mingw's OpenMP, not the system's
+        "cuw_example/_core.cp311-win_amd64.pyd": _pyd(build, "_core", extra=("helper", "libgomp-1")),
+        # built against Python 3.10 in a 3.11 cell
+        "cuw_example/_old.cp311-win_amd64.pyd": _pyd(build, "_old", python="python310"),
+        # renamed after the build: Python would look for PyInit__renamed
+        "cuw_example/_renamed.cp311-win_amd64.pyd": _pyd(build, "_orig"),
+    })  # fmt: skip
+    checks = _verify_windows(recipes_dir, wheel)
+    assert sorted(checks["needed"].details) == [
+        "cuw_example/_core.cp311-win_amd64.pyd: helper.dll",
+        "cuw_example/_core.cp311-win_amd64.pyd: libgomp-1.dll",
+        "cuw_example/_old.cp311-win_amd64.pyd: python310.dll (the cell is Python 3.11)",
+    ]
+    assert checks["pyinit"].details == [
+        "cuw_example/_renamed.cp311-win_amd64.pyd: exports PyInit__orig, its name needs PyInit__renamed"
+    ]
+    assert checks["filename"].ok and checks["record"].ok
+
+
+@needs_mingw
+def test_verify_refuses_a_linux_wheel_in_the_windows_cell(recipes_dir, tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    wheel = _windows_wheel(tmp_path, {"cuw_example/_core.cp311-win_amd64.pyd": _pyd(build, "_core")},
+                           tag="cp311-cp311-manylinux_2_34_x86_64")  # fmt: skip
+    checks = _verify_windows(recipes_dir, wheel)
+    assert not checks["filename"].ok and "win_amd64" in checks["filename"].details[0]
