@@ -14,7 +14,25 @@
  * Python seat's scripts, one name per tool) are in it.
  * CUW_SEAT_STUB_NO_FALLBACK (environment, tests only): exit 97 instead of the exec, so a test
  * sees which calls the native path handled itself.
+ *
+ * On Windows (_WIN32: MSVC or mingw-w64) this program is only the launcher: CMake's CUDACXX and
+ * torch's nvcc must be an .exe there, and a script with a #! line is not one. It handles no call
+ * itself (the key and path rules above are POSIX-shaped); it runs the Python seat, like pip's
+ * console-script launchers: the interpreter named on the script's #! line, that line's options,
+ * the script, then its own command line after the program name, verbatim (so Windows quoting
+ * survives untouched), and exits with the child's code. See the _WIN32 part at the end.
  */
+#ifndef SEAT_DIR
+#error "SEAT_DIR (the seat folder) must be defined"
+#endif
+#define PYTHON_DIR SEAT_DIR "/python"
+#ifndef SEAT_HOST
+#define SEAT_HOST 0
+#endif
+
+#define NO_FALLBACK_EXIT 97
+
+#ifndef _WIN32
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -24,16 +42,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifndef SEAT_DIR
-#error "SEAT_DIR (the seat folder) must be defined"
-#endif
 #define SEAT_TABLE SEAT_DIR "/seat-stub.tsv"
-#define PYTHON_DIR SEAT_DIR "/python"
-#ifndef SEAT_HOST
-#define SEAT_HOST 0
-#endif
-
-#define NO_FALLBACK_EXIT 97
 
 static const char *const NVCC_VALUE_OPTIONS[] = {
     "-o", "--output-file", "-MF", "--dependency-output", "-MT", "--dependency-target-name", "-x", "--x",
@@ -434,3 +443,149 @@ int main(int argc, char **argv) {
         fallback();
     return 0;
 }
+
+#else /* _WIN32: the launcher */
+#define WIN32_LEAN_AND_MEAN
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <wchar.h>
+#include <windows.h>
+
+static void fail(const wchar_t *what, const wchar_t *name) {
+    fwprintf(stderr, L"cuw seat: %ls %ls (error %lu)\n", what, name ? name : L"", (unsigned long)GetLastError());
+    exit(127);
+}
+
+/* A UTF-8 string (the compiled-in seat folder, the script's #! line) as UTF-16; the ANSI code
+ * page when it is not UTF-8 (a script written in the locale's encoding). */
+static wchar_t *widen(const char *s, int n) {
+    UINT page = CP_UTF8;
+    int size = MultiByteToWideChar(page, MB_ERR_INVALID_CHARS, s, n, NULL, 0);
+    if (size <= 0) {
+        page = CP_ACP;
+        size = MultiByteToWideChar(page, 0, s, n, NULL, 0);
+    }
+    wchar_t *out = calloc((size_t)size + 1, sizeof(wchar_t));
+    if (!out || MultiByteToWideChar(page, 0, s, n, out, size) != size) fail(L"cannot decode", NULL);
+    out[size] = 0;
+    return out;
+}
+
+/* The tool this program stands for: nvcc, or (the host seat) its own file name without .exe. */
+static wchar_t *tool_name(void) {
+    if (!SEAT_HOST) return L"nvcc";
+    static wchar_t self[32768];
+    DWORD n = GetModuleFileNameW(NULL, self, 32768);
+    if (n == 0 || n >= 32768) fail(L"cannot read its own name", NULL);
+    wchar_t *base = self;
+    for (wchar_t *p = self; *p; ++p)
+        if (*p == L'\\' || *p == L'/') base = p + 1;
+    size_t len = wcslen(base);
+    if (len > 4 && _wcsicmp(base + len - 4, L".exe") == 0) base[len - 4] = 0;
+    return base;
+}
+
+static int is_file(const wchar_t *path) {
+    DWORD attrs = GetFileAttributesW(path);
+    return attrs != INVALID_FILE_ATTRIBUTES && !(attrs & FILE_ATTRIBUTE_DIRECTORY);
+}
+
+/* The script's "#!interpreter options" line: the interpreter is quoted, or it is the shortest
+ * prefix that names a file (C:\Program Files\Python311\python.exe -IS, as cuw/seat.py writes it). */
+static void read_shebang(const wchar_t *script, wchar_t **interpreter, wchar_t **options) {
+    FILE *fh = _wfopen(script, L"rb");
+    if (!fh) fail(L"cannot open", script);
+    char line[8192];
+    if (!fgets(line, sizeof line, fh) || strncmp(line, "#!", 2) != 0) fail(L"no #! line in", script);
+    fclose(fh);
+    line[strcspn(line, "\r\n")] = 0;
+    wchar_t *text = widen(line + 2, -1);
+    while (*text == L' ' || *text == L'\t') ++text;
+    if (*text == L'"') {
+        wchar_t *end = wcschr(text + 1, L'"');
+        if (!end) fail(L"unbalanced quote on the #! line of", script);
+        *end = 0;
+        *interpreter = text + 1;
+        *options = end + 1;
+        return;
+    }
+    for (wchar_t *p = text;; ++p) {
+        if (*p == 0 || *p == L' ' || *p == L'\t') {
+            wchar_t keep = *p;
+            *p = 0;
+            if (is_file(text)) {
+                *interpreter = text;
+                *options = keep ? p + 1 : p;
+                return;
+            }
+            *p = keep;
+            if (!keep) break;
+        }
+    }
+    fail(L"no interpreter found on the #! line of", script);
+}
+
+/* This program's command line after its own name (CommandLineToArgvW's rule for argv[0]). */
+static const wchar_t *own_arguments(void) {
+    const wchar_t *p = GetCommandLineW();
+    if (*p == L'"') {
+        for (++p; *p && *p != L'"'; ++p) {
+        }
+        if (*p) ++p;
+    } else {
+        while (*p && *p != L' ' && *p != L'\t') ++p;
+    }
+    return p; /* starts with the separating blank, or is empty */
+}
+
+static BOOL WINAPI ignore_ctrl(DWORD event) {
+    (void)event;
+    return TRUE; /* the child gets Ctrl-C too and decides; this program waits for it */
+}
+
+int main(void) {
+    if (getenv("CUW_SEAT_STUB_NO_FALLBACK")) return NO_FALLBACK_EXIT; /* handles nothing itself */
+    wchar_t *folder = widen(PYTHON_DIR, -1);
+    for (wchar_t *p = folder; *p; ++p)
+        if (*p == L'/') *p = L'\\'; /* SEAT_DIR "/python": one separator throughout */
+    wchar_t *tool = tool_name();
+    size_t script_len = wcslen(folder) + wcslen(tool) + 2;
+    wchar_t *script = malloc(script_len * sizeof(wchar_t));
+    if (!script) fail(L"out of memory", NULL);
+    swprintf(script, script_len, L"%ls\\%ls", folder, tool);
+    wchar_t *interpreter, *options;
+    read_shebang(script, &interpreter, &options);
+    const wchar_t *rest = own_arguments();
+    size_t size = wcslen(interpreter) + wcslen(options) + wcslen(script) + wcslen(rest) + 16;
+    wchar_t *cmdline = malloc(size * sizeof(wchar_t));
+    if (!cmdline) fail(L"out of memory", NULL);
+    swprintf(cmdline, size, L"\"%ls\" %ls \"%ls\"%ls", interpreter, options, script, rest);
+
+    /* The child dies with this program (a killed build leaves no seat behind). */
+    HANDLE job = CreateJobObjectW(NULL, NULL);
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION limits;
+    memset(&limits, 0, sizeof limits);
+    limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK;
+    if (job) SetInformationJobObject(job, JobObjectExtendedLimitInformation, &limits, sizeof limits);
+    SetConsoleCtrlHandler(ignore_ctrl, TRUE);
+
+    STARTUPINFOW si;
+    PROCESS_INFORMATION pi;
+    memset(&si, 0, sizeof si);
+    si.cb = sizeof si;
+    si.dwFlags = STARTF_USESTDHANDLES;
+    si.hStdInput = GetStdHandle(STD_INPUT_HANDLE);
+    si.hStdOutput = GetStdHandle(STD_OUTPUT_HANDLE);
+    si.hStdError = GetStdHandle(STD_ERROR_HANDLE);
+    if (!CreateProcessW(interpreter, cmdline, NULL, NULL, TRUE, CREATE_SUSPENDED, NULL, NULL, &si, &pi))
+        fail(L"cannot run", interpreter);
+    if (job) AssignProcessToJobObject(job, pi.hProcess); /* before it can start anything */
+    ResumeThread(pi.hThread);
+    CloseHandle(pi.hThread);
+    DWORD code = 127;
+    if (WaitForSingleObject(pi.hProcess, INFINITE) != WAIT_OBJECT_0 || !GetExitCodeProcess(pi.hProcess, &code))
+        fail(L"lost the child", interpreter);
+    return (int)code;
+}
+#endif /* _WIN32 */

@@ -315,3 +315,81 @@ def test_verify_refuses_a_linux_wheel_in_the_windows_cell(recipes_dir, tmp_path)
                            tag="cp311-cp311-manylinux_2_34_x86_64")  # fmt: skip
     checks = _verify_windows(recipes_dir, wheel)
     assert not checks["filename"].ok and "win_amd64" in checks["filename"].details[0]
+
+
+# -- the seat on Windows: the native stub as an .exe launcher ------------------------------
+
+STUB_SOURCE = Path(__file__).resolve().parent.parent / "cuw" / "seat_stub.c"
+
+
+def _cross_compile_stub(out: Path, seat_dir: str, host: int) -> Path:
+    from cuw.seat import _c_literal
+
+    cmd = [MINGW, "-O2", "-Wall", "-Wextra", "-Werror", f"-DSEAT_DIR={_c_literal(seat_dir)}", f"-DSEAT_HOST={host}",
+           str(STUB_SOURCE), "-o", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@needs_mingw
+@pytest.mark.parametrize("host", [0, 1])
+def test_the_native_stub_cross_compiles_to_a_windows_executable(tmp_path, host):
+    import pefile
+
+    from cuw.verify import WINDOWS_SYSTEM_DLLS, _allowed, _read_pe
+
+    exe = _cross_compile_stub(tmp_path / "nvcc.exe", "D:\\a\\_temp\\my job\\seat", host)
+    pe = pefile.PE(str(exe), fast_load=True)
+    assert pe.FILE_HEADER.Machine == pefile.MACHINE_TYPE["IMAGE_FILE_MACHINE_AMD64"]
+    assert pe.FILE_HEADER.Characteristics & pefile.IMAGE_CHARACTERISTICS["IMAGE_FILE_EXECUTABLE_IMAGE"]
+    assert not pe.FILE_HEADER.Characteristics & pefile.IMAGE_CHARACTERISTICS["IMAGE_FILE_DLL"]
+    assert pe.OPTIONAL_HEADER.Subsystem == pefile.SUBSYSTEM_TYPE["IMAGE_SUBSYSTEM_WINDOWS_CUI"]  # a console program
+    pe.close()
+    # It runs on a bare Windows machine: nothing but system DLLs (no mingw runtime DLL to ship).
+    needed = _read_pe("nvcc.exe", exe.read_bytes(), tmp_path).needed
+    assert needed and all(_allowed(d.lower(), WINDOWS_SYSTEM_DLLS) for d in needed), needed
+
+
+def _wine() -> str | None:
+    return shutil.which("wine64") or shutil.which("wine") or next(
+        (p for p in ("/usr/lib/wine/wine64",) if Path(p).is_file()), None
+    )
+
+
+@needs_mingw
+@pytest.mark.skipif(_wine() is None, reason="no wine (Debian's wine64): the Windows launcher is compiled but not run")
+def test_the_windows_launcher_hands_every_call_to_the_python_seat_under_wine(tmp_path):
+    """The launcher runs the interpreter named on the Python seat's #! line (a path with a space,
+    unquoted, as cuw/seat.py writes it) with the line's options, the script, and its own
+    arguments verbatim, and exits with the child's code. The "interpreter" is a PE program that
+    prints its argv."""
+    interp_dir = tmp_path / "py dir"
+    interp_dir.mkdir()
+    (tmp_path / "echo.c").write_text(
+        '#include <stdio.h>\n#include <stdlib.h>\nint main(int argc, char **argv) {\n'
+        '  for (int i = 1; i < argc; ++i) printf("[%s]\\n", argv[i]);\n'
+        '  return getenv("FAKE_EXIT") ? atoi(getenv("FAKE_EXIT")) : 0;\n}\n'
+    )
+    _mingw(tmp_path, "echo.c", "-o", str(interp_dir / "python.exe"))
+    seat = tmp_path / "seat dir"
+    (seat / "python").mkdir(parents=True)
+    windows_path = lambda p: "Z:" + str(p).replace("/", "\\")  # noqa: E731 (wine maps / to Z:)
+    for tool in ("nvcc", "g++"):
+        (seat / "python" / tool).write_text(f"#!{windows_path(interp_dir / 'python.exe')} -IS\nimport sys\n")
+    nvcc = _cross_compile_stub(tmp_path / "nvcc.exe", windows_path(seat), 0)
+    host = _cross_compile_stub(tmp_path / "g++.exe", windows_path(seat), 1)
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WINEPREFIX": str(tmp_path / "wineprefix"),
+           "WINEDEBUG": "-all", "FAKE_EXIT": "5"}  # fmt: skip
+    args = ["-c", "a b.cu", "-o", 'x"y.obj', '-DX="1 2"', "back\\\\slash\\"]
+    run = subprocess.run([_wine(), str(nvcc), *args], capture_output=True, text=True, env=env, timeout=240)
+    assert run.returncode == 5, run.stderr  # the Python seat's exit code
+    printed = run.stdout.replace("\r\n", "\n").splitlines()
+    assert printed == [f"[{a}]" for a in ["-IS", windows_path(seat / "python" / "nvcc"), *args]]
+
+    run = subprocess.run([_wine(), str(host), "-c", "m.cpp"], capture_output=True, text=True, env=env, timeout=240)
+    assert run.stdout.replace("\r\n", "\n").splitlines()[1] == f"[{windows_path(seat / 'python' / 'g++')}]"
+    # The native path handles nothing itself on Windows.
+    env["CUW_SEAT_STUB_NO_FALLBACK"] = "1"
+    assert subprocess.run([_wine(), str(nvcc), *args], capture_output=True, env=env, timeout=240).returncode == 97
