@@ -6,6 +6,7 @@ import io
 import json
 import shutil
 import subprocess
+import sys
 import tarfile
 from dataclasses import asdict
 from pathlib import Path
@@ -393,3 +394,24 @@ def test_the_windows_launcher_hands_every_call_to_the_python_seat_under_wine(tmp
     # The native path handles nothing itself on Windows.
     env["CUW_SEAT_STUB_NO_FALLBACK"] = "1"
     assert subprocess.run([_wine(), str(nvcc), *args], capture_output=True, env=env, timeout=240).returncode == 97
+
+
+# -- until a Windows runner has built a cell, the lane says it is unverified ---------------
+
+
+def test_the_matrix_summary_marks_the_windows_lane_unverified(recipes_dir):
+    from cuw.matrix import Filters, plan, summary
+    from cuw.policy import load_policy
+
+    grid = load_policy(recipes_dir).grid
+    both = summary(plan([load_recipe("example", recipes_dir)], grid, Filters(cuda=("13.0",), python=("3.11",))))
+    windows = [line for line in both.splitlines() if line.startswith("  lane windows")]
+    assert len(windows) == 1 and "UNVERIFIED: no Windows runner has built a cell yet" in windows[0]
+    assert all("UNVERIFIED" not in line for line in both.splitlines() if line.startswith("  lane linux"))
+    linux_only = summary(plan([load_recipe("example", recipes_dir)], grid, Filters(platform=("linux",))))
+    assert "UNVERIFIED" not in linux_only
+    # ... and on stderr of `cuw matrix` (the workflow's plan job)
+    args = ["matrix", "--package", "example", "--platform", "windows", "--cuda", "13.0", "--recipes", str(recipes_dir)]
+    cli = subprocess.run([sys.executable, "-m", "cuw", *args], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert "UNVERIFIED: no Windows runner has built a cell yet" in cli.stderr
