@@ -21,6 +21,9 @@ from .partition import ShardSpec
 from .recipe import Recipe
 
 SOURCE_FILTER_INDEX = "CUDA_WHEELS_SHARD_INDEX"
+KEEP_GOING = "CUW_KEEP_GOING"
+"""Set (to 1) in a shard job's environment: the ``ninja`` wrapper in the shadow CUDA_HOME's bin
+(:func:`cuw.workspace.install_ninja_wrapper`) then adds ``-k 0``."""
 SOURCE_FILTER_COUNT = "CUDA_WHEELS_SHARD_COUNT"
 FORCE_UNRESOLVED = "/FORCE:UNRESOLVED"
 # Launchers a user's environment may carry: the seat already caches.
@@ -79,7 +82,60 @@ def build_env(
     if deps_dir is not None:
         env["CUW_EXTRA_DEPS"] = str(deps_dir)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(deps_dir), env.get("PYTHONPATH", "")) if p)
+    # The shard gate reads what the build meant to compile from it (Makefiles builds too).
+    env.setdefault("CMAKE_EXPORT_COMPILE_COMMANDS", "ON")
     env.update(expand_recipe_env(recipe, env))
+    keep_going(env, recipe, shard is not None)
+    return env
+
+
+def _cmake_generator(env: dict[str, str]) -> str:
+    """The CMake generator named in the environment (CMAKE_GENERATOR, or ``-G`` in CMAKE_ARGS /
+    SKBUILD_CMAKE_ARGS), or "" when the build system picks (scikit-build-core: Ninja)."""
+    import shlex
+
+    found = env.get("CMAKE_GENERATOR", "")
+    for var in ("CMAKE_ARGS", "SKBUILD_CMAKE_ARGS"):
+        try:
+            words = shlex.split(env.get(var, "").replace(";", " "))
+        except ValueError:
+            continue
+        for i, word in enumerate(words):
+            if word == "-G" and i + 1 < len(words):
+                found = words[i + 1]
+            elif word.startswith("-G") and len(word) > 2:
+                found = word[2:]
+    return found
+
+
+def keep_going(env: dict[str, str], recipe: Recipe, shard: bool) -> dict[str, str]:
+    """A shard's build keeps going after a failed edge, so every TU of its slice compiles even
+    when a library link fails first (ninja stops scheduling after its first failure, make after
+    its first error). The link job never keeps going: there a failure is the answer.
+
+    - ninja, however it is reached by name (torch's ninja path, ccimport, CMake run from a
+      setup.py): the wrapper in the shadow bin adds ``-k 0`` when ``CUW_KEEP_GOING=1``;
+    - scikit-build-core runs the ninja of the ``ninja`` package by path, so it gets ``-k 0``
+      through ``build.tool-args`` (``SKBUILD_BUILD_TOOL_ARGS``), unless a Makefiles
+      generator is named;
+    - make (natten's setup.py drives Unix Makefiles): ``-k`` in MAKEFLAGS.
+    """
+    env.pop(KEEP_GOING, None)
+    make_words = [w for w in env.get("MAKEFLAGS", "").split() if w not in ("-k", "--keep-going")]
+    if make_words:
+        env["MAKEFLAGS"] = " ".join(make_words)
+    else:
+        env.pop("MAKEFLAGS", None)
+    if not shard:
+        return env
+    env[KEEP_GOING] = "1"
+    if make_words and not make_words[0].startswith("-") and "=" not in make_words[0]:
+        env["MAKEFLAGS"] = " ".join(["k" + make_words[0], *make_words[1:]])  # make's letters-only form ("j8")
+    else:
+        env["MAKEFLAGS"] = " ".join(["-k", *make_words])
+    if recipe.backend == "scikit-build-core" and "Makefiles" not in _cmake_generator(env):
+        tool_args = [a for a in env.get("SKBUILD_BUILD_TOOL_ARGS", "").split(";") if a]
+        env["SKBUILD_BUILD_TOOL_ARGS"] = ";".join([*tool_args, "-k", "0"])
     return env
 
 

@@ -97,6 +97,10 @@ class Cache:
     def stats(self) -> Stats:
         raise NotImplementedError
 
+    def entry_count(self) -> int:
+        """Real cache entries in the local folder (the shard gate's "is the cache empty")."""
+        return len(self.entry_files())
+
     def entry_files(self) -> list[Path]:
         """Files that are cache entries (what a shard hands over)."""
         out = []
@@ -173,6 +177,20 @@ class Ccache(Cache):
         # With remote storage the entries live there; the local folder holds only counters.
         return [] if self.remote else super().entry_files()
 
+    # ccache's own files in its folder: the counters (one ``stats`` per folder, 272 of them
+    # once every folder exists), cache-dir tags, config, and lock/temporary/cleanup markers.
+    _BOOKKEEPING = frozenset(("stats", "CACHEDIR.TAG", "ccache.conf"))
+
+    def entry_count(self) -> int:
+        """Result and manifest files only: none of ccache's own bookkeeping counts as an entry."""
+        count = 0
+        for path in self.entry_files():
+            name = path.name
+            if name in self._BOOKKEEPING or name.startswith(".") or name.endswith(".lock") or ".tmp" in name:
+                continue
+            count += 1
+        return count
+
     def stats(self) -> Stats:
         counters: dict[str, int] = {}
         for line in self._run("--print-stats").splitlines():
@@ -188,7 +206,11 @@ class Ccache(Cache):
             uncacheable=uncacheable,
             total=hits + misses + uncacheable,
             zeroed_at=counters.get("stats_zeroed_timestamp", 0),
-            files=len(self.entry_files()) if not self.remote else counters.get("remote_storage_write", 0),
+            # Local: the entries on disk. Remote: entries written there or found there (a retried
+            # shard whose TUs all hit a warm remote wrote nothing and is still a good handoff).
+            files=self.entry_count()
+            if not self.remote
+            else counters.get("remote_storage_write", 0) + counters.get("remote_storage_read_hit", 0),
         )
 
     @classmethod
@@ -258,7 +280,7 @@ class Sccache(Cache):
             # each; a TU is one compile request.
             total=data.get("compile_requests", 0),
             zeroed_at=self._read_state().get("zeroed_at", 0),
-            files=len(self.entry_files()),
+            files=self.entry_count(),
         )
 
 

@@ -73,6 +73,15 @@ class ShardObservation:
     expected_owned: list[str]
     """TU keys this shard should compile (source filter: kept files; seat: predicted)."""
     cache_files: int
+    """Real entries the shard's cache holds (or, with a remote, entries written to or found in it)."""
+    build_tus: Optional[list[str]] = None
+    """Source keys the build system's compile databases list (ninja's, compile_commands.json);
+    None when the build left none. An owned TU outside them is not part of the build."""
+
+
+def _listing(keys: list[str], limit: int = 5) -> str:
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more
 
 
 def shard_gate(obs: ShardObservation) -> Verdict:
@@ -96,11 +105,24 @@ def shard_gate(obs: ShardObservation) -> Verdict:
             "(a prebuilt download?) or called nvcc around the seat"
         )
     missing = sorted(set(obs.expected_owned) - set(obs.compiled))
+    outside: list[str] = []
+    if obs.build_tus is not None:
+        in_build = set(obs.build_tus)
+        outside = [k for k in missing if k not in in_build]
+        missing = [k for k in missing if k in in_build]
     if obs.expected_owned and not obs.compiled:
         v.ok = False
         v.reasons.append(f"compiled none of its {len(obs.expected_owned)} TUs")
-    elif missing and obs.build_rc != 0 and v.ok:
-        v.reasons.append(f"note: {len(missing)} expected TUs not compiled: {', '.join(missing[:5])}")
+    elif missing and obs.build_rc != 0:
+        # A shard's build keeps going past a failed link (ninja -k 0, make -k): an owned TU it
+        # never compiled would be a miss in the link job, hours later.
+        v.ok = False
+        v.reasons.append(
+            f"{len(missing)} of its {len(obs.expected_owned)} TUs were never compiled before the build failed "
+            f"(the link would miss them): {_listing(missing)}"
+        )
+    if outside and obs.build_rc != 0:
+        v.reasons.append(f"note: {len(outside)} TUs of its slice are not in the build's compile database: {_listing(outside)}")
     if obs.compiled and obs.cache_files == 0:
         v.ok = False
         v.reasons.append("the cache is empty after compiling: nothing to hand over")

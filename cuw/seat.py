@@ -219,6 +219,7 @@ def _stub_or_compile(
         rc=rc,
         outcome=outcome,
         seconds=round(time.monotonic() - start, 3),
+        at=round(time.time(), 3),  # when the compile ended: a timeline bar is [at - seconds, at]
     )
     return rc
 
@@ -335,20 +336,83 @@ def install(folder: Path, config: SeatConfig) -> Path:
 
 
 def make_empty_object(path: Path) -> Path:
-    """A valid object file with nothing in it, compiled once per job."""
+    """A valid object file with nothing in it, made once per job: compiled by the C compiler,
+    or, where there is none (or it fails), written here as a minimal ELF relocatable object."""
     import subprocess
 
-    src = path.with_suffix(".c")
-    src.write_text("/* cuda-wheels-forge: the object a foreign TU gets */\n")
-    subprocess.run([c_compiler(), "-c", str(src), "-o", str(path)], check=True)
+    compiler = find_c_compiler()
+    if compiler is not None:
+        src = path.with_suffix(".c")
+        src.write_text("/* cuda-wheels-forge: the object a foreign TU gets */\n")
+        try:
+            proc = subprocess.run(
+                [compiler, "-c", str(src), "-o", str(path)], capture_output=True, stdin=subprocess.DEVNULL, check=False
+            )
+            if proc.returncode == 0 and path.is_file():
+                return path
+        except OSError:
+            pass
+    path.write_bytes(empty_elf_object())
     return path
+
+
+def find_c_compiler() -> Optional[str]:
+    """The C compiler named by CC (when it runs) or found on PATH as cc or gcc; None without one."""
+    import shutil
+
+    named = os.environ.get("CC", "").split()
+    for candidate in ([named[0]] if named else []) + ["cc", "gcc"]:
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return None
 
 
 def c_compiler() -> str:
     """The C compiler a job builds its own small pieces with (the empty object, the native stub)."""
-    import shutil
+    return os.environ.get("CC") or find_c_compiler() or "cc"
 
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
+
+# ELF e_machine (and e_flags) of the hosts a job builds on: what the empty object is for.
+_ELF_MACHINES = {"x86_64": (62, 0), "amd64": (62, 0), "aarch64": (183, 0), "arm64": (183, 0), "ppc64le": (21, 2)}
+
+
+def empty_elf_object(machine: Optional[str] = None) -> bytes:
+    """A minimal ELF64 little-endian relocatable object with no code, no data and no symbols
+    (sections: an empty .text, .note.GNU-stack so linkers keep the stack non-executable,
+    .symtab, .strtab, .shstrtab) for this host's machine; what ``cc -c empty.c`` gives,
+    less the compiler's comment."""
+    import platform
+    import struct
+
+    arch = (machine or platform.machine()).lower()
+    if sys.platform == "win32" or arch not in _ELF_MACHINES:
+        from .errors import CuwError
+
+        raise CuwError(f"no C compiler to build the empty object with, and none is built in for {arch} (set CC)")
+    e_machine, e_flags = _ELF_MACHINES[arch]
+    names = [b"", b".text", b".note.GNU-stack", b".symtab", b".strtab", b".shstrtab"]
+    shstrtab = b"\0".join(names) + b"\0"
+    offsets = [shstrtab.index(b"\0" + n + b"\0") + 1 if n else 0 for n in names]
+    symtab = bytes(24)  # the null symbol
+    strtab = b"\0"
+    symtab_off = 64
+    strtab_off = symtab_off + len(symtab)
+    shstrtab_off = strtab_off + len(strtab)
+    shoff = (shstrtab_off + len(shstrtab) + 7) & ~7
+    section = struct.Struct("<IIQQQQIIQQ")  # name, type, flags, addr, offset, size, link, info, align, entsize
+    headers = [
+        section.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        section.pack(offsets[1], 1, 0x6, 0, symtab_off, 0, 0, 0, 1, 0),  # .text: PROGBITS, AX
+        section.pack(offsets[2], 1, 0, 0, symtab_off, 0, 0, 0, 1, 0),  # .note.GNU-stack: PROGBITS
+        section.pack(offsets[3], 2, 0, 0, symtab_off, len(symtab), 4, 1, 8, 24),  # .symtab -> .strtab
+        section.pack(offsets[4], 3, 0, 0, strtab_off, len(strtab), 0, 0, 1, 0),  # .strtab
+        section.pack(offsets[5], 3, 0, 0, shstrtab_off, len(shstrtab), 0, 0, 1, 0),  # .shstrtab
+    ]
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)  # 64-bit, little-endian, version 1, System V
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 1, e_machine, 1, 0, 0, shoff, e_flags, 64, 0, 0, 64, len(headers), 5)
+    body = header + symtab + strtab + shstrtab
+    return body + bytes(shoff - len(body)) + b"".join(headers)
 
 
 # -- the native fast path ------------------------------------------------------------------
@@ -461,16 +525,68 @@ def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None
     return True
 
 
+def _is_cuda_compile(entry: dict) -> bool:
+    return entry.get("action") == "compiled" and entry.get("kind") != "host"
+
+
 def compiled_count(path: Path) -> int:
     """How many CUDA TUs a job's seat has compiled so far (for progress lines)."""
-    return sum(1 for e in read_log(path) if e.get("action") == "compiled" and e.get("kind") != "host")
+    return sum(1 for e in read_log(path) if _is_cuda_compile(e))
+
+
+def _parse_line(line: bytes) -> Optional[dict]:
+    try:
+        entry = json.loads(line.decode("utf-8"))
+    except ValueError:  # a line cut short (a seat killed mid-write), or not the seat's
+        return None
+    return entry if isinstance(entry, dict) else None
 
 
 def read_log(path: Path) -> list[dict]:
-    if not path.exists():
+    """Every whole entry of a seat log; a line that is not one (cut short) is left out."""
+    try:
+        data = open(path, "rb").read()
+    except FileNotFoundError:
         return []
     entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            entries.append(json.loads(line))
+    for line in data.splitlines():
+        entry = _parse_line(line) if line.strip() else None
+        if entry is not None:
+            entries.append(entry)
     return entries
+
+
+class LogReader:
+    """A seat log read as it grows, for progress lines: each :meth:`read` parses only the bytes
+    appended since the last one, and a last line still being written waits for the next read.
+    A log replaced or cut (a job folder prepared afresh) is read again from its start."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        self.compiled = 0
+        """CUDA TUs compiled so far."""
+        self._inode: Optional[int] = None
+
+    def read(self) -> list[dict]:
+        """The entries appended since the last call."""
+        try:
+            with open(self.path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if st.st_ino != self._inode or st.st_size < self.offset:
+                    self._inode, self.offset, self.partial, self.compiled = st.st_ino, 0, b"", 0
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        entries = [e for e in map(_parse_line, (line for line in lines if line.strip())) if e is not None]
+        self.compiled += sum(1 for e in entries if _is_cuda_compile(e))
+        return entries
+
+    def compiled_count(self) -> int:
+        self.read()
+        return self.compiled

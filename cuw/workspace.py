@@ -126,7 +126,56 @@ def prepare(
     seat.install_native(ws.seat_dir, config, note=ws.build_log)
     make_shadow_home(toolkit, ws.cuda_home, script)
     seat.link_host_seat(ws.seat_dir, ws.cuda_home / "bin", config)
+    install_ninja_wrapper(ws.cuda_home / "bin")
     return job_cache
+
+
+NINJA_WRAPPER_MARK = "# cuda-wheels-forge ninja wrapper"
+_NINJA_WRAPPER = """#!/bin/sh
+{mark}: a shard job's build keeps going (see cuw/backends.py keep_going).
+if [ "${{{var}:-}}" = 1 ]; then
+  for arg in "$@"; do
+    case "$arg" in -t|-t*|--version|-h|--help) exec {real} "$@" ;; esac
+  done
+  exec {real} -k 0 "$@"
+fi
+exec {real} "$@"
+"""
+
+
+def find_real_ninja(path: Optional[str] = None) -> Optional[str]:
+    """The ninja a build would run by name (PATH, then the one beside this Python), never a wrapper."""
+    search = os.pathsep.join(p for p in ((os.environ.get("PATH", "") if path is None else path), str(Path(sys.executable).parent)) if p)
+    for folder in search.split(os.pathsep):
+        candidate = Path(folder) / "ninja"
+        if not (candidate.is_file() and os.access(candidate, os.X_OK)):
+            continue
+        try:
+            with open(candidate, "rb") as fh:
+                if NINJA_WRAPPER_MARK.encode() in fh.read(256):
+                    continue  # another job's wrapper
+        except OSError:
+            continue
+        return str(candidate)
+    return None
+
+
+def install_ninja_wrapper(bin_dir: Path) -> Optional[Path]:
+    """``bin_dir/ninja``: the real ninja, with ``-k 0`` added when the job's environment has
+    CUW_KEEP_GOING=1 (shard jobs only). The shadow bin is first on the build's PATH, so every
+    ``ninja`` run by name (torch's ninja path, ccimport, CMake's own lookup) reaches it.
+    None (and no wrapper) where there is no ninja or no POSIX shell."""
+    import shlex
+
+    from .backends import KEEP_GOING
+
+    real = find_real_ninja()
+    if real is None or os.name != "posix":
+        return None
+    wrapper = bin_dir / "ninja"
+    wrapper.write_text(_NINJA_WRAPPER.format(mark=NINJA_WRAPPER_MARK, var=KEEP_GOING, real=shlex.quote(real)))
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def partition_for_seat(recipe: Recipe, spec: ShardSpec) -> seat.SeatPartition:
@@ -148,6 +197,42 @@ def real_objects(ws: Workspace) -> int:
         if size > 1 and not (size == len(stub) and path.read_bytes() == stub):
             count += 1
     return count
+
+
+def build_sources(ws: Workspace) -> Optional[list[str]]:
+    """Keys of every source the build system meant to compile, from the compile databases it
+    left in the job's tree (``ninja -t compdb`` of each build.ninja, and every
+    compile_commands.json: CMake writes one for Makefiles too, CMAKE_EXPORT_COMPILE_COMMANDS
+    being set in the build environment). None when there is none (a setuptools build)."""
+    import json
+
+    from . import compdb
+    from .partition import tu_key
+
+    databases: list[list] = []
+    for build_file in compdb.ninja_files(ws.tree):
+        try:
+            proc = subprocess.run([compdb._ninja(), "-C", str(build_file.parent), "-t", "compdb"],
+                                  capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+            if proc.returncode == 0:
+                databases.append(json.loads(proc.stdout or "[]"))
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            continue
+    for path in ws.tree.rglob("compile_commands.json"):
+        try:
+            databases.append(json.loads(path.read_text(errors="replace")))
+        except (OSError, ValueError):
+            continue
+    if not databases:
+        return None
+    keys: set[str] = set()
+    for entries in databases:
+        for entry in entries if isinstance(entries, list) else []:
+            file = entry.get("file", "") if isinstance(entry, dict) else ""
+            if file:
+                path = file if os.path.isabs(file) else os.path.join(entry.get("directory", ""), file)
+                keys.add(tu_key(os.path.normpath(path), str(ws.src)))
+    return sorted(keys)
 
 
 def cuda_sources(root: Path) -> list[str]:
