@@ -32,7 +32,7 @@ from .finish import dist_versions, repair, retag
 from .toolkit import Toolkit, find_toolkit
 from .verify import Check, verify, write_verify_reports
 from .verify import Report as VerifyReport
-from .workspace import Workspace, cuda_sources, default_jobs, install_extra_deps, prepare, real_objects
+from .workspace import Workspace, build_sources, cuda_sources, default_jobs, install_extra_deps, prepare, real_objects
 
 
 @dataclass(frozen=True)
@@ -112,36 +112,120 @@ def _describe(job_cache: Cache) -> str:
     return f"{job_cache.tool} {job_cache.version()}" + (f", remote {job_cache.remote}" if job_cache.remote else "")
 
 
-def _watch(proc: subprocess.Popen, ws: Workspace, label: str, owned: int, progress: Optional[Progress]) -> int:
+def _spawn(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """A child in a process group of its own (POSIX), so it and everything it starts (pip,
+    CMake, ninja, the compilers) can be stopped together, and a Ctrl-C reaches the forge first."""
+    return subprocess.Popen(cmd, start_new_session=os.name == "posix", **kwargs)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> bool:
+    """Sends ``sig`` to the child's process group (the child alone off POSIX); False when none is left."""
+    try:
+        if os.name == "posix":
+            os.killpg(proc.pid, sig)
+        elif proc.poll() is None:
+            proc.send_signal(sig)
+        else:
+            return False
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
+    """Stops children started by :func:`_spawn` and everything in their groups: terminate,
+    wait up to ``grace`` seconds, then kill. Every child is reaped."""
+    import signal
+
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        # What is left of each group (a leader that ignored SIGTERM, a compiler it started) is killed.
+        while _signal_group(proc, 0) and time.monotonic() < deadline and os.name == "posix":
+            time.sleep(0.05)
+        _signal_group(proc, getattr(signal, "SIGKILL", signal.SIGTERM))
+        proc.wait()
+
+
+class _Terminated(SystemExit):
+    """SIGTERM (a CI runner cancelling the job, or ``cuw build`` stopping its shards) while a build runs."""
+
+
+def _sigterm_raises():
+    """A context in which SIGTERM raises :class:`_Terminated`, so the build child is stopped
+    and reaped on the way out (only the main thread can set a handler; elsewhere nothing changes)."""
+    import contextlib
+    import signal
+    import threading
+
+    @contextlib.contextmanager
+    def scope():
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            raise _Terminated(128 + signum)
+
+        previous = signal.signal(signal.SIGTERM, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return scope()
+
+
+def _watch(
+    proc: subprocess.Popen, ws: Workspace, label: str, owned: int, progress: Optional[Progress], poll_s: float = 1.0
+) -> int:
+    """Waits for the build child, printing progress from the seat log (read incrementally: only
+    what was appended, a half-written last line waits for the next look). On any error or
+    interrupt the child and its process group are stopped before the exception goes on."""
+    reader = seat.LogReader(ws.seat_log)
     last = None
-    while proc.poll() is None:
-        time.sleep(1.0)
-        if progress is None:
-            continue
-        compiled = seat.compiled_count(ws.seat_log)
-        if compiled != last:
-            progress(f"{label}: {compiled}/{owned} TUs compiled")
-            last = compiled
-    return proc.returncode
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=poll_s)
+            except subprocess.TimeoutExpired:
+                pass
+            if progress is None:
+                continue
+            compiled = reader.compiled_count()
+            if compiled != last:
+                progress(f"{label}: {compiled}/{owned} TUs compiled")
+                last = compiled
+    except BaseException:
+        _stop([proc])
+        raise
 
 
 def _build(ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned: int, progress: Optional[Progress]) -> int:
     project = ws.src / recipe.build_subdir
     cmd = build_command(project, ws.wheel_dir)
-    if recipe.pre_build:
-        # Inside the seat and cache environment: its compiles are cached like the build's.
+    with _sigterm_raises():
+        if recipe.pre_build:
+            # Inside the seat and cache environment: its compiles are cached like the build's.
+            with open(ws.build_log, "ab") as fh:
+                fh.write(f"$ (pre_build) {recipe.pre_build}\n".encode())
+                fh.flush()
+                pre = _spawn(["bash", "-c", recipe.pre_build], env=env, cwd=project, stdout=fh,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+                rc = _watch(pre, ws, label, owned, None)
+            if rc != 0:
+                return rc
         with open(ws.build_log, "ab") as fh:
-            fh.write(f"$ (pre_build) {recipe.pre_build}\n".encode())
+            fh.write(("$ " + " ".join(cmd) + "\n").encode())
             fh.flush()
-            rc = subprocess.run(["bash", "-c", recipe.pre_build], env=env, cwd=project, stdout=fh,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode  # fmt: skip
-        if rc != 0:
-            return rc
-    with open(ws.build_log, "ab") as fh:
-        fh.write(("$ " + " ".join(cmd) + "\n").encode())
-        fh.flush()
-        proc = subprocess.Popen(cmd, env=env, cwd=project, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        return _watch(proc, ws, label, owned, progress)
+            proc = _spawn(cmd, env=env, cwd=project, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            return _watch(proc, ws, label, owned, progress)
 
 
 def _policy(recipe: Recipe) -> Policy:
@@ -225,6 +309,7 @@ def run_shard(
         failed=sorted({e["key"] for e in compiles if e.get("rc") != 0}),
         expected_owned=owned,
         cache_files=stats.files,
+        build_tus=build_sources(ws),
     )
     verdict = shard_gate(obs)
     written: Optional[Path] = None
@@ -446,29 +531,35 @@ def run_build(
     )
     outcomes: list[Optional[bool]] = [None] * n
     pending = list(specs)
-    running: dict[int, tuple[subprocess.Popen, Workspace, Optional[int]]] = {}
+    running: dict[int, tuple[subprocess.Popen, seat.LogReader, Optional[int]]] = {}
     last: dict[int, int] = {}
-    while pending or running:
-        while pending and len(running) < parallel:
-            spec = pending.pop(0)
-            cmd = [sys.executable, "-m", "cuw", "shard", recipe.key, str(spec), "--quiet", "--jobs", str(jobs),
-                   "--work", str(paths.work), "--artifacts", str(paths.artifacts)]  # fmt: skip
-            if recipes_dir:
-                cmd += ["--recipes", str(recipes_dir)]
-            cmd += ["--cache-tool", choice.tool] + (["--cache-remote", choice.remote] if choice.remote else [])
-            ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", shared_tree)
-            owned = len(expected_owned(recipe, recipe.source_dir, spec)) if recipe.source.path is not None else None
-            running[spec.index] = (subprocess.Popen(cmd, stdin=subprocess.DEVNULL), ws, owned)
-        time.sleep(1.0)
-        for index, (proc, ws, owned) in list(running.items()):
-            compiled = seat.compiled_count(ws.seat_log)
-            if compiled != last.get(index):
-                progress(f"shard {index}/{n}: {compiled}/{owned if owned is not None else '?'} TUs compiled")
-                last[index] = compiled
-            if proc.poll() is not None:
-                outcomes[index - 1] = proc.returncode == 0
-                progress(f"shard {index}/{n}: {'done' if proc.returncode == 0 else 'FAILED'}")
-                del running[index]
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                spec = pending.pop(0)
+                cmd = [sys.executable, "-m", "cuw", "shard", recipe.key, str(spec), "--quiet", "--jobs", str(jobs),
+                       "--work", str(paths.work), "--artifacts", str(paths.artifacts)]  # fmt: skip
+                if recipes_dir:
+                    cmd += ["--recipes", str(recipes_dir)]
+                cmd += ["--cache-tool", choice.tool] + (["--cache-remote", choice.remote] if choice.remote else [])
+                ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", shared_tree)
+                owned = len(expected_owned(recipe, recipe.source_dir, spec)) if recipe.source.path is not None else None
+                running[spec.index] = (_spawn(cmd, stdin=subprocess.DEVNULL), seat.LogReader(ws.seat_log), owned)
+            time.sleep(1.0)
+            for index, (proc, reader, owned) in list(running.items()):
+                compiled = reader.compiled_count()
+                if compiled != last.get(index):
+                    progress(f"shard {index}/{n}: {compiled}/{owned if owned is not None else '?'} TUs compiled")
+                    last[index] = compiled
+                if proc.poll() is not None:
+                    outcomes[index - 1] = proc.returncode == 0
+                    progress(f"shard {index}/{n}: {'done' if proc.returncode == 0 else 'FAILED'}")
+                    del running[index]
+    except BaseException:
+        # Ctrl-C or an error here: every shard still running stops its build and is reaped
+        # (a shard turns SIGTERM into stopping its own build group, given time to do so).
+        _stop([proc for proc, _, _ in running.values()], grace=30.0)
+        raise
     failed = [f"{i}/{n}" for i, ok in enumerate(outcomes, 1) if not ok]
     if failed:
         progress(f"shards that failed their gate: {', '.join(failed)}; linking what arrived")
