@@ -111,8 +111,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--costs", type=Path, default=None, help="a cost table (default: the recipe's costs.json)")
     p.add_argument("--from-log", type=Path, default=None, help="seat filter: the TUs of this recorded seat log")
     p.add_argument("--check", type=int, default=None, metavar="N", help="run the checklist at N (default: sharding.count)")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (same as --format json)")
+    p.add_argument("--format", choices=("text", "json", "markdown", "html"), default=None,
+                   help="text (default), json, markdown (a table for a step summary) or html (a page with the curve)")
+    p.add_argument("--output", type=Path, default=None, help="write the plan here instead of stdout")
     p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("report", help="a cell's shard timeline as one self-contained HTML file (inline SVG, no network)")
+    p.add_argument("cell_dir", type=Path, help="the cell's work folder, e.g. .cuw/work/example-linux-py3.11-cu13.0-notorch")
+    p.add_argument("--artifacts", type=Path, default=Paths.artifacts, help="where the shard gate reports are (default: %(default)s)")
+    p.add_argument("--dist", type=Path, default=Paths.dist, help="where the link report is (default: %(default)s)")
+    p.add_argument("--output", type=Path, default=None, help="the HTML file (default: <cell_dir>/report.html)")
 
     p = sub.add_parser("costs", help="record a recipe's cost table (recipes/<name>/costs.json) from real build logs")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
@@ -307,8 +316,21 @@ def _plan(args: argparse.Namespace, recipes_dir: Path) -> int:
     counts = planner.parse_counts(args.shards, args.range)
     if args.check is not None:
         check_count(args.check, "--check")
+    if args.json and args.format not in (None, "json"):
+        raise CuwError(f"--json and --format {args.format} ask for two formats; give one")
+    fmt = "json" if args.json else args.format or "text"
+    if args.output is not None:
+        check_destination(args.output, "--output")
     result = planner.plan(recipe, counts, args.costs, args.from_log, checked_n=args.check)
-    print(result.to_json() if args.json else planner.render(result), end="" if args.json else "\n")
+    from . import plan_views
+
+    text = {"json": result.to_json, "markdown": lambda: plan_views.markdown(result), "html": lambda: plan_views.html(result),
+            "text": lambda: planner.render(result) + "\n"}[fmt]()  # fmt: skip
+    if args.output is not None:
+        write_text(args.output, text, "--output")
+        report.say(f"plan: {args.output}")
+    else:
+        sys.stdout.write(text)
     return 0 if result.ok else 1
 
 
@@ -341,6 +363,11 @@ def run(argv: list[str]) -> int:
 
         kept = build_index(args.wheel_dir, args.out_dir)
         report.say(f"index of {len(kept)} wheels in {args.out_dir} (flat root: {args.out_dir / 'simple'})")
+        return 0
+    if args.verb == "report":
+        paths = Paths(artifacts=args.artifacts, dist=args.dist)
+        out = write_timeline(args.cell_dir, paths, args.output)
+        report.say(f"report: {out}")
         return 0
     recipes_dir = args.recipes or default_recipes_dir()
     if args.verb == "lint-guards":
@@ -394,13 +421,43 @@ def run(argv: list[str]) -> int:
                            cache=_cache(args, recipe, recipes_dir))  # fmt: skip
         return 0 if result.verdict.ok else 1
     if args.verb == "link":
-        return 0 if run_link(recipe, _paths(args), args.jobs, cache=_cache(args, recipe, recipes_dir)).ok else 1
+        linked = run_link(recipe, _paths(args), args.jobs, cache=_cache(args, recipe, recipes_dir))
+        _cell_report(recipe, _paths(args))
+        return 0 if linked.ok else 1
     if args.verb == "build":
         if args.matrix:
             return _build_matrix(args, recipe, recipes_dir)
         outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=_cache(args, recipe, recipes_dir))
+        _cell_report(recipe, _paths(args))
         return 0 if link.ok and all(outcomes) else 1
     raise AssertionError(args.verb)
+
+
+def write_timeline(cell_dir: Path, paths: Paths, output: Optional[Path] = None) -> Path:
+    """The cell's timeline as HTML (``<cell_dir>/report.html`` by default)."""
+    from . import timeline
+
+    if output is not None:
+        check_destination(output, "--output")
+    drawn = timeline.load(cell_dir, [paths.artifacts / cell_dir.name, paths.dist])
+    return write_text(output or cell_dir / "report.html", timeline.html(drawn), "report")
+
+
+def _cell_report(recipe: Recipe, paths: Paths) -> None:
+    """After a link or build: the timeline report, named in the verb's last line, and its gantt
+    chart in the GitHub step summary."""
+    from . import timeline
+    from .cell import local_cell
+    from .toolkit import find_toolkit
+
+    cell_dir = paths.cell_work(local_cell(recipe, find_toolkit()))
+    try:
+        out = write_timeline(cell_dir, paths)
+        report.append_summary(timeline.mermaid(timeline.load(cell_dir, [paths.artifacts / cell_dir.name, paths.dist])))
+    except CuwError as exc:  # the verdict stands; the picture is a courtesy
+        report.say(f"no timeline report: {exc}")
+        return
+    report.say(f"report: {out}")
 
 
 def _crash_log(exc: BaseException) -> Optional[Path]:

@@ -183,7 +183,7 @@ class Job:
         return out
 
     def entries(self) -> list[dict]:
-        drop = ("pid", "seconds")
+        drop = ("pid", "seconds", "at")
         return [
             {k: (v.replace(str(self.root), "<job>") if isinstance(v, str) else v) for k, v in e.items() if k not in drop}
             for e in seat.read_log(self.log)
