@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import tarfile
 import tempfile
@@ -56,21 +57,89 @@ def archive_name(cell: Cell, index: int, count: int) -> str:
     return f"cuw-shard-{cell.id}-{index}of{count}{SUFFIX}"
 
 
+def _partial_prefix(dest: Path) -> str:
+    # Hidden and outside the archive glob: a half-written archive never reads as one.
+    return f".{dest.name}."
+
+
 def pack(job_cache: Cache, manifest: Manifest, dest: Path) -> Path:
-    """Writes the archive atomically (a temp file renamed into place)."""
+    """Writes the archive atomically: a temp file beside ``dest``, flushed, then renamed into place.
+
+    Until the rename, ``dest`` keeps whatever it held (the previous run's
+    archive). A write that fails (no space left, a file size limit) removes
+    its temp file and raises one line; a process killed mid-write leaves a
+    hidden ``.partial`` that :func:`remove_partials` clears on the next run.
+    """
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".partial")
-    with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:  # entries are already compressed
-        data = json.dumps(asdict(manifest), indent=2, sort_keys=True).encode()
-        info = tarfile.TarInfo(MANIFEST)
-        info.size = len(data)
-        info.mode = 0o644
-        tar.addfile(info, io.BytesIO(data))
-        for path in job_cache.entry_files():
-            rel = path.relative_to(job_cache.cache_dir)
-            tar.add(path, arcname=f"{CACHE_PREFIX}/{rel.as_posix()}", recursive=False)
-    tmp.replace(dest)
+    fd, name = tempfile.mkstemp(prefix=f"{_partial_prefix(dest)}{os.getpid()}.", suffix=".partial", dir=dest.parent)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            with tarfile.open(fileobj=raw, mode="w:gz", compresslevel=1) as tar:  # entries are already compressed
+                data = json.dumps(asdict(manifest), indent=2, sort_keys=True).encode()
+                info = tarfile.TarInfo(MANIFEST)
+                info.size = len(data)
+                info.mode = 0o644
+                tar.addfile(info, io.BytesIO(data))
+                for path in job_cache.entry_files():
+                    rel = path.relative_to(job_cache.cache_dir)
+                    tar.add(path, arcname=f"{CACHE_PREFIX}/{rel.as_posix()}", recursive=False)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
+        tmp.replace(dest)
+    except (OSError, tarfile.TarError) as exc:
+        tmp.unlink(missing_ok=True)
+        why = getattr(exc, "strerror", None) or str(exc)
+        kept = "; the previous archive there is untouched" if dest.exists() else ""
+        raise CuwError(f"cannot write the shard archive {dest}: {why}{kept}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return dest
+
+
+def remove_partials(dest: Path) -> list[Path]:
+    """Removes temp files a killed :func:`pack` of ``dest`` left, except those of a live process."""
+    removed = []
+    if not dest.parent.is_dir():
+        return removed
+    for tmp in dest.parent.glob(f"{_partial_prefix(dest)}*.partial"):
+        pid = tmp.name[len(_partial_prefix(dest)) :].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue  # another run of this shard is packing right now
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+REMOTE_FAILURES = ("remote_storage_error", "remote_storage_timeout")
+
+
+def remote_failures(job_cache: Cache) -> dict[str, int]:
+    """Counters of remote-storage calls that failed during this job (ccache: errors, timeouts).
+
+    ccache keeps compiling when its remote goes away; a shard whose entries did
+    not all reach the remote must not hand over a manifest that says they did.
+    """
+    if not job_cache.remote or job_cache.tool != "ccache":
+        return {}
+    found = {}
+    for line in job_cache._run("--print-stats").splitlines():
+        name, _, value = line.partition("\t")
+        if name in REMOTE_FAILURES and value.strip().isdigit() and int(value) > 0:
+            found[name] = int(value)
+    return found
 
 
 @dataclass(frozen=True)

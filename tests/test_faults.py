@@ -1,0 +1,358 @@
+"""Fault injection with real builds: what a shard or link leaves behind when the world breaks.
+
+One example cell is built once as 2 shards (module fixture); each test copies
+its archives and breaks one thing: a shard killed mid-compile, a corrupted
+cache entry, the Redis remote stopped mid-build, no space left while packing,
+two links writing one ``dist/`` at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from cuw import archive, leftovers
+from cuw.cell import local_cell
+from cuw.pipeline import Paths, run_link, run_shard
+from cuw.partition import ShardSpec
+from cuw.recipe import load_recipe
+from cuw.toolkit import find_toolkit
+
+WAIT_S = 240
+
+
+class Built:
+    def __init__(self, root: Path, recipes: Path) -> None:
+        self.root = root
+        self.recipes = recipes
+        self.recipe = load_recipe("example", recipes)
+        self.cell = local_cell(self.recipe, find_toolkit())
+        self.artifacts = root / "artifacts"
+
+    def folder(self, artifacts: Path) -> Path:
+        return artifacts / self.cell.id
+
+    def archive(self, artifacts: Path, index: int) -> Path:
+        return self.folder(artifacts) / archive.archive_name(self.cell, index, 2)
+
+    def report(self, artifacts: Path, index: int) -> Path:
+        return self.folder(artifacts) / archive.archive_name(self.cell, index, 2).replace(archive.SUFFIX, ".report.json")
+
+    def copy_artifacts(self, dest: Path) -> Path:
+        shutil.copytree(self.artifacts, dest)
+        return dest
+
+    def seat_log(self, work: Path, index: int) -> Path:
+        return work / self.cell.id / f"shard-{index}of2" / "logs" / "seat.jsonl"
+
+    def cuw(self, *args: str, **kwargs) -> list[str]:
+        return [sys.executable, "-m", "cuw", *args, "--recipes", str(self.recipes)]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Built:
+    root = tmp_path_factory.mktemp("faults")
+    recipes = root / "recipes"
+    shutil.copytree(REPO / "recipes", recipes, symlinks=True)
+    b = Built(root, recipes)
+    paths = Paths(work=root / "work", artifacts=b.artifacts, dist=root / "dist")
+    for index in (1, 2):
+        result = run_shard(b.recipe, ShardSpec(index, 2), paths, progress=None)
+        assert result.verdict.ok, result.verdict.line
+    return b
+
+
+@pytest.fixture(autouse=True)
+def no_orphans(tmp_path):
+    """Nothing a test started keeps running in its folders."""
+    yield
+    leftovers.stop_orphans([tmp_path], "test cleanup")
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def partials(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if "partial" in p.name)
+
+
+def visible_archives(folder: Path) -> list[str]:
+    """What a link would restore: the same glob run_link uses."""
+    return sorted(p.name for p in folder.glob(f"cuw-shard-*{archive.SUFFIX}"))
+
+
+def wait_for_compile(proc: subprocess.Popen, seat_log: Path, timeout: float = WAIT_S) -> None:
+    """Until the shard's seat has finished one compile of its slice (more are on their way)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the shard ended before any compile"
+        if seat_log.exists() and any('"action": "compiled"' in line for line in seat_log.read_text().splitlines()):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no compile in {seat_log} after {timeout} s")
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+# -- 1. kill -9 of a shard mid-compile, then a re-run -------------------------------------------
+
+
+def test_killed_shard_keeps_the_previous_archive_and_a_rerun_recovers(built, tmp_path):
+    artifacts = built.copy_artifacts(tmp_path / "artifacts")
+    work = tmp_path / "work"
+    good, report = built.archive(artifacts, 1), built.report(artifacts, 1)
+    before = sha(good)
+    assert json.loads(report.read_text())["ok"] is True
+
+    proc = subprocess.Popen(
+        built.cuw("shard", "example", "1/2", "--quiet", "--work", str(work), "--artifacts", str(artifacts)),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for_compile(proc, built.seat_log(work, 1))
+        # While the re-run is in progress: the good archive is there, intact; its report no longer says ok.
+        assert sha(good) == before
+        running = json.loads(report.read_text())
+        assert running["ok"] is False and running["state"] == "running"
+        assert running["previous"]["ok"] is True
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    # The build runs in a session of its own: pip, CMake, ninja and the compilers outlive the kill
+    # and keep working in the job folder; the re-run must stop them before it wipes the folder.
+
+    assert sha(good) == before, "the earlier good archive was never at risk"
+    assert visible_archives(built.folder(artifacts)) == [good.name, built.archive(artifacts, 2).name]
+    assert partials(artifacts) == []
+    after_kill = json.loads(report.read_text())
+    assert after_kill["ok"] is False and after_kill["state"] == "running", "a killed run never leaves an ok report"
+
+    rerun = subprocess.run(
+        built.cuw("shard", "example", "1/2", "--quiet", "--work", str(work), "--artifacts", str(artifacts)),
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT_S,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr
+    assert leftovers.working_in([work]) == [], "the killed run's orphaned build was stopped"
+    final = json.loads(report.read_text())
+    assert final["ok"] is True and final["state"] == "finished" and final["archive"] == str(good)
+    assert archive.read_manifest(good).shard_index == 1
+    assert partials(artifacts) == []
+
+
+def test_a_partial_archive_left_by_a_killed_pack_is_invisible_and_cleared(built, tmp_path):
+    artifacts = built.copy_artifacts(tmp_path / "artifacts")
+    dest = built.archive(artifacts, 1)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    leftover = dest.with_name(f".{dest.name}.{dead.pid}.x1y2.partial")
+    leftover.write_bytes(dest.read_bytes()[:100])
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        packing = dest.with_name(f".{dest.name}.{live.pid}.x3y4.partial")  # a live packer's file is left alone
+        packing.write_bytes(b"")
+        assert visible_archives(dest.parent) == [dest.name, built.archive(artifacts, 2).name]
+        assert archive.remove_partials(dest) == [leftover]
+        assert not leftover.exists() and packing.exists()
+    finally:
+        live.kill()
+        live.wait()
+
+
+# -- 2. one corrupted cache entry inside a valid archive ---------------------------------------
+
+
+def _flip_one_result(src: Path, dest: Path) -> str:
+    """Rewrites the archive with one ccache result entry's bytes flipped; returns its member name."""
+    flipped = None
+    with tarfile.open(src, "r:gz") as tin, tarfile.open(dest, "w:gz") as tout:
+        for member in tin.getmembers():
+            data = tin.extractfile(member).read() if member.isfile() else None
+            # ccache's entry header: magic cc ac, format version, entry type (0: result, 1: manifest).
+            if flipped is None and data and data[:2] == b"\xcc\xac" and data[3] == 0 and len(data) > 200:
+                middle = len(data) // 2
+                data = data[:middle] + bytes(b ^ 0xFF for b in data[middle : middle + 16]) + data[middle + 16 :]
+                flipped = member.name
+            tout.addfile(member, io.BytesIO(data) if data is not None else None)
+    assert flipped, f"no ccache result entry in {src}"
+    return flipped
+
+
+def test_a_corrupted_cache_entry_is_a_miss_the_link_gate_names(built, tmp_path):
+    artifacts = built.copy_artifacts(tmp_path / "artifacts")
+    target = built.archive(artifacts, 1)
+    corrupted = tmp_path / "corrupted.tar.gz"
+    _flip_one_result(target, corrupted)
+    os.replace(corrupted, target)
+    owned_by_1 = set(archive.read_manifest(target).compiled)
+
+    paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
+    result = run_link(built.recipe, paths, progress=None)
+
+    facts = result.verdict.facts
+    assert not result.verdict.ok
+    assert facts["misses"] == 1, result.verdict.line
+    (missed,) = [k for k in owned_by_1 if f"{k} <- shard 1/2" in result.verdict.line]
+    assert "(its archive is missing)" not in result.verdict.line
+    assert missed in owned_by_1
+    assert result.wheel is None and not list((tmp_path / "dist").glob("*.whl"))
+
+
+# -- 3. the Redis remote stopped in the middle of a shard --------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (apt-get install redis-server)")
+def test_redis_stopped_mid_shard_fails_clearly_and_hands_nothing_over(built, tmp_path):
+    port = _free_port()
+    redis = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.1)
+        artifacts, work = tmp_path / "artifacts", tmp_path / "work"
+        shard = subprocess.Popen(
+            built.cuw("shard", "example", "1/2", "--quiet", "--work", str(work), "--artifacts", str(artifacts),
+                      "--cache-remote", f"redis://127.0.0.1:{port}"),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            wait_for_compile(shard, built.seat_log(work, 1))
+        finally:
+            redis.kill()
+            redis.wait(timeout=30)
+        out, err = shard.communicate(timeout=WAIT_S)
+    finally:
+        if redis.poll() is None:
+            redis.kill()
+            redis.wait()
+
+    assert shard.returncode in (1, 2), err
+    assert "Traceback" not in err
+    lines = error_lines(err)
+    assert len(lines) == 1 and lines[0].startswith("cuw: error:"), err
+    assert f"redis://127.0.0.1:{port}" in lines[0]
+    folder = built.folder(artifacts)
+    assert visible_archives(folder) == [], "no manifest claims a cache the remote does not hold"
+    assert partials(artifacts) == []
+    for report in folder.glob("*.report.json"):
+        assert json.loads(report.read_text())["ok"] is False
+
+
+# -- 4. no space left while packing -------------------------------------------------------------
+
+# The build itself writes files far larger than the archive (objects of 1.4 MB, a 4 MB .so
+# against a 130 kB archive), so the size limit is set in the shard's own process once its build
+# has finished, just before the archive is written: the disk fills up exactly while packing.
+FULL_DISK = """
+import resource, signal, sys
+import cuw.pipeline as p
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as ENOSPC would
+gate = p.shard_gate
+def full_after_gate(obs):
+    verdict = gate(obs)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    return verdict
+p.shard_gate = full_after_gate
+from cuw.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_no_space_left_while_packing_leaves_no_partial_archive(built, tmp_path):
+    artifacts = built.copy_artifacts(tmp_path / "artifacts")
+    good = built.archive(artifacts, 1)
+    before = sha(good)
+    assert good.stat().st_size > 64 * 1024, "the archive must be larger than the limit"
+    proc = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, "shard", "example", "1/2", "--quiet", "--work", str(tmp_path / "work"),
+         "--artifacts", str(artifacts), "--recipes", str(built.recipes)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT_S,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("cuw: error: shard 1/2: cannot write the shard archive"), proc.stderr
+    assert partials(artifacts) == [], "no partial archive left"
+    assert sha(good) == before, "the previous archive is untouched"
+    report = json.loads(built.report(artifacts, 1).read_text())
+    assert report["ok"] is False
+
+
+# -- 5. two links of one cell writing into one dist/ at once ------------------------------------
+
+
+def _record_verifies(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.testzip() is None
+        (record,) = [n for n in zf.namelist() if n.endswith(".dist-info/RECORD")]
+        rows = [line.split(",") for line in zf.read(record).decode().splitlines() if line]
+        assert {row[0] for row in rows} == set(zf.namelist())
+        for name, digest, size in rows:
+            if name == record:
+                continue
+            algo, _, expected = digest.partition("=")
+            data = zf.read(name)
+            actual = base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode()
+            assert (actual, int(size)) == (expected, len(data)), name
+
+
+def test_two_links_into_one_dist_leave_no_torn_wheel(built, tmp_path):
+    dist = tmp_path / "dist"
+    links = [
+        subprocess.Popen(
+            built.cuw("link", "example", "--work", str(tmp_path / f"work{i}"), "--artifacts", str(built.artifacts),
+                      "--dist", str(dist)),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for i in (1, 2)
+    ]
+    seen = 0
+    while any(p.poll() is None for p in links):
+        # A reader (pip, an upload step) polling dist/ meanwhile only ever sees whole wheels.
+        for wheel in dist.glob("*.whl") if dist.is_dir() else []:
+            try:
+                _record_verifies(wheel)
+                seen += 1
+            except FileNotFoundError:
+                pass
+        time.sleep(0.02)
+    errors = [p.communicate()[1] for p in links]
+    assert [p.returncode for p in links] == [0, 0], errors
+
+    wheels = sorted(dist.glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    _record_verifies(wheels[0])
+    assert json.loads((dist / f"{wheels[0].name}.link.json").read_text())["ok"] is True
+    assert json.loads((dist / f"{wheels[0].name}.verify.json").read_text())
+    assert partials(dist) == []
