@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import __version__, archive, compdb, report, seat
+from . import __version__, archive, compdb, leftovers, report, seat
 from .backends import build_command, build_env
 from .cell import Cell, local_cell
 from .errors import CuwError
@@ -264,9 +264,19 @@ def run_shard(
     out_dir = paths.cell_artifacts(cell)
     name = archive.archive_name(cell, spec.index, spec.count)
     target = out_dir / name
-    target.unlink(missing_ok=True)  # a stale archive must never stand in for this run
+    report_path = out_dir / name.replace(archive.SUFFIX, ".report.json")
     source_filter = recipe.sharding.filter == "source"
     ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
+    earlier = report.running_pid(report_path)
+    if earlier is not None and earlier != os.getpid() and leftovers.pid_alive(earlier):
+        raise CuwError(f"shard {spec} of {cell.id} is already running (pid {earlier}); wait for it or stop it "
+                       f"(or remove {report_path} if that process is not a forge run)")  # fmt: skip
+    # A run killed with SIGKILL leaves its build running in the job folder: stopped before the wipe.
+    leftovers.stop_orphans([ws.root, ws.tree], f"shard {spec}")
+    # The previous archive stays until this run's replaces it (or its gate fails); its
+    # report says "running, not ok" until this run's verdict is written, after the archive.
+    archive.remove_partials(target)
+    report.begin("shard", report_path, {"cell": cell.to_dict(), "shard": str(spec), "archive": None})
     patch_ctx = PatchContext(ws.src, cell, archs, spec if spec.count > 1 else None, recipe.key)
     job_cache = prepare(
         ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote, patch_ctx, lane=cell.lane
@@ -313,6 +323,19 @@ def run_shard(
     )
     verdict = shard_gate(obs)
     written: Optional[Path] = None
+    context = {"cell": cell.to_dict(), "shard": str(spec), "archive": None, "build_s": build_s,
+               "build_log": str(ws.build_log), "counters": stats.summary()}  # fmt: skip
+    if verdict.ok and job_cache.remote:
+        lost = archive.remote_failures(job_cache)
+        if lost:
+            # Entries that never reached the remote: a manifest would claim a cache the link cannot find.
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(lost.items()))
+            why = (f"remote cache {job_cache.remote} failed during the build ({counts}): "
+                   "this shard's cache did not all reach it; no manifest handed over, run the shard again")  # fmt: skip
+            verdict = Verdict(verdict.gate, False, [why], verdict.facts)
+            target.unlink(missing_ok=True)
+            report.write(verdict, report_path, context)
+            raise CuwError(f"shard {spec}: {why}")
     if verdict.ok:
         manifest = archive.Manifest(
             format=archive.FORMAT,
@@ -328,10 +351,19 @@ def run_shard(
             compiled=obs.compiled,
             counters=stats.summary(),
         )
-        written = archive.pack(job_cache, manifest, target)
-    context = {"cell": cell.to_dict(), "shard": str(spec), "archive": str(written) if written else None, "build_s": build_s,
-               "build_log": str(ws.build_log), "counters": stats.summary()}  # fmt: skip
-    report_path = report.write(verdict, out_dir / name.replace(archive.SUFFIX, ".report.json"), context)
+        try:
+            written = archive.pack(job_cache, manifest, target)
+        except CuwError as exc:
+            failed = Verdict(verdict.gate, False, [f"the gate passed but {exc}"], verdict.facts)
+            try:
+                report.write(failed, report_path, {**context, "previous_archive": str(target) if target.exists() else None})
+            except CuwError:
+                pass  # the disk that refused the archive may refuse the report too; the marker says "not ok"
+            raise CuwError(f"shard {spec}: {exc}") from None
+        context["archive"] = str(written)
+    else:
+        target.unlink(missing_ok=True)  # a finished run that failed its gate: no older archive stands in for it
+    report.write(verdict, report_path, context)  # after the archive: an ok report always has its archive
     report.step_summary(f"{recipe.key} {label}", verdict)
     report.say(verdict.line)
     if not verdict.ok:
@@ -456,11 +488,16 @@ def run_link(
     if verdict.ok and wheels:
         checked, final = _finish_and_verify(wheels[0], recipe, cell, archs, toolkit, ws, paths)
         if checked.ok:
-            paths.dist.mkdir(parents=True, exist_ok=True)
-            shipped = paths.dist / final.name
-            shutil.copy2(final, shipped)
+            # Into dist/ through temp files renamed into place, wheel first, reports after it: two
+            # links of one cell writing at once, or a reader (pip, an upload) never see a torn file.
+            from .files import copy_into, writable_dir
+
+            writable_dir(paths.dist, "--dist")
+            beside = write_verify_reports(checked, final)
+            shipped = copy_into(final, paths.dist / final.name, "--dist")
+            for made in beside:
+                copy_into(made, paths.dist / made.name, "--dist")
             context["wheel"] = str(shipped)
-            write_verify_reports(checked, paths.dist / final.name)
         else:
             write_verify_reports(checked, final)
     if shipped:
