@@ -382,7 +382,7 @@ def test_the_windows_launcher_hands_every_call_to_the_python_seat_under_wine(tmp
     host = _cross_compile_stub(tmp_path / "g++.exe", windows_path(seat), 1)
 
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WINEPREFIX": str(tmp_path / "wineprefix"),
-           "WINEDEBUG": "-all", "FAKE_EXIT": "5"}  # fmt: skip
+           "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml,winemenubuilder.exe=d", "FAKE_EXIT": "5"}  # fmt: skip
     args = ["-c", "a b.cu", "-o", 'x"y.obj', '-DX="1 2"', "back\\\\slash\\"]
     run = subprocess.run([_wine(), str(nvcc), *args], capture_output=True, text=True, env=env, timeout=240)
     assert run.returncode == 5, run.stderr  # the Python seat's exit code
