@@ -209,7 +209,7 @@ def html(timeline: Timeline) -> str:
     while t <= span:
         x = label_w + t * scale
         ticks.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 26}" class="tick"/>'
-                     f'<text x="{x:.1f}" y="{top - 8}" class="tick">{_clock(t)}</text>')  # fmt: skip
+                     f'<text x="{x:.1f}" y="{top - 8}" class="ticklabel">{_clock(t)}</text>')  # fmt: skip
         t += step
     legend = " ".join(
         f'<span class="key"><span class="swatch" style="background:{c}"></span>{name}</span>'
@@ -229,8 +229,8 @@ def html(timeline: Timeline) -> str:
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #1d2330; background: #fff; }}
 .verdict.pass b {{ color: #2e9e5b; }} .verdict.fail b {{ color: #d63b3b; }}
-.lane {{ fill: #f1f3f7; }} .label {{ font: 13px monospace; }} .tick {{ stroke: #d6dae2; font: 11px sans-serif;
-  fill: #5a6170; text-anchor: middle; }} .uncompiled {{ fill: #d63b3b; font: 12px sans-serif; }}
+.lane {{ fill: #f1f3f7; }} .label {{ font: 13px monospace; }} .tick {{ stroke: #d6dae2; }}
+.ticklabel {{ font: 11px sans-serif; fill: #5a6170; text-anchor: middle; }} .uncompiled {{ fill: #d63b3b; font: 12px sans-serif; }}
 .key {{ margin-right: 16px; }} .swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px; }}
 </style></head>
 <body>

@@ -277,3 +277,71 @@ def test_system_libraries_of_the_manylinux_policy_are_allowed(built, tmp_path):
 
     checks = _verify(_rebuild(wheel, tmp_path, mutate), recipes)
     assert checks["needed"].ok, checks["needed"].details
+
+
+# -- the timeline report, rendered by a real browser ----------------------------------
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync")  # fmt: skip
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.skip("no chromium on this machine (.ci/run installs Debian's chromium)")
+    return found
+
+
+def _png_colours(png: bytes) -> int:
+    """Distinct byte values in the decoded image data: a blank page has two (filter 0, white 255)."""
+    import struct
+    import zlib
+
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat = 8, b""
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos : pos + 8])
+        if kind == b"IDAT":
+            idat += png[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    return len(set(zlib.decompress(idat)))
+
+
+def test_the_timeline_report_renders_in_a_browser(built, tmp_path):
+    recipes, wheel = built
+    root = wheel.parent.parent  # the fixture's folder: work/, artifacts/, dist/
+    cell_dir = next((root / "work").iterdir())
+    page = tmp_path / "report.html"
+    proc = subprocess.run([sys.executable, "-m", "cuw", "report", str(cell_dir), "--artifacts", str(root / "artifacts"),
+                           "--dist", str(root / "dist"), "--output", str(page)], capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0 and proc.stderr.strip().splitlines()[-1] == f"cuw: report: {page}", proc.stderr
+    text = page.read_text()
+    assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "<script" not in text  # self-contained
+
+    browser = _chromium()
+    profile = tmp_path / "profile"
+    dom = subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    assert "shard gate PASS" in dom and "link gate PASS" in dom
+    assert dom.count('<g class="job pass"') == 3  # two shards and the link, each a row
+    for shard in ("shard 1/2", "shard 2/2"):
+        assert f'data-job="{shard}"' in dom
+    assert dom.count('class="bar cold"') == 9 + 2 and dom.count('class="bar hit"') == 9 + 2  # every TU once cold, once hit
+
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1100,500",
+                    page.as_uri()], capture_output=True, timeout=120)  # fmt: skip
+    assert shot.is_file() and _png_colours(shot.read_bytes()) > 20
+
+
+def test_the_gantt_chart_names_every_job_and_marks_hits(built):
+    from cuw import timeline
+
+    recipes, wheel = built
+    root = wheel.parent.parent
+    cell_dir = next((root / "work").iterdir())
+    chart = timeline.mermaid(timeline.load(cell_dir, [root / "artifacts" / cell_dir.name, root / "dist"]))
+    assert chart.startswith("```mermaid\ngantt") and chart.endswith("```")
+    assert [line.strip() for line in chart.splitlines() if "section" in line] == [
+        "section shard 1/2", "section shard 2/2", "section link"]  # fmt: skip
+    assert chart.count(":done,") == 11 and chart.count(":active,") == 11
