@@ -66,6 +66,14 @@ def find_toolkit(platform: Optional[str] = None) -> Toolkit:
     """
     windows = is_windows(platform)
     nvcc = exe_name("nvcc", platform)
+    for var in ("CUW_CUDA_HOME", "CUDA_HOME"):
+        # A toolkit the user named is the one they meant: no silent fallback to another nvcc.
+        named = os.environ.get(var)
+        if named and not _is_shadow(Path(named)) and not (Path(named) / "bin" / nvcc).is_file():
+            raise CuwError(
+                f"{var}={named} has no bin/{nvcc}: point it at a CUDA toolkit (the folder holding bin/{nvcc}), "
+                f"or unset it to use nvcc on PATH or {DEFAULT_CUDA_HOME_WINDOWS if windows else DEFAULT_CUDA_HOME}"
+            )
     candidates = [os.environ.get("CUW_CUDA_HOME"), os.environ.get("CUDA_HOME")]
     if windows:
         candidates.append(os.environ.get("CUDA_PATH"))

@@ -135,17 +135,26 @@ def test_a_windows_toolkit_is_found_by_nvcc_exe(tmp_path, no_toolkit_env):
 
     win = _toolkit_tree(tmp_path / "NVIDIA GPU Computing Toolkit" / "CUDA" / "v13.0", "nvcc.exe")
     linux_shaped = _toolkit_tree(tmp_path / "linux-cuda", "nvcc")
-    # CUDA_HOME names a tree with bin/nvcc only: not a Windows toolkit; CUDA_PATH (the installer's) is.
+    # CUDA_HOME names a tree with bin/nvcc only: not a Windows toolkit, and a named toolkit is
+    # never silently replaced by another one; CUDA_PATH (the installer's) is read when it is unset.
     no_toolkit_env.setenv("CUDA_HOME", str(linux_shaped))
     no_toolkit_env.setenv("CUDA_PATH", str(win))
+    with pytest.raises(CuwError, match=r"CUDA_HOME=.* has no bin/nvcc.exe"):
+        find_toolkit("win32")
+    assert find_toolkit("linux").home == linux_shaped.resolve()
+    no_toolkit_env.delenv("CUDA_HOME")
     for platform in ("win32", "windows"):  # sys.platform or the lane
         found = find_toolkit(platform)
         assert found.home == win.resolve() and found.version == "13.0" and found.windows
         assert found.nvcc == win.resolve() / "bin" / "nvcc.exe"
         assert found.tool("cuobjdump").name == "cuobjdump.exe"
     # The Linux lane reads bin/nvcc and never CUDA_PATH.
+    no_toolkit_env.setenv("CUDA_HOME", str(linux_shaped))
     assert find_toolkit("linux").home == linux_shaped.resolve()
     assert find_toolkit("linux").nvcc.name == "nvcc"
+    no_toolkit_env.setenv("CUDA_HOME", str(tmp_path / "gone"))  # named but not there: refused, no fallback
+    with pytest.raises(CuwError, match=r"CUDA_HOME=.*gone has no bin/nvcc: point it at a CUDA toolkit"):
+        find_toolkit("linux")
 
 
 def test_a_windows_toolkit_is_found_through_nvcc_exe_on_path(tmp_path, no_toolkit_env):
