@@ -80,6 +80,30 @@ def costs(session: nox.Session) -> None:
 
 
 @nox.session
+def record(session: nox.Session) -> None:
+    """After a passed link: the wheel's build record, dist/<wheel>.build.json: nox -s record -- <recipe>."""
+    session.run(sys.executable, "-m", "cuw", "record", *session.posargs)
+
+
+@nox.session
+def publish(session: nox.Session) -> None:
+    """Add the wheels that arrived with build records to an index: nox -s publish -- <incoming> <index> [--reports DIR]."""
+    session.run(sys.executable, "-m", "cuw", "publish", *session.posargs)
+
+
+@nox.session
+def workflow(session: nox.Session) -> None:
+    """Run .github/workflows/build.yml here with act: nox -s workflow -- <recipe> [--platform …] [--cuda …] [--python …]."""
+    session.run(sys.executable, "-m", "cuw", "workflow", *session.posargs)
+
+
+@nox.session
+def farm(session: nox.Session) -> None:
+    """The farm tier: the real workflow under act, publish, pip install from the index (pytest -m farm)."""
+    session.run(sys.executable, "-m", "pytest", "-m", "farm", "-v", "-s", "tests/test_farm.py", *session.posargs)
+
+
+@nox.session
 def e2e(session: nox.Session) -> None:
     """Real packages from their sdists, sharded, linked and verified: nox -s e2e -- [<recipe> ...]."""
     recipes = [f"--e2e-recipe={name}" for name in session.posargs]

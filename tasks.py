@@ -88,6 +88,16 @@ def lint_guards(c, target):
     _cuw(c, "lint-guards", target)
 
 
+@task(help={"recipe": "recipe name", "platform": "lanes (comma-separated)", "cuda": "CUDA lines", "python": "Pythons",
+            "pytorch": "torch releases", "chunk": "the chunk id when the filters leave several",
+            "index": "the index folder (default .cuw/farm/index)", "fail_shard": "fault switch: CELL:I/N fails"})  # fmt: skip
+def workflow(c, recipe, platform="", cuda="", python="", pytorch="", chunk="", index="", fail_shard=""):
+    """Run .github/workflows/build.yml here with act (host mode) for the recipe's chunk, publish into an index."""
+    opts = {"--platform": platform, "--cuda": cuda, "--python": python, "--pytorch": pytorch, "--chunk": chunk,
+            "--index": index, "--fail-shard": fail_shard}  # fmt: skip
+    _cuw(c, "workflow", recipe, *[a for flag, value in opts.items() if value for a in (flag, value)])
+
+
 @task
 def tests(c):
     """Run the test suite (real nvcc, real ccache)."""

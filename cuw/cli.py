@@ -130,6 +130,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--source-root", type=Path, default=None, help="with a .ninja_log outside a forge job: the source root")
     p.add_argument("--output", type=Path, default=None, help="write here (default: the recipe's costs.json)")
     p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("record", help="after a passed link: the wheel's build record, dist/<wheel>.build.json")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    p.add_argument("--dist", type=Path, default=Paths.dist, help="where the link put the wheel (default: %(default)s)")
+    p.add_argument("--artifacts", type=Path, default=Paths.artifacts, help="the shard reports, per cell (default: %(default)s)")
+    p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("publish", help="add every wheel that arrived with its build record to an index (append-only)")
+    p.add_argument("incoming", type=Path, help="folder of wheels and their .build.json records (searched recursively)")
+    p.add_argument("index", type=Path, help="the index folder (created when new)")
+    p.add_argument("--reports", type=Path, default=None, help="the links' gate reports: cells not published are named with why")
+
+    p = sub.add_parser("workflow", help="run .github/workflows/build.yml here with act (host mode) for a recipe's chunk")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    for flag in ("platform", "cuda", "pytorch", "python"):
+        p.add_argument(f"--{flag}", action="append", default=[], help=f"only these {flag} values (repeat or comma-separate)")
+    p.add_argument("--chunk", default=None, help="the chunk id, when the filters leave more than one")
+    p.add_argument("--index", type=Path, default=None, help="the index folder the publish job adds to (default: .cuw/farm/index)")
+    p.add_argument("--fail-shard", default=None, metavar="CELL:I/N",
+                   help="fault switch: make this shard job fail (for example example-linux-py3.11-cu13.0-notorch:2/4)")
+    p.add_argument("--jobs", type=int, default=None, help="act's concurrent jobs (default: act's, the number of CPUs)")
+    p.add_argument("--recipes", type=Path, default=None)
     return top
 
 
@@ -358,6 +380,19 @@ def _costs(args: argparse.Namespace, recipes_dir: Path) -> int:
 
 def run(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    if args.verb == "publish":
+        from .publish import run_publish
+
+        return run_publish(args.incoming, args.index, args.reports)
+    if args.verb == "workflow":
+        from .workflow_run import run_workflow
+
+        return run_workflow(args)
+    if args.verb == "record":
+        from .publish import record
+
+        record(load_recipe(args.recipe, args.recipes or default_recipes_dir()), args.dist.resolve(), args.artifacts.resolve())
+        return 0
     if args.verb == "index":
         from .index import build_index
 

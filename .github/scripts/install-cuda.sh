@@ -3,11 +3,25 @@
 # the exact release below (NVIDIA's apt repository). Usage: install-cuda.sh 13.0
 set -euo pipefail
 line="${1:?usage: install-cuda.sh <cuda line, e.g. 13.0>}"
+# The toolkit release is pinned, and with it the nvcc it ships (`nvcc --version` prints
+# the compiler's own number: toolkit 13.0.2 carries nvcc V13.0.88, 12.8.1 carries V12.8.93).
 case "$line" in
-  12.8) full=12.8.1 ;;
-  13.0) full=13.0.2 ;;
+  12.8) full=12.8.1 nvcc_ver=12.8.93 ;;
+  13.0) full=13.0.2 nvcc_ver=13.0.88 ;;
   *) echo "install-cuda.sh: no pinned release for CUDA $line" >&2; exit 2 ;;
 esac
+# Idempotent: a machine that already has the pinned release (a self-hosted runner, a
+# second call, a local run of this workflow) keeps it; any other nvcc gets the install.
+for home in "${CUDA_HOME:-}" "/usr/local/cuda-$line"; do
+  if [ -n "$home" ] && [ -x "$home/bin/nvcc" ] && "$home/bin/nvcc" --version 2>/dev/null | grep -q "V$nvcc_ver\b"; then
+    echo "install-cuda.sh: CUDA $full (nvcc V$nvcc_ver) is already installed at $home; nothing to do"
+    if [ -n "${GITHUB_ENV:-}" ]; then
+      echo "CUDA_HOME=$home" >> "$GITHUB_ENV"
+      echo "$home/bin" >> "$GITHUB_PATH"
+    fi
+    exit 0
+  fi
+done
 arch=$(uname -m); [ "$arch" = aarch64 ] && repo=sbsa || repo=x86_64
 pkg="${line/./-}"
 if command -v dnf >/dev/null; then

@@ -1,0 +1,195 @@
+"""The publish stage without a build: build records, the append-only publish, the farm runner's pieces."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+from cuw import workflow_run
+from cuw.errors import CuwError
+from cuw.index import MARKER
+from cuw.publish import RECORD_SUFFIX, publish, sha256_file, summarize
+
+CELL_A = "example-linux-py3.11-cu13.0-notorch"
+CELL_B = "example-linux-py3.12-cu13.0-notorch"
+
+
+def _wheel(folder: Path, name: str, payload: bytes, record: bool = True) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / name
+    wheel.write_bytes(payload)
+    if record:
+        body = {"format": 1, "wheel": name, "sha256": sha256_file(wheel)}
+        (folder / f"{name}{RECORD_SUFFIX}").write_text(json.dumps(body))
+    return wheel
+
+
+W311 = "cuw_example-0.1.0+cu130-cp311-cp311-manylinux_2_34_x86_64.whl"
+W312 = "cuw_example-0.1.0+cu130-cp312-cp312-manylinux_2_34_x86_64.whl"
+W311_NEXT = "cuw_example-0.1.1+cu130-cp311-cp311-manylinux_2_34_x86_64.whl"
+
+
+def test_publish_adds_wheels_with_their_records_and_keeps_older_versions(tmp_path):
+    index = tmp_path / "index"
+    _wheel(tmp_path / "run1", W311, b"one")
+    _wheel(tmp_path / "run1", W312, b"two")
+    first = publish(tmp_path / "run1", index)
+    assert sorted(first.published) == [W311, W312] and first.ok
+    for name in (W311, W312):
+        assert (index / "files" / name).read_bytes() in (b"one", b"two")
+        assert json.loads((index / "files" / f"{name}{RECORD_SUFFIX}").read_text())["wheel"] == name
+    page = (index / "cu130" / "cuw-example" / "index.html").read_text()
+    assert f"#sha256={sha256_file(index / 'files' / W311)}" in page
+
+    _wheel(tmp_path / "run2", W311_NEXT, b"three")
+    second = publish(tmp_path / "run2", index)
+    assert second.published == [W311_NEXT]
+    page = (index / "cu130" / "cuw-example" / "index.html").read_text()
+    assert W311 in page and W311_NEXT in page, "an older version stays installable"
+    assert set(json.loads((index / MARKER).read_text())["files"]) == {W311, W312, W311_NEXT}
+
+
+def test_republishing_is_harmless_with_the_same_bytes_and_refused_with_others(tmp_path):
+    index = tmp_path / "index"
+    _wheel(tmp_path / "run1", W311, b"one")
+    publish(tmp_path / "run1", index)
+    again = publish(tmp_path / "run1", index)
+    assert again.already == [W311] and again.ok and not again.published
+
+    _wheel(tmp_path / "run2", W311, b"other bytes")
+    _wheel(tmp_path / "run2", W312, b"two")
+    mixed = publish(tmp_path / "run2", index)
+    assert W311 in mixed.refused and "never replaced" in mixed.refused[W311]
+    assert mixed.published == [W312], "one refused wheel does not hold back the others"
+    assert (index / "files" / W311).read_bytes() == b"one"
+    assert not mixed.ok
+
+
+def test_a_wheel_without_its_build_record_or_with_a_wrong_one_is_not_published(tmp_path):
+    _wheel(tmp_path / "in", W311, b"one", record=False)
+    w312 = _wheel(tmp_path / "in", W312, b"two")
+    w312.write_bytes(b"swapped after the record")
+    out = publish(tmp_path / "in", tmp_path / "index")
+    assert "no build record" in out.refused[W311]
+    assert "other bytes" in out.refused[W312]
+    assert not out.published and not (tmp_path / "index" / "files").exists()
+
+
+def test_a_failed_cell_is_named_with_its_missing_shard(tmp_path):
+    _wheel(tmp_path / "in", W312, b"two")
+    failed = tmp_path / "reports" / CELL_A
+    failed.mkdir(parents=True)
+    (failed / "link.report.json").write_text(json.dumps({
+        "gate": "link", "ok": False, "shard_count": 4, "facts": {"missing_shards": [2]},
+        "reasons": ["2 cache misses: csrc/kernels/k03.cu (shard 2/4, archive missing)"]}))  # fmt: skip
+    out = publish(tmp_path / "in", tmp_path / "index", tmp_path / "reports")
+    assert out.published == [W312]
+    assert "missing shard(s) 2/4" in out.failed_cells[CELL_A]
+    text = summarize(out, tmp_path / "index")
+    assert f"cell {CELL_A} | not published" in text and "2/4" in text
+
+
+def test_publish_cli_exit_codes(tmp_path):
+    (tmp_path / "empty").mkdir()
+    run = lambda *a: subprocess.run([sys.executable, "-m", "cuw", "publish", *map(str, a)], capture_output=True,  # noqa: E731
+                                    text=True, cwd=REPO)  # fmt: skip
+    nothing = run(tmp_path / "empty", tmp_path / "index")
+    assert nothing.returncode == 1 and "nothing published" in nothing.stderr
+    _wheel(tmp_path / "in", W311, b"one")
+    ok = run(tmp_path / "in", tmp_path / "index")
+    assert ok.returncode == 0, ok.stderr
+    assert f"published {W311}" in ok.stderr
+
+
+# The farm runner's pieces (the run itself is tests/test_farm.py, nox -s farm).
+
+
+def test_install_cuda_is_a_no_op_when_the_pinned_release_is_there(tmp_path):
+    nvcc = Path("/usr/local/cuda-13.0/bin/nvcc")
+    if not nvcc.exists() or "V13.0.88" not in subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout:
+        pytest.skip("needs the pinned CUDA 13.0.2 toolkit (nvcc V13.0.88) at /usr/local/cuda-13.0")
+    env = {"PATH": "/usr/bin:/bin", "GITHUB_ENV": str(tmp_path / "env"), "GITHUB_PATH": str(tmp_path / "path")}
+    proc = subprocess.run(["bash", str(REPO / ".github/scripts/install-cuda.sh"), "13.0"], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "already installed" in proc.stdout
+    assert (tmp_path / "env").read_text() == "CUDA_HOME=/usr/local/cuda-13.0\n"
+
+
+def test_every_job_installs_the_forge_into_its_own_venv_and_publish_follows_the_links():
+    text = (REPO / ".github/workflows/build.yml").read_text()
+    flow = yaml.safe_load(text)
+    assert "pip install" not in text, "jobs install through install-forge.sh (a job-local venv)"
+    for name, job in flow["jobs"].items():
+        runs = [s.get("run", "") for s in job["steps"]]
+        assert any("install-forge.sh" in r for r in runs), f"{name} does not install the forge into its own venv"
+    publish_job = flow["jobs"]["publish"]
+    assert set(publish_job["needs"]) >= {"link", "compile"} and "!cancelled()" in publish_job["if"]
+    assert "fail_shard" in flow[True]["workflow_dispatch"]["inputs"]
+    script = (REPO / ".github/scripts/install-forge.sh").read_text()
+    assert ".cuw/venv" in script and "GITHUB_PATH" in script
+
+
+def test_offline_actions_cover_every_pin_of_the_workflow():
+    folder = REPO.parent / "shared" / "actions"
+    if not folder.is_dir():
+        pytest.skip(f"no offline actions at {folder}")
+    args = workflow_run.local_repositories((REPO / ".github/workflows/build.yml").read_text(), folder)
+    pairs = dict(a.split("=", 1) for a in args[1::2])
+    assert set(pairs) == {
+        "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683",
+        "actions/setup-python@0b93645e9fea7318ecaed2b359559ac225c90a2b",
+        "actions/upload-artifact@65c4c4a1ddee5b72f698fdd19549f0f0fb45cf08",
+        "actions/download-artifact@fa0a91b85d4f404e444e00e005971372dc801d16",
+    }
+    with pytest.raises(CuwError, match="holds no action.yml"):
+        workflow_run.local_repositories("uses: actions/cache@" + "0" * 40, folder)
+
+
+def test_the_tool_cache_gets_this_interpreter_for_setup_python(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
+    minor = f"{sys.version_info.major}.{sys.version_info.minor}"
+    [found] = workflow_run.fill_tool_cache(tmp_path / "tc", [minor])
+    slot = tmp_path / "tc" / "Python" / found.version
+    assert (slot / "x64.complete").exists() and (slot / "x64" / "bin").is_dir()
+    assert workflow_run.fill_tool_cache(tmp_path / "tc", [minor])[0].version == found.version  # again: same slot
+    with pytest.raises(CuwError, match="Python 2.1"):
+        workflow_run.fill_tool_cache(tmp_path / "tc", ["2.1"])
+
+
+def test_progress_reads_acts_json_log():
+    lines = [
+        {"job": "build/shard c 2/4-2", "msg": "⭐ Run Main Compile shard", "step": "Compile shard"},
+        {"job": "build/shard c 2/4-2", "msg": "fault switch: shard 2/4 of c fails on purpose\n", "raw_output": True,
+         "step": "Compile shard"},
+        {"job": "build/shard c 2/4-2", "msg": "  ❌  Failure - Main Compile shard", "step": "Compile shard",
+         "stepResult": "failure"},
+        {"job": "build/shard c 2/4-2", "msg": "🏁  Job failed", "jobResult": "failure"},
+        {"job": "build/link c-1", "command": "summary", "content": "### example link: ❌ FAIL\n", "msg": "x"},
+    ]  # fmt: skip
+    progress = workflow_run.Progress(out=open(os.devnull, "w"))
+    for line in lines:
+        progress.feed(json.dumps(line))
+    job = progress.jobs["build/shard c 2/4-2"]
+    assert job.result == "failure" and "Compile shard" in job.verdict() and "fault switch" in job.verdict()
+    assert progress.jobs["build/link c-1"].summary == ["### example link: ❌ FAIL\n"]
+
+
+def test_offline_actions_default_and_override(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUW_OFFLINE_ACTIONS", str(tmp_path / "missing"))
+    with pytest.raises(CuwError, match="not a folder"):
+        workflow_run.offline_actions(REPO)
+    monkeypatch.setenv("CUW_OFFLINE_ACTIONS", str(tmp_path))
+    assert workflow_run.offline_actions(REPO) == tmp_path.resolve()
+    monkeypatch.delenv("CUW_OFFLINE_ACTIONS")
+    default = REPO.parent / "shared" / "actions"
+    assert workflow_run.offline_actions(REPO) == (default.resolve() if default.is_dir() else None)
+    shutil.rmtree(tmp_path, ignore_errors=True)
