@@ -34,6 +34,8 @@ class WheelPolicy:
     max_glibc: Optional[str] = None
     exclude: list[str] = field(default_factory=list)
     """Libraries never grafted into a wheel (the CUDA runtime and driver, torch)."""
+    max_size_mb: dict[str, int] = field(default_factory=dict)
+    """Per lane, the largest wheel (MB) the index it publishes to accepts; verify fails above it."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ def load_policy(recipes_dir: Path) -> Policy:
     for line, archs in [*policy.archs.cuda.items(), *policy.archs.aarch64.items()]:
         for arch in archs:
             check_arch(arch, f"{path}: archs ({line})")
+    for lane, limit in policy.wheel.max_size_mb.items():
+        if not limit > 0:
+            raise CuwError(f"{path}: wheel.max_size_mb.{lane} = {limit!r} is not a size in MB > 0")
     for lane, tool in policy.cache.tool.items():
         try:
             tool_class(tool)

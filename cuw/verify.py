@@ -297,6 +297,7 @@ def verify(
         checks.append(Check("record", False, [str(exc)]))
         return Report(str(wheel), checks)
     checks.append(Check("record", not record_problems, record_problems or [f"{len(members)} files match RECORD"]))
+    checks.append(_size_check(wheel, members, policy.max_size_mb.get(cell.lane), cell.lane))
 
     # METADATA agrees with the filename
     meta_name = next((n for n in members if n.endswith(".dist-info/METADATA")), None)
@@ -346,6 +347,23 @@ def verify(
     if import_check:
         checks.append(_import_check(wheel, members, elves, recipe))
     return Report(str(wheel), checks)
+
+
+def _size_check(wheel: Path, members: dict[str, bytes], limit_mb: Optional[float], lane: str) -> Check:
+    """The wheel's size and its largest members, against the lane's limit in the policy
+    (``wheel.max_size_mb``: what the index the lane publishes to accepts)."""
+    size_mb = wheel.stat().st_size / 2**20
+    largest = sorted(members.items(), key=lambda kv: -len(kv[1]))[:3]
+    shown = ", ".join(f"{n} {len(d) / 2**20:.1f} MB" for n, d in largest)
+    line = f"{size_mb:.1f} MB compressed; largest members (uncompressed): {shown}"
+    if limit_mb is None or size_mb <= limit_mb:
+        return Check("size", True, [line + (f"; limit {limit_mb:g} MB" if limit_mb is not None else "; no limit set")])
+    return Check("size", False, [
+        f"{size_mb:.1f} MB is over the {lane} lane's limit of {limit_mb:g} MB (wheel.max_size_mb in recipes/defaults.yml)",
+        line,
+        "fix: build fewer archs (the recipe's archs), ship PTX only for the oldest arch instead of SASS, "
+        "or split the package by SM family",
+    ])  # fmt: skip
 
 
 def _arch_check(elves: list[Binary], scratch: Path, archs: list[str], toolkit: Toolkit) -> Check:

@@ -345,3 +345,27 @@ def test_the_gantt_chart_names_every_job_and_marks_hits(built):
     assert [line.strip() for line in chart.splitlines() if "section" in line] == [
         "section shard 1/2", "section shard 2/2", "section link"]  # fmt: skip
     assert chart.count(":done,") == 11 and chart.count(":active,") == 11
+
+
+def test_a_wheel_over_the_lanes_size_limit_fails_and_names_the_fixes(built, tmp_path):
+    recipes, wheel = built
+    checks = _verify(wheel, recipes)
+    assert checks["size"].ok and "largest members" in checks["size"].details[0] and "limit 2000 MB" in checks["size"].details[0]
+
+    def pad(tree: Path) -> None:  # 3 MB of incompressible data
+        (tree / "cuw_example" / "blob.bin").write_bytes(__import__("os").urandom(3 * 2**20))
+
+    big = _rebuild(wheel, tmp_path, pad)
+    policy_file = recipes / "defaults.yml"
+    original = policy_file.read_text()
+    try:
+        policy_file.write_text(original.replace("max_size_mb: {linux: 2000,", "max_size_mb: {linux: 2,"))
+        size = _verify(big, recipes)["size"]
+        proc = subprocess.run([sys.executable, "-m", "cuw", "verify", str(big), "--recipe", "example", "--recipes",
+                               str(recipes), "--no-import"], capture_output=True, text=True)  # fmt: skip
+    finally:
+        policy_file.write_text(original)
+    assert not size.ok
+    assert "over the linux lane's limit of 2 MB" in size.details[0] and "cuw_example/blob.bin 3.0 MB" in size.details[1]
+    assert "fewer archs" in size.details[2] and "PTX only" in size.details[2] and "SM family" in size.details[2]
+    assert proc.returncode == 1 and "FAIL size" in proc.stdout, proc.stdout + proc.stderr
