@@ -193,3 +193,47 @@ def test_offline_actions_default_and_override(tmp_path, monkeypatch):
     default = REPO.parent / "shared" / "actions"
     assert workflow_run.offline_actions(REPO) == (default.resolve() if default.is_dir() else None)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_the_dispatcher_sends_one_build_dispatch_per_chunk(tmp_path):
+    """farm.yml's script against a local stand-in for the REST API: one POST per chunk, same filters."""
+    import http.server
+    import threading
+
+    plan = tmp_path / "plan.json"
+    made = subprocess.run([sys.executable, "-m", "cuw", "matrix", "--package", "all", "--platform", "linux",
+                           "--cuda", "13.0", "--output", str(plan)], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    chunks = json.loads(plan.read_text())["chunks"]
+    assert len(chunks) > 1 and all(c["jobs"] <= 256 for c in chunks)
+    seen: list[tuple[str, dict]] = []
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, body, self.headers["Authorization"]))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {**os.environ, "GITHUB_API_URL": f"http://127.0.0.1:{server.server_port}", "GITHUB_REPOSITORY": "o/r",
+           "GH_TOKEN": "t0k", "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}  # fmt: skip
+    try:
+        proc = subprocess.run([sys.executable, str(REPO / ".github/scripts/dispatch_chunks.py"), str(plan), "--ref",
+                               "main", "--platform", "linux", "--cuda", "13.0", "--pause", "0"],
+                              env=env, capture_output=True, text=True)  # fmt: skip
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    assert [b["inputs"]["chunk"] for _, b, _ in seen] == [c["id"] for c in chunks]
+    path, body, auth = seen[0]
+    assert path == "/repos/o/r/actions/workflows/build.yml/dispatches" and auth == "Bearer t0k"
+    assert body["ref"] == "main" and body["inputs"]["platform"] == "linux" and body["inputs"]["cuda"] == "13.0"
+    assert f"{len(chunks)}/{len(chunks)} chunks dispatched" in (tmp_path / "summary.md").read_text()
+    dry = subprocess.run([sys.executable, str(REPO / ".github/scripts/dispatch_chunks.py"), str(plan), "--ref", "main",
+                          "--dry-run"], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})  # fmt: skip
+    assert dry.returncode == 0 and dry.stdout.count("would dispatch") == len(chunks)

