@@ -42,7 +42,7 @@ from .errors import CuwError
 
 WORKFLOW = Path(".github/workflows/build.yml")
 ACT_PLATFORMS = ("ubuntu-24.04", "ubuntu-24.04-arm", "windows-2022")
-_VERDICT = re.compile(r"gate (PASS|FAIL)|^cuw: publish:|^fault switch:|^cuw: build record:|^cuw: error:")
+_VERDICT = re.compile(r"gate (PASS|FAIL)|^cuw: publish:|^fault switch:|^cuw: error:")
 _USES = re.compile(r"uses:\s*([\w.-]+)/([\w.-]+)@([0-9a-f]{40})")
 
 

@@ -88,7 +88,7 @@ def _pip_install(index: Path, tmp: Path, spec: str) -> str:
     subprocess.run([str(interp.prefix / "bin" / "python3"), "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     pip = subprocess.run([str(py), "-m", "pip", "install", "--no-cache-dir", "--index-url", f"file://{index}/cu130", spec],
-                         capture_output=True, text=True)  # fmt: skip
+                         capture_output=True, text=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})  # fmt: skip
     assert pip.returncode == 0, pip.stdout + pip.stderr
     code = "import importlib.metadata as m, cuw_example; print(m.version('cuw-example'))"
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp,
