@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ CELL_B = "example-linux-py3.12-cu13.0-notorch"
 def _wheel(folder: Path, name: str, payload: bytes, record: bool = True) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / name
-    wheel.write_bytes(payload)
+    with zipfile.ZipFile(wheel, "w") as zf:  # a zip archive, as the index checks; the payload makes the bytes
+        zf.writestr(zipfile.ZipInfo("payload.txt", (2020, 1, 1, 0, 0, 0)), payload)
     if record:
         body = {"format": 1, "wheel": name, "sha256": sha256_file(wheel)}
         (folder / f"{name}{RECORD_SUFFIX}").write_text(json.dumps(body))
@@ -44,7 +46,7 @@ def test_publish_adds_wheels_with_their_records_and_keeps_older_versions(tmp_pat
     first = publish(tmp_path / "run1", index)
     assert sorted(first.published) == [W311, W312] and first.ok
     for name in (W311, W312):
-        assert (index / "files" / name).read_bytes() in (b"one", b"two")
+        assert zipfile.ZipFile(index / "files" / name).read("payload.txt") in (b"one", b"two")
         assert json.loads((index / "files" / f"{name}{RECORD_SUFFIX}").read_text())["wheel"] == name
     page = (index / "cu130" / "cuw-example" / "index.html").read_text()
     assert f"#sha256={sha256_file(index / 'files' / W311)}" in page
@@ -69,14 +71,14 @@ def test_republishing_is_harmless_with_the_same_bytes_and_refused_with_others(tm
     mixed = publish(tmp_path / "run2", index)
     assert W311 in mixed.refused and "never replaced" in mixed.refused[W311]
     assert mixed.published == [W312], "one refused wheel does not hold back the others"
-    assert (index / "files" / W311).read_bytes() == b"one"
+    assert zipfile.ZipFile(index / "files" / W311).read("payload.txt") == b"one"
     assert not mixed.ok
 
 
 def test_a_wheel_without_its_build_record_or_with_a_wrong_one_is_not_published(tmp_path):
     _wheel(tmp_path / "in", W311, b"one", record=False)
     w312 = _wheel(tmp_path / "in", W312, b"two")
-    w312.write_bytes(b"swapped after the record")
+    w312.write_bytes(w312.read_bytes() + b"appended after the record")
     out = publish(tmp_path / "in", tmp_path / "index")
     assert "no build record" in out.refused[W311]
     assert "other bytes" in out.refused[W312]
