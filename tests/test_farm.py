@@ -1,8 +1,7 @@
 """The farm tier (pytest -m farm, ``nox -s farm``): the real build.yml under act, published, pip-installed.
 
-Runs on a copy of the repository (tracked and untracked-not-ignored files, as act's
-checkout copies them, committed into a fresh git repository) so the example's version
-can be bumped there without touching this checkout:
+Runs on a clone of this checkout's HEAD (the committed state, not the work in progress
+beside it) so the example's version can be bumped there without touching this checkout:
 
 1. ``cuw workflow example --platform linux --cuda 13.0 --python 3.11``: plan, 4 shards,
    the link, publish; ``pip install --index-url file://<index>/cu130 cuw-example`` in a
@@ -41,21 +40,14 @@ CELL_312 = "example-linux-py3.12-cu13.0-notorch"
 
 
 def _copy_repo(dest: Path) -> Path:
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                           capture_output=True, check=True).stdout.decode().split("\0")  # fmt: skip
-    for rel in filter(None, files):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    _commit(dest, "copy")
+    """A clone of this checkout's HEAD: what is committed, without the work in progress beside it."""
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(dest)], check=True)
+    subprocess.run(["git", "remote", "remove", "origin"], cwd=dest, check=True)
     return dest
 
 
 def _commit(repo: Path, message: str) -> None:
     git = ["git", "-c", "user.name=farm", "-c", "user.email=farm@localhost"]
-    if not (repo / ".git").exists():
-        subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
     subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*git, "commit", "-qm", message], cwd=repo, check=True)
 
