@@ -305,3 +305,37 @@ def test_a_shard_prepares_without_a_c_compiler(recipes_dir, tmp_path, monkeypatc
                     "-o", str(tmp_path / "libreal.so")], check=True)  # fmt: skip
     nvlinked = subprocess.run([str(toolkit.nvcc), "-arch=sm_90", "-dlink", str(out), "-o", str(tmp_path / "dlink.o")])
     assert nvlinked.returncode == 0
+
+
+# -- the gate's own rules (pure) -----------------------------------------------------------------
+
+
+def test_uncompiled_owned_tus_fail_a_failed_shard_only_when_the_build_lists_them():
+    from cuw.gates import ShardObservation, shard_gate
+
+    undef = "ld: x.o: undefined reference to `f'\n"
+    owned = [f"csrc/k{i}.cu" for i in range(8)]
+    base = dict(build_rc=1, log=undef, real_objects=2, seat_compiles_seen=3, compiled=owned[:1], failed=[],
+                expected_owned=owned, cache_files=2)  # fmt: skip
+    v = shard_gate(ShardObservation(**base))
+    assert not v.ok and v.reasons == [
+        "7 of its 8 TUs were never compiled before the build failed (the link would miss them): "
+        "csrc/k1.cu, csrc/k2.cu, csrc/k3.cu, csrc/k4.cu, csrc/k5.cu and 2 more"
+    ]
+    # TUs no compile database lists are not part of the build: a note, not a failure.
+    v = shard_gate(ShardObservation(**base, build_tus=owned[:1] + ["csrc/other.cpp"]))
+    assert v.ok and v.reasons[-1].startswith("note: 7 TUs of its slice are not in the build's compile database")
+    # A build that succeeded compiled what it meant to; an empty slice passes.
+    assert shard_gate(ShardObservation(**{**base, "build_rc": 0})).ok
+    assert shard_gate(ShardObservation(**{**base, "compiled": [], "expected_owned": [], "cache_files": 0})).ok
+
+
+def test_scikit_build_core_gets_no_ninja_flag_under_a_makefiles_generator(recipes_dir, tmp_path):
+    recipe = load_recipe("example", recipes_dir)
+    for base in ({"CMAKE_GENERATOR": "Unix Makefiles"}, {"CMAKE_ARGS": "-G 'Unix Makefiles' -DX=1"}):
+        env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 1, None, base={"PATH": "/usr/bin", **base},
+                        shard=ShardSpec(1, 2))  # fmt: skip
+        assert "SKBUILD_BUILD_TOOL_ARGS" not in env and env["MAKEFLAGS"] == "-k" and env["CUW_KEEP_GOING"] == "1"
+    env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 1, None, shard=ShardSpec(1, 2),
+                    base={"PATH": "/usr/bin", "SKBUILD_BUILD_TOOL_ARGS": "-d;stats", "MAKEFLAGS": "j4"})  # fmt: skip
+    assert env["SKBUILD_BUILD_TOOL_ARGS"] == "-d;stats;-k;0" and env["MAKEFLAGS"] == "kj4"
