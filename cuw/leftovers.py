@@ -5,9 +5,10 @@ an error or a SIGTERM), and ninja gives every compile a process group of its
 own. A job killed with SIGKILL cannot stop anything: pip, CMake, ninja and the
 compilers keep running, orphaned, and keep writing into the job folder. A new
 run of the same job must not wipe that folder under them (the wipe fails, or
-the orphans write into the new run's cache and seat log), so it finds every
-process working inside the folder (its cwd is there: every build process
-inherits one) and kills it first. Linux only (``/proc``); elsewhere a no-op.
+the orphans write into the new run's cache and seat log), so it kills them
+first. They are found by their environment: every process of a job's build
+inherits ``CUDA_HOME=<the job's shadow CUDA_HOME>``, a path no other job and no
+shell of the user's has. Linux only (``/proc``); elsewhere a no-op.
 """
 
 from __future__ import annotations
@@ -22,21 +23,20 @@ from .errors import CuwError
 PROC = Path("/proc")
 
 
-def working_in(folders: list[Path]) -> list[int]:
-    """Processes (not this one nor its parent) whose current folder lies inside one of ``folders``."""
+def job_processes(cuda_home: Path) -> list[int]:
+    """Processes (not this one) whose environment has ``CUDA_HOME=cuda_home``: a job's build."""
     if not PROC.is_dir():
         return []
-    roots = [str(f.resolve()) for f in folders]
-    me = {os.getpid(), os.getppid()}
+    entry_bytes = f"CUDA_HOME={cuda_home}".encode()
     found = []
     for entry in os.scandir(PROC):
-        if not entry.name.isdigit() or int(entry.name) in me:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cwd = os.readlink(f"{PROC}/{entry.name}/cwd")  # a zombie has none: it is done
+            environ = (PROC / entry.name / "environ").read_bytes()  # a zombie's is empty: it is done
         except OSError:
             continue
-        if any(cwd == root or cwd.startswith(root + os.sep) for root in roots):
+        if entry_bytes in environ.split(b"\0"):
             found.append(int(entry.name))
     return sorted(found)
 
@@ -54,17 +54,17 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def stop_orphans(folders: list[Path], what: str, timeout: float = 30.0) -> list[int]:
-    """Kills every process working inside ``folders`` (an earlier, killed run's build) until none is left."""
+def stop_orphans(cuda_home: Path, what: str, timeout: float = 30.0) -> list[int]:
+    """Kills every process of the build whose shadow CUDA_HOME is ``cuda_home``, until none is left."""
     killed: set[int] = set()
     deadline = time.monotonic() + timeout
     while True:
-        pids = working_in(folders)
+        pids = job_processes(cuda_home)
         if not pids:
             return sorted(killed)
         if time.monotonic() > deadline:
-            raise CuwError(f"{what}: processes {', '.join(map(str, pids[:5]))} still work in {folders[0]} and did not "
-                           "stop when killed; stop them and run again")  # fmt: skip
+            raise CuwError(f"{what}: processes {', '.join(map(str, pids[:5]))} of an earlier build in "
+                           f"{cuda_home.parent} did not stop when killed; stop them and run again")  # fmt: skip
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

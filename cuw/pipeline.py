@@ -272,7 +272,7 @@ def run_shard(
         raise CuwError(f"shard {spec} of {cell.id} is already running (pid {earlier}); wait for it or stop it "
                        f"(or remove {report_path} if that process is not a forge run)")  # fmt: skip
     # A run killed with SIGKILL leaves its build running in the job folder: stopped before the wipe.
-    leftovers.stop_orphans([ws.root, ws.tree], f"shard {spec}")
+    leftovers.stop_orphans(ws.cuda_home, f"shard {spec}")
     # The previous archive stays until this run's replaces it (or its gate fails); its
     # report says "running, not ok" until this run's verdict is written, after the archive.
     archive.remove_partials(target)

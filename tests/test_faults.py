@@ -32,6 +32,7 @@ from cuw.pipeline import Paths, run_link, run_shard
 from cuw.partition import ShardSpec
 from cuw.recipe import load_recipe
 from cuw.toolkit import find_toolkit
+from cuw.workspace import Workspace
 
 WAIT_S = 240
 
@@ -81,7 +82,8 @@ def built(tmp_path_factory) -> Built:
 def no_orphans(tmp_path):
     """Nothing a test started keeps running in its folders."""
     yield
-    leftovers.stop_orphans([tmp_path], "test cleanup")
+    for cuda_home in tmp_path.glob("work*/*/*/cuda"):
+        leftovers.stop_orphans(cuda_home, "test cleanup")
 
 
 def sha(path: Path) -> str:
@@ -118,6 +120,7 @@ def error_lines(stderr: str) -> list[str]:
 def test_killed_shard_keeps_the_previous_archive_and_a_rerun_recovers(built, tmp_path):
     artifacts = built.copy_artifacts(tmp_path / "artifacts")
     work = tmp_path / "work"
+    job = Workspace.for_job(work / built.cell.id, "shard-1of2", False)
     good, report = built.archive(artifacts, 1), built.report(artifacts, 1)
     before = sha(good)
     assert json.loads(report.read_text())["ok"] is True
@@ -150,11 +153,29 @@ def test_killed_shard_keeps_the_previous_archive_and_a_rerun_recovers(built, tmp
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT_S,
     )  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr
-    assert leftovers.working_in([work]) == [], "the killed run's orphaned build was stopped"
+    assert leftovers.job_processes(job.cuda_home) == [], "the killed run's orphaned build was stopped"
     final = json.loads(report.read_text())
     assert final["ok"] is True and final["state"] == "finished" and final["archive"] == str(good)
     assert archive.read_manifest(good).shard_index == 1
     assert partials(artifacts) == []
+
+
+def test_orphans_of_a_killed_job_are_found_by_its_cuda_home_and_stopped(tmp_path):
+    mine, other = tmp_path / "job" / "cuda", tmp_path / "other" / "cuda"
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    orphan = subprocess.Popen(sleep, env={**os.environ, "CUDA_HOME": str(mine)}, start_new_session=True)
+    bystander = subprocess.Popen(sleep, env={**os.environ, "CUDA_HOME": str(other)}, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 10
+        while orphan.pid not in leftovers.job_processes(mine) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert leftovers.stop_orphans(mine, "test") == [orphan.pid]
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+        assert bystander.poll() is None, "a process of another job (or a shell in the folder) is left alone"
+    finally:
+        for proc in (orphan, bystander):
+            proc.kill()
+            proc.wait()
 
 
 def test_a_partial_archive_left_by_a_killed_pack_is_invisible_and_cleared(built, tmp_path):
