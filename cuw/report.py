@@ -27,7 +27,12 @@ def write(verdict: Verdict, path: Path, context: dict[str, Any]) -> Path:
         raise CuwError(f"report {path}: cannot create {path.parent} ({exc.strerror or exc})") from None
     body = {"gate": verdict.gate, "ok": verdict.ok, "reasons": verdict.reasons, "facts": verdict.facts,
             "state": "finished", **context}  # fmt: skip
-    return write_text(path, json.dumps(body, indent=2, sort_keys=True, default=str) + "\n", option="report")
+    written = write_text(path, json.dumps(body, indent=2, sort_keys=True, default=str) + "\n", option="report")
+    try:
+        written.chmod(0o644)  # the temp file it was renamed from was made private (0600)
+    except OSError:
+        pass
+    return written
 
 
 def begin(gate: str, path: Path, context: dict[str, Any]) -> Path:
