@@ -292,11 +292,11 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     recipes = [load_recipe(k, recipes_dir) for k in keys]
     filters = _filters(args)
     result = matrix.plan(recipes, load_policy(recipes_dir).grid, filters)
-    print(matrix.summary(result), file=sys.stderr)
-    text = matrix.dumps(matrix.chunk(result, args.chunk))
+    text = matrix.dumps(matrix.chunk(result, args.chunk))  # an unknown chunk fails before any output
     if args.output:
         write_text(args.output, text, "--output")
-    else:
+    print(matrix.summary(result), file=sys.stderr)
+    if not args.output:
         sys.stdout.write(text)
     return 0
 
@@ -443,26 +443,29 @@ def run(argv: list[str]) -> int:
             )
     spec = parse_shard_spec(args.shard) if args.verb == "shard" else None
     recipe = load_recipe(args.recipe, recipes_dir)
-    if args.backend == "pip":
-        for option in ("work", "artifacts", "dist"):
-            if hasattr(args, option):
-                writable_dir(getattr(args, option), f"--{option}")
     if args.backend == "cibuildwheel":
         return _cibuildwheel(args, recipe, recipes_dir)
+    # Every option is checked before an output folder is created.
     if args.cell:
         raise CuwError("--cell goes with --backend cibuildwheel; the pip backend builds this machine's cell")
+    if getattr(args, "matrix", False):
+        _filters(args)
+    cache = _cache(args, recipe, recipes_dir)
+    for option in ("work", "artifacts", "dist"):
+        if hasattr(args, option):
+            writable_dir(getattr(args, option), f"--{option}")
     if spec is not None:
         result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,
-                           cache=_cache(args, recipe, recipes_dir))  # fmt: skip
+                           cache=cache)  # fmt: skip
         return 0 if result.verdict.ok else 1
     if args.verb == "link":
-        linked = run_link(recipe, _paths(args), args.jobs, cache=_cache(args, recipe, recipes_dir))
+        linked = run_link(recipe, _paths(args), args.jobs, cache=cache)
         _cell_report(recipe, _paths(args))
         return 0 if linked.ok else 1
     if args.verb == "build":
         if args.matrix:
             return _build_matrix(args, recipe, recipes_dir)
-        outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=_cache(args, recipe, recipes_dir))
+        outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=cache)
         _cell_report(recipe, _paths(args))
         return 0 if link.ok and all(outcomes) else 1
     raise AssertionError(args.verb)
@@ -495,6 +498,11 @@ def _cell_report(recipe: Recipe, paths: Paths) -> None:
     report.say(f"report: {out}")
 
 
+def _one_line(message: str) -> str:
+    """An error message as one line (a YAML or subprocess message may span several)."""
+    return " ".join(message.split())
+
+
 def _crash_log(exc: BaseException) -> Optional[Path]:
     """Writes the traceback of an internal error to a log file; returns its path."""
     import tempfile
@@ -519,18 +527,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except CuwError as exc:
-        print(f"cuw: error: {exc}", file=sys.stderr)
+        print(f"cuw: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("cuw: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:  # the environment: a full disk, a read-only folder, a vanished file
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"cuw: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"cuw: error: {_one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - the boundary: a bug must still end in one line
         log = _crash_log(exc)
         where = f"traceback in {log}" if log else "no log could be written"
-        print(f"cuw: internal error (a bug in the forge, please report it): {type(exc).__name__}: {exc} ({where})",
+        print(f"cuw: internal error (a bug in the forge, please report it): {type(exc).__name__}: "
+              f"{_one_line(str(exc))} ({where})",
               file=sys.stderr)  # fmt: skip
         return 2

@@ -36,10 +36,18 @@ def check_destination(dest: Path, option: str) -> None:
         raise CuwError(f"{option} {dest}: the folder {dest.parent} does not exist (create it first)")
 
 
+def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
+    """A temp file in ``dest``'s folder (so the rename is atomic); a clear error when none can be made."""
+    try:
+        return tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
+    except OSError as exc:
+        raise CuwError(f"{option} {dest}: cannot write in {dest.parent} ({exc.strerror or exc}); pick a writable folder") from None
+
+
 def write_text(dest: Path, text: str, option: str = "output") -> Path:
     """Writes ``text`` to a temp file beside ``dest`` and renames it into place."""
     check_destination(dest, option)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
+    fd, tmp = _temp_beside(dest, option)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -56,7 +64,7 @@ def write_text(dest: Path, text: str, option: str = "output") -> Path:
 def copy_into(src: Path, dest: Path, option: str = "output") -> Path:
     """Copies ``src`` to ``dest`` through a temp file beside it and a rename (no torn file)."""
     check_destination(dest, option)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
+    fd, tmp = _temp_beside(dest, option)
     os.close(fd)
     try:
         shutil.copy2(src, tmp)

@@ -24,6 +24,7 @@ import hashlib
 import html
 import json
 import re
+import zipfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,8 @@ def _entry(path: Path) -> Entry:
     match = _LABEL.match(version.local or "")
     if not match:
         raise CuwError(f"{path.name}: no cell label like +cu130torch2.14 (finish the wheel first)")
+    if not zipfile.is_zipfile(path):
+        raise CuwError(f"{path}: not a wheel (not a zip archive); only finished wheels go into an index")
     tag_text = path.name[: -len(".whl")].split("-", 2)[2]
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return Entry(path, canonicalize_name(name), version, match.group(1), match.group(2), tag_text, digest)

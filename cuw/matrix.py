@@ -181,7 +181,7 @@ def chunk(result: dict, chunk_id: Optional[str]) -> dict:
         if c["id"] == chunk_id:
             return c
     known = ", ".join(c["id"] for c in result["chunks"][:10])
-    raise CuwError(f"no chunk {chunk_id!r} in the plan (first ones: {known})")
+    raise CuwError(f"--chunk: no chunk {chunk_id!r} in the plan; pass an id `cuw matrix` lists (first ones: {known})")
 
 
 def local_split(selected: list[Cell], local: Cell) -> tuple[list[Cell], dict[str, str]]:

@@ -65,7 +65,8 @@ class ShardSpec:
         return owner(key, self.count) == self.index
 
 
-_SPEC = re.compile(r"^\s*(\d{1,9})\s*/\s*(\d{1,9})\s*$")
+# ASCII digits only: ``\d`` also takes Arabic-Indic and other digits, which int() reads.
+_SPEC = re.compile(r"^\s*([0-9]{1,9})\s*/\s*([0-9]{1,9})\s*$")
 
 # A cell's N shard jobs and its link job run in one GitHub matrix, which holds at most 256 jobs.
 MAX_SHARDS = 255

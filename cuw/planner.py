@@ -417,7 +417,7 @@ def parse_counts(shards: Optional[int], span: Optional[str]) -> list[int]:
         raise CuwError("give --shards N or --range A..B, not both")
     if shards is not None:
         return [check_count(shards, "--shards")]
-    match = re.fullmatch(r"\s*(\d{1,9})\s*\.\.\s*(\d{1,9})\s*", span or "2..64")
+    match = re.fullmatch(r"\s*([0-9]{1,9})\s*\.\.\s*([0-9]{1,9})\s*", span or "2..64")
     if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
         raise CuwError(f"--range {span!r} is not A..B with 1 <= A <= B (for example 2..64)")
     check_count(int(match.group(2)), "--range end")

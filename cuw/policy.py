@@ -51,9 +51,13 @@ def load_policy(recipes_dir: Path) -> Policy:
     if not path.is_file():
         return Policy()
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError:
+        raise CuwError(f"{path}: not a text file (the farm policy, UTF-8 YAML, expected)") from None
     except yaml.YAMLError as exc:
-        raise CuwError(f"{path}: not valid YAML: {exc}") from None
+        from .recipe import yaml_problem
+
+        raise CuwError(yaml_problem(path, exc)) from None
     policy = load_dataclass(Policy, data, str(path))
     from .recipe import check_arch
 
@@ -85,4 +89,23 @@ def cache_choice(
     chosen_tool = tool or os.environ.get("CUW_CACHE_TOOL") or policy.cache.tool.get(lane, "ccache")
     tool_class(chosen_tool)
     chosen_remote = remote or os.environ.get("CUW_CACHE_REMOTE") or policy.cache.remote
+    if chosen_remote:
+        source = "--cache-remote" if remote else "$CUW_CACHE_REMOTE" if os.environ.get("CUW_CACHE_REMOTE") else "cache.remote"
+        check_remote_url(chosen_remote, source)
     return CacheChoice(chosen_tool, chosen_remote or None)
+
+
+def check_remote_url(url: str, source: str) -> None:
+    """The remote's URL is well formed (scheme, port), checked before anything is created or reached."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url.split("|", 1)[0])
+    if parsed.scheme not in ("redis", "http", "https", "file"):
+        raise CuwError(f"{source} {url!r}: unsupported scheme {parsed.scheme!r} (use redis://host:port, "
+                       "http(s)://host/path or file:/folder)")  # fmt: skip
+    try:
+        parsed.port
+    except ValueError as exc:
+        raise CuwError(f"{source} {url!r}: {exc} (a port is 1..65535)") from None
+    if parsed.scheme != "file" and not parsed.hostname:
+        raise CuwError(f"{source} {url!r}: no host (for example redis://localhost:6379)")

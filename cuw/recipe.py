@@ -198,7 +198,7 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
     except UnicodeDecodeError:
         raise CuwError(f"{path}: not a text file (UTF-8 YAML expected)") from None
     except yaml.YAMLError as exc:
-        raise CuwError(f"{path}: not valid YAML: {exc}") from None
+        raise CuwError(f"{yaml_problem(path, exc)}") from None
     if isinstance(data, dict):
         for reserved in LOADER_ONLY:
             if reserved in data:
@@ -210,6 +210,14 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
     recipe = _with(recipe, key=key, folder=str(path.parent.resolve()))
     _validate(recipe, path)
     return recipe
+
+
+def yaml_problem(path: Path, exc: "yaml.YAMLError") -> str:
+    """A YAML error as one line: the file, line and column, and what is wrong there."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"{where}: not valid YAML: " + " ".join(str(problem).split())
 
 
 def _with(recipe: Recipe, **changes: str) -> Recipe:
@@ -237,7 +245,18 @@ def _validate_source(source: Source, path: Path) -> None:
 
 def _validate(recipe: Recipe, path: Path) -> None:
     _validate_source(recipe.source, path)
+    subdir = recipe.build_subdir.replace("\\", "/")
+    if subdir.startswith("/") or re.match(r"[A-Za-z]:", subdir) or ".." in subdir.split("/"):
+        raise CuwError(f"{path}: build_subdir {recipe.build_subdir!r} leads outside the source: give a folder inside it")
     if recipe.source.path is not None:
+        # A job copies this folder into its tree: it must be the recipe's own files or a sibling
+        # recipe's (example_torch builds ../example/package), never an arbitrary folder.
+        root = path.parent.parent.resolve()
+        if Path(recipe.source.path).is_absolute() or not recipe.source_dir.is_relative_to(root):
+            raise CuwError(
+                f"{path}: source.path {recipe.source.path!r} leads outside the recipes folder {root}: give a folder "
+                "relative to the recipe folder (package, or ../<other recipe>/package)"
+            )
         if not recipe.source_dir.is_dir():
             raise CuwError(f"{path}: source.path {recipe.source.path!r} is not a folder ({recipe.source_dir})")
         if not (recipe.source_dir / recipe.build_subdir).is_dir():

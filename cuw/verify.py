@@ -260,6 +260,40 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text))
 
 
+def _record_lines(wheel: Path) -> list[str]:
+    """Problems with the lines of the wheel's RECORD (path,algorithm=digest,size), each naming its line;
+    the wheel library would stop at the first one with an exception."""
+    import csv
+    import io
+
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.count("/") == 1 and n.lower().endswith(".dist-info/record")]
+        if not names:
+            return []  # WheelFile names the missing RECORD
+        data = zf.read(names[0])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return [f"{names[0]} is not UTF-8 text (a CSV of path,sha256=digest,size expected)"]
+    problems = []
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        return [f"{names[0]}: not CSV ({exc})"]
+    for n, row in enumerate(rows, 1):
+        if not row:
+            continue
+        if len(row) != 3:
+            problems.append(f"{names[0]} line {n}: {len(row)} fields, path,hash,size expected")
+            continue
+        digest = row[1]
+        if digest:
+            algorithm, eq, value = digest.partition("=")
+            if not eq or not algorithm or not re.fullmatch(r"[A-Za-z0-9_-]+=*", value):
+                problems.append(f"{names[0]} line {n}: hash {digest!r} is not algorithm=urlsafe-base64 digest")
+    return problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+
+
 def verify(
     wheel: Path,
     recipe: Recipe,
@@ -290,10 +324,13 @@ def verify(
     checks.append(Check("filename", not problems, problems or [f"{name} {version} for {cell.id}"]))
 
     try:
+        record_problems: list[str] = _record_lines(wheel)
+        if record_problems:
+            checks.append(Check("record", False, record_problems))
+            return Report(str(wheel), checks)
         with WheelFile(wheel) as wf:
             members = {i.filename: wf.read(i) for i in wf.infolist() if not i.is_dir()}
-            record_problems: list[str] = []
-    except (WheelError, zipfile.BadZipFile, OSError) as exc:
+    except (WheelError, zipfile.BadZipFile, OSError, ValueError) as exc:  # ValueError: a RECORD hash it cannot decode
         checks.append(Check("record", False, [str(exc)]))
         return Report(str(wheel), checks)
     checks.append(Check("record", not record_problems, record_problems or [f"{len(members)} files match RECORD"]))

@@ -1,0 +1,463 @@
+"""Bad input over every verb: one table, each row a careless or hostile command line.
+
+Every row runs ``python -m cuw`` (or an invoke task / nox session calling it) as a
+subprocess in a scratch world and asserts
+
+* the exit code (2 bad input, 1 a gate refused the result);
+* stderr: exactly one line ``cuw: error: ...`` (argparse errors: the usage lines
+  before it), naming what the row expects; invoke and nox add their own framing,
+  so for them: no traceback and a non-zero exit;
+* no ``Traceback`` and no ``internal error`` anywhere, and no crash log written;
+* nothing in the world changed outside the folders the row legitimately writes
+  (a snapshot of path, size, mtime and mode before and after).
+
+No row compiles: every error must be caught before a build starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+JUNK = Path("/bin/ls").read_bytes()[:65536]  # a real binary: NUL bytes, invalid UTF-8
+WHEEL = "cuw_example-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
+MINIMAL = (
+    "name: x\nlinks_torch: false\nbackend: setuptools\n"
+    "source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}\n"
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: tuple[str, ...]
+    expect: str = ""
+    """A substring of the error line: the file, option or value it must name."""
+    code: int = 2
+    kind: str = "error"
+    """error: one ``cuw: error:`` line; usage: argparse's usage lines then one error line;
+    gate: exit 1 without an error line; wrapper: an invoke task or nox session (own framing)."""
+    writes: tuple[str, ...] = ()
+    """World paths the row may create or change (relative to the world)."""
+
+
+def C(id: str, *argv: str, expect: str = "", code: int = 2, kind: str = "error", writes: tuple[str, ...] = ()) -> Case:
+    return Case(id, argv, expect, code, kind, writes)
+
+
+R = ("--recipes", "{W}/recipes")
+B = ("--recipes", "{W}/bad")
+OUT = ("--work", "{W}/out/work", "--artifacts", "{W}/out/artifacts")
+OUTD = (*OUT, "--dist", "{W}/out/dist")
+
+CASES: list[Case] = [
+    # -- missing files and folders -------------------------------------------------
+    C("missing/recipes-dir-recipes", "recipes", "--recipes", "{W}/nowhere", expect="nowhere does not exist"),
+    C("missing/recipes-dir-shard", "shard", "example", "1/2", "--recipes", "{W}/nowhere", *OUT, expect="nowhere"),
+    C("missing/recipes-dir-link", "link", "example", "--recipes", "{W}/nowhere", *OUTD, expect="nowhere"),
+    C("missing/recipes-dir-build", "build", "example", "--recipes", "{W}/nowhere", *OUTD, expect="nowhere"),
+    C("missing/recipes-dir-matrix", "matrix", "--recipes", "{W}/nowhere", expect="nowhere"),
+    C("missing/recipes-dir-show", "show", "example", "--recipes", "{W}/nowhere", expect="nowhere"),
+    C("missing/recipes-dir-plan", "plan", "example", "--recipes", "{W}/nowhere", expect="nowhere"),
+    C("missing/recipes-dir-costs", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--recipes", "{W}/nowhere",
+      expect="nowhere"),  # fmt: skip
+    C("missing/recipes-dir-lint", "lint-guards", "example", "--recipes", "{W}/nowhere", expect="nowhere"),
+    C("missing/recipes-dir-verify", "verify", "{W}/v_junk/" + WHEEL, "--recipes", "{W}/nowhere", expect="nowhere"),
+    C("missing/unknown-recipe-shard", "shard", "flash_atten", "1/2", *R, *OUT, expect="unknown recipe 'flash_atten'"),
+    C("missing/unknown-recipe-show", "show", "nosuch", *R, expect="unknown recipe 'nosuch'"),
+    C("missing/unknown-recipe-plan", "plan", "nosuch", *R, expect="unknown recipe 'nosuch'"),
+    C("missing/unknown-recipe-lint", "lint-guards", "nosuch", *R, expect="unknown recipe 'nosuch'"),
+    C("missing/unknown-package-matrix", "matrix", "--package", "nosuch", *R, expect="unknown recipe 'nosuch'"),
+    C("missing/verify-recipe", "verify", "{W}/v_junk/" + WHEEL, "--recipe", "nosuch", *R, expect="nosuch"),
+    C("missing/costs-from", "costs", "example", "--from", "{W}/nolog.jsonl", *R, expect="nolog.jsonl"),
+    C("missing/plan-costs", "plan", "example", "--costs", "{W}/nocosts.json", *R, expect="nocosts.json"),
+    C("missing/plan-from-log", "plan", "example", "--from-log", "{W}/nolog.jsonl", *R, expect="nolog.jsonl"),
+    C("missing/verify-wheel", "verify", "{W}/no-1.0-py3-none-any.whl", *R, expect="no-1.0-py3-none-any.whl"),
+    C("missing/index-input", "index", "{W}/nowheels", "{W}/idx", expect="nowheels"),
+    C("missing/index-empty-input", "index", "{W}/afolder", "{W}/idx", expect="no wheels"),
+    C("missing/lint-path", "lint-guards", "{W}/nowhere/CMakeLists.txt", *R, expect="CMakeLists.txt"),
+    C("missing/costs-source-root", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--source-root", "{W}/nosrc",
+      "--output", "{W}/afolder/costs.json", *R, expect="--source-root"),  # fmt: skip
+    C("missing/policy-bad-recipes", "recipes", *B, expect="bad/"),
+    # -- folders where files belong, files where folders belong --------------------
+    C("kind/costs-from-folder", "costs", "example", "--from", "{W}/afolder", *R, expect="is a folder"),
+    C("kind/plan-costs-folder", "plan", "example", "--costs", "{W}/afolder", *R, expect="is a folder"),
+    C("kind/plan-from-log-folder", "plan", "example", "--from-log", "{W}/afolder", *R, expect="is a folder"),
+    C("kind/verify-folder", "verify", "{W}/afolder.whl", *R, expect="afolder.whl"),
+    C("kind/index-input-file", "index", "{W}/afile", "{W}/idx", expect="is a file"),
+    C("kind/index-output-file", "index", "{W}/wheels", "{W}/afile", expect="afile"),
+    C("kind/recipes-dir-file-recipes", "recipes", "--recipes", "{W}/afile", expect="is not a folder"),
+    C("kind/recipes-dir-file-show", "show", "example", "--recipes", "{W}/afile", expect="is not a folder"),
+    C("kind/work-file-shard", "shard", "example", "1/2", *R, "--work", "{W}/afile", "--artifacts", "{W}/out/a",
+      expect="--work", writes=("out",)),  # fmt: skip
+    C("kind/artifacts-file-link", "link", "example", *R, "--work", "{W}/out/w", "--artifacts", "{W}/afile",
+      "--dist", "{W}/out/d", expect="--artifacts", writes=("out",)),  # fmt: skip
+    C("kind/dist-file-build", "build", "example", *R, "--work", "{W}/out/w", "--artifacts", "{W}/out/a",
+      "--dist", "{W}/afile", expect="--dist", writes=("out",)),  # fmt: skip
+    C("kind/recipe-yml-folder", "show", "ymlfolder", *B, expect="ymlfolder"),
+    C("kind/source-path-file", "show", "srcfile", *B, expect="source.path"),
+    C("kind/lint-binary-file", "lint-guards", "{W}/junk.bin", *R, expect="junk.bin"),
+    # -- binary junk ---------------------------------------------------------------
+    C("junk/recipe-yml", "show", "junkyaml", *B, expect="recipe.yml"),
+    C("junk/defaults-yml-recipes", "recipes", "--recipes", "{W}/junkpolicy", expect="defaults.yml"),
+    C("junk/defaults-yml-matrix", "matrix", "--recipes", "{W}/junkpolicy", expect="defaults.yml"),
+    C("junk/costs-json-plan", "plan", "junkcosts", *B, expect="costs.json"),
+    C("junk/plan-costs", "plan", "example", "--costs", "{W}/junk.bin", *R, expect="junk.bin"),
+    C("junk/plan-from-log", "plan", "example", "--from-log", "{W}/junk.bin", *R, expect="junk.bin"),
+    C("junk/plan-from-ninja-log", "plan", "example", "--from-log", "{W}/ninja_junk/.ninja_log", *R, expect=".ninja_log"),
+    C("junk/costs-from-seat-log", "costs", "example", "--from", "{W}/junk.bin", "--output", "{W}/out/c.json", *R,
+      expect="junk.bin"),  # fmt: skip
+    C("junk/costs-from-ninja-log", "costs", "example", "--from", "{W}/ninja_junk/.ninja_log", "--source-root",
+      "{W}/afolder", "--output", "{W}/out/c.json", *R, expect=".ninja_log"),  # fmt: skip
+    C("junk/costs-from-ninja-no-build", "costs", "example", "--from", "{W}/ninja_nobuild/.ninja_log", "--source-root",
+      "{W}/afolder", "--output", "{W}/out/c.json", *R, expect=".ninja_log"),  # fmt: skip
+    C("junk/costs-from-garbage-lines", "costs", "example", "--from", "{W}/seat_garbage.jsonl", "--output",
+      "{W}/out/c.json", *R, expect="seat_garbage.jsonl:1"),  # fmt: skip
+    C("junk/costs-from-nan", "costs", "example", "--from", "{W}/seat_nan.jsonl", "--output", "{W}/out/c.json", *R,
+      expect="seat_nan.jsonl:1"),  # fmt: skip
+    C("junk/costs-from-hits-only", "costs", "example", "--from", "{W}/seat_hits.jsonl", "--output", "{W}/out/c.json",
+      *R, expect="cache hits"),  # fmt: skip
+    C("junk/costs-existing-table-junk", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--output", "{W}/junk.bin",
+      *R, expect="junk.bin"),  # fmt: skip
+    C("junk/plan-nan-costs", "plan", "example", "--costs", "{W}/nan_costs.json", *R, expect="nan_costs.json"),
+    C("junk/plan-from-log-nothing", "plan", "example", "--from-log", "{W}/seat_hits_nokey.jsonl", *R,
+      expect="seat_hits_nokey.jsonl"),  # fmt: skip
+    C("junk/verify-wheel-bytes", "verify", "{W}/v_junk/" + WHEEL, "--recipe", "example", "--no-import", *R,
+      code=1, kind="gate", expect="FAIL: record: File is not a zip file", writes=("v_junk",)),  # fmt: skip
+    C("junk/verify-record-garbage", "verify", "{W}/v_garbage/" + WHEEL, "--recipe", "example", "--no-import", *R,
+      code=1, kind="gate", expect="RECORD line 1: 1 fields", writes=("v_garbage",)),  # fmt: skip
+    C("junk/verify-record-binary", "verify", "{W}/v_binrecord/" + WHEEL, "--recipe", "example", "--no-import", *R,
+      code=1, kind="gate", expect="RECORD is not UTF-8", writes=("v_binrecord",)),  # fmt: skip
+    C("junk/verify-not-wheel-name", "verify", "{W}/junk.bin", *R, expect="junk.bin"),
+    C("junk/index-wheel-bytes", "index", "{W}/junkwheels", "{W}/idx", expect="not a wheel"),
+    C("junk/index-marker", "index", "{W}/wheels", "{W}/idx_badmarker", expect="cuw-index.json"),
+    # -- '..' and '/' in recipe names --------------------------------------------------
+    C("name/shard-dotdot", "shard", "../recipes/example", "1/2", *R, *OUT, expect="not a folder name"),
+    C("name/shard-absolute", "shard", "/etc", "1/2", *R, *OUT, expect="not a folder name"),
+    C("name/link-dotdot", "link", "..", *R, *OUTD, expect="not a folder name"),
+    C("name/build-dot", "build", ".", *R, *OUTD, expect="not a folder name"),
+    C("name/build-slash", "build", "example/", *R, *OUTD, expect="not a folder name"),
+    C("name/show-dotdot", "show", "../example", *R, expect="not a folder name"),
+    C("name/plan-slash", "plan", "a/b", *R, expect="not a folder name"),
+    C("name/costs-dotdot", "costs", "..", "--from", "{W}/seat_ok.jsonl", *R, expect="not a folder name"),
+    C("name/verify-recipe-dotdot", "verify", "{W}/v_junk/" + WHEEL, "--recipe", "../example", *R,
+      expect="not a folder name"),  # fmt: skip
+    C("name/matrix-package-dotdot", "matrix", "--package", "../recipes/example", *R, expect="not a folder name"),
+    C("name/empty", "show", "", *R, expect="not a folder name"),
+    C("name/source-path-absolute", "show", "srcroot", *B, expect="source.path"),
+    C("name/source-path-escape", "show", "srcescape", *B, expect="source.path"),
+    C("name/build-subdir-escape", "show", "subdirescape", *B, expect="build_subdir"),
+    # -- shard specs and counts ----------------------------------------------------------
+    C("count/spec-zero-index", "shard", "example", "0/4", *R, *OUT, expect="'0/4'"),
+    C("count/spec-zero-count", "shard", "example", "1/0", *R, *OUT, expect="'1/0'"),
+    C("count/spec-index-over", "shard", "example", "5/4", *R, *OUT, expect="'5/4'"),
+    C("count/spec-256", "shard", "example", "1/256", *R, *OUT, expect="1..255"),
+    C("count/spec-100000", "shard", "example", "1/100000", *R, *OUT, expect="1..255"),
+    C("count/spec-20-digits", "shard", "example", "1/99999999999999999999", *R, *OUT, expect="not I/N"),
+    C("count/spec-abc", "shard", "example", "abc", *R, *OUT, expect="'abc'"),
+    C("count/spec-negative-count", "shard", "example", "1/-4", *R, *OUT, expect="'1/-4'"),
+    C("count/spec-empty", "shard", "example", "", *R, *OUT, expect="''"),
+    C("count/spec-unicode-digits", "shard", "example", "\u0661/\u0662", *R, *OUT, expect="not I/N"),
+    C("count/spec-negative-index", "shard", "example", "-4/4", *R, *OUT, kind="usage"),
+    C("count/build-shards-0", "build", "example", "--shards", "0", *R, *OUTD, expect="--shards 0"),
+    C("count/build-shards-neg", "build", "example", "--shards", "-4", *R, *OUTD, expect="--shards -4"),
+    C("count/build-shards-256", "build", "example", "--shards", "256", *R, *OUTD, expect="--shards 256"),
+    C("count/build-shards-20-digits", "build", "example", "--shards", "99999999999999999999", *R, *OUTD,
+      expect="--shards"),  # fmt: skip
+    C("count/build-shards-abc", "build", "example", "--shards", "abc", *R, *OUTD, kind="usage", expect="--shards"),
+    C("count/plan-shards-0", "plan", "example", "--shards", "0", *R, expect="--shards 0"),
+    C("count/plan-shards-neg", "plan", "example", "--shards", "-4", *R, expect="--shards -4"),
+    C("count/plan-shards-256", "plan", "example", "--shards", "256", *R, expect="--shards 256"),
+    C("count/plan-shards-abc", "plan", "example", "--shards", "abc", *R, kind="usage", expect="--shards"),
+    C("count/plan-check-neg", "plan", "example", "--check", "-4", *R, expect="--check -4"),
+    C("count/plan-check-huge", "plan", "example", "--check", "100000", *R, expect="--check 100000"),
+    C("count/plan-range-zero", "plan", "example", "--range", "0..4", *R, expect="--range"),
+    C("count/plan-range-reversed", "plan", "example", "--range", "8..2", *R, expect="--range"),
+    C("count/plan-range-over", "plan", "example", "--range", "2..256", *R, expect="--range end"),
+    C("count/plan-range-20-digits", "plan", "example", "--range", "2..99999999999999999999", *R, expect="--range"),
+    C("count/plan-range-abc", "plan", "example", "--range", "abc", *R, expect="--range"),
+    C("count/plan-shards-and-range", "plan", "example", "--shards", "2", "--range", "2..4", *R, expect="not both"),
+    C("count/jobs-zero", "shard", "example", "1/2", "--jobs", "0", *R, *OUT, expect="--jobs"),
+    C("count/jobs-huge", "link", "example", "--jobs", "100000", *R, *OUTD, expect="--jobs"),
+    C("count/jobs-abc", "build", "example", "--jobs", "abc", *R, *OUTD, kind="usage", expect="--jobs"),
+    C("count/recipe-count-0", "show", "count0", *B, expect="sharding.count 0"),
+    C("count/recipe-count-huge", "show", "counthuge", *B, expect="sharding.count"),
+    C("count/recipe-count-str", "show", "countstr", *B, expect="sharding.count"),
+    # -- empty filter values ---------------------------------------------------------------
+    C("filter/matrix-cuda-empty", "matrix", "--cuda", "", *R, expect="--cuda"),
+    C("filter/matrix-python-comma", "matrix", "--python", "3.11,", *R, expect="--python"),
+    C("filter/matrix-platform-blank", "matrix", "--platform", " ", *R, expect="--platform"),
+    C("filter/matrix-pytorch-empty", "matrix", "--pytorch", "", *R, expect="--pytorch"),
+    C("filter/matrix-package-empty", "matrix", "--package", "", *R, expect="not a folder name"),
+    C("filter/matrix-chunk-empty", "matrix", "--chunk", "", *R, expect="--chunk"),
+    C("filter/matrix-chunk-unknown", "matrix", "--chunk", "nosuch", *R, expect="nosuch"),
+    C("filter/matrix-no-match", "matrix", "--cuda", "1.0", *R, expect="1.0"),
+    C("filter/build-matrix-cuda-empty", "build", "example", "--matrix", "--cuda", "", *R, *OUTD, expect="--cuda"),
+    # -- options that do not apply to the verb ----------------------------------------------
+    C("option/build-cuda-without-matrix", "build", "example", "--cuda", "12.8", *R, *OUTD, expect="--matrix"),
+    C("option/build-python-without-matrix", "build", "example", "--python", "3.10", *R, *OUTD, expect="--matrix"),
+    C("option/shard-cell-pip", "shard", "example", "1/2", "--cell", "linux/3.11/13.0", *R, *OUT, expect="--cell"),
+    C("option/link-cell-pip", "link", "example", "--cell", "linux/3.11/13.0", *R, *OUTD, expect="--cell"),
+    C("option/build-matrix-cibuildwheel", "build", "example", "--matrix", "--backend", "cibuildwheel", *R, *OUTD,
+      expect="--matrix"),  # fmt: skip
+    C("option/cibw-bad-cell", "shard", "example", "1/2", "--backend", "cibuildwheel", "--cell", "linux//13.0", *R, *OUT,
+      expect="--cell"),  # fmt: skip
+    C("option/show-bad-cell", "show", "example", "--cell", "garbage", *R, expect="--cell 'garbage'"),
+    C("option/show-cell-off-grid", "show", "example", "--cell", "linux/2.7/13.0", *R, expect="2.7"),
+    C("option/cache-tool", "shard", "example", "1/2", "--cache-tool", "distcc", *R, *OUT, kind="usage",
+      expect="--cache-tool"),  # fmt: skip
+    C("option/cache-remote-scheme", "shard", "example", "1/2", "--cache-remote", "ftp://x", *R, *OUT,
+      expect="ftp://x"),  # fmt: skip
+    C("option/cache-remote-port", "link", "example", "--cache-remote", "redis://localhost:99999", *R, *OUTD,
+      expect="--cache-remote"),  # fmt: skip
+    C("option/cache-remote-no-host", "build", "example", "--cache-remote", "redis://", *R, *OUTD, expect="no host"),
+    C("option/plan-from-log-source-filter", "plan", "natten", "--from-log", "{W}/seat_ok.jsonl", *R,
+      expect="--from-log"),  # fmt: skip
+    C("option/unknown-verb", "compile", "example", kind="usage", expect="invalid choice"),
+    C("option/unknown-flag", "matrix", "--frobnicate", *R, kind="usage", expect="--frobnicate"),
+    C("option/missing-arg", "shard", "example", kind="usage", expect="required"),
+    C("option/no-verb", kind="usage", expect="required"),
+    # -- outputs ---------------------------------------------------------------------------
+    C("output/matrix-missing-folder", "matrix", "--output", "{W}/nodir/m.json", *R, expect="nodir"),
+    C("output/matrix-onto-folder", "matrix", "--output", "{W}/afolder", *R, expect="is a folder"),
+    C("output/matrix-proc", "matrix", "--output", "/proc/cuw-matrix.json", *R, expect="/proc/cuw-matrix.json"),
+    C("output/costs-missing-folder", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--output", "{W}/nodir/c.json",
+      *R, expect="nodir"),  # fmt: skip
+    C("output/costs-onto-folder", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--output", "{W}/afolder", *R,
+      expect="is a folder"),  # fmt: skip
+    C("output/costs-onto-input", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--output", "{W}/seat_ok.jsonl",
+      *R, expect="--from"),  # fmt: skip
+    C("output/index-equal-input", "index", "{W}/wheels", "{W}/wheels", expect="wheel folder"),
+    C("output/index-contains-input", "index", "{W}/wheels", "{W}", expect="wheel folder"),
+    C("output/index-non-index", "index", "{W}/wheels", "{W}/notindex", expect="not an index"),
+    C("output/index-proc", "index", "{W}/wheels", "/proc/cuw-index", expect="/proc/cuw-index"),
+    C("output/index-under-file", "index", "{W}/wheels", "{W}/afile/sub", expect="afile"),
+    # -- unwritable --work / --artifacts / --dist --------------------------------------------
+    C("unwritable/shard-work", "shard", "example", "1/2", *R, "--work", "{W}/afile/sub", "--artifacts",
+      "{W}/out/a", expect="--work", writes=("out",)),  # fmt: skip
+    C("unwritable/shard-artifacts", "shard", "example", "1/2", *R, "--work", "{W}/out/w", "--artifacts",
+      "{W}/afile/sub", expect="--artifacts", writes=("out",)),  # fmt: skip
+    C("unwritable/link-dist", "link", "example", *R, "--work", "{W}/out/w", "--artifacts", "{W}/out/a", "--dist",
+      "{W}/afile/sub", expect="--dist", writes=("out",)),  # fmt: skip
+    C("unwritable/build-work-proc", "build", "example", *R, "--work", "/proc/cuw-work", "--artifacts", "{W}/out/a",
+      "--dist", "{W}/out/d", expect="--work", writes=("out",)),  # fmt: skip
+    C("unwritable/build-dist-proc", "build", "example", *R, "--work", "{W}/out/w", "--artifacts", "{W}/out/a",
+      "--dist", "/proc/cuw-dist", expect="--dist", writes=("out",)),  # fmt: skip
+    # -- recipe code: patch.py ---------------------------------------------------------------
+    C("patch/plan-raises", "plan", "patchraise", *B, expect="patch.py:"),
+    C("patch/plan-syntax", "plan", "patchsyntax", *B, expect="syntax error"),
+    C("patch/plan-exit0", "plan", "patchexit", *B, expect="sys.exit(0)"),
+    C("patch/plan-no-function", "plan", "patchnofunc", *B, expect="no patch(ctx)"),
+    C("patch/plan-binary", "plan", "patchjunk", *B, expect="patch.py"),
+    C("patch/lint-raises", "lint-guards", "patchraise", *B, expect="patch.py:"),
+    C("patch/lint-syntax", "lint-guards", "patchsyntax", *B, expect="syntax error"),
+    C("patch/lint-exit0", "lint-guards", "patchexit", *B, expect="sys.exit(0)"),
+    # -- recipe YAML shapes ------------------------------------------------------------------
+    C("yaml/empty", "show", "emptyyaml", *B, expect="expected a mapping"),
+    C("yaml/list", "show", "listyaml", *B, expect="expected a mapping"),
+    C("yaml/scalar", "show", "scalaryaml", *B, expect="expected a mapping"),
+    C("yaml/invalid", "show", "invalidyaml", *B, expect="not valid YAML"),
+    C("yaml/python-tag", "show", "pytagyaml", *B, expect="not valid YAML"),
+    C("yaml/unknown-key", "show", "unknownkey", *B, expect="unknown key 'bakend'"),
+    C("yaml/env-number", "show", "envnumber", *B, expect="env.A"),
+    C("yaml/int-keys", "show", "intkeys", *B, expect="unknown key"),
+    C("yaml/max-jobs-zero", "show", "maxjobs0", *B, expect="max_jobs"),
+    C("yaml/bad-arch", "show", "badarch", *B, expect="archs"),
+    # -- the farm verbs: report, record, publish, workflow ----------------------------------------
+    C("farm/report-missing", "report", "{W}/nowhere", expect="nowhere: not a folder"),
+    C("farm/report-file", "report", "{W}/afile", expect="afile: not a folder"),
+    C("farm/report-empty-cell", "report", "{W}/afolder", expect="no job folders"),
+    C("farm/report-output-folder", "report", "{W}/afolder", "--output", "{W}/afolder", expect="is a folder"),
+    C("farm/report-output-missing-folder", "report", "{W}/afolder", "--output", "{W}/nodir/r.html", expect="nodir"),
+    C("farm/record-dotdot", "record", "../example", *R, expect="not a folder name"),
+    C("farm/record-no-link", "record", "example", *R, "--dist", "{W}/afolder", "--artifacts", "{W}/afolder",
+      expect="no passed link"),  # fmt: skip
+    C("farm/publish-missing", "publish", "{W}/nowhere", "{W}/idx", expect="nowhere is not a folder"),
+    C("farm/publish-file", "publish", "{W}/afile", "{W}/idx", expect="afile is not a folder"),
+    C("farm/publish-unrecorded", "publish", "{W}/wheels", "{W}/notindex", code=1, kind="gate", expect="no build record"),
+    C("farm/workflow-outside-repo", "workflow", "example", *R, expect="build.yml"),
+    # -- the wrappers: invoke tasks and nox sessions -------------------------------------------
+    C("wrapper/invoke-plan-shards-abc", "@invoke", "plan", "example", "--shards", "abc", kind="wrapper"),
+    C("wrapper/invoke-shard-abc", "@invoke", "shard", "example", "abc", kind="wrapper"),
+    C("wrapper/invoke-build-shards-abc", "@invoke", "build", "--recipe", "example", "--shards", "abc", kind="wrapper"),
+    C("wrapper/nox-plan-shards-abc", "@nox", "plan", "--", "example", "--shards", "abc", *R, kind="wrapper"),
+    C("wrapper/nox-shard-spec", "@nox", "shard", "--", "example", "0/4", *R, *OUT, kind="wrapper"),
+    C("wrapper/nox-matrix-empty-cuda", "@nox", "matrix", "--", "--cuda", "", *R, kind="wrapper"),
+]
+
+
+# -- the world every row runs in ------------------------------------------------------------
+
+
+def _wheel(path: Path, record: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dist = "cuw_example-0.1.0+cu130.dist-info"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("cuw_example/__init__.py", "")
+        zf.writestr(f"{dist}/METADATA", "Metadata-Version: 2.1\nName: cuw-example\nVersion: 0.1.0+cu130\n\n")
+        zf.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n")
+        zf.writestr(f"{dist}/RECORD", record)
+
+
+def _recipe(bad: Path, name: str, text: str | bytes, example: bool = False, patch: str | bytes | None = None) -> None:
+    folder = bad / name
+    if example:
+        shutil.copytree(REPO / "recipes" / "example", folder, ignore=shutil.ignore_patterns("costs.json", "__pycache__"))
+    else:
+        folder.mkdir()
+    target = folder / "recipe.yml"
+    target.write_bytes(text if isinstance(text, bytes) else text.encode())
+    if patch is not None:
+        (folder / "patch.py").write_bytes(patch if isinstance(patch, bytes) else patch.encode())
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_world(tmp_path_factory.mktemp("bad-inputs"))
+
+
+def build_world(W: Path) -> Path:
+    """The files and folders the rows point at (also usable by hand: python -c 'build_world(Path(...))')."""
+    shutil.copytree(REPO / "recipes", W / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
+    (W / "cwd").mkdir()
+    (W / "afolder").mkdir()
+    (W / "afolder.whl").mkdir()
+    (W / "afile").write_text("a file, not a folder\n")
+    (W / "junk.bin").write_bytes(JUNK)
+    (W / "notindex").mkdir()
+    (W / "notindex" / "hello.txt").write_text("someone's files\n")
+    (W / "idx_badmarker").mkdir()
+    (W / "idx_badmarker" / "cuw-index.json").write_bytes(JUNK)
+    (W / "ninja_junk").mkdir()
+    (W / "ninja_junk" / ".ninja_log").write_bytes(b"# ninja log v5\n" + JUNK)
+    (W / "ninja_nobuild").mkdir()
+    (W / "ninja_nobuild" / ".ninja_log").write_text("# ninja log v5\n0\t100\t0\tk.o\tabc\n")
+    (W / "seat_garbage.jsonl").write_text("this is not json\n")
+    (W / "seat_nan.jsonl").write_text('{"action": "compiled", "key": "k.cu", "seconds": NaN, "rc": 0}\n')
+    (W / "seat_hits.jsonl").write_text('{"action": "compiled", "key": "k.cu", "seconds": 1, "rc": 0, "outcome": "hit"}\n')
+    (W / "seat_hits_nokey.jsonl").write_text('{"action": "probe"}\n[1, 2]\n"text"\n')
+    (W / "seat_ok.jsonl").write_text('{"action": "compiled", "key": "csrc/kernels/k00_saxpy.cu", "seconds": 1.5, "rc": 0}\n')
+    (W / "nan_costs.json").write_text('{"header": {}, "costs": {"a.cu": NaN}}\n')
+    _wheel(W / "wheels" / WHEEL, b"")
+    (W / "junkwheels").mkdir()
+    (W / "junkwheels" / WHEEL).write_bytes(JUNK)
+    (W / "v_junk").mkdir()
+    (W / "v_junk" / WHEEL).write_bytes(JUNK)
+    _wheel(W / "v_garbage" / WHEEL, b"garbage\na,b\nx,sha256=!!!,1\ny,nohash=abc,2\n\"unterminated\n,,,,\n")
+    _wheel(W / "v_binrecord" / WHEEL, JUNK)
+    # A recipes folder whose defaults.yml is binary junk (the example beside it is fine).
+    shutil.copytree(REPO / "recipes" / "example", W / "junkpolicy" / "example", ignore=shutil.ignore_patterns("__pycache__"))
+    (W / "junkpolicy" / "defaults.yml").write_bytes(JUNK)
+    # A recipes folder of broken recipes.
+    bad = W / "bad"
+    bad.mkdir()
+    shutil.copy(REPO / "recipes" / "defaults.yml", bad / "defaults.yml")
+    example = (REPO / "recipes" / "example" / "recipe.yml").read_text()
+    _recipe(bad, "junkyaml", JUNK)
+    _recipe(bad, "emptyyaml", "")
+    _recipe(bad, "listyaml", "- a\n- b\n")
+    _recipe(bad, "scalaryaml", "42\n")
+    _recipe(bad, "invalidyaml", "name: [unclosed\n\tbackend: x\n")
+    _recipe(bad, "pytagyaml", "name: !!python/object/apply:os.system ['true']\n")
+    _recipe(bad, "unknownkey", example.replace("backend:", "bakend:"), example=True)
+    _recipe(bad, "envnumber", MINIMAL + "env: {A: 1}\n")
+    _recipe(bad, "intkeys", MINIMAL + "1: 2\n")
+    _recipe(bad, "maxjobs0", MINIMAL + "max_jobs: 0\n")
+    _recipe(bad, "badarch", example.replace('["9.0"]', '["sm_90"]'), example=True)
+    _recipe(bad, "count0", MINIMAL + "sharding: {count: 0}\n")
+    _recipe(bad, "counthuge", MINIMAL + "sharding: {count: 99999999999999999999}\n")
+    _recipe(bad, "countstr", MINIMAL + "sharding: {count: abc}\n")
+    _recipe(bad, "srcroot", MINIMAL.replace("source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}", "source: {path: /}"))
+    _recipe(bad, "srcescape", MINIMAL.replace("source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}",
+                                              "source: {path: ../../..}"))  # fmt: skip
+    _recipe(bad, "srcfile", example.replace("path: package", "path: README.md"), example=True)
+    _recipe(bad, "subdirescape", example + "build_subdir: ../../..\n", example=True)
+    (bad / "ymlfolder" / "recipe.yml").mkdir(parents=True)
+    _recipe(bad, "junkcosts", example, example=True)
+    (bad / "junkcosts" / "costs.json").write_bytes(JUNK)
+    _recipe(bad, "patchraise", example, example=True, patch="def patch(ctx):\n    raise RuntimeError('upstream moved')\n")
+    _recipe(bad, "patchsyntax", example, example=True, patch="def patch(ctx)\n    pass\n")
+    _recipe(bad, "patchexit", example, example=True, patch="import sys\n\ndef patch(ctx):\n    sys.exit(0)\n")
+    _recipe(bad, "patchnofunc", example, example=True, patch="PATCH = 1\n")
+    _recipe(bad, "patchjunk", example, example=True, patch=JUNK)
+    return W
+
+
+def _snapshot(root: Path) -> dict[str, tuple]:
+    out: dict[str, tuple] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            st = path.lstat()
+            out[str(path.relative_to(root))] = (st.st_size if name in files else None, st.st_mtime_ns, st.st_mode)
+    return out
+
+
+def _changes(before: dict[str, tuple], after: dict[str, tuple], writes: tuple[str, ...]) -> list[str]:
+    def allowed(rel: str) -> bool:
+        return any(rel == w or rel.startswith(w + "/") for w in writes)
+
+    def ancestor(rel: str) -> bool:  # its mtime moves when an allowed child is created
+        return any(w.startswith(rel + "/") for w in writes)
+
+    changed = []
+    for rel in sorted(set(before) | set(after)):
+        if allowed(rel):
+            continue
+        old, new = before.get(rel), after.get(rel)
+        if old is not None and new is not None and ancestor(rel):
+            old, new = (old[0], old[2]), (new[0], new[2])
+        if old != new:
+            changed.append(f"{rel}: {old} -> {new}")
+    return changed
+
+
+def _command(case: Case, world: Path) -> list[str]:
+    argv = [a.replace("{W}", str(world)) for a in case.argv]
+    if argv[:1] == ["@invoke"]:
+        return [sys.executable, "-m", "invoke", "--search-root", str(REPO), *argv[1:]]
+    if argv[:1] == ["@nox"]:
+        return [sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "-s", *argv[1:]]
+    return [sys.executable, "-m", "cuw", *argv]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, world: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUW_", "GITHUB_"))}
+    env.update(CUW_LOG_DIR=str(logs), CUW_RECIPES=str(world / "recipes"), PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    before = _snapshot(world)
+    proc = subprocess.run(_command(case, world), cwd=world / "cwd", env=env, capture_output=True, text=True,
+                          errors="replace", timeout=120)  # fmt: skip
+    after = _snapshot(world)
+    shown = f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-2000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+    both = proc.stdout + proc.stderr
+    assert "Traceback" not in both, shown
+    assert "internal error" not in both, shown
+    assert not list(logs.iterdir()), shown
+    if case.kind == "wrapper":
+        assert proc.returncode != 0, shown
+    else:
+        assert proc.returncode == case.code, shown
+        lines = proc.stderr.splitlines()
+        errors = [line for line in lines if line.startswith("cuw: error:")]
+        if case.kind == "error":
+            assert len(lines) == 1 and len(errors) == 1, shown
+        elif case.kind == "usage":
+            assert lines[0].startswith("usage:") and len(errors) == 1 and lines[-1] == errors[0], shown
+        else:  # a gate refused: no error line, the verdict says why
+            assert not errors, shown
+        if case.expect:
+            assert case.expect in (errors[0] if errors else both), shown
+    assert not _changes(before, after, case.writes), "\n".join(_changes(before, after, case.writes)) + "\n" + shown
