@@ -40,9 +40,20 @@ CELL_312 = "example-linux-py3.12-cu13.0-notorch"
 
 
 def _copy_repo(dest: Path) -> Path:
-    """A clone of this checkout's HEAD: what is committed, without the work in progress beside it."""
+    """A clone of this checkout's HEAD: what is committed, without the work in progress beside it.
+
+    ``CUW_FARM_WORKTREE=1``: the checkout's files as they are now (tracked and untracked, not ignored),
+    committed into the copy, to try uncommitted work."""
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(dest)], check=True)
     subprocess.run(["git", "remote", "remove", "origin"], cwd=dest, check=True)
+    if os.environ.get("CUW_FARM_WORKTREE") == "1":
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                                capture_output=True, check=True).stdout.decode().split("\0")  # fmt: skip
+        for rel in filter(None, listed):
+            if (REPO / rel).is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / rel, dest / rel)
+        _commit(dest, "the checkout's work in progress")
     return dest
 
 
