@@ -28,6 +28,7 @@ import pytest
 from conftest import REPO
 from cuw import archive, leftovers
 from cuw.cell import local_cell
+from cuw.errors import CuwError
 from cuw.pipeline import Paths, run_link, run_shard
 from cuw.partition import ShardSpec
 from cuw.recipe import load_recipe
@@ -176,6 +177,22 @@ def test_orphans_of_a_killed_job_are_found_by_its_cuda_home_and_stopped(tmp_path
         for proc in (orphan, bystander):
             proc.kill()
             proc.wait()
+
+
+def test_a_second_run_of_a_running_shard_is_refused(built, tmp_path):
+    artifacts = built.copy_artifacts(tmp_path / "artifacts")
+    report = built.report(artifacts, 1)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        report.write_text(json.dumps({"ok": False, "state": "running", "pid": live.pid}))
+        paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
+        with pytest.raises(CuwError, match=rf"shard 1/2 of {built.cell.id} is already running \(pid {live.pid}\)"):
+            run_shard(built.recipe, ShardSpec(1, 2), paths, progress=None)
+        assert sha(built.archive(artifacts, 1)) == sha(built.archive(built.artifacts, 1))
+        assert not (tmp_path / "work").exists(), "refused before anything was prepared"
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_a_partial_archive_left_by_a_killed_pack_is_invisible_and_cleared(built, tmp_path):
