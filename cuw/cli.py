@@ -14,7 +14,7 @@ from .cell import Cell
 from .errors import CuwError
 from .files import check_destination, writable_dir, write_text
 from .partition import check_count, parse_shard_spec
-from .pipeline import Paths, run_build, run_link, run_shard
+from .paths import Paths
 from .grid import cell_archs
 from .policy import CacheChoice, cache_choice, load_policy
 from .recipe import Recipe, default_recipes_dir, known_recipes, load_recipe
@@ -248,6 +248,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
     """``build --matrix``: the same cells the workflow gets, built here where possible."""
     from . import matrix
     from .cell import installed_torch, local_lane
+    from .pipeline import run_build
     from .toolkit import find_toolkit
 
     filters = _filters(args)
@@ -443,6 +444,7 @@ def run(argv: list[str]) -> int:
             )
     spec = parse_shard_spec(args.shard) if args.verb == "shard" else None
     recipe = load_recipe(args.recipe, recipes_dir)
+    from .pipeline import run_build, run_link, run_shard  # the build verbs only: the others start faster
     if args.backend == "cibuildwheel":
         return _cibuildwheel(args, recipe, recipes_dir)
     # Every option is checked before an output folder is created.

@@ -23,6 +23,7 @@ from .errors import CuwError
 from .gates import LinkObservation, ShardObservation, Verdict, link_gate, shard_gate
 from .assignment import covered_keys, recipe_assignment, source_filter_files
 from .partition import Assignment, ShardSpec, tu_key
+from .paths import Paths  # noqa: F401 - re-exported: callers import Paths from here
 from .grid import cell_archs, require_in_grid
 from .patching import PatchContext
 from .policy import CacheChoice, Policy, cache_choice, load_policy
@@ -33,21 +34,6 @@ from .toolkit import Toolkit, find_toolkit
 from .verify import Check, verify, write_verify_reports
 from .verify import Report as VerifyReport
 from .workspace import Workspace, build_sources, cuda_sources, default_jobs, install_extra_deps, prepare, real_objects
-
-
-@dataclass(frozen=True)
-class Paths:
-    work: Path = Path(".cuw/work")
-    artifacts: Path = Path("artifacts")
-    dist: Path = Path("dist")
-
-    def __post_init__(self) -> None:
-        # Absolute from here on: ccache's base dir and the seat need them.
-        for name in ("work", "artifacts", "dist"):
-            object.__setattr__(self, name, Path(getattr(self, name)).resolve())
-
-    def cell_artifacts(self, cell: Cell) -> Path:
-        return self.artifacts / cell.id
 
 
 @dataclass

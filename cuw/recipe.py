@@ -215,9 +215,9 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
 def yaml_problem(path: Path, exc: "yaml.YAMLError") -> str:
     """A YAML error as one line: the file, line and column, and what is wrong there."""
     mark = getattr(exc, "problem_mark", None)
-    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     problem = getattr(exc, "problem", None) or str(exc)
-    return f"{where}: not valid YAML: " + " ".join(str(problem).split())
+    return f"{path}: not valid YAML{where}: " + " ".join(str(problem).split())
 
 
 def _with(recipe: Recipe, **changes: str) -> Recipe:
