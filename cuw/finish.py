@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Optional
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelError, WheelFile
@@ -84,9 +85,21 @@ def dist_versions(dist: Path, cell: Cell, recipes_dir: Path) -> SiblingVersion:
     return version_of
 
 
-def rewrite_metadata(text: str, version: Version, requires: Optional[list[str]]) -> str:
-    """New ``Version:`` (and Requires-Dist when curated); the long description is untouched."""
+def _names_torch(requirement: str) -> bool:
+    try:
+        return canonicalize_name(Requirement(requirement).name) == "torch"
+    except InvalidRequirement:
+        return False
+
+
+def rewrite_metadata(text: str, version: Version, requires: Optional[list[str]], torch: Optional[str] = None) -> str:
+    """New ``Version:`` (and Requires-Dist when curated); the long description is untouched.
+
+    ``torch`` (the cell's torch line, ``2.14``) pins torch to that minor line: a wheel built
+    against torch's C++ ABI of 2.14 must not be installed beside another line's torch."""
     head, sep, body = text.partition("\n\n")
+    if not sep:  # no description: the headers end the file
+        head, sep, body = head.rstrip("\n"), "\n", ""
     lines = head.split("\n")
     out = []
     for line in lines:
@@ -94,10 +107,14 @@ def rewrite_metadata(text: str, version: Version, requires: Optional[list[str]])
             out.append(f"Version: {version}")
         elif requires is not None and line.startswith(("Requires-Dist:", "Provides-Extra:")):
             continue
+        elif torch and line.startswith("Requires-Dist:") and _names_torch(line.split(":", 1)[1].strip()):
+            continue
         else:
             out.append(line)
     if requires is not None:
-        out.extend(f"Requires-Dist: {r}" for r in requires)
+        out.extend(f"Requires-Dist: {r}" for r in requires if not (torch and _names_torch(r)))
+    if torch:
+        out.append(f"Requires-Dist: torch=={torch}.*")
     return "\n".join(out) + sep + body
 
 
@@ -130,7 +147,8 @@ def retag(wheel: Path, cell: Cell, recipe: Recipe, out_dir: Path, siblings: Sibl
         new_info = f"{dist_name}-{version}.dist-info"
         (root / old_info / "RECORD").unlink()
         metadata = root / old_info / "METADATA"
-        metadata.write_text(rewrite_metadata(metadata.read_text(encoding="utf-8"), version, requires), encoding="utf-8")
+        torch = cell.torch if recipe.links_torch else None
+        metadata.write_text(rewrite_metadata(metadata.read_text(encoding="utf-8"), version, requires, torch), encoding="utf-8")
         (root / old_info).rename(root / new_info)
         out_dir.mkdir(parents=True, exist_ok=True)
         dest = out_dir / f"{dist_name}-{version}-{tag_part}.whl"

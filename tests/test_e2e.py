@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import zipfile
 
 import pytest
 
 from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, requires_torch, wheel_tu_values
+from cuw.cell import installed_torch
 from cuw.pipeline import run_build
 from cuw.recipe import load_recipe
 
@@ -46,3 +48,7 @@ def test_sharded_build_links_every_tu_from_the_cache(flavour, n, recipes_dir, pa
     assert (paths.dist / f"{link.wheel.name}.link.json").is_file()
     assert (paths.dist / f"{link.wheel.name}.verify.json").is_file()
     assert wheel_tu_values(link.wheel, module, tmp_path) == expected_tu_values()
+    with zipfile.ZipFile(link.wheel) as zf:
+        metadata = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    pins = [line for line in metadata.split("\n\n")[0].splitlines() if line.startswith("Requires-Dist: torch")]
+    assert pins == ([f"Requires-Dist: torch=={installed_torch()}.*"] if recipe.links_torch else [])

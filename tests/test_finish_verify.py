@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 from conftest import REPO, expected_tu_values
@@ -45,6 +46,21 @@ def test_metadata_rewrite_touches_only_version_and_curated_requirements():
     assert head.endswith("Requires-Dist: cumm==0.5.0+cu130\nRequires-Dist: numpy")
     assert body == "Version: 1.0 in the long description\nRequires-Dist: stays\n"
     assert rewrite_metadata(text, cell_version("2.3.6", CELL), None).count("Requires-Dist") == 3
+
+
+def test_a_torch_cell_pins_torch_to_its_minor_line():
+    text = "Metadata-Version: 2.1\nName: scatter\nVersion: 2.1.2\nRequires-Dist: torch>=1.8\nRequires-Dist: numpy\n\nbody\n"
+    torch_cell = replace(CELL, torch="2.14")
+    head = rewrite_metadata(text, cell_version("2.1.2", torch_cell), None, torch="2.14").split("\n\n")[0]
+    assert "torch>=1.8" not in head and head.endswith("Requires-Dist: numpy\nRequires-Dist: torch==2.14.*")
+    curated = rewrite_metadata(text, cell_version("2.1.2", torch_cell), ["torch", "numpy"], torch="2.14")
+    assert curated.split("\n\n")[0].count("Requires-Dist: torch") == 1 and "Requires-Dist: torch==2.14.*" in curated
+    no_dep = "Metadata-Version: 2.1\nName: x\nVersion: 1\n\n"
+    assert "Requires-Dist: torch==2.14.*" in rewrite_metadata(no_dep, Version("1"), None, torch="2.14")
+    # METADATA without a description: the headers run to the end of the file, and so must the new ones.
+    bare = "Metadata-Version: 2.1\nName: x\nVersion: 1\n"
+    assert rewrite_metadata(bare, Version("1"), ["numpy"], torch="2.14") == (
+        "Metadata-Version: 2.1\nName: x\nVersion: 1\nRequires-Dist: numpy\nRequires-Dist: torch==2.14.*\n")
 
 
 def test_requirement_templates():
