@@ -117,6 +117,7 @@ def shard_gate(obs: ShardObservation) -> Verdict:
         # A shard's build keeps going past a failed link (ninja -k 0, make -k): an owned TU it
         # never compiled would be a miss in the link job, hours later.
         v.ok = False
+        v.facts["uncompiled"] = missing
         v.reasons.append(
             f"{len(missing)} of its {len(obs.expected_owned)} TUs were never compiled before the build failed "
             f"(the link would miss them): {_listing(missing)}"

@@ -252,7 +252,7 @@ def run_shard(
     target = out_dir / name
     report_path = out_dir / name.replace(archive.SUFFIX, ".report.json")
     source_filter = recipe.sharding.filter == "source"
-    ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
+    ws = Workspace.for_job(paths.cell_work(cell), f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
     earlier = report.running_pid(report_path)
     if earlier is not None and earlier != os.getpid() and leftovers.pid_alive(earlier):
         raise CuwError(f"shard {spec} of {cell.id} is already running (pid {earlier}); wait for it or stop it "
@@ -263,15 +263,24 @@ def run_shard(
     # report says "running, not ok" until this run's verdict is written, after the archive.
     archive.remove_partials(target)
     report.begin("shard", report_path, {"cell": cell.to_dict(), "shard": str(spec), "archive": None})
-    patch_ctx = PatchContext(ws.src, cell, archs, spec if spec.count > 1 else None, recipe.key)
-    job_cache = prepare(
-        ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote, patch_ctx, lane=cell.lane
-    )
-    if source_filter:
-        rule = recipe_assignment(recipe, spec.count, ws.src, cell.lane)
-        owned = apply_source_filter(ws.src, recipe.sharding.source.globs, spec, cell.lane, rule)
-    else:
-        owned = expected_owned(recipe, ws.src, spec, cell.lane)
+    try:
+        patch_ctx = PatchContext(ws.src, cell, archs, spec if spec.count > 1 else None, recipe.key)
+        job_cache = prepare(
+            ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote, patch_ctx, lane=cell.lane
+        )
+        if source_filter:
+            rule = recipe_assignment(recipe, spec.count, ws.src, cell.lane)
+            owned = apply_source_filter(ws.src, recipe.sharding.source.globs, spec, cell.lane, rule)
+        else:
+            owned = expected_owned(recipe, ws.src, spec, cell.lane)
+            known = len(covered_keys(recipe, ws.src, cell.lane))
+            if progress and spec.count > known:
+                progress(f"shard {spec}: warning: N={spec.count} is more than the {known} TUs known in the source; "
+                         f"at least {spec.count - known} shards get an empty slice (cuw plan {recipe.key} picks N)")  # fmt: skip
+    except CuwError as exc:  # nothing was built: the report says so instead of "running"
+        report.write(Verdict("shard", False, [f"the shard did not start its build: {exc}"]), report_path,
+                     {"cell": cell.to_dict(), "shard": str(spec), "archive": None})  # fmt: skip
+        raise
     label = f"shard {spec}"
     if progress:
         progress(
@@ -418,7 +427,8 @@ def run_link(
     choice = resolve_cache(recipe, cell, cache)
     if choice.remote:
         check_remote(choice.remote)
-    ws = Workspace.for_job(paths.work / cell.id, "link", tool_class(choice.tool).shared_tree)
+    ws = Workspace.for_job(paths.cell_work(cell), "link", tool_class(choice.tool).shared_tree)
+    leftovers.stop_orphans(ws.cuda_home, "link")  # a killed link's build, still running in the job folder
     link_patch = PatchContext(ws.src, cell, archs, None, recipe.key)
     job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, lane=cell.lane)
     count, missing = _restore(recipe, cell, paths, ws, job_cache)
@@ -565,7 +575,7 @@ def run_build(
                 if recipes_dir:
                     cmd += ["--recipes", str(recipes_dir)]
                 cmd += ["--cache-tool", choice.tool] + (["--cache-remote", choice.remote] if choice.remote else [])
-                ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", shared_tree)
+                ws = Workspace.for_job(paths.cell_work(cell), f"shard-{spec.tag}", shared_tree)
                 owned = len(expected_owned(recipe, recipe.source_dir, spec)) if recipe.source.path is not None else None
                 running[spec.index] = (_spawn(cmd, stdin=subprocess.DEVNULL), seat.LogReader(ws.seat_log), owned)
             time.sleep(1.0)
