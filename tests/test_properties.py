@@ -27,8 +27,10 @@ from cuw.schema import SchemaError
 REPO = Path(__file__).resolve().parent.parent
 # More examples for a deeper search: CUW_PROPERTY_EXAMPLES=500 pytest tests/test_properties.py
 _SCALE = int(os.environ.get("CUW_PROPERTY_EXAMPLES", "0")) or None
-FAST = settings(max_examples=_SCALE or 60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-SLOW = settings(max_examples=_SCALE or 25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# database=None: no .hypothesis folder in the checkout; a failure prints its falsifying example.
+_COMMON = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FAST = settings(max_examples=_SCALE or 60, **_COMMON)
+SLOW = settings(max_examples=_SCALE or 25, **_COMMON)
 
 
 # -- the shard spec ----------------------------------------------------------------------
