@@ -13,7 +13,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
@@ -43,6 +43,8 @@ class Manifest:
     owned: list[str]
     compiled: list[str]
     counters: dict[str, int]
+    timeline: list[list[Any]] = field(default_factory=list)
+    """The shard's compiles as [key, start (epoch s), seconds, outcome]: the link draws them."""
 
     @staticmethod
     def from_json(data: dict[str, Any], where: str) -> "Manifest":

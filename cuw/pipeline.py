@@ -345,6 +345,8 @@ def run_shard(
             owned=owned,
             compiled=obs.compiled,
             counters=stats.summary(),
+            timeline=[[e["key"], round(e["at"] - e["seconds"], 3), e["seconds"], e.get("outcome")] for e in compiles
+                      if isinstance(e.get("at"), (int, float)) and isinstance(e.get("seconds"), (int, float))],
         )
         try:
             written = archive.pack(job_cache, manifest, target)

@@ -119,6 +119,26 @@ def _reports(folders: Iterable[Path]) -> dict[str, dict]:
     return out
 
 
+def _archived(folders: Iterable[Path]) -> dict[str, list[dict]]:
+    """Seat-log-shaped entries of every shard archive in the folders, from its manifest's timeline."""
+    from .archive import SUFFIX, read_manifest
+
+    out: dict[str, list[dict]] = {}
+    for folder in folders:
+        for path in sorted(folder.glob(f"cuw-shard-*{SUFFIX}")) if folder.is_dir() else []:
+            try:
+                manifest = read_manifest(path)
+            except CuwError:
+                continue
+            entries = []
+            for item in manifest.timeline:
+                if len(item) == 4 and isinstance(item[1], (int, float)) and isinstance(item[2], (int, float)):
+                    key, start, seconds, outcome = item
+                    entries.append({"key": key, "at": start + seconds, "seconds": seconds, "outcome": outcome, "rc": 0})
+            out[f"shard {manifest.shard_index}/{manifest.shard_count}"] = entries
+    return out
+
+
 def load(cell_dir: Path, report_dirs: Iterable[Path] = ()) -> Timeline:
     """The timeline of the cell whose job folders are under ``cell_dir``."""
     if not cell_dir.is_dir():
@@ -135,6 +155,11 @@ def load(cell_dir: Path, report_dirs: Iterable[Path] = ()) -> Timeline:
                 job.stubbed += 1
             elif entry.get("action") == "compiled" and isinstance(entry.get("at"), (int, float)):
                 raw.append((name, entry))
+    report_dirs = list(report_dirs)
+    for name, entries in _archived(report_dirs).items():  # a link job elsewhere: shards from their manifests
+        if name not in jobs:
+            jobs[name] = Job(name)
+            raw.extend((name, e) for e in entries)
     if not jobs:
         raise CuwError(f"{cell_dir}: no job folders (shard-IofN, link) in it: build the cell first")
     for name, data in _reports(report_dirs).items():

@@ -385,3 +385,19 @@ def test_a_wheel_over_the_lanes_size_limit_fails_and_names_the_fixes(built, tmp_
     assert "over the linux lane's limit of 2 MB" in size.details[0] and "cuw_example/blob.bin 3.0 MB" in size.details[1]
     assert "fewer archs" in size.details[2] and "PTX only" in size.details[2] and "SM family" in size.details[2]
     assert proc.returncode == 1 and "FAIL size" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_link_job_elsewhere_draws_the_shards_from_their_manifests(built, tmp_path):
+    """On GitHub the link job has only its own folder: the shards' bars come from their archives."""
+    from cuw import timeline
+
+    recipes, wheel = built
+    root = wheel.parent.parent
+    cell_dir = next((root / "work").iterdir())
+    alone = tmp_path / cell_dir.name
+    shutil.copytree(cell_dir / "link" / "logs", alone / "link" / "logs")
+    drawn = timeline.load(alone, [root / "artifacts" / cell_dir.name, root / "dist"])
+    assert [j.name for j in drawn.jobs] == ["shard 1/2", "shard 2/2", "link"]
+    shard_bars = [b for b in drawn.bars if b.job != "link"]
+    assert len(shard_bars) == 11 and {b.outcome for b in shard_bars} == {"cold"}
+    assert all(j.ok for j in drawn.jobs)
