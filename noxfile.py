@@ -80,6 +80,12 @@ def costs(session: nox.Session) -> None:
 
 
 @nox.session
+def report(session: nox.Session) -> None:
+    """A cell's shard timeline as one HTML file: nox -s report -- <cell work dir> [--output F]."""
+    session.run(sys.executable, "-m", "cuw", "report", *session.posargs)
+
+
+@nox.session
 def record(session: nox.Session) -> None:
     """After a passed link: the wheel's build record, dist/<wheel>.build.json: nox -s record -- <recipe>."""
     session.run(sys.executable, "-m", "cuw", "record", *session.posargs)

@@ -82,6 +82,12 @@ def costs(c, recipe, log):
     _cuw(c, "costs", recipe, *[a for item in log.split(",") for a in ("--from", item)])
 
 
+@task(help={"cell_dir": "the cell's work folder (.cuw/work/<cell id>)", "output": "the HTML file"})
+def report(c, cell_dir, output=""):
+    """A cell's shard timeline as one self-contained HTML file."""
+    _cuw(c, "report", cell_dir, *(["--output", output] if output else []))
+
+
 @task(help={"target": "a source folder or CMake file, or a recipe name (its fetched, patched source)"})
 def lint_guards(c, target):
     """CMake consumers of source-dependent targets not under if(TARGET ...)."""
