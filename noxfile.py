@@ -80,6 +80,12 @@ def costs(session: nox.Session) -> None:
 
 
 @nox.session
+def grid(session: nox.Session) -> None:
+    """The build grid; --check asks each CUDA line's torch index what it lacks: nox -s grid -- --check."""
+    session.run(sys.executable, "-m", "cuw", "grid", *session.posargs)
+
+
+@nox.session
 def report(session: nox.Session) -> None:
     """A cell's shard timeline as one HTML file: nox -s report -- <cell work dir> [--output F]."""
     session.run(sys.executable, "-m", "cuw", "report", *session.posargs)

@@ -82,6 +82,12 @@ def costs(c, recipe, log):
     _cuw(c, "costs", recipe, *[a for item in log.split(",") for a in ("--from", item)])
 
 
+@task(help={"check": "ask each CUDA line's torch index what the grid lacks (exit 1 then)"})
+def grid(c, check=False):
+    """The build grid, or with --check what the torch indexes publish that it lacks."""
+    _cuw(c, "grid", *(["--check"] if check else []))
+
+
 @task(help={"cell_dir": "the cell's work folder (.cuw/work/<cell id>)", "output": "the HTML file"})
 def report(c, cell_dir, output=""):
     """A cell's shard timeline as one self-contained HTML file."""

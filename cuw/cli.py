@@ -117,6 +117,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, default=None, help="write the plan here instead of stdout")
     p.add_argument("--recipes", type=Path, default=None)
 
+    p = sub.add_parser("grid", help="the build grid; --check asks the torch indexes what the grid lacks (exit 1 then)")
+    p.add_argument("--check", action="store_true", help="compare grid.torch with each CUDA line's torch_index")
+    p.add_argument("--index", action="append", default=[], metavar="CUDA=URL",
+                   help="ask this simple index for a CUDA line instead of torch_index (repeatable)")
+    p.add_argument("--recipes", type=Path, default=None)
+
     p = sub.add_parser("report", help="a cell's shard timeline as one self-contained HTML file (inline SVG, no network)")
     p.add_argument("cell_dir", type=Path, help="the cell's work folder, e.g. .cuw/work/example-linux-py3.11-cu13.0-notorch")
     p.add_argument("--artifacts", type=Path, default=Paths.artifacts, help="where the shard gate reports are (default: %(default)s)")
@@ -429,6 +435,8 @@ def run(argv: list[str]) -> int:
         return _plan(args, recipes_dir)
     if args.verb == "costs":
         return _costs(args, recipes_dir)
+    if args.verb == "grid":
+        return _grid(args, recipes_dir)
     if args.verb == "matrix":
         return _matrix(args, recipes_dir)
     if args.jobs is not None and not 1 <= args.jobs <= 1024:
@@ -471,6 +479,27 @@ def run(argv: list[str]) -> int:
         _cell_report(recipe, _paths(args))
         return 0 if link.ok and all(outcomes) else 1
     raise AssertionError(args.verb)
+
+
+def _grid(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from . import grid_check
+
+    policy = load_policy(recipes_dir)
+    indexes = dict(policy.torch_index)
+    for item in args.index:
+        cuda, eq, url = item.partition("=")
+        if not eq or cuda not in policy.grid.cuda or not url.strip():
+            raise CuwError(f"--index {item!r} is not CUDA=URL with a CUDA line of the grid ({', '.join(policy.grid.cuda)})")
+        indexes[cuda] = url.strip()
+    if not args.check:
+        for torch, release in sorted(policy.grid.torch.items()):
+            print(f"torch {torch}: CUDA {', '.join(release.cuda)}; Python {', '.join(release.python)}")
+        return 0
+    result = grid_check.check(policy.grid, indexes)
+    print(grid_check.render(result, policy.grid))
+    if not result.ok:
+        return 1
+    return 2 if result.unreachable and not result.seen else 0
 
 
 def write_timeline(cell_dir: Path, paths: Paths, output: Optional[Path] = None) -> Path:

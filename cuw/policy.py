@@ -44,6 +44,8 @@ class Policy:
     archs: Archs = field(default_factory=Archs)
     cache: CachePolicy = field(default_factory=CachePolicy)
     wheel: WheelPolicy = field(default_factory=WheelPolicy)
+    torch_index: dict[str, str] = field(default_factory=dict)
+    """Per CUDA line, the simple index publishing its torch wheels (``cuw grid --check`` asks it)."""
 
 
 def load_policy(recipes_dir: Path) -> Policy:
