@@ -23,6 +23,7 @@ from .errors import CuwError
 from .gates import LinkObservation, ShardObservation, Verdict, link_gate, shard_gate
 from .assignment import covered_keys, recipe_assignment, source_filter_files
 from .partition import Assignment, ShardSpec, tu_key
+from .progress import Meter
 from .paths import Paths  # noqa: F401 - re-exported: callers import Paths from here
 from .grid import cell_archs, require_in_grid
 from .patching import PatchContext
@@ -175,19 +176,19 @@ def _watch(
     what was appended, a half-written last line waits for the next look). On any error or
     interrupt the child and its process group are stopped before the exception goes on."""
     reader = seat.LogReader(ws.seat_log)
-    last = None
+    meter = Meter(f"{label}: compiled", owned, "TUs", say=progress) if progress is not None else None
     try:
         while True:
             try:
-                return proc.wait(timeout=poll_s)
+                rc = proc.wait(timeout=poll_s)
+                if meter is not None:
+                    meter.update(reader.compiled_count())
+                    meter.close()
+                return rc
             except subprocess.TimeoutExpired:
                 pass
-            if progress is None:
-                continue
-            compiled = reader.compiled_count()
-            if compiled != last:
-                progress(f"{label}: {compiled}/{owned} TUs compiled")
-                last = compiled
+            if meter is not None:
+                meter.update(reader.compiled_count())
     except BaseException:
         _stop([proc])
         raise
@@ -394,7 +395,12 @@ def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache:
     staging = ws.root / "staging"
     staging.mkdir()
     try:
-        restored = [archive.unpack(a, staging) for a in archives]
+        meter = Meter("link: restored", len(archives), "archives", terminal=False, every_s=10.0)
+        restored = []
+        for path in archives:
+            restored.append(archive.unpack(path, staging))
+            meter.update(len(restored))
+        meter.close()
         archive.merge_into(restored, ws.cache_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -567,7 +573,7 @@ def run_build(
     outcomes: list[Optional[bool]] = [None] * n
     pending = list(specs)
     running: dict[int, tuple[subprocess.Popen, seat.LogReader, Optional[int]]] = {}
-    last: dict[int, int] = {}
+    meters: dict[int, Meter] = {}
     try:
         while pending or running:
             while pending and len(running) < parallel:
@@ -580,13 +586,13 @@ def run_build(
                 ws = Workspace.for_job(paths.cell_work(cell), f"shard-{spec.tag}", shared_tree)
                 owned = len(expected_owned(recipe, recipe.source_dir, spec)) if recipe.source.path is not None else None
                 running[spec.index] = (_spawn(cmd, stdin=subprocess.DEVNULL), seat.LogReader(ws.seat_log), owned)
+                # Several shards at once: plain lines (no bars), each at most every 10 s.
+                meters[spec.index] = Meter(f"shard {spec}: compiled", owned, "TUs", say=progress, every_s=10.0, terminal=False)
             time.sleep(1.0)
             for index, (proc, reader, owned) in list(running.items()):
-                compiled = reader.compiled_count()
-                if compiled != last.get(index):
-                    progress(f"shard {index}/{n}: {compiled}/{owned if owned is not None else '?'} TUs compiled")
-                    last[index] = compiled
+                meters[index].update(reader.compiled_count())
                 if proc.poll() is not None:
+                    meters[index].close()
                     outcomes[index - 1] = proc.returncode == 0
                     progress(f"shard {index}/{n}: {'done' if proc.returncode == 0 else 'FAILED'}")
                     del running[index]

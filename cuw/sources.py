@@ -23,6 +23,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from .errors import CuwError
+from .progress import Meter
 from .recipe import Recipe
 
 
@@ -91,7 +92,14 @@ def _download_by_hash(requirement: str, sha256: str, into: Path) -> Path:
             raise CuwError(f"could not download the sdist {requirement}: {page_url} lists no file with sha256 {sha256}")
         dest = into / urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
         with urllib.request.urlopen(url.split("#")[0], timeout=600) as resp, open(dest, "wb") as fh:
-            shutil.copyfileobj(resp, fh)
+            size = int(resp.headers.get("Content-Length") or 0)
+            meter = Meter(f"fetch {dest.name}:", (size >> 20) or None, "MB", every_s=10.0)
+            got = 0
+            while chunk := resp.read(1 << 20):
+                fh.write(chunk)
+                got += len(chunk)
+                meter.update(got >> 20)
+            meter.close()
     except OSError as exc:
         raise CuwError(f"could not download the sdist {requirement} from {page_url}: {exc}") from None
     return dest

@@ -240,7 +240,7 @@ def test_an_interrupt_during_the_watch_stops_the_build_child_and_its_group(tmp_p
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         pipeline._watch(proc, ws, "shard 1/2", 3, progress, poll_s=0.1)
-    assert seen == ["shard 1/2: 1/3 TUs compiled"], "the half-written line raised nothing"
+    assert len(seen) == 1 and seen[0].startswith("shard 1/2: compiled 1/3 TUs, "), "the half-written line raised nothing"
     assert proc.returncode == -signal.SIGKILL, "it ignored SIGTERM, was killed and reaped"
     assert _alive(marker) == [], "nothing of its group is left"
     assert time.monotonic() - started < 10
