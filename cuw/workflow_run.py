@@ -236,7 +236,9 @@ class Progress:
             job.failed_step = job.failed_step or step.splitlines()[0][:90]
             self.say(name, f"step failed: {step.splitlines()[0][:90]}")
         if ev.get("jobResult"):
-            job.result = str(ev["jobResult"])
+            # act reports a matrix job's result for every run of it (one failed shard: "Job failed"
+            # on all four); a run's own verdict is whether one of its own steps failed.
+            job.result = "failure" if job.failed_step else "success" if ev["jobResult"] == "failure" else str(ev["jobResult"])
             job.ended = time.monotonic()
             self.say(name, f"finished: {job.result}")
 

@@ -176,6 +176,8 @@ def test_progress_reads_acts_json_log():
          "stepResult": "failure"},
         {"job": "build/shard c 2/4-2", "msg": "🏁  Job failed", "jobResult": "failure"},
         {"job": "build/link c-1", "command": "summary", "content": "### example link: ❌ FAIL\n", "msg": "x"},
+        {"job": "build/shard c 1/4-1", "msg": "cuw: shard gate PASS: compiled 2 TUs\n", "raw_output": True},
+        {"job": "build/shard c 1/4-1", "msg": "🏁  Job failed", "jobResult": "failure"},  # act: a sibling failed
     ]  # fmt: skip
     progress = workflow_run.Progress(out=open(os.devnull, "w"))
     for line in lines:
@@ -183,6 +185,7 @@ def test_progress_reads_acts_json_log():
     job = progress.jobs["build/shard c 2/4-2"]
     assert job.result == "failure" and "Compile shard" in job.verdict() and "fault switch" in job.verdict()
     assert progress.jobs["build/link c-1"].summary == ["### example link: ❌ FAIL\n"]
+    assert progress.jobs["build/shard c 1/4-1"].result == "success", "its own steps passed"
 
 
 def test_offline_actions_default_and_override(tmp_path, monkeypatch):
