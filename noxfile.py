@@ -117,9 +117,12 @@ def farm(session: nox.Session) -> None:
 
 @nox.session
 def e2e(session: nox.Session) -> None:
-    """Real packages from their sdists, sharded, linked and verified: nox -s e2e -- [<recipe> ...]."""
+    """Real packages from their sdists, sharded, linked and verified: nox -s e2e -- [<recipe> ...].
+
+    Without recipes it also imports a torch wheel under every patch release of its line."""
     recipes = [f"--e2e-recipe={name}" for name in session.posargs]
-    session.run(sys.executable, "-m", "pytest", "-m", "e2e", "-v", "-s", "tests/test_real_packages.py", *recipes)
+    files = ["tests/test_real_packages.py", *([] if recipes else ["tests/test_torch_patches.py"])]
+    session.run(sys.executable, "-m", "pytest", "-m", "e2e", "-v", "-s", *files, *recipes)
 
 
 @nox.session

@@ -81,6 +81,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe", default=None, help="recipe name (default: the recipe whose name matches the wheel)")
     p.add_argument("--recipes", type=Path, default=None)
     p.add_argument("--no-import", action="store_true", help="skip importing the modules")
+    p.add_argument("--torch-patches", action="store_true",
+                   help="also import the wheel under every patch release of the cell's torch line the index offers, "
+                        "each in a clean venv (made once under $CUW_TORCH_VENVS or ~/.cache/cuw/torch-venvs)")
+    p.add_argument("--torch-index", default=None, metavar="URL",
+                   help="with --torch-patches: the simple index to take torch from (default: the CUDA line's torch_index)")
 
     p = sub.add_parser("index", help="a PEP 503 index (flat root and per-CUDA/torch channels) from a folder of wheels")
     p.add_argument("wheel_dir", type=Path)
@@ -224,7 +229,19 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
     cell = local_cell(recipe, toolkit)
     policy = load_policy(recipes_dir)
     archs = cell_archs(recipe, policy.archs, cell)
-    checked = verify(args.wheel, recipe, cell, toolkit, policy.wheel, archs, import_check=not args.no_import)
+    patches = None
+    if args.torch_index and not args.torch_patches:
+        raise CuwError("--torch-index goes with --torch-patches")
+    if args.torch_patches:
+        from . import torch_venvs
+        from .verify import TorchPatches
+
+        index = args.torch_index or policy.torch_index.get(cell.cuda)
+        if not index:
+            raise CuwError(f"--torch-patches: no torch_index for CUDA {cell.cuda} in recipes/defaults.yml; pass --torch-index URL")
+        patches = TorchPatches(index, torch_venvs.default_root())
+    checked = verify(args.wheel, recipe, cell, toolkit, policy.wheel, archs, import_check=not args.no_import,
+                     torch_patches=patches)  # fmt: skip
     for check in checked.checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:12} {'; '.join(check.details)}")
     as_json, as_md = write_verify_reports(checked, args.wheel)

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from .errors import CuwError
 
@@ -44,30 +45,14 @@ def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
         raise CuwError(f"{option} {dest}: cannot write in {dest.parent} ({exc.strerror or exc}); pick a writable folder") from None
 
 
-def write_text(dest: Path, text: str, option: str = "output") -> Path:
-    """Writes ``text`` to a temp file beside ``dest`` and renames it into place."""
-    check_destination(dest, option)
-    fd, tmp = _temp_beside(dest, option)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, dest)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise CuwError(f"{option} {dest}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return dest
-
-
-def copy_into(src: Path, dest: Path, option: str = "output") -> Path:
-    """Copies ``src`` to ``dest`` through a temp file beside it and a rename (no torn file)."""
+def _replace(dest: Path, option: str, fill: Callable[[str], None]) -> Path:
+    """``fill(temp path)`` writes the new content beside ``dest``; a rename then puts it in place.
+    Whatever goes wrong, the temp file goes and ``dest`` is as it was."""
     check_destination(dest, option)
     fd, tmp = _temp_beside(dest, option)
     os.close(fd)
     try:
-        shutil.copy2(src, tmp)
+        fill(tmp)
         os.replace(tmp, dest)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -76,6 +61,33 @@ def copy_into(src: Path, dest: Path, option: str = "output") -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return dest
+
+
+def _default_mode(dest: Path) -> int:
+    """The mode a plain ``open(dest, "w")`` would leave: the old file's, else 0666 less the umask."""
+    try:
+        return dest.stat().st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def write_text(dest: Path, text: str, option: str = "output") -> Path:
+    """Writes ``text`` to a temp file beside ``dest`` and renames it into place (a temp file is
+    private to its owner: the result gets the mode a plain write would have given it)."""
+    mode = _default_mode(dest)
+
+    def fill(tmp: str) -> None:
+        Path(tmp).write_text(text, encoding="utf-8")
+        os.chmod(tmp, mode)
+
+    return _replace(dest, option, fill)
+
+
+def copy_into(src: Path, dest: Path, option: str = "output") -> Path:
+    """Copies ``src`` to ``dest`` through a temp file beside it and a rename (no torn file)."""
+    return _replace(dest, option, lambda tmp: shutil.copy2(src, tmp))
 
 
 def writable_dir(folder: Path, option: str) -> Path:

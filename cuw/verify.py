@@ -307,7 +307,9 @@ def verify(
     policy: WheelPolicy,
     archs: list[str],
     import_check: bool = True,
+    torch_patches: Optional[TorchPatches] = None,
 ) -> Report:
+    """``torch_patches``: also import the wheel under every patch release of the cell's torch line."""
     checks: list[Check] = []
     try:
         name, version, _, tags = parse_wheel_filename(wheel.name)
@@ -388,7 +390,38 @@ def verify(
 
     if import_check:
         checks.append(_import_check(wheel, members, elves, recipe))
+    if torch_patches is not None:
+        checks.append(_torch_patch_check(wheel, members, elves, recipe, cell, torch_patches))
     return Report(str(wheel), checks)
+
+
+@dataclass(frozen=True)
+class TorchPatches:
+    """Where the torch releases come from and where their venvs live."""
+
+    index: str
+    root: Path
+
+
+def _torch_patch_check(
+    wheel: Path, members: dict[str, bytes], elves: list[Binary], recipe: Recipe, cell: Cell, how: TorchPatches
+) -> Check:
+    """Imports the wheel's modules under every patch release of the cell's torch line (``2.14.0``,
+    ``2.14.1``), each in its own clean venv: an ``undefined symbol`` under a release the wheel's
+    ``torch==2.14.*`` admits fails here instead of on a user's machine."""
+    from . import torch_venvs
+
+    if not recipe.links_torch or not cell.torch:
+        return Check("torch-patches", True, ["torch-free: nothing to check"])
+    suffix = "aarch64" if cell.lane == "linux_aarch64" else ("win_amd64" if cell.lane == "windows" else "x86_64")
+    versions = torch_venvs.releases_on(how.index, cell.torch, cell.python, suffix)
+    details, ok = [], True
+    for version in versions:
+        python = torch_venvs.ensure(version, cell.python, how.root, how.index)
+        under = _import_check(wheel, members, elves, recipe, python=str(python))
+        ok &= under.ok
+        details.append(f"torch {version}: " + "; ".join(under.details))
+    return Check("torch-patches", ok, details)
 
 
 def _size_check(wheel: Path, members: dict[str, bytes], limit_mb: Optional[float], lane: str) -> Check:
@@ -446,7 +479,9 @@ def _modules(members: dict[str, bytes], elves: list[Binary]) -> list[str]:
     return sorted(set(mods))
 
 
-def _import_check(wheel: Path, members: dict[str, bytes], elves: list[Binary], recipe: Recipe) -> Check:
+def _import_check(
+    wheel: Path, members: dict[str, bytes], elves: list[Binary], recipe: Recipe, python: str = sys.executable
+) -> Check:
     pe = [e.path for e in elves if e.kind == "pe"]
     if pe and sys.platform != "win32":
         raise GateCannotRun(
@@ -471,7 +506,7 @@ def _import_check(wheel: Path, members: dict[str, bytes], elves: list[Binary], r
                 root = os.environ.get("SYSTEMROOT", "C:\\Windows")
                 env.update(SYSTEMROOT=root, PATH=os.path.join(root, "System32"), USERPROFILE=tmp)
             child = subprocess.run(
-                [sys.executable, "-c", f"import {module}"], cwd=empty, env=env, capture_output=True, text=True, timeout=300
+                [python, "-c", f"import {module}"], cwd=empty, env=env, capture_output=True, text=True, timeout=300
             )
             if child.returncode != 0:
                 last = (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1]
