@@ -500,8 +500,9 @@ def run(argv: list[str]) -> int:
 
 def _grid(args: argparse.Namespace, recipes_dir: Path) -> int:
     from . import grid_check
+    from .recipe import check_recipes_dir
 
-    policy = load_policy(recipes_dir)
+    policy = load_policy(check_recipes_dir(recipes_dir))
     indexes = dict(policy.torch_index)
     for item in args.index:
         cuda, eq, url = item.partition("=")
@@ -516,7 +517,9 @@ def _grid(args: argparse.Namespace, recipes_dir: Path) -> int:
     print(grid_check.render(result, policy.grid))
     if not result.ok:
         return 1
-    return 2 if result.unreachable and not result.seen else 0
+    if result.unreachable and not result.seen:
+        raise CuwError(f"no torch index answered ({', '.join(result.unreachable)}): nothing was checked")
+    return 0
 
 
 def write_timeline(cell_dir: Path, paths: Paths, output: Optional[Path] = None) -> Path:

@@ -272,6 +272,17 @@ CASES: list[Case] = [
     C("yaml/int-keys", "show", "intkeys", *B, expect="unknown key"),
     C("yaml/max-jobs-zero", "show", "maxjobs0", *B, expect="max_jobs"),
     C("yaml/bad-arch", "show", "badarch", *B, expect="archs"),
+    # -- grid --check and the plan's formats ------------------------------------------------------
+    C("grid/index-no-url", "grid", "--check", *R, "--index", "13.0=", expect="--index '13.0='"),
+    C("grid/index-unknown-line", "grid", "--check", *R, "--index", "9.9=http://127.0.0.1:9/x", expect="--index '9.9="),
+    C("grid/recipes-missing", "grid", "--check", "--recipes", "{W}/nowhere", expect="nowhere does not exist"),
+    C("grid/no-index-answers", "grid", "--check", *R, "--index", "13.0=file:///{W}/none", "--index", "12.8=file:///{W}/none",
+      expect="no torch index answered"),
+    C("plan/two-formats", "plan", "example", *R, "--json", "--format", "html", expect="two formats"),
+    C("plan/output-folder", "plan", "example", *R, "--format", "html", "--output", "{W}/afolder", expect="is a folder"),
+    C("verify/torch-index-alone", "verify", "{W}/wheels/" + WHEEL, "--torch-index", "http://127.0.0.1:9/x",
+      expect="--torch-index goes with --torch-patches"),
+
     # -- the farm verbs: report, record, publish, workflow ----------------------------------------
     C("farm/report-missing", "report", "{W}/nowhere", expect="nowhere: not a folder"),
     C("farm/report-file", "report", "{W}/afile", expect="afile: not a folder"),
