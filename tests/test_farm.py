@@ -87,7 +87,7 @@ def _pip_install(index: Path, tmp: Path, spec: str) -> str:
     """A fresh venv, the package from the index alone; returns the version that imports."""
     interp = find_interpreter("3.11")
     assert interp, "needs Python 3.11"
-    venv = tmp / f"venv-{spec.replace('=', '')}"
+    venv = tmp / f"venv-{len(list(tmp.glob('venv-*')))}"  # a fresh venv per call: nothing installed before
     subprocess.run([str(interp.prefix / "bin" / "python3"), "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     pip = subprocess.run([str(py), "-m", "pip", "install", "--no-cache-dir", "--index-url", f"file://{index}/cu130", spec],
