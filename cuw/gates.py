@@ -110,9 +110,11 @@ def shard_gate(obs: ShardObservation) -> Verdict:
         in_build = set(obs.build_tus)
         outside = [k for k in missing if k not in in_build]
         missing = [k for k in missing if k in in_build]
-    if obs.expected_owned and not obs.compiled:
+    # A source file the build never compiles (one of another flavour's, say) is no TU of the slice.
+    in_build = obs.expected_owned if obs.build_tus is None else [k for k in obs.expected_owned if k in set(obs.build_tus)]
+    if in_build and not obs.compiled:
         v.ok = False
-        v.reasons.append(f"compiled none of its {len(obs.expected_owned)} TUs")
+        v.reasons.append(f"compiled none of its {len(in_build)} TUs")
     elif missing and obs.build_rc != 0:
         # A shard's build keeps going past a failed link (ninja -k 0, make -k): an owned TU it
         # never compiled would be a miss in the link job, hours later.
@@ -165,6 +167,9 @@ class LinkObservation:
     log: str = ""
     assignment: Optional[Assignment] = None
     """The recipe's partition at N, to name the shard that owned each missed TU (None: the hash rule)."""
+    compile_db: Optional[str] = "ninja"
+    """Where ``cuda_tus_in_build`` came from (``ninja``, ``compile_commands.json``), or None when
+    the build left no compile database and the seat-bypass check could not run."""
 
 
 def link_gate(obs: LinkObservation) -> Verdict:
@@ -207,8 +212,15 @@ def link_gate(obs: LinkObservation) -> Verdict:
             v.reasons.append(f"{noun}: {count} (must be 0): " + attribute(keys, obs.shard_count, obs.missing_shards, obs.assignment))
     if v.ok:
         v.reasons.insert(0, f"{total} compiler calls, {obs.hits} cache hits, zero misses; {len(obs.cuda_tus_in_build)} CUDA TUs in the build")
-    if not obs.cuda_tus_in_build and total:
-        v.reasons.append("note: no ninja compile database was found, so the seat-bypass check could not run")
+    v.facts["compile_db"] = obs.compile_db
+    if obs.compile_db is None:
+        v.reasons.append(
+            "note: the build left no compile database (neither ninja's nor CMake's compile_commands.json), "
+            "so the seat-bypass check could not run"
+        )
+    elif not obs.cuda_tus_in_build and total:
+        v.reasons.append(f"note: the build's compile database ({obs.compile_db}) lists no CUDA TU, "
+                         "so the seat-bypass check had nothing to compare")  # fmt: skip
     return v
 
 

@@ -105,15 +105,37 @@ RULES = ("hash", "sorted", "cost")
 OTHER_FAMILY = "other"
 
 
+def _segment_regex(segment: str) -> str:
+    """One folder or file name of a glob: ``*``, ``?`` and ``[...]`` (``[!...]`` negated), as
+    ``pathlib`` reads them, never crossing a ``/``."""
+    out, i = [], 0
+    while i < len(segment):
+        c = segment[i]
+        close = segment.find("]", i + 2) if c == "[" else -1
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif close != -1:
+            body = segment[i + 1 : close]
+            negate = body.startswith("!")
+            body = body[1:] if negate else body
+            out.append("[" + ("^/" if negate else "") + body.replace("\\", "\\\\").replace("^", "\\^") + "]")
+            i = close
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
 def _glob_regex(pattern: str) -> "re.Pattern[str]":
-    """``pathlib``-style glob over ``/`` keys: ``**`` spans folders, ``*`` and ``?`` stay inside one."""
+    """``pathlib``-style glob over ``/`` keys: ``**`` spans folders, ``*``, ``?`` and ``[...]`` stay inside one."""
     parts = []
     for segment in pattern.strip("/").split("/"):
         if segment == "**":
             parts.append("(?:[^/]+/)*")
             continue
-        body = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in segment)
-        parts.append(body + "/")
+        parts.append(_segment_regex(segment) + "/")
     return re.compile("".join(parts).removesuffix("/") + r"\Z")
 
 
@@ -153,29 +175,44 @@ def _family_order(family: Mapping[str, str]) -> list[str]:
     return names + ([OTHER_FAMILY] if OTHER_FAMILY in family.values() else [])
 
 
-def _round_robin(keys: Sequence[str], count: int, family: Mapping[str, str], per_family: bool) -> dict[str, int]:
+def _round_robin(
+    keys: Sequence[str], count: int, family: Mapping[str, str], per_family: bool, rest: Sequence[str] = ()
+) -> dict[str, int]:
     """Sorted index i -> shard (i mod N) + 1; per family, the count runs on across families
-    (sorted by name, ``other`` last) so each family covers min(size, N) shards."""
+    (sorted by name, ``other`` last) so each family covers min(size, N) shards. The ``rest``
+    keys come after all of them, sorted, the count running on."""
     groups = [[k for k in sorted(keys) if family.get(k, OTHER_FAMILY) == name] for name in _family_order(family)] \
         if per_family else [sorted(keys)]  # fmt: skip
-    ordered = [k for group in groups for k in group]
+    ordered = [k for group in groups for k in group] + sorted(rest)
     return {key: i % count + 1 for i, key in enumerate(ordered)}
 
 
-def _lpt(costs: Mapping[str, float], count: int, family: Mapping[str, str], per_family: bool) -> dict[str, int]:
+def _lpt(
+    costs: Mapping[str, float],
+    count: int,
+    family: Mapping[str, str],
+    per_family: bool,
+    rest: Optional[Mapping[str, float]] = None,
+) -> dict[str, int]:
     """Longest processing time first: cost descending then key; each TU goes to the
     lowest-loaded shard, ties to the lowest index. Per family, the family's own load
-    decides first (so its TUs spread over all shards), the total load breaks ties."""
+    decides first (so its TUs spread over all shards), the total load breaks ties.
+    The ``rest`` (key -> cost) comes last, onto the loads the others left."""
     load = [0.0] * count
     out: dict[str, int] = {}
-    names = _family_order(family) if per_family else [None]
-    for name in names:
+    groups: list[list[str]] = [
+        [k for k in costs if name is None or family.get(k, OTHER_FAMILY) == name]
+        for name in (_family_order(family) if per_family else [None])
+    ]
+    every = {**costs, **(rest or {})}
+    if rest:
+        groups.append(list(rest))
+    for keys in groups:
         fam_load = [0.0] * count
-        keys = [k for k in costs if name is None or family.get(k, OTHER_FAMILY) == name]
-        for key in sorted(keys, key=lambda k: (-costs[k], k)):
+        for key in sorted(keys, key=lambda k: (-every[k], k)):
             best = min(range(count), key=lambda i: (fam_load[i], load[i], i))
-            fam_load[best] += costs[key]
-            load[best] += costs[key]
+            fam_load[best] += every[key]
+            load[best] += every[key]
             out[key] = best + 1
     return out
 
@@ -187,24 +224,34 @@ def assign(
     costs: Optional[Mapping[str, float]] = None,
     family: Optional[Mapping[str, str]] = None,
     per_family: bool = False,
+    rest: Iterable[str] = (),
 ) -> Assignment:
     """The one partition function: N, a rule, the known keys (with costs and families) -> an assignment.
 
     ``hash``: every key by md5. ``sorted``: round-robin over the sorted ``keys``
     (or the cost table's keys when ``keys`` is empty). ``cost``: LPT over the cost table.
+
+    ``rest``: keys assigned after all of those, by the same rule, continuing where they
+    left off (the round-robin's count, the LPT's shard loads), so the known keys' owners
+    are the same with or without them. A source-filter recipe's seat partitions these:
+    the sources its globs do not cover. Under ``cost`` a rest key without a cost in the
+    table costs the table's mean.
     """
     if count < 1:
         raise ValueError(f"shard count must be >= 1, got {count}")
     if rule not in RULES:
         raise CuwError(f"sharding.rule {rule!r} is not one of {', '.join(RULES)}")
     family = dict(family or {})
-    known = sorted(set(keys) or set(costs or {}))
+    extra = set(rest)
+    known = sorted((set(keys) or set(costs or {})) - extra)
     if rule == "hash":
         table: dict[str, int] = {}  # the fallback is the rule
     elif rule == "sorted":
-        table = _round_robin(known, count, family, per_family)
+        table = _round_robin(known, count, family, per_family, sorted(extra))
     else:
         if not costs:
             raise CuwError("sharding.rule 'cost' needs a cost table (record one with `cuw costs <recipe> --from <log>`)")
-        table = _lpt(costs, count, family, per_family)
+        fallback = sum(costs.values()) / len(costs)
+        main = {k: v for k, v in costs.items() if k not in extra}
+        table = _lpt(main, count, family, per_family, {k: costs.get(k, fallback) for k in extra})
     return Assignment(count, rule, table)

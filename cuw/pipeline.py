@@ -21,7 +21,7 @@ from .backends import build_command, build_env
 from .cell import Cell, local_cell
 from .errors import CuwError
 from .gates import LinkObservation, ShardObservation, Verdict, link_gate, shard_gate
-from .assignment import covered_keys, recipe_assignment, source_filter_files
+from .assignment import covered_keys, recipe_assignment, rest_keys, seat_rest, source_filter_files
 from .partition import Assignment, ShardSpec, tu_key
 from .progress import Meter
 from .paths import Paths  # noqa: F401 - re-exported: callers import Paths from here
@@ -86,9 +86,28 @@ def apply_source_filter(
 
 
 def expected_owned(recipe: Recipe, src_root: Path, spec: ShardSpec, lane: str = "linux") -> list[str]:
-    """TU keys shard ``spec`` is expected to compile."""
-    keys = covered_keys(recipe, src_root, lane)
+    """TU keys shard ``spec`` is expected to compile: its slice of the partition's files and,
+    under ``filter: source`` with ``seat_rest``, its slice of the rest the seat partitions."""
+    keys = covered_keys(recipe, src_root, lane) + rest_keys(recipe, src_root, lane)
     return recipe_assignment(recipe, spec.count, src_root, lane).owned(keys, spec.index)
+
+
+def shard_workload(recipe: Recipe, src_root: Path, spec: ShardSpec, lane: str = "linux") -> tuple[list[str], int]:
+    """(the TUs the shard owns, how many TUs it will compile) in a prepared tree, before the
+    source filter runs. Under ``filter: source`` both count host TUs too (progress then counts
+    every compile); with ``seat_rest: false`` every shard also compiles the whole rest."""
+    owned = expected_owned(recipe, src_root, spec, lane)
+    if recipe.sharding.filter != "source" or seat_rest(recipe):
+        return owned, len(owned)
+    return owned, len(owned) + len(unfiltered_sources(recipe, src_root, lane))
+
+
+def unfiltered_sources(recipe: Recipe, src_root: Path, lane: str = "linux") -> list[str]:
+    """Source files a source-filter recipe's globs do not cover (what ``seat_rest`` partitions)."""
+    from dataclasses import replace
+
+    sources = replace(recipe.sharding.source, seat_rest=True)
+    return rest_keys(replace(recipe, sharding=replace(recipe.sharding, source=sources)), src_root, lane)
 
 
 def _plural(count: int, noun: str) -> str:
@@ -170,12 +189,19 @@ def _sigterm_raises():
 
 
 def _watch(
-    proc: subprocess.Popen, ws: Workspace, label: str, owned: int, progress: Optional[Progress], poll_s: float = 1.0
+    proc: subprocess.Popen,
+    ws: Workspace,
+    label: str,
+    owned: int,
+    progress: Optional[Progress],
+    poll_s: float = 1.0,
+    count_host: bool = False,
 ) -> int:
     """Waits for the build child, printing progress from the seat log (read incrementally: only
     what was appended, a half-written last line waits for the next look). On any error or
-    interrupt the child and its process group are stopped before the exception goes on."""
-    reader = seat.LogReader(ws.seat_log)
+    interrupt the child and its process group are stopped before the exception goes on.
+    ``count_host``: host compiles count too (``owned`` counts them)."""
+    reader = seat.LogReader(ws.seat_log, count_host=count_host)
     meter = Meter(f"{label}: compiled", owned, "TUs", say=progress) if progress is not None else None
     try:
         while True:
@@ -194,7 +220,10 @@ def _watch(
         raise
 
 
-def _build(ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned: int, progress: Optional[Progress]) -> int:
+def _build(
+    ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned: int, progress: Optional[Progress],
+    count_host: bool = False,
+) -> int:
     project = ws.src / recipe.build_subdir
     cmd = build_command(project, ws.wheel_dir)
     with _sigterm_raises():
@@ -212,7 +241,7 @@ def _build(ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned
             fh.write(("$ " + " ".join(cmd) + "\n").encode())
             fh.flush()
             proc = _spawn(cmd, env=env, cwd=project, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            return _watch(proc, ws, label, owned, progress)
+            return _watch(proc, ws, label, owned, progress, count_host=count_host)
 
 
 def _policy(recipe: Recipe) -> Policy:
@@ -266,14 +295,16 @@ def run_shard(
     report.begin("shard", report_path, {"cell": cell.to_dict(), "shard": str(spec), "archive": None})
     try:
         patch_ctx = PatchContext(ws.src, cell, archs, spec if spec.count > 1 else None, recipe.key)
-        job_cache = prepare(
-            ws, recipe, toolkit, None if source_filter else spec, choice.tool, choice.remote, patch_ctx, lane=cell.lane
-        )
+        # Under the source filter the seat partitions the rest (seat_rest), or nothing.
+        seat_spec = spec if not source_filter or (seat_rest(recipe) and spec.count > 1) else None
+        job_cache = prepare(ws, recipe, toolkit, seat_spec, choice.tool, choice.remote, patch_ctx, lane=cell.lane)
         if source_filter:
+            owned, will_compile = shard_workload(recipe, ws.src, spec, cell.lane)
             rule = recipe_assignment(recipe, spec.count, ws.src, cell.lane)
-            owned = apply_source_filter(ws.src, recipe.sharding.source.globs, spec, cell.lane, rule)
+            apply_source_filter(ws.src, recipe.sharding.source.globs, spec, cell.lane, rule)
         else:
             owned = expected_owned(recipe, ws.src, spec, cell.lane)
+            will_compile = len(owned)
             known = len(covered_keys(recipe, ws.src, cell.lane))
             if progress and spec.count > known:
                 progress(f"shard {spec}: warning: N={spec.count} is more than the {known} TUs known in the source; "
@@ -296,7 +327,7 @@ def run_shard(
     try:
         job_cache.zero()
         started = time.monotonic()
-        rc = _build(ws, recipe, env, label, len(owned), progress)
+        rc = _build(ws, recipe, env, label, will_compile, progress, count_host=source_filter)
         build_s = round(time.monotonic() - started, 1)
         stats = job_cache.stats()
     finally:
@@ -462,6 +493,7 @@ def run_link(
         job_cache.stop()
 
     compiles = [e for e in seat.read_log(ws.seat_log) if e.get("action") == "compiled"]
+    in_build, compile_db = compdb.cuda_compiles_from(ws.tree, ws.src)
     wheels = sorted(ws.wheel_dir.glob("*.whl"))
     log = ws.build_log.read_text(errors="replace")
     obs = LinkObservation(
@@ -473,7 +505,8 @@ def run_link(
         total=stats.total,
         stats_zeroed_at=stats.zeroed_at,
         merged_at=merged_at,
-        cuda_tus_in_build=compdb.cuda_compiles(ws.tree, ws.src),
+        cuda_tus_in_build=in_build,
+        compile_db=compile_db,
         seat_keys=sorted({e["key"] for e in compiles}),
         misses_by_key=_missed_keys(compiles, job_cache),
         uncacheable_by_key=sorted(e["key"] for e in compiles if str(e.get("outcome", "")).startswith("uncacheable")),
@@ -584,8 +617,14 @@ def run_build(
                     cmd += ["--recipes", str(recipes_dir)]
                 cmd += ["--cache-tool", choice.tool] + (["--cache-remote", choice.remote] if choice.remote else [])
                 ws = Workspace.for_job(paths.cell_work(cell), f"shard-{spec.tag}", shared_tree)
-                owned = len(expected_owned(recipe, recipe.source_dir, spec)) if recipe.source.path is not None else None
-                running[spec.index] = (_spawn(cmd, stdin=subprocess.DEVNULL), seat.LogReader(ws.seat_log), owned)
+                owned = None
+                if recipe.source.path is not None:
+                    try:  # from the unpatched folder: a good guess (the shard's own line says it exactly)
+                        owned = shard_workload(recipe, recipe.source_dir, spec)[1]
+                    except CuwError:
+                        pass
+                reader = seat.LogReader(ws.seat_log, count_host=recipe.sharding.filter == "source")
+                running[spec.index] = (_spawn(cmd, stdin=subprocess.DEVNULL), reader, owned)
                 # Several shards at once: plain lines (no bars), each at most every 10 s.
                 meters[spec.index] = Meter(f"shard {spec}: compiled", owned, "TUs", say=progress, every_s=10.0, terminal=False)
             time.sleep(1.0)

@@ -20,7 +20,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Optional
 
-from .assignment import covered_keys, recipe_assignment
+from .assignment import REST_FAMILY, covered_keys, recipe_assignment, rest_keys
 from .costs import CostTable, recipe_costs
 from .errors import CuwError
 from .grid import cells
@@ -45,6 +45,9 @@ class Inputs:
     table: Optional[CostTable]
     tree: Optional[Path]
     """The prepared source tree, when one was materialized."""
+    rest: list[str] = field(default_factory=list)
+    """Of ``keys``, a source-filter recipe's rest: the sources its globs do not cover, which the
+    seat partitions (family ``(rest)``; an empty slice of it stubs nothing away)."""
 
 
 @dataclass
@@ -88,6 +91,7 @@ class Plan:
     per_family: bool
     origin: str
     tus: int
+    """Every TU the shards share out (with the filter: its files and the seat-partitioned rest)."""
     families: dict[str, int]
     total_s: Optional[float]
     longest_s: Optional[float]
@@ -98,6 +102,8 @@ class Plan:
     checks: list[Check] = field(default_factory=list)
     assignment: dict[str, int] = field(default_factory=dict)
     """Key -> shard at ``checked_n`` (what the shards will do)."""
+    rest: int = 0
+    """Of ``tus``, the source filter's rest that the seat partitions."""
 
     @property
     def ok(self) -> bool:
@@ -175,8 +181,12 @@ def gather(recipe: Recipe, work: Path, table: Optional[CostTable], from_log: Opt
         raise CuwError("--from-log lists a seat's TUs; this recipe uses filter: source, whose files come from its globs")
     tree = prepare_tree(recipe, work / "src")
     keys = covered_keys(recipe, tree)
+    rest = rest_keys(recipe, tree)
     what = "sharding.source.globs" if recipe.sharding.filter == "source" else "every .cu"
-    return Inputs(keys, f"{what} in the prepared source ({len(keys)} files)", table, tree)
+    origin = f"{what} in the prepared source ({len(keys)} files)"
+    if rest:
+        origin += f" and the rest the seat partitions ({len(rest)} files)"
+    return Inputs(sorted(keys + rest), origin, table, tree, rest)
 
 
 # -- per N -------------------------------------------------------------------------
@@ -224,8 +234,12 @@ def _check_filter(recipe: Recipe) -> Check:
     if partitions and recipe.sharding.filter == "seat":
         return Check("filter", False, f"{patch} partitions the sources itself, but sharding.filter is seat",
                      "set sharding.filter: source (with sharding.source.globs), so the seat stays a pass-through")  # fmt: skip
+    if recipe.sharding.filter == "source" and recipe.sharding.source.seat_rest:
+        return Check("filter", True, "source: the forge deletes out-of-slice files its globs cover; the seat partitions "
+                     "only the rest (disjoint by the globs)")  # fmt: skip
     if recipe.sharding.filter == "source":
-        return Check("filter", True, "source: the forge deletes out-of-slice files; the seat is a pure cache pass-through")
+        return Check("filter", True, "source: the forge deletes out-of-slice files; the seat is a pure cache pass-through "
+                     "(seat_rest: false: every shard compiles the rest)")  # fmt: skip
     return Check("filter", True, "seat: every TU still gets an object, so no target can lose its sources")
 
 
@@ -240,7 +254,8 @@ def family_ceiling(recipe: Recipe, inputs: Inputs, family: dict[str, str], name:
 
 
 def _check_family(recipe: Recipe, inputs: Inputs, family: dict[str, str], row: Row) -> Check:
-    sizes = Counter(family.values())
+    # The seat's rest stubs, so a shard without a file of it builds anyway: not a family to guard.
+    sizes = Counter(v for v in family.values() if v != REST_FAMILY)
     if set(sizes) == {OTHER_FAMILY}:
         ceiling = family_ceiling(recipe, inputs, family, OTHER_FAMILY)
         return Check("family", row.shards_without_tus == 0,
@@ -250,7 +265,7 @@ def _check_family(recipe: Recipe, inputs: Inputs, family: dict[str, str], row: R
     smallest = min(named, key=lambda k: (named[k], k))
     ceiling = family_ceiling(recipe, inputs, family, smallest)
     shown = f"smallest family {smallest!r}: {named[smallest]} files, every shard holds one up to N={ceiling}"
-    empty = {k: v for k, v in row.family_empty.items() if v}
+    empty = {k: v for k, v in row.family_empty.items() if v and k != REST_FAMILY}
     if not empty or recipe.sharding.filter == "seat":
         return Check("family", True, shown + (f"; at N={row.n} no shard lacks a family" if not empty else
                                               f"; the seat stubs, so empty families at N={row.n} build anyway"))  # fmt: skip
@@ -323,7 +338,8 @@ def _recommend(rows: list[Row], feasible: list[Row]) -> tuple[int, str]:
                         f"where every shard has work and the checks allow it: "
                         f"slowest shard {pick.slowest_s:.1f} s (bound {pick.bound_s:.1f} s) + link {pick.link_s:.1f} s"
                         + caveat)  # fmt: skip
-    pick = max(pool, key=lambda r: (r.shards_without_tus == 0 and not any(r.family_empty.values()), -r.tus_max, -r.n))
+    pick = max(pool, key=lambda r: (r.shards_without_tus == 0 and not any(v for k, v in r.family_empty.items() if k != REST_FAMILY),
+                                    -r.tus_max, -r.n))  # fmt: skip
     held = "with every shard holding a TU of every family" if feasible else "among the planned N"
     return pick.n, (f"fewest TUs on the slowest shard ({pick.tus_max}) {held}; "
                     f"no cost table, so TU counts stand in for seconds (record one: cuw costs {{recipe}} --from <log>)"
@@ -352,7 +368,8 @@ def plan(
         inputs = gather(recipe, work or Path(scratch), table, from_log)
         if not inputs.keys:
             raise CuwError(f"recipe {recipe.key!r}: the partition covers no TU ({inputs.origin})")
-        family = families_of(inputs.keys, recipe.sharding.source.families)
+        family = {**families_of(set(inputs.keys) - set(inputs.rest), recipe.sharding.source.families),
+                  **{k: REST_FAMILY for k in inputs.rest}}  # fmt: skip
         checked = checked_n or recipe.sharding.count
         if len(counts) > 1:  # a range stops where shards would run out of TUs
             counts = [n for n in counts if n <= len(inputs.keys)] or counts[:1]
@@ -366,7 +383,7 @@ def plan(
         checks += [drift] if drift else []
     # A seat stubs, so an empty family still builds; with the source filter it sets the ceiling.
     feasible = [r for r in rows if r.largest_dispatch <= MAX_JOBS and r.shards_without_tus == 0
-                and (recipe.sharding.filter == "seat" or not any(r.family_empty.values()))]  # fmt: skip
+                and (recipe.sharding.filter == "seat" or not any(v for k, v in r.family_empty.items() if k != REST_FAMILY))]  # fmt: skip
     recommended, reason = _recommend(rows, feasible)
     table_costs = inputs.table.costs if inputs.table else None
     return Plan(
@@ -375,7 +392,7 @@ def plan(
         total_s=round(sum(table_costs.values()), 3) if table_costs else None,
         longest_s=round(max(table_costs.values()), 3) if table_costs else None,
         checked_n=checked, rows=rows, recommended=recommended, reason=reason.replace("{recipe}", recipe.key),
-        checks=checks, assignment=dict(sorted(owners.items())),
+        checks=checks, assignment=dict(sorted(owners.items())), rest=len(inputs.rest),
     )  # fmt: skip
 
 
@@ -384,7 +401,7 @@ def render(p: Plan) -> str:
     fams = [f for f in p.families if set(p.families) != {OTHER_FAMILY}]
     lines: list[str] = [
         f"plan for {p.recipe}: filter {p.filter}, rule {p.rule}{', per family' if p.per_family else ''}; "
-        f"{p.tus} TUs from {p.origin}",
+        f"{p.tus} TUs from {p.origin}" + (f" (family {REST_FAMILY})" if p.rest else ""),
         "families: " + (", ".join(f"{k} {v}" for k, v in p.families.items()) if fams else "none declared"),
     ]
     if p.total_s is not None:

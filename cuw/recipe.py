@@ -47,6 +47,10 @@ class ShardSources:
     families: dict[str, list[str]] = field(default_factory=dict)
     """Family name -> globs (relative to the source root) of a subset of the files, such as
     per-arch targets; files in no family form family ``other``. Needs ``filter: source`` or a cost table."""
+    seat_rest: bool = True
+    """With ``filter: source``: the seat partitions the sources the globs do not cover (hand-written
+    CUDA and host TUs) with the same rule, so each is compiled by one shard; ``false`` compiles them in
+    every shard (for a build that cannot take an empty object for a hand-written TU)."""
 
 
 @dataclass(frozen=True)
@@ -290,6 +294,8 @@ def _validate_sharding(sharding: Sharding, path: Path) -> None:
         raise CuwError(f"{path}: sharding.filter is 'source' but sharding.source.globs names no files to partition")
     if sharding.filter == "seat" and globs:
         raise CuwError(f"{path}: sharding.source.globs is only read with filter: source (this recipe uses seat)")
+    if sharding.filter == "seat" and not sharding.source.seat_rest:
+        raise CuwError(f"{path}: sharding.source.seat_rest is only read with filter: source (this recipe uses seat)")
     if sharding.rule == "cost" and not has_costs:
         raise CuwError(f"{path}: sharding.rule is 'cost' but there is no cost table: {record}")
     if sharding.rule == "sorted" and sharding.filter == "seat" and not has_costs:

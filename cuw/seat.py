@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from .nvcc_args import HOST_VALUE_OPTIONS, NvccCall, parse
-from .partition import Assignment, tu_key
+from .partition import Assignment, glob_match, tu_key
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -63,10 +63,26 @@ class SeatPartition:
     count: int
     assignment: dict[str, int] = field(default_factory=dict)
     """Key -> shard from the recipe's rule (cuw.assignment); keys outside it fall back to the hash rule."""
+    filter_globs: list[str] = field(default_factory=list)
+    """Under ``filter: source``: the filter's globs. A key they match (or that is in
+    ``filter_keys``) is the filter's to partition, never the seat's: the seat compiles it."""
+    filter_keys: list[str] = field(default_factory=list)
+    """Under ``filter: source``: the files the filter partitioned, as keys."""
 
     def owner(self, key: str) -> int:
         """The 1-based shard that compiles the TU with this key."""
         return Assignment(self.count, table=self.assignment).owner(key)
+
+    @property
+    def beside_filter(self) -> bool:
+        """Whether this seat partitions a source-filter recipe's rest (it knows the filter's files)."""
+        return bool(self.filter_globs)
+
+    def partitions(self, key: str) -> bool:
+        """Whether the seat decides this key's owner (False: the source filter's file, compiled here)."""
+        if not self.filter_globs:
+            return True
+        return key not in self.filter_keys and not any(glob_match(key, g) for g in self.filter_globs)
 
 
 @dataclass(frozen=True)
@@ -186,11 +202,24 @@ def _host_compiler_args(argv: list[str], config: SeatConfig) -> list[str]:
 
 
 def _double_partition(config: SeatConfig) -> bool:
-    """A partitioning seat refuses to run under the source filter (each shard would get ~1/N^2)."""
-    if config.partition and any(os.environ.get(v) for v in SOURCE_FILTER_VARS):
+    """A partitioning seat refuses to run under the source filter when it would partition the
+    filter's files too (each shard would get ~1/N^2 of them): when it does not know which files
+    the filter covers, or when the filter's shard is not its own. A seat that knows the filter's
+    globs partitions only the rest (:meth:`SeatPartition.partitions`), disjoint by construction."""
+    part = config.partition
+    if not part or not any(os.environ.get(v) for v in SOURCE_FILTER_VARS):
+        return False
+    if not part.beside_filter:
         sys.stderr.write(
             "cuw seat: refusing to partition: the source filter is active too "
             "(CUDA_WHEELS_SHARD_COUNT is set), so each shard would get ~1/N^2 of the work\n"
+        )
+        return True
+    filtered = f"{os.environ.get(SOURCE_FILTER_VARS[0], '')}/{os.environ.get(SOURCE_FILTER_VARS[1], '')}"
+    if filtered != f"{part.index}/{part.count}":
+        sys.stderr.write(
+            f"cuw seat: refusing to partition: the source filter is shard {filtered}, this seat is shard "
+            f"{part.index}/{part.count}; one job, one shard\n"
         )
         return True
     return False
@@ -202,8 +231,8 @@ def _stub_or_compile(
     """One TU of the build: a foreign one gets the empty object, an owned one goes through the cache."""
     assert call.source is not None
     key = tu_key(call.source, config.source_root)
-    tu_owner = part.owner(key) if part else None
-    if part and tu_owner != part.index:
+    tu_owner = part.owner(key) if part and part.partitions(key) else None
+    if part and tu_owner is not None and tu_owner != part.index:
         _stub(call, config)
         _log(config, action="stubbed", **kind, key=key, owner=tu_owner, output=call.output)
         return 0
@@ -444,6 +473,9 @@ def foreign_table(config: SeatConfig) -> Optional[str]:
         f"log\t{config.log}",
         f"host_partitioned\t{int(config.partition_host)}",
         f"host_tools\t {' '.join(sorted(config.real_compilers))} ",
+        # Beside the source filter: the filter's keys are left out below, so the stub may stub
+        # the rest while CUDA_WHEELS_SHARD_* name this shard (any other value: the Python seat).
+        *([f"source_filter\t{part.index}/{part.count}"] if part.beside_filter else []),
         "keys",
     ]
     rows = []
@@ -452,6 +484,8 @@ def foreign_table(config: SeatConfig) -> Optional[str]:
             if not name.endswith(SOURCE_SUFFIXES):
                 continue
             key = tu_key(os.path.join(dirpath, name), root)
+            if not part.partitions(key):
+                continue  # the source filter's file: compiled where it survives
             tu_owner = part.owner(key)
             if tu_owner != part.index and not any(c in key for c in "\t\n\r"):
                 rows.append(f"{key}\t{tu_owner}\t{json.dumps(key)}")
@@ -561,12 +595,13 @@ class LogReader:
     appended since the last one, and a last line still being written waits for the next read.
     A log replaced or cut (a job folder prepared afresh) is read again from its start."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, count_host: bool = False) -> None:
         self.path = path
         self.offset = 0
         self.partial = b""
         self.compiled = 0
-        """CUDA TUs compiled so far."""
+        """CUDA TUs (with ``count_host``, CUDA and host TUs) compiled so far."""
+        self.count_host = count_host
         self._inode: Optional[int] = None
 
     def read(self) -> list[dict]:
@@ -584,7 +619,7 @@ class LogReader:
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
         entries = [e for e in map(_parse_line, (line for line in lines if line.strip())) if e is not None]
-        self.compiled += sum(1 for e in entries if _is_cuda_compile(e))
+        self.compiled += sum(1 for e in entries if _is_cuda_compile(e) or (self.count_host and e.get("action") == "compiled"))
         return entries
 
     def compiled_count(self) -> int:

@@ -276,6 +276,7 @@ struct table {
     const char *root, *empty, *log;
     int host_partitioned;
     const char *host_tools; /* " gcc g++ " : the host compilers the seat has a real one for */
+    const char *source_filter; /* "I/N" when the table was written beside the source filter (its keys left out) */
     char *keys; /* "key\towner\tjson-key\n" lines to the end */
 };
 
@@ -302,6 +303,7 @@ static int read_table(struct table *t) {
         else if (strcmp(p, "log") == 0) t->log = value;
         else if (strcmp(p, "host_partitioned") == 0) t->host_partitioned = strcmp(value, "1") == 0;
         else if (strcmp(p, "host_tools") == 0) t->host_tools = value;
+        else if (strcmp(p, "source_filter") == 0) t->source_filter = value;
         p = eol + 1;
     }
     return -1;
@@ -335,8 +337,16 @@ int main(int argc, char **argv) {
     g_argv = argv;
     struct table t = {0};
     if (read_table(&t) != 0) fallback();
-    /* A partitioning seat refuses to run beside the source filter: the Python seat says so. */
-    if (getenv("CUDA_WHEELS_SHARD_INDEX") || getenv("CUDA_WHEELS_SHARD_COUNT")) fallback();
+    /* Beside the source filter the table leaves the filter's keys out: it may stub the rest
+       when the filter's shard is the table's. Otherwise the Python seat refuses, and says why. */
+    const char *f_index = getenv("CUDA_WHEELS_SHARD_INDEX"), *f_count = getenv("CUDA_WHEELS_SHARD_COUNT");
+    if (f_index || f_count) {
+        char filtered[64];
+        if (!t.source_filter || !f_index || !f_count ||
+            snprintf(filtered, sizeof filtered, "%s/%s", f_index, f_count) >= (int)sizeof filtered ||
+            strcmp(filtered, t.source_filter) != 0)
+            fallback();
+    }
 #if SEAT_HOST
     if (!t.host_partitioned) fallback();
     char tool[256];

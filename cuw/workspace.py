@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import seat
-from .assignment import recipe_assignment
+from .assignment import covered_keys, recipe_assignment, rest_keys, seat_rest
 from .cache import Cache, open_cache
 from .errors import CuwError
 from .partition import ShardSpec
@@ -115,7 +115,7 @@ def prepare(
         source_root=str(ws.src),
         empty_object=str(ws.empty_object),
         log=str(ws.seat_log),
-        partition=partition_for_seat(recipe, seat_partition) if seat_partition else None,
+        partition=partition_for_seat(recipe, seat_partition, ws.src, lane) if seat_partition else None,
         extra_args=[*recipe.nvcc_flags, *([f"--threads={recipe.nvcc_threads}"] if recipe.nvcc_threads else [])],
         real_compilers=seat.find_host_compilers(),
         # Windows shards keep every host source: the module-init symbol must link in each.
@@ -178,9 +178,27 @@ def install_ninja_wrapper(bin_dir: Path) -> Optional[Path]:
     return wrapper
 
 
-def partition_for_seat(recipe: Recipe, spec: ShardSpec) -> seat.SeatPartition:
-    """The seat's slice with the recipe's rule; a seat knows the full set only from the cost table."""
-    return seat.SeatPartition(spec.index, spec.count, dict(recipe_assignment(recipe, spec.count).table))
+def partition_for_seat(
+    recipe: Recipe, spec: ShardSpec, src_root: Optional[Path] = None, lane: str = "linux"
+) -> seat.SeatPartition:
+    """The seat's slice with the recipe's rule; a seat recipe's seat knows the full set only from
+    the cost table. Under ``filter: source`` (``seat_rest``, the default) the seat partitions the
+    rest of the prepared tree ``src_root``: it carries the filter's globs and files, which it never
+    partitions, and the joint assignment's owners of the rest (cuw.assignment)."""
+    if recipe.sharding.filter != "source":
+        return seat.SeatPartition(spec.index, spec.count, dict(recipe_assignment(recipe, spec.count).table))
+    if src_root is None or not seat_rest(recipe):
+        raise CuwError(f"recipe {recipe.key!r}: the seat partitions a source-filter recipe's rest only "
+                       "with seat_rest and a prepared source tree")  # fmt: skip
+    rest = set(rest_keys(recipe, src_root, lane))
+    table = recipe_assignment(recipe, spec.count, src_root, lane).table
+    return seat.SeatPartition(
+        spec.index,
+        spec.count,
+        {k: v for k, v in table.items() if k in rest},
+        filter_globs=list(recipe.sharding.source.globs),
+        filter_keys=covered_keys(recipe, src_root, lane),
+    )
 
 
 def real_objects(ws: Workspace) -> int:

@@ -24,7 +24,7 @@ def assert_clean_error(proc: subprocess.CompletedProcess, pattern: str, code: in
 def test_unknown_recipe_lists_the_known_ones(tmp_path, recipes_dir):
     proc = cuw("shard", "flash_atten", "1/2", "--recipes", str(recipes_dir), cwd=tmp_path)
     assert_clean_error(proc, "unknown recipe 'flash_atten'")
-    assert "known recipes: " in proc.stderr and "example, example_torch, flash_attn" in proc.stderr
+    assert "known recipes: " in proc.stderr and "example, example_source, example_torch, flash_attn" in proc.stderr
 
 
 @pytest.mark.parametrize("spec", ["0/4", "5/4", "a/b", "3"])

@@ -18,7 +18,7 @@ def test_builtin_recipes_load(recipes_dir):
 
 
 def test_unknown_recipe_lists_known_ones(recipes_dir):
-    with pytest.raises(CuwError, match=r"unknown recipe 'nattn'.*known recipes: .*example, example_torch.*natten"):
+    with pytest.raises(CuwError, match=r"unknown recipe 'nattn'.*known recipes: .*example, example_source, example_torch.*natten"):
         load_recipe("nattn", recipes_dir)
 
 
