@@ -177,9 +177,12 @@ def _craft_escape(path: Path, manifest: archive.Manifest) -> None:
 
 
 def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_through(recipes_dir, paths, tmp_path):
+    """``seat_rest: false``: the seat partitions nothing, every shard compiles the rest (the host TUs).
+    With the default, the seat partitions the rest: tests/test_source_filter_rest.py."""
     path = recipes_dir / "example" / "recipe.yml"
     data = yaml.safe_load(path.read_text())
-    data["sharding"] = {"count": N, "filter": "source", "source": {"globs": ["csrc/kernels/*.cu"]}, "platforms": ["linux", "linux_aarch64"]}
+    data["sharding"] = {"count": N, "filter": "source", "source": {"globs": ["csrc/kernels/*.cu"], "seat_rest": False},
+                        "platforms": ["linux", "linux_aarch64"]}  # fmt: skip
     path.write_text(yaml.safe_dump(data))
     recipe = load_recipe("example", recipes_dir)
     outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir)

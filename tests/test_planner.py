@@ -112,7 +112,9 @@ def test_family_emptiness_on_natten_layout(recipes_dir):
     recipe = load_recipe(_natten_like(recipes_dir), recipes_dir)
     result = planner.plan(recipe, [20, 23, 40, 50, 51], checked_n=23)
     rows = _rows(result)
-    assert result.tus == 144 and result.families == {"blackwell": 50, "hopper": 22, "other": 72}
+    # 144 kernels the filter covers, and dispatch.cpp, the rest the seat partitions.
+    assert (result.tus, result.rest) == (145, 1)
+    assert result.families == {"(rest)": 1, "blackwell": 50, "hopper": 22, "other": 72}
     assert [rows[n].family_empty["hopper"] for n in (20, 23, 40)] == [0, 1, 18]
     assert rows[50].family_empty["blackwell"] == 0 and rows[51].family_empty["blackwell"] == 1
     # Which shard: Hopper's sorted indices 120-141 land on shards 6..23 and 1..4 at N=23.
@@ -145,7 +147,8 @@ def test_source_filter_deletes_exactly_the_planned_slice(recipes_dir, tmp_path):
     shutil.copytree(recipe.source_dir, tree)
     rule = recipe_assignment(recipe, 23, tree)
     kept = apply_source_filter(tree, recipe.sharding.source.globs, ShardSpec(7, 23), "linux", rule)
-    assert kept == sorted(k for k, shard in predicted.items() if shard == 7)
+    # The plan's slice of shard 7: the files the filter keeps, and its share of the seat's rest.
+    assert kept == sorted(k for k, shard in predicted.items() if shard == 7 and k.endswith(".cu"))
     assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.cu")) == kept
     assert sum(k.startswith("autogen/c_hopper/") for k in kept) == 1
 
