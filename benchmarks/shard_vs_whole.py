@@ -5,8 +5,8 @@
 For each N it runs the whole cell here (N shards as parallel processes, then
 the link) with a cold cache, and prints: wall time of the shard phase and of
 the link, compile CPU-seconds summed over the shards (from the seat's per-TU
-timings), work conservation (CUDA TUs compiled by all shards / CUDA TUs in the
-build: must be exactly 1.0), the slowest shard's compile seconds, and each
+timings), work conservation (TUs, CUDA and host, compiled by all shards / TUs
+the link replays: must be exactly 1.0, for a source-filter recipe too), the slowest shard's compile seconds, and each
 ratio to N=1. Two more columns say what choosing N costs and buys:
 
 * link overhead: link wall / unsharded wall (the N=1 shard phase, one cold
@@ -70,7 +70,8 @@ def recipes_for_rule(recipe_key: str, rule: str, root: Path, scale: int = 1) -> 
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         if scale > 1:
             scale_example(recipes / recipe_key, scale, REPO / "recipes")
-    return recipes, tu_values(recipes / recipe_key) if recipe_key == "example" else {}
+    # example_source builds the example's own package (source.path ../example/package)
+    return recipes, tu_values(recipes / "example") if recipe_key in ("example", "example_source") else {}
 
 
 def wheel_tu_values(wheel: Path, where: Path) -> dict[str, int]:
@@ -194,10 +195,11 @@ def measure(recipe_key: str, n: int, root: Path, rule: str = "hash", scale: int 
         shard_seconds += seconds
         per_shard.append(seconds)
         per_tu += [e.get("seconds", 0.0) for e in entries]
-        compiled += sum(1 for e in entries if e.get("kind") != "host")  # cuda_tus counts CUDA TUs only
+        compiled += len(entries)  # CUDA and host TUs: a source filter's rest is partitioned by the seat too
     link_log = next(paths.work.glob("*/link/logs/seat.jsonl"))
-    link_seconds = sum(e.get("seconds", 0.0) for e in seat.read_log(link_log) if e.get("action") == "compiled")
-    tus = link.verdict.facts.get("cuda_tus", 0) or 1
+    replayed = [e for e in seat.read_log(link_log) if e.get("action") == "compiled"]
+    link_seconds = sum(e.get("seconds", 0.0) for e in replayed)
+    tus = len(replayed) or 1  # every TU the link replays
     shard_balance, bound = balance(per_shard, per_tu)
     tu_values_ok = None
     if expected and link.wheel:
@@ -245,7 +247,10 @@ def main() -> int:
     if args.scale < 1:
         parser.error(f"--scale must be at least 1, got {args.scale}")
     counts = [int(x) for x in args.shards.split(",")]
-    rules = [r for r in args.rules.split(",") if r == "hash" or costs_path(REPO / "recipes" / args.recipe).is_file()]
+    has_costs = costs_path(REPO / "recipes" / args.recipe).is_file()
+    # sorted needs the full set: the source filter's files, or a cost table
+    source_filter = load_recipe(args.recipe, REPO / "recipes").sharding.filter == "source"
+    rules = [r for r in args.rules.split(",") if r == "hash" or has_costs or (r == "sorted" and source_filter)]
     with tempfile.TemporaryDirectory(prefix="cuw-bench-") as tmp:
         rows = []
         for i, rule in enumerate(rules):
