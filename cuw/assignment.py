@@ -53,7 +53,8 @@ def seat_rest(recipe: Recipe) -> bool:
 def rest_keys(recipe: Recipe, src_root: Path, lane: str = "linux") -> list[str]:
     """A source-filter recipe's rest: every source file under the root (``.cu``, ``.c``, ``.cpp``,
     ...) that neither the filter's file list nor its globs cover: the hand-written CUDA and host
-    TUs the seat partitions (empty with ``seat_rest: false``, or for a seat recipe)."""
+    TUs the seat partitions (empty with ``seat_rest: false``, or for a seat recipe). On Windows
+    only CUDA sources: the seat keeps every host source there (the module-init symbol)."""
     if not seat_rest(recipe):
         return []
     from .nvcc_args import SOURCE_SUFFIXES
@@ -62,7 +63,8 @@ def rest_keys(recipe: Recipe, src_root: Path, lane: str = "linux") -> list[str]:
     covered = set(covered_keys(recipe, src_root, lane))
     keys = []
     for path in src_root.rglob("*"):
-        if path.suffix and path.name.endswith(SOURCE_SUFFIXES) and path.is_file():
+        suffixes = (".cu",) if lane == "windows" else SOURCE_SUFFIXES
+        if path.suffix and path.name.endswith(suffixes) and path.is_file():
             key = tu_key(str(path), str(src_root))
             if key not in covered and not filter_covers(key, globs):
                 keys.append(key)

@@ -237,3 +237,11 @@ def test_source_filter_with_seat_rest_compiles_every_tu_exactly_once(recipes_dir
     assert conservation == 1.0
     reports = [json.loads(p.read_text()) for p in sorted(paths.artifacts.glob("*/cuw-shard-*.report.json"))]
     assert [r["facts"]["compiled"] for r in reports] == [4, 4, 3]
+
+
+def test_on_windows_the_rest_is_cuda_only(tmp_path):
+    """Windows shards keep every host source (the module-init symbol): the seat partitions no host TU there."""
+    recipes, src = _natten_like(tmp_path, "sorted")
+    recipe = load_recipe("natten_like", recipes)
+    assert rest_keys(recipe, src, "windows") == [k for k in rest_keys(recipe, src) if k.endswith(".cu")] != []
+    assert "csrc/natten0.cpp" not in expected_owned(recipe, src, ShardSpec(1, 1), "windows")
