@@ -245,3 +245,15 @@ def test_on_windows_the_rest_is_cuda_only(tmp_path):
     recipe = load_recipe("natten_like", recipes)
     assert rest_keys(recipe, src, "windows") == [k for k in rest_keys(recipe, src) if k.endswith(".cu")] != []
     assert "csrc/natten0.cpp" not in expected_owned(recipe, src, ShardSpec(1, 1), "windows")
+
+
+def test_progress_counts_every_tu_a_shard_will_compile(tmp_path):
+    from cuw.pipeline import shard_workload
+
+    recipes, src = _natten_like(tmp_path, "sorted")
+    recipe = load_recipe("natten_like", recipes)
+    slices = [shard_workload(recipe, src, ShardSpec(i, 4)) for i in range(1, 5)]
+    assert sum(total for _, total in slices) == 25 and all(len(owned) == total for owned, total in slices)
+    off, _ = _natten_like(tmp_path / "off", "sorted", seat_rest=False)
+    owned, total = shard_workload(load_recipe("natten_like", off), off / "natten_like" / "src", ShardSpec(1, 4))
+    assert (len(owned), total) == (5, 5 + 6), "seat_rest: false: its 5 kernels and the whole rest"
