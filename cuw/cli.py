@@ -478,6 +478,12 @@ def run(argv: list[str]) -> int:
     if getattr(args, "matrix", False):
         _filters(args)
     cache = _cache(args, recipe, recipes_dir)
+    from .cache import check_remote
+    from .cell import local_lane
+
+    remote = (cache or cache_choice(load_policy(recipes_dir), local_lane())).remote
+    if remote:
+        check_remote(remote)  # an unreachable remote fails before any folder is made
     for option in ("work", "artifacts", "dist"):
         if hasattr(args, option):
             writable_dir(getattr(args, option), f"--{option}")
