@@ -29,17 +29,10 @@ from typing import Any, Optional
 from . import __version__, report
 from .errors import CuwError
 from .files import copy_into, write_text
+from .sources import sha256_of as sha256_file
 
 RECORD_SUFFIX = ".build.json"
 FORMAT = 1
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def tree_digest(root: Path, skip: tuple[str, ...] = ("__pycache__",)) -> str:
