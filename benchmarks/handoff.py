@@ -3,10 +3,10 @@
     python benchmarks/handoff.py [--recipe example] [--shard 1/1] [--tools ccache,sccache]
                                  [--repeat 3] [--json out.json]
 
-For each cache tool it runs one real compile shard (:func:`cuw.pipeline.run_shard`,
+For each cache tool it runs one real compile shard (:func:`cuw.jobs.pipeline.run_shard`,
 cold cache), then times the forge's own handoff functions on that shard's
-cache: :func:`cuw.archive.pack` (what a shard does last) and
-:func:`cuw.archive.unpack` + :func:`cuw.archive.merge_into` into a fresh cache
+cache: :func:`cuw.jobs.archive.pack` (what a shard does last) and
+:func:`cuw.jobs.archive.unpack` + :func:`cuw.jobs.archive.merge_into` into a fresh cache
 (what the link does first). It prints the cache size (the entry files a shard
 hands over), how many of its files are ccache's per-folder ``stats`` counters,
 the archive size and their ratio, and pack and restore MB/s (cache bytes per
@@ -30,15 +30,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cuw import archive  # noqa: E402
-from cuw.cache import open_cache, tool_class  # noqa: E402
-from cuw.cell import local_cell  # noqa: E402
-from cuw.partition import parse_shard_spec  # noqa: E402
-from cuw.pipeline import Paths, run_shard  # noqa: E402
-from cuw.policy import CacheChoice  # noqa: E402
-from cuw.recipe import load_recipe  # noqa: E402
-from cuw.toolkit import find_toolkit  # noqa: E402
-from cuw.workspace import Workspace  # noqa: E402
+from cuw.jobs import archive  # noqa: E402
+from cuw.toolchain.cache import open_cache, tool_class  # noqa: E402
+from cuw.config.cell import local_cell  # noqa: E402
+from cuw.partition.rules import parse_shard_spec  # noqa: E402
+from cuw.jobs.pipeline import Paths, run_shard  # noqa: E402
+from cuw.config.policy import CacheChoice  # noqa: E402
+from cuw.config.recipe import load_recipe  # noqa: E402
+from cuw.toolchain.toolkit import find_toolkit  # noqa: E402
+from cuw.jobs.workspace import Workspace  # noqa: E402
 
 MB = 1e6
 

@@ -8,7 +8,7 @@ bound max(longest TU, mean) / mean that no partition can beat. Tables: a
 lognormal one with a fixed seed (real CUDA TU costs are heavy-tailed: 30 s
 mean, 299 s longest for llama-cpp-python's first 59 TUs), and every recipe's
 recorded ``costs.json``. Both rules are the forge's own
-(:func:`cuw.partition.assign`), on the same keys the seat would see.
+(:func:`cuw.partition.rules.assign`), on the same keys the seat would see.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cuw.costs import load  # noqa: E402
-from cuw.partition import assign  # noqa: E402
+from cuw.partition.costs import load  # noqa: E402
+from cuw.partition.rules import assign  # noqa: E402
 
 
 def lognormal_table(tus: int, seed: int, sigma: float) -> dict[str, float]:

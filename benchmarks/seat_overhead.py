@@ -7,7 +7,7 @@ installs them. Per call, median and p90 of ``--calls`` calls of:
 
 * stub .cu:  a foreign CUDA TU through the nvcc seat (gets the empty object);
 * stub .cpp: a foreign host TU through the host seat (g++);
-* the same two stubs through the native stub (cuw/seat_stub.c, as a shard job installs
+* the same two stubs through the native stub (cuw/seat/seat_stub.c, as a shard job installs
   it), run with CUW_SEAT_STUB_NO_FALLBACK so a call it handed to Python would fail;
 * seat hit:  an owned TU that is a cache hit, through the seat;
 * ccache hit: the same hit calling ccache directly (``ccache <real compiler>
@@ -17,7 +17,7 @@ The seat's own overhead on a hit is (seat hit) - (ccache hit); the issue's
 target is <= 5 ms per stubbed TU. The calls are interleaved round-robin, so
 the noise of a shared machine falls on every column alike. A breakdown of a
 stub's cost follows: the interpreter start with and without site-packages,
-the import of cuw.seat, the configuration read and the stub's own work; and,
+the import of cuw.seat.runtime, the configuration read and the stub's own work; and,
 for scale, a shell stub (md5sum and cp, as the real farm's seat did).
 """
 
@@ -37,10 +37,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cuw import cache, seat  # noqa: E402
-from cuw.nvcc_args import parse  # noqa: E402
-from cuw.partition import owner  # noqa: E402
-from cuw.toolkit import find_toolkit  # noqa: E402
+from cuw.toolchain import cache
+from cuw.seat import runtime as seat  # noqa: E402
+from cuw.toolchain.nvcc_args import parse  # noqa: E402
+from cuw.partition.rules import owner  # noqa: E402
+from cuw.toolchain.toolkit import find_toolkit  # noqa: E402
 
 KERNEL = '__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\nextern "C" void launch(float* x) { k<<<1, 32>>>(x); }\n'
 HOST = 'extern "C" int answer() { return 42; }\n'
@@ -146,9 +147,9 @@ def interleaved(calls: dict[str, Callable[[], float]], rounds: int) -> dict[str,
 
 def breakdown(bench: Bench) -> dict[str, Callable[[], float]]:
     """Where a stub's time goes: the interpreter start with and without site-packages, the
-    import of cuw.seat, the configuration read, the stub's own work once started."""
+    import of cuw.seat.runtime, the configuration read, the stub's own work once started."""
     py = sys.executable
-    imp = f"import sys; sys.path.insert(0, {str(REPO)!r}); import cuw.seat"
+    imp = f"import sys; sys.path.insert(0, {str(REPO)!r}); import cuw.seat.runtime"
     config_path = str(Path(bench.exe).parent / "seat.json")
 
     def config_read() -> float:
@@ -176,8 +177,8 @@ def breakdown(bench: Bench) -> dict[str, Callable[[], float]]:
         "sh: md5sum + cp (a shell stub, for scale)": lambda: bench.run(["sh", "-c", shell_stub, "sh", *stub_args]),
         "python -I (start only)": lambda: bench.run([py, "-I", "-c", "pass"]),
         "python -I -S (start only)": lambda: bench.run([py, "-I", "-S", "-c", "pass"]),
-        "python -I + import cuw.seat": lambda: bench.run([py, "-I", "-c", imp]),
-        "python -I -S + import cuw.seat": lambda: bench.run([py, "-I", "-S", "-c", imp]),
+        "python -I + import cuw.seat.runtime": lambda: bench.run([py, "-I", "-c", imp]),
+        "python -I -S + import cuw.seat.runtime": lambda: bench.run([py, "-I", "-S", "-c", imp]),
         "seat.json read (in process)": config_read,
         "stub: parse, owner, copy, log (in process)": stub_in_process,
     }

@@ -46,9 +46,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cuw import seat  # noqa: E402
-from cuw.pipeline import Paths, run_build  # noqa: E402
-from cuw.recipe import costs_path, load_recipe  # noqa: E402
+from cuw.seat import runtime as seat  # noqa: E402
+from cuw.jobs.pipeline import Paths, run_build  # noqa: E402
+from cuw.config.recipe import costs_path, load_recipe  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scaled_example import scale_example, tu_values  # noqa: E402

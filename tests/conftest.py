@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cuw.pipeline import Paths
-from cuw.recipe import Recipe, load_recipe
+from cuw.jobs.pipeline import Paths
+from cuw.config.recipe import Recipe, load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_KERNELS = REPO / "recipes" / "example" / "package" / "csrc" / "kernels"

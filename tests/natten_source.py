@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cuw.cell import Cell
-from cuw.patching import PatchContext
-from cuw.recipe import Recipe, load_recipe
-from cuw.sources import fetch_sdist, unpack
+from cuw.config.cell import Cell
+from cuw.jobs.patching import PatchContext
+from cuw.config.recipe import Recipe, load_recipe
+from cuw.jobs.sources import fetch_sdist, unpack
 
 REPO = Path(__file__).resolve().parent.parent
 # The farm's CUDA 13.0 list (recipes/defaults.yml): Hopper and Blackwell kernels both generated.

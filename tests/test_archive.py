@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cuw import archive, cache
-from cuw.cell import Cell
-from cuw.errors import CuwError
+from cuw.jobs import archive
+from cuw.toolchain import cache
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
 
 CELL = Cell("example", "linux", "3.11", "13.0", None)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cuw.backends import build_env
-from cuw.partition import ShardSpec
-from cuw.recipe import load_recipe
+from cuw.jobs.backends import build_env
+from cuw.partition.rules import ShardSpec
+from cuw.config.recipe import load_recipe
 
 
 def test_max_jobs_caps_parallel_compiles(recipes_dir, tmp_path):
@@ -34,8 +34,8 @@ def test_seat_is_in_every_compiler_position_and_the_source_filter_only_when_aske
 def test_extra_deps_that_cannot_install_are_a_clear_error(recipes_dir, tmp_path):
     import pytest
 
-    from cuw.errors import CuwError
-    from cuw.workspace import Workspace, install_extra_deps
+    from cuw.base.errors import CuwError
+    from cuw.jobs.workspace import Workspace, install_extra_deps
 
     ws = Workspace(tmp_path / "job", tmp_path / "job")
     ws.logs.mkdir(parents=True)

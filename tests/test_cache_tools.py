@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values
-from cuw import archive
-from cuw.cache import check_remote
-from cuw.errors import CuwError
-from cuw.partition import owner
-from cuw.pipeline import Paths, run_build, run_link
-from cuw.policy import CacheChoice
-from cuw.recipe import load_recipe
+from cuw.jobs import archive
+from cuw.toolchain.cache import check_remote
+from cuw.base.errors import CuwError
+from cuw.partition.rules import owner
+from cuw.jobs.pipeline import Paths, run_build, run_link
+from cuw.config.policy import CacheChoice
+from cuw.config.recipe import load_recipe
 
 N = 3
 
@@ -54,9 +54,9 @@ def test_a_ccache_link_refuses_sccache_archives(recipes_dir, paths):
     recipe = load_recipe("example", recipes_dir)
     folder = paths.artifacts / "x"
     # A real sccache-made archive is not needed to prove the refusal: the manifest decides.
-    from cuw.cache import Sccache
-    from cuw.cell import local_cell
-    from cuw.toolkit import find_toolkit
+    from cuw.toolchain.cache import Sccache
+    from cuw.config.cell import local_cell
+    from cuw.toolchain.toolkit import find_toolkit
 
     cell = local_cell(recipe, find_toolkit())
     folder = paths.cell_artifacts(cell)

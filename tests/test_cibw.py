@@ -21,14 +21,14 @@ from cibuildwheel.environment import parse_environment
 from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
-from cuw import cibw
-from cuw.cache import Ccache, Sccache
-from cuw.cell import Cell
-from cuw.cibw_backend import COMMAND_VAR, shard_receipt
-from cuw.errors import CuwError
-from cuw.partition import ShardSpec
-from cuw.policy import CacheChoice, WheelPolicy
-from cuw.recipe import load_recipe
+from cuw.ci import cibw
+from cuw.toolchain.cache import Ccache, Sccache
+from cuw.config.cell import Cell
+from cuw.cli.cibw_backend import COMMAND_VAR, shard_receipt
+from cuw.base.errors import CuwError
+from cuw.partition.rules import ShardSpec
+from cuw.config.policy import CacheChoice, WheelPolicy
+from cuw.config.recipe import load_recipe
 
 try:
     import tomllib
@@ -70,7 +70,7 @@ def test_selector_arch_and_image_per_lane(lane, recipes_dir, paths):
     cell, identifier, arch = CELLS[lane]
     doc = _written(_job(recipes_dir, paths, cell, ShardSpec(2, 4)))
     table = doc["tool"]["cibuildwheel"]
-    assert doc["build-system"]["build-backend"] == "cuw.cibw_backend"
+    assert doc["build-system"]["build-backend"] == "cuw.cli.cibw_backend"
     assert table["build"] == identifier == cibw.build_identifier(cell)
     assert table["archs"] == [arch]
     assert table["build-frontend"] == {"name": "pip", "args": ["--no-build-isolation"]}
@@ -145,7 +145,7 @@ def test_link_environment(recipes_dir, paths):
     command = shlex.split(env[COMMAND_VAR])
     assert command[:2] == ["link", "example"] and command[command.index("--dist") + 1] == _host(paths.dist)
     # The link already finished the wheel: cibuildwheel's repair only copies it.
-    assert table["repair-wheel-command"] == "python -m cuw.cibw_backend repair {wheel} {dest_dir}"
+    assert table["repair-wheel-command"] == "python -m cuw.cli.cibw_backend repair {wheel} {dest_dir}"
 
 
 def test_recipe_env_and_extra_deps_reach_the_build(recipes_dir, paths):
@@ -171,7 +171,7 @@ def test_before_all_and_before_build_use_the_pinned_installs(recipes_dir, paths)
     assert "TORCH=2.14 CUDA_LINE=13.0" in job.before_build()[0]
     # The driver carries the forge and the scripts the commands name.
     cibw.write_driver(job)
-    for name in ("cuw/cibw_backend.py", "pyproject.toml", ".github/scripts/install-cuda.sh", ".github/scripts/install-forge.sh"):
+    for name in ("cuw/cli/cibw_backend.py", "pyproject.toml", ".github/scripts/install-cuda.sh", ".github/scripts/install-forge.sh"):
         assert (job.driver_dir / "forge" / name).is_file(), name
     assert not list((job.driver_dir / "forge").rglob("__pycache__"))
 
@@ -215,7 +215,7 @@ def test_shard_receipt_is_a_platform_wheel(tmp_path):
 def test_repair_command_copies_the_finished_wheel(tmp_path):
     wheel = tmp_path / shard_receipt(tmp_path, "example", "1/1")
     dest = tmp_path / "repaired"
-    proc = subprocess.run([sys.executable, "-m", "cuw.cibw_backend", "repair", str(wheel), str(dest)], check=False)
+    proc = subprocess.run([sys.executable, "-m", "cuw.cli.cibw_backend", "repair", str(wheel), str(dest)], check=False)
     assert proc.returncode == 0
     assert (dest / wheel.name).read_bytes() == wheel.read_bytes()
 
@@ -264,8 +264,8 @@ def _frontend_build(driver: Path, command: list[str], out: Path) -> subprocess.C
 def test_driver_build_runs_the_forge_jobs_and_their_gates(tmp_path, recipes_dir, paths):
     """What cibuildwheel runs in the container, run here: a shard (its receipt wheel,
     its archive) and the link (the finished, verified wheel), each through its gate."""
-    from cuw.cell import local_cell
-    from cuw.toolkit import find_toolkit
+    from cuw.config.cell import local_cell
+    from cuw.toolchain.toolkit import find_toolkit
 
     recipe = load_recipe("example", recipes_dir)
     cell = local_cell(recipe, find_toolkit())

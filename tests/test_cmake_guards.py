@@ -1,4 +1,4 @@
-"""cuw.cmake_guards: consumers of source-dependent CMake targets must sit under if(TARGET ...)."""
+"""cuw.tools.cmake_guards: consumers of source-dependent CMake targets must sit under if(TARGET ...)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from natten_source import fresh_natten_tree, natten_ctx, natten_recipe
 
-from cuw.cmake_guards import find_unguarded, parse_file
-from cuw.errors import CuwError
-from cuw.patching import apply
+from cuw.tools.cmake_guards import find_unguarded, parse_file
+from cuw.base.errors import CuwError
+from cuw.jobs.patching import apply
 
 NATTEN_CMAKE = Path("csrc") / "CMakeLists.txt"
 SEED_CONSUMER = "$<TARGET_OBJECTS:natten_hopper>"
@@ -265,7 +265,7 @@ def test_a_tree_without_cmake_files_is_an_error(tmp_path):
 
 
 def test_cli_lint_guards_on_a_folder(tmp_path, capsys):
-    from cuw.cli import main
+    from cuw.cli.main import main
 
     bad = _tree(tmp_path / "bad", {"CMakeLists.txt": "file(GLOB S *.cu)\nif(S)\n  add_library(f OBJECT ${S})\n"
                                                      "endif()\nadd_dependencies(app f)\n"})  # fmt: skip
@@ -285,7 +285,7 @@ def test_cli_lint_guards_on_a_folder(tmp_path, capsys):
 
 def test_cli_lint_guards_on_the_natten_recipe(capsys):
     """The recipe's source as its jobs see it: fetched through the source cache, patched."""
-    from cuw.cli import main
+    from cuw.cli.main import main
 
     assert main(["lint-guards", "natten"]) == 0
     assert "in the patched source of natten is under if(TARGET ...)" in capsys.readouterr().err

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cuw.costs import load, record
-from cuw.errors import CuwError
+from cuw.partition.costs import load, record
+from cuw.base.errors import CuwError
 
 
 def _seat_log(path: Path, costs: dict[str, float]) -> Path:

@@ -9,12 +9,12 @@ import pytest
 import yaml
 
 from conftest import REPO
-from cuw.docs import generated, recipe_schema
+from cuw.config.docs import generated, recipe_schema
 
 
 @pytest.mark.parametrize("path", sorted(generated()), ids=lambda p: p.name)
 def test_committed_docs_match_the_code(path):
-    assert path.read_text() == generated()[path], "run: python -m cuw.docs"
+    assert path.read_text() == generated()[path], "run: python -m cuw.config.docs"
 
 
 def _errors(instance: dict, schema: dict) -> list[str]:

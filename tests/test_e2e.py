@@ -8,9 +8,9 @@ import zipfile
 import pytest
 
 from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, requires_torch, wheel_tu_values
-from cuw.cell import installed_torch
-from cuw.pipeline import run_build
-from cuw.recipe import load_recipe
+from cuw.config.cell import installed_torch
+from cuw.jobs.pipeline import run_build
+from cuw.config.recipe import load_recipe
 
 FLAVOURS = [
     pytest.param(("example", "cuw_example"), id="cmake"),

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from cuw.workflow_run import find_interpreter
+from cuw.ci.workflow_run import find_interpreter
 
 pytestmark = pytest.mark.farm
 

@@ -26,14 +26,15 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from cuw import archive, leftovers
-from cuw.cell import local_cell
-from cuw.errors import CuwError
-from cuw.pipeline import Paths, run_link, run_shard
-from cuw.partition import ShardSpec
-from cuw.recipe import load_recipe
-from cuw.toolkit import find_toolkit
-from cuw.workspace import Workspace
+from cuw.jobs import archive
+from cuw.jobs import leftovers
+from cuw.config.cell import local_cell
+from cuw.base.errors import CuwError
+from cuw.jobs.pipeline import Paths, run_link, run_shard
+from cuw.partition.rules import ShardSpec
+from cuw.config.recipe import load_recipe
+from cuw.toolchain.toolkit import find_toolkit
+from cuw.jobs.workspace import Workspace
 
 WAIT_S = 240
 
@@ -314,7 +315,7 @@ def test_redis_stopped_mid_shard_fails_clearly_and_hands_nothing_over(built, tmp
 # has finished, just before the archive is written: the disk fills up exactly while packing.
 FULL_DISK = """
 import resource, signal, sys
-import cuw.pipeline as p
+import cuw.jobs.pipeline as p
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as ENOSPC would
 gate = p.shard_gate
 def full_after_gate(obs):
@@ -322,7 +323,7 @@ def full_after_gate(obs):
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
     return verdict
 p.shard_gate = full_after_gate
-from cuw.cli import main
+from cuw.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from cuw.errors import CuwError
-from cuw.files import contained, copy_into, write_text
+from cuw.base.errors import CuwError
+from cuw.base.files import contained, copy_into, write_text
 
 
 def test_a_new_file_gets_the_umask_mode_and_an_old_file_keeps_its_mode(tmp_path):

@@ -15,15 +15,15 @@ from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 from conftest import REPO, expected_tu_values
-from cuw.cell import Cell
-from cuw.errors import CuwError
-from cuw.finish import cell_version, expand_requires, local_label, retag, rewrite_metadata
-from cuw.index import build_index
-from cuw.pipeline import Paths, run_build
-from cuw.policy import load_policy
-from cuw.recipe import load_recipe
-from cuw.toolkit import find_toolkit
-from cuw.verify import verify
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+from cuw.wheel.finish import cell_version, expand_requires, local_label, retag, rewrite_metadata
+from cuw.wheel.index import build_index
+from cuw.jobs.pipeline import Paths, run_build
+from cuw.config.policy import load_policy
+from cuw.config.recipe import load_recipe
+from cuw.toolchain.toolkit import find_toolkit
+from cuw.wheel.verify import verify
 
 CELL = Cell("example", "linux", f"{sys.version_info.major}.{sys.version_info.minor}", find_toolkit().version, None)
 
@@ -351,7 +351,7 @@ def test_the_timeline_report_renders_in_a_browser(built, tmp_path):
 
 
 def test_the_gantt_chart_names_every_job_and_marks_hits(built):
-    from cuw import timeline
+    from cuw.jobs import timeline
 
     recipes, wheel = built
     root = wheel.parent.parent
@@ -389,7 +389,7 @@ def test_a_wheel_over_the_lanes_size_limit_fails_and_names_the_fixes(built, tmp_
 
 def test_a_link_job_elsewhere_draws_the_shards_from_their_manifests(built, tmp_path):
     """On GitHub the link job has only its own folder: the shards' bars come from their archives."""
-    from cuw import timeline
+    from cuw.jobs import timeline
 
     recipes, wheel = built
     root = wheel.parent.parent

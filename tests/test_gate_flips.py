@@ -13,13 +13,13 @@ import pytest
 import yaml
 
 from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, REPO, expected_tu_values, wheel_tu_values
-from cuw import archive
-from cuw.cache import Ccache
-from cuw.errors import CuwError
-from cuw.partition import ShardSpec, owner
-from cuw.pipeline import Paths, run_build, run_link, run_shard
-from cuw.recipe import load_recipe
-from cuw.toolkit import find_toolkit
+from cuw.jobs import archive
+from cuw.toolchain.cache import Ccache
+from cuw.base.errors import CuwError
+from cuw.partition.rules import ShardSpec, owner
+from cuw.jobs.pipeline import Paths, run_build, run_link, run_shard
+from cuw.config.recipe import load_recipe
+from cuw.toolchain.toolkit import find_toolkit
 
 N = 3
 

@@ -17,15 +17,17 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from cuw import backends, pipeline, seat
-from cuw.assignment import recipe_assignment
-from cuw.backends import build_env
-from cuw.cache import Ccache, open_cache
-from cuw.partition import ShardSpec
-from cuw.pipeline import Paths, run_build, run_shard
-from cuw.recipe import load_recipe
-from cuw.toolkit import find_toolkit
-from cuw.workspace import Workspace, install_ninja_wrapper, prepare
+from cuw.jobs import backends
+from cuw.jobs import pipeline
+from cuw.seat import runtime as seat
+from cuw.partition.assignment import recipe_assignment
+from cuw.jobs.backends import build_env
+from cuw.toolchain.cache import Ccache, open_cache
+from cuw.partition.rules import ShardSpec
+from cuw.jobs.pipeline import Paths, run_build, run_shard
+from cuw.config.recipe import load_recipe
+from cuw.toolchain.toolkit import find_toolkit
+from cuw.jobs.workspace import Workspace, install_ninja_wrapper, prepare
 
 # -- keep-going builds ----------------------------------------------------------------------
 
@@ -311,7 +313,7 @@ def test_a_shard_prepares_without_a_c_compiler(recipes_dir, tmp_path, monkeypatc
 
 
 def test_uncompiled_owned_tus_fail_a_failed_shard_only_when_the_build_lists_them():
-    from cuw.gates import ShardObservation, shard_gate
+    from cuw.gates.conditions import ShardObservation, shard_gate
 
     undef = "ld: x.o: undefined reference to `f'\n"
     owned = [f"csrc/k{i}.cu" for i in range(8)]

@@ -1,7 +1,7 @@
 """The gate conditions, one flipped at a time (pure functions, no build)."""
 
-from cuw.gates import LinkObservation, ShardObservation, compile_errors, link_gate, shard_gate
-from cuw.partition import owner
+from cuw.gates.conditions import LinkObservation, ShardObservation, compile_errors, link_gate, shard_gate
+from cuw.partition.rules import owner
 
 UNDEF = "/usr/bin/ld: CMakeFiles/_kernels.dir/csrc/dispatch.cpp.o: undefined reference to `cuw_k03_host'\ncollect2: error: ld returned 1 exit status\n"
 

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from cuw.cell import Cell
-from cuw.errors import CuwError
-from cuw.grid import ArchException, cell_archs, cells, cmake_archs, require_in_grid
-from cuw.policy import load_policy
-from cuw.recipe import GridOverride, load_recipe
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+from cuw.config.grid import ArchException, cell_archs, cells, cmake_archs, require_in_grid
+from cuw.config.policy import load_policy
+from cuw.config.recipe import GridOverride, load_recipe
 
 
 @pytest.fixture

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from cuw import cache, seat
-from cuw.nvcc_args import HOST_VALUE_OPTIONS, parse
-from cuw.partition import owner
-from cuw.toolkit import find_toolkit
+from cuw.toolchain import cache
+from cuw.seat import runtime as seat
+from cuw.toolchain.nvcc_args import HOST_VALUE_OPTIONS, parse
+from cuw.partition.rules import owner
+from cuw.toolchain.toolkit import find_toolkit
 
 HOST_SRC = 'extern "C" int answer() { return 42; }\n'
 

@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from cuw.errors import CuwError
-from cuw.grid import Grid, TorchRelease
-from cuw.matrix import MAX_JOBS, Filters, dumps, plan
-from cuw.policy import load_policy
-from cuw.recipe import Sharding, load_recipe
+from cuw.base.errors import CuwError
+from cuw.config.grid import Grid, TorchRelease
+from cuw.ci.matrix import MAX_JOBS, Filters, dumps, plan
+from cuw.config.policy import load_policy
+from cuw.config.recipe import Sharding, load_recipe
 
 
 @pytest.fixture
@@ -120,8 +120,8 @@ def test_dumps_is_stable():
 
 
 def test_local_matrix_builds_what_this_machine_has_and_names_what_the_rest_lacks():
-    from cuw.cell import Cell
-    from cuw.matrix import local_split
+    from cuw.config.cell import Cell
+    from cuw.ci.matrix import local_split
 
     here = Cell("r", "linux", "3.11", "13.0", "2.14")
     cells = [

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from natten_source import CUDA13_ARCHS, fresh_natten_tree, natten_ctx, natten_recipe
 
-from cuw.errors import CuwError
-from cuw.partition import ShardSpec, families_of, tu_key
-from cuw.patching import apply
+from cuw.base.errors import CuwError
+from cuw.partition.rules import ShardSpec, families_of, tu_key
+from cuw.jobs.patching import apply
 
 CMAKE = "csrc/CMakeLists.txt"
 # FIELD-NOTES: natten's generated set at CUDA >= 12.8 with the default policy.
@@ -146,7 +146,7 @@ def test_kernels_generated_for_other_archs_are_refused(natten_pristine, tmp_path
 
 def test_shards_without_a_family_per_n(natten_pristine, tmp_path):
     """FIELD-NOTES: zero-Hopper shards N=20 -> 0, N=23 -> 1, N=40 -> 18; first Blackwell-empty at N=51."""
-    planner = pytest.importorskip("cuw.planner")
+    planner = pytest.importorskip("cuw.tools.planner")
     recipe = natten_recipe()
     src = _patched(natten_pristine, tmp_path / "src")
     keys = _filtered_keys(src)
@@ -178,8 +178,8 @@ def _configure(src: Path, build: Path) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("nvcc")), reason="needs cmake and nvcc")
 def test_a_shard_with_no_hopper_file_configures_and_the_seed_guard_does_not(natten_pristine, tmp_path):
     pytest.importorskip("torch")  # natten's CMakeLists.txt imports torch for its include paths
-    from cuw.assignment import recipe_assignment
-    from cuw.pipeline import apply_source_filter
+    from cuw.partition.assignment import recipe_assignment
+    from cuw.jobs.pipeline import apply_source_filter
 
     recipe = natten_recipe()
     spec = ShardSpec(30, 40)

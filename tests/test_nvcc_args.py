@@ -1,4 +1,4 @@
-from cuw.nvcc_args import parse
+from cuw.toolchain.nvcc_args import parse
 
 TORCH_NINJA = (
     "-MD -MF /b/temp/k00.o.d -I/t/include -I/usr/local/cuda/include -c -c /s/csrc/kernels/k00.cu "

@@ -2,8 +2,8 @@ import hashlib
 
 import pytest
 
-from cuw.errors import CuwError
-from cuw.partition import ShardSpec, owner, parse_shard_spec, tu_key
+from cuw.base.errors import CuwError
+from cuw.partition.rules import ShardSpec, owner, parse_shard_spec, tu_key
 
 
 @pytest.mark.parametrize("text", ["0/4", "5/4", "a/b", "3", "3/0", "-1/4", "3/23/1", ""])

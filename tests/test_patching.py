@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cuw.cell import Cell
-from cuw.errors import CuwError
-from cuw.patching import PatchContext, apply, patch_file
-from cuw.recipe import known_recipes, load_recipe
-from cuw.sources import materialize
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+from cuw.jobs.patching import PatchContext, apply, patch_file
+from cuw.config.recipe import known_recipes, load_recipe
+from cuw.jobs.sources import materialize
 
 
 def _digest(root: Path) -> str:

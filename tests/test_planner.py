@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cuw import planner, seat
-from cuw.assignment import recipe_assignment
-from cuw.cli import main as cuw_main
-from cuw.errors import CuwError
-from cuw.partition import Assignment, ShardSpec, assign, families_of, glob_match, owner
-from cuw.pipeline import apply_source_filter, run_shard
-from cuw.recipe import load_recipe
-from cuw.workspace import partition_for_seat
+from cuw.tools import planner
+from cuw.seat import runtime as seat
+from cuw.partition.assignment import recipe_assignment
+from cuw.cli.main import main as cuw_main
+from cuw.base.errors import CuwError
+from cuw.partition.globs import glob_match
+from cuw.partition.rules import Assignment, ShardSpec, assign, families_of, owner
+from cuw.jobs.pipeline import apply_source_filter, run_shard
+from cuw.config.recipe import load_recipe
+from cuw.jobs.workspace import partition_for_seat
 
 from test_seat import ARCH, KERNEL, Seat
 
@@ -125,7 +127,7 @@ def test_family_emptiness_on_natten_layout(recipes_dir):
     assert "hopper: 1 of 23 shards" in family.detail and "per_family" in family.fix
     # The consumer guarded on the arch flag is found, with its fix (where the CMake lint is present).
     guards = next(c for c in result.checks if c.name == "guards")
-    if importlib.util.find_spec("cuw.cmake_guards"):
+    if importlib.util.find_spec("cuw.tools.cmake_guards"):
         assert not guards.ok and "natten_hopper" in guards.detail and "if(TARGET natten_hopper)" in guards.fix
     else:
         assert guards.ok and "not checked" in guards.detail
@@ -241,7 +243,7 @@ def test_a_cost_rule_shard_job_compiles_exactly_the_planned_slice(recipes_dir, p
 
 
 def test_link_gate_names_the_owner_under_the_recipes_rule(recipes_dir):
-    from cuw.gates import attribute
+    from cuw.gates.conditions import attribute
 
     recipe = load_recipe(_example_with_rule(recipes_dir, "cost"), recipes_dir)
     rule = recipe_assignment(recipe, 4)
@@ -319,7 +321,7 @@ def test_nox_and_invoke_offer_plan_and_costs():
 
 
 def test_seat_log_costs_count_host_tus_and_sum_a_key_built_twice(tmp_path):
-    from cuw.costs import from_seat_log
+    from cuw.partition.costs import from_seat_log
 
     entries = [
         {"action": "compiled", "kind": "host", "key": "csrc/scatter.cpp", "outcome": "miss", "rc": 0, "seconds": 120.0},

@@ -6,7 +6,7 @@ import io
 import re
 import time
 
-from cuw.progress import Meter
+from cuw.base.progress import Meter
 
 
 def test_ci_lines_carry_rate_and_time_left_and_are_not_a_flood():

@@ -18,11 +18,12 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from cuw import cli
-from cuw.errors import CuwError
-from cuw.partition import MAX_SHARDS, RULES, Assignment, ShardSpec, assign, families_of, parse_shard_spec
-from cuw.recipe import Recipe, load_recipe
-from cuw.schema import SchemaError
+from cuw.cli import main as cli
+from cuw.base.errors import CuwError
+from cuw.config.limits import MAX_SHARDS
+from cuw.partition.rules import RULES, Assignment, ShardSpec, assign, families_of, parse_shard_spec
+from cuw.config.recipe import Recipe, load_recipe
+from cuw.config.schema import SchemaError
 
 REPO = Path(__file__).resolve().parent.parent
 # More examples for a deeper search: CUW_PROPERTY_EXAMPLES=500 pytest tests/test_properties.py

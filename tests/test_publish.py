@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from conftest import REPO
-from cuw import workflow_run
-from cuw.errors import CuwError
-from cuw.index import MARKER
-from cuw.publish import RECORD_SUFFIX, publish, sha256_file, summarize
+from cuw.ci import workflow_run
+from cuw.base.errors import CuwError
+from cuw.wheel.index import MARKER
+from cuw.wheel.publish import RECORD_SUFFIX, publish, sha256_file, summarize
 
 CELL_A = "example-linux-py3.11-cu13.0-notorch"
 CELL_B = "example-linux-py3.12-cu13.0-notorch"

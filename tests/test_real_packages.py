@@ -20,8 +20,8 @@ from typing import Optional
 import pytest
 
 from conftest import torch_cuda_available
-from cuw.recipe import load_recipe
-from cuw.pipeline import run_build
+from cuw.config.recipe import load_recipe
+from cuw.jobs.pipeline import run_build
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 import pytest
 
-from cuw.errors import CuwError
-from cuw.recipe import load_recipe
+from cuw.base.errors import CuwError
+from cuw.config.recipe import load_recipe
 
 
 def _write(recipes_dir, text, key="example"):

@@ -1,7 +1,7 @@
 """Every real recipe in recipes/: it loads, resolves for a cell, is in the matrix, and its
 patch (if any) keeps the patch contract on the real upstream source.
 
-The sdists come through the forge's source cache (cuw/sources.py), so a CI run downloads
+The sdists come through the forge's source cache (cuw/jobs/sources.py), so a CI run downloads
 each once. An sdist over MAX_DEFAULT_SDIST_BYTES is not fetched in the default run: its
 recipe must be listed in LARGE_SDISTS, whose tests carry the ``e2e`` marker.
 """
@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from cuw.backends import build_env
-from cuw.cell import Cell
-from cuw.errors import CuwError
-from cuw.grid import cell_archs, cells
-from cuw.matrix import MAX_BYTES, MAX_JOBS, Filters, dumps, plan
-from cuw.patching import PatchContext, apply, patch_file
-from cuw.policy import load_policy
-from cuw.recipe import Recipe, known_recipes, load_recipe
-from cuw.sources import fetch_sdist, unpack
+from cuw.jobs.backends import build_env
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+from cuw.config.grid import cell_archs, cells
+from cuw.ci.matrix import MAX_BYTES, MAX_JOBS, Filters, dumps, plan
+from cuw.jobs.patching import PatchContext, apply, patch_file
+from cuw.config.policy import load_policy
+from cuw.config.recipe import Recipe, known_recipes, load_recipe
+from cuw.jobs.sources import fetch_sdist, unpack
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO / "recipes"
@@ -205,7 +205,7 @@ def test_recipe_env_naming_an_unset_variable_is_a_clear_error():
 
 
 def test_extra_deps_cuda_is_picked_per_cuda_line(tmp_path):
-    from cuw.workspace import Workspace, install_extra_deps
+    from cuw.jobs.workspace import Workspace, install_extra_deps
 
     ws = Workspace(tmp_path / "job", tmp_path / "job")
     ws.logs.mkdir(parents=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, expected_tu_values
-from cuw.recipe import load_recipe
+from cuw.config.recipe import load_recipe
 
 SCRIPT = REPO / "benchmarks" / "scaled_example.py"
 

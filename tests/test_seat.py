@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 
 
-from cuw import cache, seat
-from cuw.partition import owner, tu_key
-from cuw.toolkit import find_toolkit, make_shadow_home
+from cuw.toolchain import cache
+from cuw.seat import runtime as seat
+from cuw.partition.rules import owner, tu_key
+from cuw.toolchain.toolkit import find_toolkit, make_shadow_home
 
 KERNEL = """
 __global__ void k(float* x) { x[threadIdx.x] *= 2.f; }

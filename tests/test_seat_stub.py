@@ -1,4 +1,4 @@
-"""The seat's native stub (cuw/seat_stub.c) against the Python seat, with the real compilers and ccache.
+"""The seat's native stub (cuw/seat/seat_stub.c) against the Python seat, with the real compilers and ccache.
 
 Two job folders of equal path length, ``a`` (native stub in front, Python seat behind it) and
 ``b`` (the Python seat alone), get the same sources and the same calls. Every call runs in
@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from cuw import cache, seat
-from cuw.partition import owner, tu_key
-from cuw.toolkit import find_toolkit
+from cuw.toolchain import cache
+from cuw.seat import runtime as seat
+from cuw.partition.rules import owner, tu_key
+from cuw.toolchain.toolkit import find_toolkit
 
 KERNEL = "__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
 HOST_SRC = 'extern "C" int answer() { return 42; }\n'

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cuw.toolkit import find_toolkit, make_shadow_home, wheel_include_dirs
+from cuw.toolchain.toolkit import find_toolkit, make_shadow_home, wheel_include_dirs
 
 
 def test_shadow_include_adds_only_headers_the_toolkit_lacks(tmp_path):

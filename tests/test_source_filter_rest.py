@@ -13,16 +13,17 @@ import pytest
 import yaml
 
 from conftest import REPO
-from cuw import seat
-from cuw.assignment import covered_keys, filter_covers, recipe_assignment, rest_keys, source_filter_files
-from cuw.compdb import cuda_compiles_from
-from cuw.errors import CuwError
-from cuw.gates import LinkObservation, link_gate
-from cuw.partition import ShardSpec, tu_key
-from cuw.pipeline import apply_source_filter, expected_owned, run_build
-from cuw.planner import plan
-from cuw.recipe import load_recipe
-from cuw.workspace import partition_for_seat
+from cuw.seat import runtime as seat
+from cuw.partition.assignment import recipe_assignment
+from cuw.partition.coverage import covered_keys, filter_covers, rest_keys, source_filter_files
+from cuw.gates.compdb import cuda_compiles_from
+from cuw.base.errors import CuwError
+from cuw.gates.conditions import LinkObservation, link_gate
+from cuw.partition.rules import ShardSpec, tu_key
+from cuw.jobs.pipeline import apply_source_filter, expected_owned, run_build
+from cuw.tools.planner import plan
+from cuw.config.recipe import load_recipe
+from cuw.jobs.workspace import partition_for_seat
 from test_seat import ARCH, Seat, _source
 
 FILTER_VARS = ("CUDA_WHEELS_SHARD_INDEX", "CUDA_WHEELS_SHARD_COUNT")
@@ -248,7 +249,7 @@ def test_on_windows_the_rest_is_cuda_only(tmp_path):
 
 
 def test_progress_counts_every_tu_a_shard_will_compile(tmp_path):
-    from cuw.pipeline import shard_workload
+    from cuw.jobs.pipeline import shard_workload
 
     recipes, src = _natten_like(tmp_path, "sorted")
     recipe = load_recipe("natten_like", recipes)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cuw.errors import CuwError
-from cuw.recipe import load_recipe
-from cuw.sources import checkout_git, fetch_sdist, unpack
+from cuw.base.errors import CuwError
+from cuw.config.recipe import load_recipe
+from cuw.jobs.sources import checkout_git, fetch_sdist, unpack
 
 SIX = ("six==1.16.0", "1e61c37477a1626458e36f7b1d82aa5c9b094fa4802892072e49de9c60c4c926")
 
@@ -134,7 +134,7 @@ def test_source_pins_are_validated(recipes_dir, source, message):
 
 
 def test_a_recipe_with_a_pypi_source_materializes(recipes_dir, tmp_path):
-    from cuw.sources import materialize
+    from cuw.jobs.sources import materialize
 
     folder = recipes_dir / "six"
     folder.mkdir()

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import requires_torch
-from cuw.torch_venvs import patch_releases
+from cuw.wheel.torch_venvs import patch_releases
 
 
 def test_patch_releases_are_the_lines_releases_for_the_cells_python_and_platform():
@@ -35,8 +35,8 @@ def test_torch_index_without_torch_patches_is_refused(tmp_path):
 @requires_torch
 def test_a_torch_wheel_imports_under_every_patch_release_of_its_line(recipes_dir, paths):
     """Slow tier: one clean venv per torch 2.14 release from the index (made once, then reused)."""
-    from cuw.pipeline import run_build
-    from cuw.recipe import load_recipe
+    from cuw.jobs.pipeline import run_build
+    from cuw.config.recipe import load_recipe
 
     outcomes, link = run_build(load_recipe("example_torch", recipes_dir), paths, count=1, recipes_dir=recipes_dir)
     assert link.ok and link.wheel is not None

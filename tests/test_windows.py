@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from cuw import archive
-from cuw.backends import FORCE_UNRESOLVED, build_env
-from cuw.errors import CuwError
-from cuw.gates import ShardObservation, compile_errors, shard_gate
-from cuw.partition import ShardSpec, owner, tu_key
-from cuw.pipeline import apply_source_filter
-from cuw.recipe import load_recipe
+from cuw.jobs import archive
+from cuw.jobs.backends import FORCE_UNRESOLVED, build_env
+from cuw.base.errors import CuwError
+from cuw.gates.conditions import ShardObservation, compile_errors, shard_gate
+from cuw.partition.rules import ShardSpec, owner, tu_key
+from cuw.jobs.pipeline import apply_source_filter
+from cuw.config.recipe import load_recipe
 
 RUNNER_TEMP = "D:\\a\\_temp"
 
@@ -61,8 +61,8 @@ def test_windows_shaped_member_names_are_refused(tmp_path, name):
 
 
 def test_archives_round_trip_through_folders_with_spaces(tmp_path):
-    from cuw.cache import Ccache
-    from cuw.cell import Cell
+    from cuw.toolchain.cache import Ccache
+    from cuw.config.cell import Cell
 
     folder = tmp_path / "D colon" / "a b" / "_temp" / "cache"
     (folder / "0" / "1").mkdir(parents=True)
@@ -131,7 +131,7 @@ def no_toolkit_env(monkeypatch, tmp_path):
 
 
 def test_a_windows_toolkit_is_found_by_nvcc_exe(tmp_path, no_toolkit_env):
-    from cuw.toolkit import find_toolkit
+    from cuw.toolchain.toolkit import find_toolkit
 
     win = _toolkit_tree(tmp_path / "NVIDIA GPU Computing Toolkit" / "CUDA" / "v13.0", "nvcc.exe")
     linux_shaped = _toolkit_tree(tmp_path / "linux-cuda", "nvcc")
@@ -158,8 +158,8 @@ def test_a_windows_toolkit_is_found_by_nvcc_exe(tmp_path, no_toolkit_env):
 
 
 def test_a_windows_toolkit_is_found_through_nvcc_exe_on_path(tmp_path, no_toolkit_env):
-    from cuw.errors import CuwError
-    from cuw.toolkit import find_toolkit
+    from cuw.base.errors import CuwError
+    from cuw.toolchain.toolkit import find_toolkit
 
     win = _toolkit_tree(tmp_path / "CUDA" / "v13.0", "nvcc.exe")
     no_toolkit_env.setenv("PATH", str(win / "bin"))
@@ -173,7 +173,7 @@ def test_a_windows_toolkit_is_found_through_nvcc_exe_on_path(tmp_path, no_toolki
 
 
 def test_real_objects_counts_msvc_obj_files(tmp_path):
-    from cuw.workspace import Workspace, real_objects
+    from cuw.jobs.workspace import Workspace, real_objects
 
     ws = Workspace(tmp_path / "job", tmp_path / "job")
     build = ws.tree / "build" / "CMakeFiles" / "ext.dir" / "csrc"
@@ -253,10 +253,10 @@ def _windows_wheel(tmp: Path, files: dict[str, bytes], tag: str = "cp311-cp311-w
 
 
 def _verify_windows(recipes_dir: Path, wheel: Path, import_check: bool = False) -> dict:
-    from cuw.cell import Cell
-    from cuw.policy import load_policy
-    from cuw.toolkit import find_toolkit
-    from cuw.verify import verify
+    from cuw.config.cell import Cell
+    from cuw.config.policy import load_policy
+    from cuw.toolchain.toolkit import find_toolkit
+    from cuw.wheel.verify import verify
 
     cell = Cell("example", "windows", "3.11", "13.0", None)
     report = verify(wheel, load_recipe("example", recipes_dir), cell, find_toolkit(), load_policy(recipes_dir).wheel, [],
@@ -266,7 +266,7 @@ def _verify_windows(recipes_dir: Path, wheel: Path, import_check: bool = False) 
 
 @needs_mingw
 def test_verify_reads_a_real_pyd(recipes_dir, tmp_path):
-    from cuw.verify import GateCannotRun, _read_pe
+    from cuw.wheel.verify import GateCannotRun, _read_pe
 
     build = tmp_path / "build"
     build.mkdir()
@@ -333,7 +333,7 @@ STUB_SOURCE = Path(__file__).resolve().parent.parent / "cuw" / "seat_stub.c"
 
 
 def _cross_compile_stub(out: Path, seat_dir: str, host: int) -> Path:
-    from cuw.seat import _c_literal
+    from cuw.seat.runtime import _c_literal
 
     cmd = [MINGW, "-O2", "-Wall", "-Wextra", "-Werror", f"-DSEAT_DIR={_c_literal(seat_dir)}", f"-DSEAT_HOST={host}",
            str(STUB_SOURCE), "-o", str(out)]  # fmt: skip
@@ -347,7 +347,7 @@ def _cross_compile_stub(out: Path, seat_dir: str, host: int) -> Path:
 def test_the_native_stub_cross_compiles_to_a_windows_executable(tmp_path, host):
     import pefile
 
-    from cuw.verify import WINDOWS_SYSTEM_DLLS, _allowed, _read_pe
+    from cuw.wheel.verify import WINDOWS_SYSTEM_DLLS, _allowed, _read_pe
 
     exe = _cross_compile_stub(tmp_path / "nvcc.exe", "D:\\a\\_temp\\my job\\seat", host)
     pe = pefile.PE(str(exe), fast_load=True)
@@ -371,7 +371,7 @@ def _wine() -> str | None:
 @pytest.mark.skipif(_wine() is None, reason="no wine (Debian's wine64): the Windows launcher is compiled but not run")
 def test_the_windows_launcher_hands_every_call_to_the_python_seat_under_wine(tmp_path):
     """The launcher runs the interpreter named on the Python seat's #! line (a path with a space,
-    unquoted, as cuw/seat.py writes it) with the line's options, the script, and its own
+    unquoted, as cuw/seat/runtime.py writes it) with the line's options, the script, and its own
     arguments verbatim, and exits with the child's code. The "interpreter" is a PE program that
     prints its argv."""
     interp_dir = tmp_path / "py dir"
@@ -409,8 +409,8 @@ def test_the_windows_launcher_hands_every_call_to_the_python_seat_under_wine(tmp
 
 
 def test_the_matrix_summary_marks_the_windows_lane_unverified(recipes_dir):
-    from cuw.matrix import Filters, plan, summary
-    from cuw.policy import load_policy
+    from cuw.ci.matrix import Filters, plan, summary
+    from cuw.config.policy import load_policy
 
     grid = load_policy(recipes_dir).grid
     both = summary(plan([load_recipe("example", recipes_dir)], grid, Filters(cuda=("13.0",), python=("3.11",))))

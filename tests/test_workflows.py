@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from cuw.matrix import Job
+from cuw.ci.matrix import Job
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 BIN = Path(sys.executable).parent

@@ -9,7 +9,7 @@ whole upstream list: if upstream changes it, the patch fails and the new list
 gets a look.
 """
 
-from cuw.patching import PatchContext
+from cuw.jobs.patching import PatchContext
 
 UPSTREAM_ARCHS = """\
         cc_flag.append("-gencode")

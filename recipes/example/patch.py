@@ -1,11 +1,11 @@
 """The example's patch: stamps the cell into the library's build info.
 
-It shows the patch contract (see cuw/patching.py): idempotent, anchored, and
+It shows the patch contract (see cuw/jobs/patching.py): idempotent, anchored, and
 the same for every job of a cell (shards and link must compile identical
 sources, or the link misses the cache).
 """
 
-from cuw.patching import PatchContext
+from cuw.jobs.patching import PatchContext
 
 
 def patch(ctx: PatchContext) -> None:

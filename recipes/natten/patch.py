@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cuw.errors import CuwError
-from cuw.grid import parse_arch
-from cuw.patching import PatchContext
+from cuw.base.errors import CuwError
+from cuw.config.grid import parse_arch
+from cuw.jobs.patching import PatchContext
 
 SETUP = "setup.py"
 CMAKE = "csrc/CMakeLists.txt"

@@ -1,0 +1,121 @@
+"""Safe writes and containment: the one place the forge turns user input into paths it writes.
+
+* A path built from user input (a recipe name, a cell id) must stay under the root
+  the user gave (:func:`contained`), checked before anything is written.
+* An output is written beside its destination and renamed into place
+  (:func:`write_text`, :func:`copy_into`), so a reader never sees half a file and
+  an interrupted write leaves the previous file as it was.
+* An output folder is probed before a long job starts (:func:`writable_dir`),
+  so a read-only ``--dist`` fails in a second, not after the whole build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from cuw.base.errors import CuwError
+
+
+def contained(path: Path, root: Path, what: str) -> Path:
+    """``path`` resolved, refused unless it lies under ``root`` (``what`` names the input)."""
+    resolved_root = root.resolve()
+    resolved = path.resolve()
+    if resolved != resolved_root and resolved_root not in resolved.parents:
+        raise CuwError(f"{what}: {path} would lie outside {root}; refusing to write there")
+    return resolved
+
+
+def check_destination(dest: Path, option: str) -> None:
+    """Refuses an output path that is a folder or whose folder is missing, before any work."""
+    if dest.is_dir():
+        raise CuwError(f"{option} {dest} is a folder; give a file path")
+    if not dest.parent.is_dir():
+        raise CuwError(f"{option} {dest}: the folder {dest.parent} does not exist (create it first)")
+
+
+def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
+    """A temp file in ``dest``'s folder (so the rename is atomic); a clear error when none can be made."""
+    try:
+        return tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
+    except OSError as exc:
+        raise CuwError(f"{option} {dest}: cannot write in {dest.parent} ({exc.strerror or exc}); pick a writable folder") from None
+
+
+def _replace(dest: Path, option: str, fill: Callable[[str], None]) -> Path:
+    """``fill(temp path)`` writes the new content beside ``dest``; a rename then puts it in place.
+    Whatever goes wrong, the temp file goes and ``dest`` is as it was."""
+    check_destination(dest, option)
+    fd, tmp = _temp_beside(dest, option)
+    os.close(fd)
+    try:
+        fill(tmp)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise CuwError(f"{option} {dest}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _default_mode(dest: Path) -> int:
+    """The mode a plain ``open(dest, "w")`` would leave: the old file's, else 0666 less the umask."""
+    try:
+        return dest.stat().st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def write_text(dest: Path, text: str, option: str = "output") -> Path:
+    """Writes ``text`` to a temp file beside ``dest`` and renames it into place (a temp file is
+    private to its owner: the result gets the mode a plain write would have given it)."""
+    mode = _default_mode(dest)
+
+    def fill(tmp: str) -> None:
+        Path(tmp).write_text(text, encoding="utf-8")
+        os.chmod(tmp, mode)
+
+    return _replace(dest, option, fill)
+
+
+def copy_into(src: Path, dest: Path, option: str = "output") -> Path:
+    """Copies ``src`` to ``dest`` through a temp file beside it and a rename (no torn file)."""
+    return _replace(dest, option, lambda tmp: shutil.copy2(src, tmp))
+
+
+def writable_dir(folder: Path, option: str) -> Path:
+    """Creates ``folder`` if needed and proves a file can be written in it; a clear error otherwise."""
+    if folder.exists() and not folder.is_dir():
+        raise CuwError(f"{option} {folder} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".cuw-write-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise CuwError(f"{option} {folder}: cannot write there ({exc.strerror or exc}); pick a writable folder") from None
+    return folder
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """True when both paths name one file (existing or not)."""
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,203 @@
+"""The GitHub Actions matrix: every job of the selected cells, in dispatchable chunks.
+
+A sharded cell is N ``shard`` jobs plus one ``link`` job; a cell on a lane that
+does not shard is one ``build`` job. GitHub caps a matrix at 256 jobs and a
+job output at 1 MB, so jobs are grouped into chunks (by package, lane and CUDA
+line, split further by Python and torch when needed), never truncated; a
+workflow runs one chunk by its id. A filter that matches no cell is an error
+that says why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Iterable, Optional
+
+from cuw.jobs.archive import archive_name
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+from cuw.config.grid import Grid, cells
+from cuw.config.recipe import Recipe
+
+MAX_JOBS = 256
+MAX_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class Filters:
+    platform: tuple[str, ...] = ()
+    cuda: tuple[str, ...] = ()
+    pytorch: tuple[str, ...] = ()
+    python: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str  # shard | link | build
+    recipe: str
+    lane: str
+    python: str
+    cuda: str
+    torch: str  # "" for torch-free
+    cell: str
+    shard: str  # "3/23", "" for link/build
+    artifact: str  # the archive a shard uploads, or the pattern a link downloads
+
+
+def jobs_for_cell(recipe: Recipe, cell: Cell) -> list[Job]:
+    n = recipe.sharding.count if cell.lane in recipe.sharding.platforms else 1
+    base = dict(recipe=recipe.key, lane=cell.lane, python=cell.python, cuda=cell.cuda, torch=cell.torch or "", cell=cell.id)
+    if n == 1:
+        return [Job(kind="build", shard="", artifact="", **base)]
+    shards = [Job(kind="shard", shard=f"{i}/{n}", artifact=archive_name(cell, i, n), **base) for i in range(1, n + 1)]
+    return [*shards, Job(kind="link", shard="", artifact=f"cuw-shard-{cell.id}-*", **base)]
+
+
+def select(recipe: Recipe, grid: Grid, f: Filters) -> list[Cell]:
+    """The recipe's cells that pass the filters; a filter naming nothing of this recipe is an error."""
+    everything = cells(recipe, grid)
+    if f.pytorch and not recipe.links_torch:
+        raise CuwError(f"{recipe.key} is torch-free (links_torch: false); --pytorch does not apply to it")
+    for name, values, axis in (
+        ("--platform", f.platform, {c.lane for c in everything}),
+        ("--cuda", f.cuda, {c.cuda for c in everything}),
+        ("--pytorch", f.pytorch, {c.torch for c in everything if c.torch}),
+        ("--python", f.python, {c.python for c in everything}),
+    ):
+        unknown = [v for v in values if v not in axis]
+        if unknown:
+            raise CuwError(f"{name} {', '.join(unknown)} matches no cell of {recipe.key} (it has: {', '.join(sorted(axis)) or 'none'})")
+    chosen = [
+        c for c in everything
+        if (not f.platform or c.lane in f.platform) and (not f.cuda or c.cuda in f.cuda)
+        and (not f.pytorch or c.torch in f.pytorch) and (not f.python or c.python in f.python)
+    ]  # fmt: skip
+    if not chosen:
+        raise CuwError(f"the filters match no cell of {recipe.key}: each value exists, but not together")
+    return chosen
+
+
+def _chunk_groups(jobs: list[Job]) -> list[tuple[str, list[Job]]]:
+    """Groups by package x lane x CUDA; splits a group by cell when it is too big."""
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(f"{job.recipe}-{job.lane}-cu{job.cuda}", []).append(job)
+    out: list[tuple[str, list[Job]]] = []
+    for key in sorted(groups):
+        by_cell: dict[str, list[Job]] = {}
+        for job in groups[key]:
+            by_cell.setdefault(job.cell, []).append(job)
+        part: list[Job] = []
+        parts: list[list[Job]] = []
+        for cell_id in sorted(by_cell):
+            cell_jobs = by_cell[cell_id]
+            if len(cell_jobs) > MAX_JOBS:
+                raise CuwError(f"{cell_id} alone needs {len(cell_jobs)} jobs, over GitHub's {MAX_JOBS}: lower sharding.count")
+            if part and (len(part) + len(cell_jobs) > MAX_JOBS or _size(part + cell_jobs) > MAX_BYTES):
+                parts.append(part)
+                part = []
+            part = part + cell_jobs
+        if part:
+            parts.append(part)
+        for i, chunk in enumerate(parts, 1):
+            out.append((f"{key}-{i}" if len(parts) > 1 else key, chunk))
+    return out
+
+
+def _size(jobs: list[Job]) -> int:
+    return len(json.dumps({"include": [asdict(j) for j in jobs]}, sort_keys=True, separators=(",", ":")))
+
+
+def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters) -> dict:
+    """The chunk plan: deterministic (same input, same bytes)."""
+    jobs: list[Job] = []
+    chosen = sorted(recipes, key=lambda r: r.key)
+    skipped: dict[str, str] = {}
+    for recipe in chosen:
+        try:
+            selected = select(recipe, grid, f)
+        except CuwError as exc:
+            if len(chosen) == 1:
+                raise
+            skipped[recipe.key] = str(exc)  # with several packages, one that cannot match is skipped
+            continue
+        for cell in selected:
+            jobs.extend(jobs_for_cell(recipe, cell))
+    if not jobs:
+        reasons = "; ".join(skipped.values()) or "no recipes"
+        raise CuwError(f"the filters match no cell: {reasons}")
+    chunks = []
+    for chunk_id, chunk_jobs in _chunk_groups(jobs):
+        chunks.append(
+            {
+                "id": chunk_id,
+                "jobs": len(chunk_jobs),
+                "compile": {"include": [asdict(j) for j in chunk_jobs if j.kind != "link"]},
+                "link": {"include": [asdict(j) for j in chunk_jobs if j.kind == "link"]},
+            }
+        )
+    return {"total_jobs": len(jobs), "chunks": chunks, "skipped": skipped}
+
+
+def dumps(result: dict) -> str:
+    return json.dumps(result, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+# Lanes no runner of that platform has built a cell on yet: the summary says so beside their
+# job counts. An entry goes when a cell of the lane has built, linked and verified there.
+UNVERIFIED_LANES = {
+    "windows": (
+        "UNVERIFIED: no Windows runner has built a cell yet; its pieces are tested on Linux only "
+        "(README, Compiler caches)"
+    ),
+}
+
+
+def summary(result: dict) -> str:
+    """Jobs per lane and per package, and the chunks: for stderr."""
+    per_lane: Counter = Counter()
+    per_package: Counter = Counter()
+    for chunk in result["chunks"]:
+        for job in chunk["compile"]["include"] + chunk["link"]["include"]:
+            per_lane[job["lane"]] += 1
+            per_package[job["recipe"]] += 1
+    lines = [f"{result['total_jobs']} jobs in {len(result['chunks'])} chunks (each <= {MAX_JOBS} jobs, < 1 MB)"]
+    lines += [
+        f"  lane {lane:14} {n:6}" + (f"  {UNVERIFIED_LANES[lane]}" if lane in UNVERIFIED_LANES else "")
+        for lane, n in sorted(per_lane.items())
+    ]
+    lines += [f"  package {pkg:11} {n:6}" for pkg, n in sorted(per_package.items())]
+    lines += [f"  chunk {c['id']:40} {c['jobs']:4} jobs" for c in result["chunks"]]
+    lines += [f"  skipped {key}: {why}" for key, why in sorted(result.get("skipped", {}).items())]
+    return "\n".join(lines)
+
+
+def chunk(result: dict, chunk_id: Optional[str]) -> dict:
+    if chunk_id is None:
+        return result
+    for c in result["chunks"]:
+        if c["id"] == chunk_id:
+            return c
+    known = ", ".join(c["id"] for c in result["chunks"][:10])
+    raise CuwError(f"--chunk: no chunk {chunk_id!r} in the plan; pass an id `cuw matrix` lists (first ones: {known})")
+
+
+def local_split(selected: list[Cell], local: Cell) -> tuple[list[Cell], dict[str, str]]:
+    """The cells this machine can build, and every other cell with the piece it lacks."""
+    build: list[Cell] = []
+    skipped: dict[str, str] = {}
+    for cell in selected:
+        if cell.lane != local.lane:
+            skipped[cell.id] = f"lane {cell.lane} (this machine is {local.lane})"
+        elif cell.python != local.python:
+            skipped[cell.id] = f"Python {cell.python} (the forge runs on {local.python})"
+        elif cell.cuda != local.cuda:
+            skipped[cell.id] = f"CUDA {cell.cuda} toolkit (this machine has {local.cuda})"
+        elif cell.torch and cell.torch != local.torch:
+            have = f"torch {local.torch}" if local.torch else "no torch"
+            skipped[cell.id] = f"torch {cell.torch} ({have} installed)"
+        else:
+            build.append(cell)
+    return build, skipped

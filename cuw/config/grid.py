@@ -1,0 +1,124 @@
+"""The build grid: which cells a recipe has, and which GPU archs each cell compiles.
+
+Farm-wide axes live in ``recipes/defaults.yml`` (``grid`` and ``archs``); a
+recipe may narrow them (``grid``) or replace a CUDA line's arch list
+(``archs``), and must say why in its README. A torch-free recipe collapses the
+torch axis: one cell per lane x Python x CUDA line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.version import Version
+
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    cuda: list[str]
+    python: list[str]
+
+
+@dataclass(frozen=True)
+class ArchException:
+    cuda: str
+    torch: str
+    archs: list[str]
+
+
+@dataclass(frozen=True)
+class Grid:
+    platforms: list[str] = field(default_factory=list)
+    python: list[str] = field(default_factory=list)
+    cuda: list[str] = field(default_factory=list)
+    torch: dict[str, TorchRelease] = field(default_factory=dict)
+    """The observed torch releases: version -> the CUDA lines and Pythons it ships for."""
+
+
+@dataclass(frozen=True)
+class Archs:
+    cuda: dict[str, list[str]] = field(default_factory=dict)
+    """Per CUDA line: compute capabilities, '9.0' (SASS) or '12.0+PTX' (SASS and PTX)."""
+    aarch64: dict[str, list[str]] = field(default_factory=dict)
+    """Per CUDA line for linux_aarch64, where it differs."""
+    exceptions: list[ArchException] = field(default_factory=list)
+    """Per (CUDA, torch) pairs whose list differs (a torch build that lacks an arch)."""
+
+
+def _v(text: str) -> Version:
+    return Version(text)
+
+
+def cells(recipe, grid: Grid) -> list[Cell]:
+    """Every cell of a recipe, in a stable order."""
+    over = recipe.grid
+    lanes = [lane for lane in grid.platforms if lane in (over.platforms or grid.platforms)]
+    pythons = [p for p in grid.python if p in (over.python or grid.python)]
+    cudas = [c for c in grid.cuda if c in (over.cuda or grid.cuda)]
+    out: list[Cell] = []
+    for lane in lanes:
+        for cuda in cudas:
+            for python in pythons:
+                if not recipe.links_torch:
+                    out.append(Cell(recipe.key, lane, python, cuda, None))
+                    continue
+                for torch, release in sorted(grid.torch.items(), key=lambda kv: _v(kv[0])):
+                    if over.min_pytorch and _v(torch) < _v(over.min_pytorch):
+                        continue
+                    if cuda in release.cuda and python in release.python:
+                        out.append(Cell(recipe.key, lane, python, cuda, torch))
+    return out
+
+
+def cell_archs(recipe, archs: Archs, cell: Cell) -> list[str]:
+    """The arch list one cell compiles: recipe override, then (CUDA, torch)
+    exception, then the aarch64 table, then the CUDA line's list."""
+    if cell.cuda in recipe.archs:
+        return list(recipe.archs[cell.cuda])
+    for exc in archs.exceptions:
+        if exc.cuda == cell.cuda and exc.torch == cell.torch:
+            return list(exc.archs)
+    if cell.lane == "linux_aarch64" and cell.cuda in archs.aarch64:
+        return list(archs.aarch64[cell.cuda])
+    if cell.cuda in archs.cuda:
+        return list(archs.cuda[cell.cuda])
+    raise CuwError(f"recipes/defaults.yml: archs.cuda has no list for CUDA {cell.cuda} (cell {cell.id})")
+
+
+def require_in_grid(recipe, grid: Grid, cell: Cell) -> None:
+    """A local build of a cell the recipe's grid does not have is refused, with the reason."""
+    if not grid.platforms:
+        return  # no grid configured: local builds are unconstrained
+    if cell in cells(recipe, grid):
+        return
+    over = recipe.grid
+    if cell.lane not in grid.platforms or (over.platforms and cell.lane not in over.platforms):
+        why = f"lane {cell.lane} is not in its platforms"
+    elif cell.cuda not in grid.cuda or (over.cuda and cell.cuda not in over.cuda):
+        why = f"CUDA {cell.cuda} is not one of its CUDA lines"
+    elif cell.python not in grid.python or (over.python and cell.python not in over.python):
+        why = f"Python {cell.python} is not one of its Pythons"
+    elif over.min_pytorch and cell.torch and _v(cell.torch) < _v(over.min_pytorch):
+        why = f"it needs torch >= {over.min_pytorch}"
+    else:
+        why = f"torch {cell.torch} does not ship for CUDA {cell.cuda} and Python {cell.python}"
+    raise CuwError(f"cell {cell.id} is not in {recipe.key}'s grid: {why}")
+
+
+def parse_arch(arch: str) -> tuple[str, bool]:
+    """'12.0+PTX' -> ('120', True)."""
+    base, _, suffix = arch.partition("+")
+    return base.replace(".", ""), suffix.upper() == "PTX"
+
+
+def cmake_archs(archs: list[str]) -> str:
+    """CMake's CUDA_ARCHITECTURES: '90-real' for SASS only, '120' for SASS + PTX."""
+    out = []
+    for arch in archs:
+        number, ptx = parse_arch(arch)
+        out.append(number if ptx else f"{number}-real")
+    return ";".join(out)
+

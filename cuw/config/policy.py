@@ -1,0 +1,113 @@
+"""Farm-wide policy (``recipes/defaults.yml``), loaded as strictly as a recipe."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+
+from cuw.toolchain.cache import tool_class
+from cuw.config.grid import Archs, Grid
+from cuw.base.errors import CuwError
+from cuw.config.schema import load_dataclass
+
+Tool = Literal["ccache", "sccache"]
+
+
+def _default_tools() -> dict[str, str]:
+    return {"linux": "ccache", "linux_aarch64": "ccache", "windows": "sccache"}
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    tool: dict[str, str] = field(default_factory=_default_tools)
+    remote: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class WheelPolicy:
+    manylinux: dict[str, str] = field(default_factory=dict)
+    """The platform tag auditwheel repairs to, per lane."""
+    max_glibc: Optional[str] = None
+    exclude: list[str] = field(default_factory=list)
+    """Libraries never grafted into a wheel (the CUDA runtime and driver, torch)."""
+    max_size_mb: dict[str, int] = field(default_factory=dict)
+    """Per lane, the largest wheel (MB) the index it publishes to accepts; verify fails above it."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    grid: Grid = field(default_factory=Grid)
+    archs: Archs = field(default_factory=Archs)
+    cache: CachePolicy = field(default_factory=CachePolicy)
+    wheel: WheelPolicy = field(default_factory=WheelPolicy)
+    torch_index: dict[str, str] = field(default_factory=dict)
+    """Per CUDA line, the simple index publishing its torch wheels (``cuw grid --check`` asks it)."""
+
+
+def load_policy(recipes_dir: Path) -> Policy:
+    path = recipes_dir / "defaults.yml"
+    if not path.is_file():
+        return Policy()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError:
+        raise CuwError(f"{path}: not a text file (the farm policy, UTF-8 YAML, expected)") from None
+    except yaml.YAMLError as exc:
+        from cuw.config.recipe import yaml_problem
+
+        raise CuwError(yaml_problem(path, exc)) from None
+    policy = load_dataclass(Policy, data, str(path))
+    from cuw.config.recipe import check_arch
+
+    for line, archs in [*policy.archs.cuda.items(), *policy.archs.aarch64.items()]:
+        for arch in archs:
+            check_arch(arch, f"{path}: archs ({line})")
+    for lane, limit in policy.wheel.max_size_mb.items():
+        if not limit > 0:
+            raise CuwError(f"{path}: wheel.max_size_mb.{lane} = {limit!r} is not a size in MB > 0")
+    for lane, tool in policy.cache.tool.items():
+        try:
+            tool_class(tool)
+        except CuwError as exc:
+            raise CuwError(f"{path}: cache.tool.{lane}: {exc}") from None
+    return policy
+
+
+@dataclass(frozen=True)
+class CacheChoice:
+    tool: str
+    remote: Optional[str]
+
+
+def cache_choice(
+    policy: Policy, lane: str, tool: Optional[str] = None, remote: Optional[str] = None
+) -> CacheChoice:
+    """The lane's cache tool and remote: command line, then $CUW_CACHE_TOOL /
+    $CUW_CACHE_REMOTE, then the policy."""
+    chosen_tool = tool or os.environ.get("CUW_CACHE_TOOL") or policy.cache.tool.get(lane, "ccache")
+    tool_class(chosen_tool)
+    chosen_remote = remote or os.environ.get("CUW_CACHE_REMOTE") or policy.cache.remote
+    if chosen_remote:
+        source = "--cache-remote" if remote else "$CUW_CACHE_REMOTE" if os.environ.get("CUW_CACHE_REMOTE") else "cache.remote"
+        check_remote_url(chosen_remote, source)
+    return CacheChoice(chosen_tool, chosen_remote or None)
+
+
+def check_remote_url(url: str, source: str) -> None:
+    """The remote's URL is well formed (scheme, port), checked before anything is created or reached."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url.split("|", 1)[0])
+    if parsed.scheme not in ("redis", "http", "https", "file"):
+        raise CuwError(f"{source} {url!r}: unsupported scheme {parsed.scheme!r} (use redis://host:port, "
+                       "http(s)://host/path or file:/folder)")  # fmt: skip
+    try:
+        parsed.port
+    except ValueError as exc:
+        raise CuwError(f"{source} {url!r}: {exc} (a port is 1..65535)") from None
+    if parsed.scheme != "file" and not parsed.hostname:
+        raise CuwError(f"{source} {url!r}: no host (for example redis://localhost:6379)")

@@ -1,0 +1,338 @@
+"""Recipes: ``recipes/<name>/recipe.yml`` loaded into typed, validated objects."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+
+from cuw.base.errors import CuwError
+from cuw.config.limits import check_count
+from cuw.config.schema import SchemaError, load_dataclass
+
+Backend = Literal["scikit-build-core", "torch-extension", "setuptools"]
+Filter = Literal["seat", "source"]
+Rule = Literal["hash", "sorted", "cost"]
+Lane = Literal["linux", "linux_aarch64", "windows"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Exactly one of: ``path``; ``pypi`` + ``sha256``; ``git`` + ``tag``."""
+
+    path: Optional[str] = None
+    """A folder relative to the recipe folder."""
+    pypi: Optional[str] = None
+    """An sdist, ``name==version``, from the package index pip uses."""
+    sha256: Optional[str] = None
+    """The sdist's sha256 (required with pypi)."""
+    git: Optional[str] = None
+    """A git repository URL (CI sources; these machines reach no git host)."""
+    tag: Optional[str] = None
+    """A release tag; a branch name is refused."""
+    recursive: bool = False
+    """Clone submodules too."""
+
+
+@dataclass(frozen=True)
+class ShardSources:
+    """The files a partition covers, and how they group into families."""
+
+    globs: list[str] = field(default_factory=list)
+    """With ``filter: source``: globs (relative to the source root) of the files it partitions."""
+    families: dict[str, list[str]] = field(default_factory=dict)
+    """Family name -> globs (relative to the source root) of a subset of the files, such as
+    per-arch targets; files in no family form family ``other``. Needs ``filter: source`` or a cost table."""
+    seat_rest: bool = True
+    """With ``filter: source``: the seat partitions the sources the globs do not cover (hand-written
+    CUDA and host TUs) with the same rule, so each is compiled by one shard; ``false`` compiles them in
+    every shard (for a build that cannot take an empty object for a hand-written TU)."""
+
+
+@dataclass(frozen=True)
+class Sharding:
+    count: int = 1
+    """N: compile shards per cell on the lanes that shard."""
+    filter: Filter = "seat"
+    """Who decides which TUs a shard compiles: the nvcc seat, or deleting sources before the build."""
+    platforms: list[Lane] = field(default_factory=lambda: ["linux", "linux_aarch64", "windows"])
+    """Lanes that shard; the others build whole (1/1)."""
+    rule: Rule = "hash"
+    """How TUs map to shards: ``hash`` (md5 of the key), ``sorted`` (round-robin over the sorted full
+    set: ``filter: source`` or a cost table), ``cost`` (longest first over the recipe's ``costs.json``)."""
+    per_family: bool = False
+    """Partition each family separately so every family spreads over all shards (rule sorted or cost)."""
+    source: ShardSources = field(default_factory=ShardSources)
+    """The partitioned files (globs) and their families."""
+
+
+@dataclass(frozen=True)
+class Verify:
+    allowed_needed: list[str] = field(default_factory=list)
+    """Extra DT_NEEDED sonames (globs) the wheel may depend on."""
+    allowed_grafts: list[str] = field(default_factory=list)
+    """Libraries (globs) auditwheel may copy into the wheel."""
+    skip_import: list[str] = field(default_factory=list)
+    """Modules not to import in the verify gate (with a README line saying why)."""
+
+
+@dataclass(frozen=True)
+class GridOverride:
+    """Narrows the farm grid for one recipe (its README must say why)."""
+
+    platforms: list[Lane] = field(default_factory=list)
+    """Only these lanes (empty: the farm's)."""
+    python: list[str] = field(default_factory=list)
+    """Only these Pythons (empty: the farm's)."""
+    cuda: list[str] = field(default_factory=list)
+    """Only these CUDA lines (empty: the farm's)."""
+    min_pytorch: Optional[str] = None
+    """The oldest torch release to build against."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    """The distribution name of the wheel."""
+    links_torch: bool
+    """Whether the wheel links torch: a torch-free recipe builds one cell per CUDA line, not per torch."""
+    source: Source
+    """Where the source comes from."""
+    backend: Backend
+    """How it builds: scikit-build-core (CMake), a torch extension (setuptools + torch's
+    BuildExtension), or setuptools calling nvcc its own way (pccm/ccimport); all through pip."""
+    build_subdir: str = "."
+    """The folder inside the source that holds pyproject.toml or setup.py."""
+    archs: dict[str, list[str]] = field(default_factory=dict)
+    """Per CUDA line, replaces the farm's arch list ('9.0', '12.0+PTX'); its README must say why."""
+    grid: GridOverride = field(default_factory=GridOverride)
+    """Narrows the farm grid; its README must say why."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for the build (applied last). ``${NAME}`` is replaced by the build
+    environment's value: the cell's ``CUDAARCHS`` (CMake form) and ``TORCH_CUDA_ARCH_LIST``,
+    ``CUW_EXTRA_DEPS``, ``CUDA_HOME``…; ``$$`` is a literal ``$``."""
+    extra_deps: list[str] = field(default_factory=list)
+    """pip requirements installed for the build into the job's own folder (on PYTHONPATH;
+    its path is $CUW_EXTRA_DEPS, for headers such as the nvidia-* wheels' cuBLAS)."""
+    extra_deps_cuda: dict[str, list[str]] = field(default_factory=dict)
+    """Per CUDA line ('13.0'), requirements added to extra_deps for that line's cells
+    (the nvidia-* wheels are named per CUDA major: nvidia-nccl-cu12, nvidia-nccl-cu13)."""
+    max_jobs: Optional[int] = None
+    """At most this many parallel compiles in one build (two 6-7 GB cicc peaks swap a 16 GB runner)."""
+    nvcc_flags: list[str] = field(default_factory=list)
+    """Appended to every CUDA compile the seat runs."""
+    nvcc_threads: Optional[int] = None
+    """nvcc --threads N for every CUDA compile (parallel gencode targets inside one TU)."""
+    pre_build: Optional[str] = None
+    """A shell command run in the source folder before the build, with the seat and cache wired in."""
+    requires_dist: Optional[list[str]] = None
+    """Curated Requires-Dist replacing upstream's; ``{LOCAL}`` is the cell's local
+    label (``cu130torch2.14``), ``{VER:<recipe>}`` a sibling recipe's finished version."""
+    sharding: Sharding = field(default_factory=Sharding)
+    """How a cell is split into compile shards."""
+    verify: Verify = field(default_factory=Verify)
+    """What the verify gate allows beyond the farm policy."""
+    # Set by the loader, not by the YAML file.
+    key: str = ""
+    folder: str = ""
+
+    @property
+    def source_dir(self) -> Path:
+        """The local source folder (``source.path`` recipes only)."""
+        if self.source.path is None:
+            raise CuwError(f"recipe {self.key!r} has no local source folder (it is fetched)")
+        return (Path(self.folder) / self.source.path).resolve()
+
+
+LOADER_ONLY = ("key", "folder")
+
+
+def default_recipes_dir() -> Path:
+    """``$CUW_RECIPES``, else ``./recipes``, else the recipes folder beside this package."""
+    env = os.environ.get("CUW_RECIPES")
+    if env:
+        return Path(env)
+    local = Path.cwd() / "recipes"
+    if local.is_dir():
+        return local
+    return Path(__file__).resolve().parents[2] / "recipes"
+
+
+# A recipe name is one folder name directly under the recipes folder; job folders,
+# cell ids and archive names are built from it, so it may not carry a path.
+RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_recipes_dir(recipes_dir: Path) -> Path:
+    if not recipes_dir.is_dir():
+        what = "is not a folder" if recipes_dir.exists() else "does not exist"
+        raise CuwError(f"recipes folder {recipes_dir} {what} (pass --recipes DIR or set $CUW_RECIPES)")
+    return recipes_dir
+
+
+def check_recipe_name(key: str) -> str:
+    if not RECIPE_NAME.fullmatch(key) or ".." in key:
+        raise CuwError(
+            f"recipe name {key!r} is not a folder name (letters, digits, '_', '-', '.'; no '/', no '..'): "
+            "give the name of a folder directly under the recipes folder"
+        )
+    return key
+
+
+def known_recipes(recipes_dir: Path) -> list[str]:
+    check_recipes_dir(recipes_dir)
+    return sorted(p.parent.name for p in recipes_dir.glob("*/recipe.yml") if RECIPE_NAME.fullmatch(p.parent.name))
+
+
+def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
+    """Loads ``<recipes_dir>/<key>/recipe.yml``; an unknown key lists the known ones."""
+    recipes_dir = check_recipes_dir(recipes_dir or default_recipes_dir())
+    check_recipe_name(key)
+    path = recipes_dir / key / "recipe.yml"
+    if not path.is_file():
+        known = known_recipes(recipes_dir)
+        listing = ", ".join(known) if known else "none"
+        raise CuwError(f"unknown recipe {key!r} (in {recipes_dir}); known recipes: {listing}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise CuwError(f"{path}: not a text file (UTF-8 YAML expected)") from None
+    except yaml.YAMLError as exc:
+        raise CuwError(f"{yaml_problem(path, exc)}") from None
+    if isinstance(data, dict):
+        for reserved in LOADER_ONLY:
+            if reserved in data:
+                raise SchemaError(f"{path}: {reserved!r} is set by the forge, not by the recipe")
+        sharding = data.get("sharding")
+        if isinstance(sharding, dict) and "sources" in sharding:
+            raise SchemaError(f"{path}: sharding.sources moved to sharding.source.globs (write `source: {{globs: [...]}}`)")
+    recipe = load_dataclass(Recipe, data, str(path))
+    recipe = _with(recipe, key=key, folder=str(path.parent.resolve()))
+    _validate(recipe, path)
+    return recipe
+
+
+def yaml_problem(path: Path, exc: "yaml.YAMLError") -> str:
+    """A YAML error as one line: the file, line and column, and what is wrong there."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"{path}: not valid YAML{where}: " + " ".join(str(problem).split())
+
+
+def _with(recipe: Recipe, **changes: str) -> Recipe:
+    from dataclasses import replace
+
+    return replace(recipe, **changes)
+
+
+def _validate_source(source: Source, path: Path) -> None:
+    kinds = [k for k in ("path", "pypi", "git") if getattr(source, k) is not None]
+    if len(kinds) != 1:
+        raise CuwError(f"{path}: source needs exactly one of path, pypi, git (got {', '.join(kinds) or 'none'})")
+    if source.pypi is not None:
+        if "==" not in source.pypi:
+            raise CuwError(f"{path}: source.pypi {source.pypi!r} must pin a version: name==version")
+        if not (source.sha256 and len(source.sha256) == 64 and all(c in "0123456789abcdef" for c in source.sha256)):
+            raise CuwError(f"{path}: source.pypi needs source.sha256, the sdist's sha256 (64 hex digits)")
+    elif source.sha256 is not None:
+        raise CuwError(f"{path}: source.sha256 goes with source.pypi")
+    if source.git is not None and not source.tag:
+        raise CuwError(f"{path}: source.git needs source.tag (a release tag; a branch is refused)")
+    if source.git is None and (source.tag is not None or source.recursive):
+        raise CuwError(f"{path}: source.tag and source.recursive go with source.git")
+
+
+def _validate(recipe: Recipe, path: Path) -> None:
+    _validate_source(recipe.source, path)
+    subdir = recipe.build_subdir.replace("\\", "/")
+    if subdir.startswith("/") or re.match(r"[A-Za-z]:", subdir) or ".." in subdir.split("/"):
+        raise CuwError(f"{path}: build_subdir {recipe.build_subdir!r} leads outside the source: give a folder inside it")
+    if recipe.source.path is not None:
+        # A job copies this folder into its tree: it must be the recipe's own files or a sibling
+        # recipe's (example_torch builds ../example/package), never an arbitrary folder.
+        root = path.parent.parent.resolve()
+        if Path(recipe.source.path).is_absolute() or not recipe.source_dir.is_relative_to(root):
+            raise CuwError(
+                f"{path}: source.path {recipe.source.path!r} leads outside the recipes folder {root}: give a folder "
+                "relative to the recipe folder (package, or ../<other recipe>/package)"
+            )
+        if not recipe.source_dir.is_dir():
+            raise CuwError(f"{path}: source.path {recipe.source.path!r} is not a folder ({recipe.source_dir})")
+        if not (recipe.source_dir / recipe.build_subdir).is_dir():
+            raise CuwError(f"{path}: build_subdir {recipe.build_subdir!r} is not a folder under the source")
+    for key in ("max_jobs", "nvcc_threads"):
+        value = getattr(recipe, key)
+        if value is not None and value < 1:
+            raise CuwError(f"{path}: {key} must be at least 1, got {value}")
+    sharding = recipe.sharding
+    check_count(sharding.count, f"{path}: sharding.count")
+    _validate_sharding(sharding, path)
+    for line in recipe.extra_deps_cuda:
+        if not re.fullmatch(r"\d+\.\d+", line):
+            raise CuwError(f"{path}: extra_deps_cuda.{line}: not a CUDA line like '13.0'")
+    for line, archs in recipe.archs.items():
+        for arch in archs:
+            check_arch(arch, f"{path}: archs.{line}")
+    _require_readme(recipe, path)
+
+
+def costs_path(recipe_folder: Path) -> Path:
+    """The recipe's cost table: measured seconds per TU, committed next to recipe.yml."""
+    return recipe_folder / "costs.json"
+
+
+def _validate_sharding(sharding: Sharding, path: Path) -> None:
+    globs = sharding.source.globs
+    has_costs = costs_path(path.parent).is_file()
+    record = f"create {costs_path(path.parent)} with `cuw costs {path.parent.name} --from <seat log or .ninja_log>`"
+    if sharding.filter == "source" and not globs:
+        raise CuwError(f"{path}: sharding.filter is 'source' but sharding.source.globs names no files to partition")
+    if sharding.filter == "seat" and globs:
+        raise CuwError(f"{path}: sharding.source.globs is only read with filter: source (this recipe uses seat)")
+    if sharding.filter == "seat" and not sharding.source.seat_rest:
+        raise CuwError(f"{path}: sharding.source.seat_rest is only read with filter: source (this recipe uses seat)")
+    if sharding.rule == "cost" and not has_costs:
+        raise CuwError(f"{path}: sharding.rule is 'cost' but there is no cost table: {record}")
+    if sharding.rule == "sorted" and sharding.filter == "seat" and not has_costs:
+        raise CuwError(
+            f"{path}: sharding.rule 'sorted' needs the full set of TUs, which a seat only knows from a cost table: "
+            f"use filter: source, or {record}"
+        )
+    if sharding.source.families and sharding.filter == "seat" and not has_costs:
+        raise CuwError(
+            f"{path}: sharding.source.families needs the full set of TUs (filter: source, or a cost table): {record}"
+        )
+    if sharding.per_family and sharding.rule == "hash":
+        raise CuwError(f"{path}: sharding.per_family needs rule sorted or cost (the hash rule cannot spread a family)")
+    if sharding.per_family and not sharding.source.families:
+        raise CuwError(f"{path}: sharding.per_family is set but sharding.source.families names no family")
+    for name, family_globs in sharding.source.families.items():
+        if not family_globs:
+            raise CuwError(f"{path}: sharding.source.families.{name} names no globs")
+
+
+def check_arch(arch: str, where: str) -> None:
+    base, plus, suffix = arch.partition("+")
+    major, _, minor = base.partition(".")
+    if not (major.isdigit() and minor[:1].isdigit()) or (plus and suffix != "PTX"):
+        raise CuwError(f"{where}: {arch!r} is not a compute capability like '9.0' or '12.0+PTX'")
+
+
+def _require_readme(recipe: Recipe, path: Path) -> None:
+    """An override of the farm's policy without a README line explaining it is an error."""
+    overrides = [key for key, value in (("archs", recipe.archs), ("grid", recipe.grid != GridOverride())) if value]
+    if not overrides:
+        return
+    readme = path.parent / "README.md"
+    text = readme.read_text() if readme.is_file() else ""
+    unexplained = [key for key in overrides if f"`{key}`" not in text]
+    if unexplained:
+        raise CuwError(
+            f"{path}: overrides {', '.join(unexplained)} of the farm policy; "
+            f"explain each in {readme} (mention it as `{unexplained[0]}`)"
+        )

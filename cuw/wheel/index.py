@@ -1,0 +1,147 @@
+"""A PEP 503 package index generated from folders of finished wheels, added to over time.
+
+Layout (all static files, servable by any web server or ``file://``)::
+
+    <out>/files/<wheel>                      every wheel ever added, once
+    <out>/simple/<project>/index.html        the flat root: every wheel
+    <out>/<cu130>/<torch2.14>/<project>/     a channel per CUDA line x torch
+    <out>/<cu130>/<project>/                 torch-free wheels of the CUDA line
+    <out>/cuw-index.json                     what makes the folder an index: file -> sha256
+
+A wheel's channel comes from its local version label (``+cu130torch2.14``);
+torch-free wheels (``+cu130``) are listed under every torch channel of their
+CUDA line too, so one ``--index-url`` serves a whole environment.
+
+Adding wheels never removes one: older versions stay listed (pip picks the
+highest), a published file is never replaced by other bytes, and a folder that
+holds anything but an index is refused. Every file is written beside its place
+and renamed into it, so a reader of the index never sees half a page or wheel.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import zipfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from cuw.base.errors import CuwError
+from cuw.base.files import copy_into, sha256_of, write_text
+
+MARKER = "cuw-index.json"
+_LABEL = re.compile(r"^(cu\d+)(?:(torch\d+\.\d+))?$")
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: Path
+    project: str
+    version: Version
+    cuda: str  # "cu130"
+    torch: str | None  # "torch2.14"
+    tags: str  # the wheel's tag triple(s)
+    sha256: str
+
+
+def _entry(path: Path) -> Entry:
+    try:
+        name, version, _, tags = parse_wheel_filename(path.name)
+    except Exception as exc:
+        raise CuwError(f"{path}: not a wheel filename ({exc})") from None
+    match = _LABEL.match(version.local or "")
+    if not match:
+        raise CuwError(f"{path.name}: no cell label like +cu130torch2.14 (finish the wheel first)")
+    if not zipfile.is_zipfile(path):
+        raise CuwError(f"{path}: not a wheel (not a zip archive); only finished wheels go into an index")
+    tag_text = path.name[: -len(".whl")].split("-", 2)[2]
+    digest = sha256_of(path)
+    return Entry(path, canonicalize_name(name), version, match.group(1), match.group(2), tag_text, digest)
+
+
+def ordered(entries: list[Entry]) -> list[Entry]:
+    return sorted(entries, key=lambda e: (e.project, e.cuda, e.torch or "", e.tags, e.version))
+
+
+def _page(title: str, links: list[tuple[str, str]]) -> str:
+    body = "\n".join(f'    <a href="{html.escape(href)}">{html.escape(text)}</a><br/>' for href, text in links)
+    return f"<!DOCTYPE html>\n<html>\n  <head><title>{html.escape(title)}</title></head>\n  <body>\n{body}\n  </body>\n</html>\n"
+
+
+def _write_channel(root: Path, depth: int, entries: list[Entry]) -> None:
+    by_project: dict[str, list[Entry]] = defaultdict(list)
+    for e in entries:
+        by_project[e.project].append(e)
+    up = "../" * (depth + 1)
+    for project, items in by_project.items():
+        links = [(f"{up}files/{quote(e.path.name)}#sha256={e.sha256}", e.path.name) for e in items]
+        (root / project).mkdir(parents=True, exist_ok=True)
+        write_text(root / project / "index.html", _page(f"Links for {project}", links), "index page")
+    root.mkdir(parents=True, exist_ok=True)
+    write_text(root / "index.html", _page("Simple index", [(f"{p}/", p) for p in sorted(by_project)]), "index page")
+
+
+def _published(out: Path) -> dict[str, str]:
+    """The index already at ``out`` (file -> sha256); refuses a folder that is not one."""
+    if not out.exists():
+        return {}
+    if not out.is_dir():
+        raise CuwError(f"index folder {out} is a file; give a folder (new, or an index made by `cuw index`)")
+    marker = out / MARKER
+    if not marker.is_file():
+        if any(out.iterdir()):
+            raise CuwError(f"{out} holds files but no {MARKER}: it is not an index made by `cuw index`; "
+                           "give a new folder or an existing index")  # fmt: skip
+        return {}
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+        files = data["files"]
+        assert isinstance(files, dict) and all(isinstance(v, str) for v in files.values())
+    except (ValueError, KeyError, TypeError, AssertionError, UnicodeDecodeError):
+        raise CuwError(f"{marker}: unreadable index record; restore it from the published copy") from None
+    for name in files:
+        if "/" in name or "\\" in name or not (out / "files" / name).is_file():
+            raise CuwError(f"{marker}: lists {name!r}, which is not in {out / 'files'}; restore the index")
+    return dict(files)
+
+
+def build_index(wheel_dir: Path, out: Path) -> list[Entry]:
+    """Adds the wheels of ``wheel_dir`` to the index at ``out`` (created when new); returns every entry."""
+    if not wheel_dir.is_dir():
+        raise CuwError(f"wheel folder {wheel_dir} {'is a file' if wheel_dir.exists() else 'does not exist'}")
+    src, dest = wheel_dir.resolve(), out.resolve()
+    if dest == src or dest in src.parents:
+        raise CuwError(f"index folder {out} is or contains the wheel folder {wheel_dir}; give a separate folder")
+    wheels = sorted(w for w in wheel_dir.glob("*.whl") if w.is_file())
+    if not wheels:
+        raise CuwError(f"no wheels in {wheel_dir}")
+    published = _published(out)
+    new = [_entry(w) for w in wheels]
+    for e in new:
+        if published.get(e.path.name, e.sha256) != e.sha256:
+            raise CuwError(f"{e.path}: the index at {out} already publishes {e.path.name} with other bytes; "
+                           "a published wheel is never replaced (bump the version or the build tag)")  # fmt: skip
+    (out / "files").mkdir(parents=True, exist_ok=True)
+    for e in new:
+        if e.path.name not in published:
+            copy_into(e.path, out / "files" / e.path.name, "index file")
+            published[e.path.name] = e.sha256
+    kept = ordered([_entry(out / "files" / name) for name in sorted(published)])
+    _write_channel(out / "simple", 1, kept)
+    torch_channels: dict[str, set[str]] = defaultdict(set)
+    for e in kept:
+        if e.torch:
+            torch_channels[e.cuda].add(e.torch)
+    for cuda in sorted({e.cuda for e in kept}):
+        line = [e for e in kept if e.cuda == cuda]
+        _write_channel(out / cuda, 1, [e for e in line if not e.torch])
+        for torch in sorted(torch_channels[cuda]):
+            _write_channel(out / cuda / torch, 2, [e for e in line if e.torch in (None, torch)])
+    write_text(out / MARKER, json.dumps({"format": 1, "files": published}, indent=2, sort_keys=True) + "\n", "index record")
+    return kept

@@ -1,0 +1,265 @@
+"""The publish stage: build records for finished wheels, and adding them to the farm's index.
+
+* :func:`record` runs in the link job, after the link passed: it writes
+  ``dist/<wheel>.build.json`` (what the wheel was built from and how every job of its
+  cell went), read from the reports the shards and the link left behind.
+* :func:`publish` runs in the publish job, after every link of a chunk: it adds each
+  wheel that arrived with its build record (only a wheel that passed link and verify
+  reaches ``dist/``, and only ``dist/`` is uploaded) to the index with ``cuw index``'s
+  append-only rules, puts the record beside the wheel in ``files/``, and names every
+  cell that was not published and why (its link report: the missing shard).
+
+A wheel the index already holds with the same bytes is "already published" (a re-run of
+the publish job is harmless); one it holds with other bytes is refused, alone: the other
+wheels of the chunk are still published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from cuw import __version__
+from cuw.gates import report
+from cuw.base.errors import CuwError
+from cuw.base.files import copy_into, write_text
+from cuw.base.files import sha256_of as sha256_file
+
+RECORD_SUFFIX = ".build.json"
+FORMAT = 1
+
+
+def tree_digest(root: Path, skip: tuple[str, ...] = ("__pycache__",)) -> str:
+    """sha256 over every file under ``root``: relative path and content, in sorted order."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not any(s in p.parts for s in skip)):
+        rel = path.relative_to(root).as_posix()
+        h.update(rel.encode() + b"\0" + sha256_file(path).encode() + b"\n")
+    return h.hexdigest()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CuwError(f"{path}: unreadable report ({exc})") from None
+    if not isinstance(data, dict):
+        raise CuwError(f"{path}: not a report (a JSON object was expected)")
+    return data
+
+
+def _source(recipe: Any) -> dict[str, Any]:
+    src = recipe.source
+    if src.pypi:
+        return {"kind": "pypi", "spec": src.pypi, "sha256": src.sha256}
+    if src.git:
+        return {"kind": "git", "spec": f"{src.git}@{src.tag}", "sha256": None}
+    folder = Path(recipe.folder) / src.path
+    return {"kind": "path", "spec": src.path, "sha256": tree_digest(folder)}
+
+
+def _forge_commit() -> Optional[str]:
+    if os.environ.get("GITHUB_SHA"):
+        return os.environ["GITHUB_SHA"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _nvcc_version(nvcc: Path) -> Optional[str]:
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line for line in out.splitlines() if "release" in line]
+    return lines[-1].split(",")[-1].strip() if lines else None  # "V13.0.88"
+
+
+def build_record(recipe: Any, wheel: Path, link_report: dict[str, Any], shard_reports: list[dict[str, Any]],
+                 verify_report: Optional[dict[str, Any]], toolkit: Any) -> dict[str, Any]:  # fmt: skip
+    """The record of one wheel (pure: everything it says comes from the arguments)."""
+    recipes_dir = Path(recipe.folder).parent
+    policy = recipes_dir / "defaults.yml"
+    facts = link_report.get("facts", {})
+    shards = []
+    for rep in sorted(shard_reports, key=lambda r: int(str(r.get("shard", "0/0")).split("/")[0] or 0)):
+        f = rep.get("facts", {})
+        shards.append({"shard": rep.get("shard"), "ok": rep.get("ok"), "tus_compiled": f.get("compiled"),
+                       "tus_owned": f.get("expected_owned"), "seconds": rep.get("build_s")})  # fmt: skip
+    checks = (verify_report or {}).get("checks", [])
+    return {
+        "format": FORMAT,
+        "wheel": wheel.name,
+        "sha256": sha256_file(wheel),
+        "recipe": recipe.key,
+        "cell": link_report.get("cell"),
+        "source": _source(recipe),
+        "recipe_digest": tree_digest(Path(recipe.folder)),
+        "policy_digest": sha256_file(policy) if policy.is_file() else None,
+        "toolkit": {"cuda": toolkit.version, "nvcc": _nvcc_version(toolkit.nvcc)},
+        "cache": link_report.get("cache"),
+        "forge": {"version": __version__, "commit": _forge_commit()},
+        "shards": shards,
+        "link": {k: facts.get(k) for k in ("total", "hits", "misses", "uncacheable", "cuda_tus")}
+        | {"seconds": link_report.get("build_s"), "shard_count": link_report.get("shard_count")},
+        "verify": {"ok": (verify_report or {}).get("ok"),
+                   "checks": [{"name": c.get("name"), "ok": c.get("ok")} for c in checks]},  # fmt: skip
+        "run": {k.lower(): os.environ[k] for k in ("GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT")
+                if os.environ.get(k)},  # fmt: skip
+    }
+
+
+def record(recipe: Any, dist: Path, artifacts: Path) -> Path:
+    """``cuw record``: writes ``dist/<wheel>.build.json`` for this machine's cell of ``recipe``."""
+    from cuw.config.cell import local_cell
+    from cuw.toolchain.toolkit import find_toolkit
+
+    toolkit = find_toolkit()
+    cell = local_cell(recipe, toolkit)
+    links = []
+    for path in sorted(dist.glob("*.whl.link.json")):
+        rep = _read_json(path)
+        if rep.get("cell") == cell.to_dict() and rep.get("ok"):
+            links.append((path, rep))
+    if not links:
+        raise CuwError(f"no passed link of {cell.id} in {dist} (a *.whl.link.json with ok: true): "
+                       "run the link first; only a wheel that passed link and verify gets a build record")  # fmt: skip
+    path, link_rep = links[-1]
+    wheel = dist / path.name[: -len(".link.json")]
+    if not wheel.is_file():
+        raise CuwError(f"{path} names {wheel.name}, which is not in {dist}")
+    cell_dir = artifacts / cell.id
+    shard_reports = [_read_json(p) for p in sorted(cell_dir.glob("*.report.json")) if p.name != "link.report.json"]
+    verify_path = dist / f"{wheel.name}.verify.json"
+    verify_rep = _read_json(verify_path) if verify_path.is_file() else None
+    body = build_record(recipe, wheel, link_rep, shard_reports, verify_rep, toolkit)
+    out = dist / f"{wheel.name}{RECORD_SUFFIX}"
+    write_text(out, json.dumps(body, indent=2, sort_keys=True) + "\n", "build record")
+    report.say(f"build record: {out} ({len(shard_reports)} shard reports, link {body['link']['hits']}/"
+               f"{body['link']['total']} hits)")  # fmt: skip
+    return out
+
+
+@dataclass
+class Outcome:
+    published: list[str] = field(default_factory=list)  # wheel names added by this run
+    already: list[str] = field(default_factory=list)  # same bytes were already in the index
+    refused: dict[str, str] = field(default_factory=dict)  # wheel name -> why
+    failed_cells: dict[str, str] = field(default_factory=dict)  # cell id -> why it has no wheel
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.published or self.already) and not self.refused
+
+
+def _published_index(index: Path) -> dict[str, str]:
+    from cuw.wheel.index import MARKER
+
+    marker = index / MARKER
+    if not marker.is_file():
+        return {}
+    try:
+        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CuwError(f"{marker}: unreadable index record; restore it from the published copy") from None
+    return dict(files)
+
+
+def _failed_cells(reports: Optional[Path]) -> dict[str, str]:
+    """Cells whose link report says it failed: cell id -> the gate's reasons (missing shards named)."""
+    out: dict[str, str] = {}
+    if reports is None or not reports.is_dir():
+        return out
+    for path in sorted(reports.rglob("link.report.json")):
+        try:
+            rep = _read_json(path)
+        except CuwError:
+            continue
+        if rep.get("ok"):
+            continue
+        missing = rep.get("facts", {}).get("missing_shards") or []
+        count = rep.get("shard_count")
+        named = f"missing shard(s) {', '.join(f'{i}/{count}' for i in missing)}; " if missing else ""
+        out[path.parent.name] = named + "; ".join(rep.get("reasons", [])[:3])
+    return out
+
+
+def publish(incoming: Path, index: Path, reports: Optional[Path] = None) -> Outcome:
+    """Adds every wheel under ``incoming`` that has its build record to the index at ``index``."""
+    from cuw.wheel.index import build_index
+
+    if not incoming.is_dir():
+        raise CuwError(f"publish: {incoming} is not a folder (the wheels the links uploaded)")
+    outcome = Outcome(failed_cells=_failed_cells(reports))
+    published = _published_index(index)
+    accepted: list[tuple[Path, Path]] = []
+    for wheel in sorted(incoming.rglob("*.whl")):
+        rec_path = wheel.with_name(wheel.name + RECORD_SUFFIX)
+        if not rec_path.is_file():
+            outcome.refused[wheel.name] = f"no build record ({rec_path.name}): not from a passed link"
+            continue
+        rec = _read_json(rec_path)
+        digest = sha256_file(wheel)
+        if rec.get("sha256") != digest:
+            outcome.refused[wheel.name] = f"its build record names other bytes (sha256 {rec.get('sha256')}, file {digest})"
+            continue
+        if wheel.name in published:
+            if published[wheel.name] == digest:
+                outcome.already.append(wheel.name)
+            else:
+                outcome.refused[wheel.name] = (f"the index already publishes {wheel.name} with other bytes "
+                                               "(a published wheel is never replaced: bump the version)")  # fmt: skip
+            continue
+        accepted.append((wheel, rec_path))
+    if accepted:
+        with tempfile.TemporaryDirectory(prefix="cuw-publish-") as tmp:
+            for wheel, _ in accepted:
+                shutil.copy2(wheel, Path(tmp) / wheel.name)
+            build_index(Path(tmp), index)
+        for wheel, rec_path in accepted:
+            dest = index / "files" / rec_path.name
+            if not dest.exists():
+                copy_into(rec_path, dest, "build record")
+            outcome.published.append(wheel.name)
+    return outcome
+
+
+def summarize(outcome: Outcome, index: Path) -> str:
+    """The publish job's summary (markdown); also the lines it prints."""
+    rows = [f"### publish to {index}: {len(outcome.published)} added, {len(outcome.already)} already there, "
+            f"{len(outcome.refused)} refused, {len(outcome.failed_cells)} cell(s) not published", "",
+            "| | what | detail |", "|---|---|---|"]  # fmt: skip
+    rows += [f"| ✅ | {name} | published with {name}{RECORD_SUFFIX} |" for name in outcome.published]
+    rows += [f"| ✅ | {name} | already published (same sha256) |" for name in outcome.already]
+    rows += [f"| ❌ | {name} | refused: {why} |" for name, why in outcome.refused.items()]
+    rows += [f"| ❌ | cell {cell} | not published: link failed: {why} |" for cell, why in outcome.failed_cells.items()]
+    return "\n".join(rows)
+
+
+def run_publish(incoming: Path, index: Path, reports: Optional[Path]) -> int:
+    outcome = publish(incoming, index, reports)
+    for name in outcome.published:
+        report.say(f"published {name}")
+    for name in outcome.already:
+        report.say(f"already published {name} (same bytes)")
+    for name, why in outcome.refused.items():
+        report.say(f"refused {name}: {why}")
+    for cell, why in outcome.failed_cells.items():
+        report.say(f"not published: cell {cell}: link failed: {why}")
+    report.append_summary(summarize(outcome, index))
+    if not (outcome.published or outcome.already or outcome.refused):
+        report.say(f"publish: no wheel arrived in {incoming}: nothing published")
+        return 1
+    report.say(f"publish: {len(outcome.published)} added, {len(outcome.already)} already there, "
+               f"{len(outcome.refused)} refused -> {index}")  # fmt: skip
+    return 0 if outcome.ok else 1

@@ -1,0 +1,525 @@
+"""The verify gate: is this wheel what its cell promises? No GPU needed.
+
+Each check is a small function returning its findings; :func:`verify` runs
+them all (one failure does not hide another) and returns a report. Exit
+codes of the CLI: 0 pass, 1 the wheel failed, 2 the gate itself could not run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Optional
+
+import pefile
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+from elftools.elf.gnuversions import GNUVerNeedSection
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+from wheel.wheelfile import WheelError, WheelFile
+
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+from cuw.wheel.finish import local_label
+from cuw.config.grid import parse_arch
+from cuw.config.policy import WheelPolicy
+from cuw.config.recipe import Recipe
+from cuw.toolchain.toolkit import Toolkit, find_cuobjdump
+
+# DT_NEEDED every wheel may carry besides what the policy keeps out of it
+# (wheel.exclude: the CUDA runtime and driver, torch): the C/C++ runtime.
+C_RUNTIME = (
+    "libc.so.*", "libm.so.*", "libdl.so.*", "libpthread.so.*", "librt.so.*", "ld-linux*.so.*",
+    "libgcc_s.so.*", "libstdc++.so.*",
+)  # fmt: skip
+
+
+def manylinux_whitelist(platform_tag: Optional[str]) -> tuple[str, ...]:
+    """The system libraries auditwheel's policy lets a wheel of this platform tag depend on
+    (``manylinux_2_34_x86_64`` -> its ``lib_whitelist``: glibc's libmvec, libz, ...)."""
+    if not platform_tag:
+        return ()
+    name = re.sub(r"_(x86_64|aarch64|i686|ppc64le|s390x|armv7l)$", "", platform_tag)
+    try:
+        data = json.loads(resources.files("auditwheel.policy").joinpath("manylinux-policy.json").read_text())
+    except (ModuleNotFoundError, FileNotFoundError, ValueError):
+        return ()
+    return next((tuple(p["lib_whitelist"]) for p in data if p.get("name") == name), ())
+
+
+# Evidence that a library links torch.
+TORCH_LIBS = ("libtorch*.so*", "libc10*.so*", "libshm.so*")
+
+# The Windows lane's analogues, matched case-insensitively (DLL names are): what a .pyd may
+# import besides the DLLs shipped in the wheel and the recipe's verify.allowed_needed.
+# The OS (API sets, system DLLs), the MSVC runtime (VC++ redistributable, on every runner and
+# every machine with Python), and msvcrt.dll, which mingw-w64 builds link.
+WINDOWS_SYSTEM_DLLS = (
+    "api-ms-win-*.dll", "ext-ms-win-*.dll", "kernel32.dll", "kernelbase.dll", "ntdll.dll", "user32.dll",
+    "gdi32.dll", "advapi32.dll", "shell32.dll", "shlwapi.dll", "ole32.dll", "oleaut32.dll", "ws2_32.dll",
+    "bcrypt.dll", "crypt32.dll", "secur32.dll", "version.dll", "winmm.dll", "psapi.dll", "dbghelp.dll",
+    "iphlpapi.dll", "setupapi.dll", "rpcrt4.dll", "userenv.dll", "comctl32.dll", "comdlg32.dll",
+    "imm32.dll", "ucrtbase.dll", "msvcrt.dll", "vcruntime140.dll", "vcruntime140_1.dll", "msvcp140*.dll",
+    "concrt140.dll", "vcomp140.dll",
+)  # fmt: skip
+# The CUDA runtime and libraries (never shipped: the toolkit or the nvidia-* wheels provide them).
+CUDA_DLLS = (
+    "nvcuda.dll", "cudart64_*.dll", "cublas64_*.dll", "cublaslt64_*.dll", "cusparse64_*.dll", "cufft64_*.dll",
+    "cufftw64_*.dll", "curand64_*.dll", "cusolver64_*.dll", "cusolvermg64_*.dll", "nvrtc64_*.dll",
+    "nvrtc-builtins64_*.dll", "nvjitlink_*.dll", "nvtoolsext64_*.dll", "cudnn*64_*.dll", "nvtx*.dll",
+)  # fmt: skip
+TORCH_DLLS = ("torch.dll", "torch_cpu.dll", "torch_cuda*.dll", "torch_python.dll", "c10.dll", "c10_cuda.dll",
+              "torch_global_deps.dll")  # fmt: skip
+
+
+class GateCannotRun(CuwError):
+    exit_code = 2
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    details: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    wheel: str
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def line(self) -> str:
+        if self.ok:
+            return f"verify gate PASS: {len(self.checks)} checks on {Path(self.wheel).name}"
+        failed = [f"{c.name}: {c.details[0] if c.details else 'failed'}" for c in self.checks if not c.ok]
+        return "verify gate FAIL: " + "; ".join(failed)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"wheel": self.wheel, "ok": self.ok, "checks": [c.__dict__ for c in self.checks]}, indent=2, sort_keys=True
+        )
+
+    def to_markdown(self) -> str:
+        rows = [f"### verify {Path(self.wheel).name}: {'✅ pass' if self.ok else '❌ FAIL'}", "", "| check | | details |", "|---|---|---|"]
+        for c in self.checks:
+            rows.append(f"| {c.name} | {'✅' if c.ok else '❌'} | {'; '.join(c.details)[:300]} |")
+        return "\n".join(rows) + "\n"
+
+
+@dataclass(frozen=True)
+class Binary:
+    """A compiled file in the wheel: an ELF shared object or a PE DLL (``.pyd``)."""
+
+    path: str  # inside the wheel
+    needed: list[str]  # DT_NEEDED; for PE, the imported DLLs (delay-loaded ones too)
+    rpaths: list[str]
+    glibc: list[str]
+    exports_pyinit: Optional[str]
+    kind: str = "elf"  # or "pe"
+
+
+def _read_binary(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
+    if data.startswith(b"\x7fELF"):
+        return _read_elf(name, data, scratch)
+    if data.startswith(b"MZ"):
+        return _read_pe(name, data, scratch)
+    return None
+
+
+def _read_pe(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
+    """A PE file's imported DLLs and its ``PyInit_*`` export, read with pefile."""
+    try:
+        pe = pefile.PE(data=data, fast_load=True)
+        pe.parse_data_directories(
+            directories=[pefile.DIRECTORY_ENTRY[d] for d in
+                         ("IMAGE_DIRECTORY_ENTRY_IMPORT", "IMAGE_DIRECTORY_ENTRY_DELAY_IMPORT", "IMAGE_DIRECTORY_ENTRY_EXPORT")]
+        )  # fmt: skip
+    except pefile.PEFormatError:
+        return None
+    needed: list[str] = []
+    for entry in (*getattr(pe, "DIRECTORY_ENTRY_IMPORT", []), *getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", [])):
+        dll = entry.dll.decode("ascii", "replace")
+        if dll.lower() not in (n.lower() for n in needed):
+            needed.append(dll)
+    pyinit = None
+    export = getattr(pe, "DIRECTORY_ENTRY_EXPORT", None)
+    for sym in export.symbols if export else []:
+        if sym.name and sym.name.startswith(b"PyInit_"):
+            pyinit = sym.name[len(b"PyInit_") :].decode("ascii", "replace")
+    pe.close()
+    (scratch / Path(name).name).write_bytes(data)  # for cuobjdump
+    return Binary(name, needed, [], [], pyinit, "pe")
+
+
+def _read_elf(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
+    if not data.startswith(b"\x7fELF"):
+        return None
+    path = scratch / Path(name).name
+    path.write_bytes(data)
+    try:
+        with open(path, "rb") as fh:
+            elf = ELFFile(fh)
+            needed, rpaths, versions, pyinit = [], [], [], None
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    for tag in section.iter_tags():
+                        if tag.entry.d_tag == "DT_NEEDED":
+                            needed.append(tag.needed)
+                        elif tag.entry.d_tag == "DT_RPATH":
+                            rpaths.append(tag.rpath)
+                        elif tag.entry.d_tag == "DT_RUNPATH":
+                            rpaths.append(tag.runpath)
+                elif isinstance(section, GNUVerNeedSection):
+                    for _, aux in section.iter_versions():
+                        versions.extend(a.name for a in aux)
+            dynsym = elf.get_section_by_name(".dynsym")
+            if dynsym is not None:
+                for sym in dynsym.iter_symbols():
+                    if sym.name.startswith("PyInit_") and sym["st_shndx"] != "SHN_UNDEF":
+                        pyinit = sym.name[len("PyInit_") :]
+    except ELFError:
+        return None
+    rp = [p for entry in rpaths for p in entry.split(":") if p]
+    return Binary(name, needed, rp, sorted({v for v in versions if v.startswith("GLIBC_")}), pyinit)
+
+
+def _allowed(soname: str, patterns: tuple[str, ...] | list[str]) -> bool:
+    return any(fnmatch.fnmatch(soname, p) for p in patterns)
+
+
+def _python_dll(dll: str, python: str) -> Optional[bool]:
+    """For ``python3.dll`` / ``python3X.dll``: whether it is the cell's Python (``python3.dll``
+    is the stable ABI, any 3.x); None for any other DLL."""
+    match = re.fullmatch(r"python(\d)(\d*)(?:_d)?\.dll", dll.lower())
+    if not match:
+        return None
+    return match.group(2) == "" or f"{match.group(1)}.{match.group(2)}" == python
+
+
+def _foreign_needed(binary: Binary, shipped: set[str], allowed: tuple[str, ...], python: str) -> list[str]:
+    """The libraries a binary needs that nothing allows: not shipped, not the runtime, CUDA or
+    torch, not the recipe's. PE names are matched case-insensitively, and a ``python3X.dll``
+    must be the cell's Python."""
+    if binary.kind == "elf":
+        return [f"{binary.path}: {n}" for n in binary.needed if n not in shipped and not _allowed(n, allowed)]
+    shipped_lower = {n.lower() for n in shipped}
+    windows = WINDOWS_SYSTEM_DLLS + CUDA_DLLS + TORCH_DLLS + tuple(p.lower() for p in allowed)
+    foreign = []
+    for dll in binary.needed:
+        python_ok = _python_dll(dll, python)
+        if python_ok is False:
+            foreign.append(f"{binary.path}: {dll} (the cell is Python {python})")
+        elif python_ok is None and dll.lower() not in shipped_lower and not _allowed(dll.lower(), windows):
+            foreign.append(f"{binary.path}: {dll}")
+    return foreign
+
+
+def _torch_needed(binary: Binary) -> list[str]:
+    if binary.kind == "elf":
+        return [n for n in binary.needed if _allowed(n, TORCH_LIBS)]
+    return [n for n in binary.needed if _allowed(n.lower(), TORCH_DLLS)]
+
+
+EXTENSION_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\.(cpython|cp|abi3|pypy)[^/]*)?\.(pyd|so)")
+
+
+def _pyinit_check(binaries: list[Binary]) -> Check:
+    """Every extension module (``name.pyd``, ``name.cp311-win_amd64.pyd``,
+    ``name.cpython-311-x86_64-linux-gnu.so``, ``name.abi3.so``) exports ``PyInit_<name>``:
+    the import check's evidence where the wheel cannot be imported (a Windows wheel here)."""
+    problems, notes, modules = [], [], 0
+    for b in binaries:
+        base = Path(b.path).name
+        match = EXTENSION_NAME.fullmatch(base)
+        if ".libs/" in b.path or not match or (base.endswith(".so") and not match.group(2)):
+            continue  # a plain shared library (libfoo.so, foo.dll), not a module
+        if b.exports_pyinit is None and b.kind == "elf":
+            # torch's extension builder names op libraries like modules (``_kernels.cpython-311-…so``);
+            # torch.ops.load_library loads them without PyInit, and the import check covers the rest.
+            notes.append(f"{b.path}: no PyInit_* (a library loaded by torch.ops.load_library or ctypes)")
+            continue
+        modules += 1
+        if b.exports_pyinit != match.group(1):
+            found = f"PyInit_{b.exports_pyinit}" if b.exports_pyinit else "no PyInit_* export"
+            problems.append(f"{b.path}: exports {found}, its name needs PyInit_{match.group(1)}")
+    return Check("pyinit", not problems, problems or [f"{modules} extension module(s) export PyInit_<name>", *notes])
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text))
+
+
+def _record_lines(wheel: Path) -> list[str]:
+    """Problems with the lines of the wheel's RECORD (path,algorithm=digest,size), each naming its line;
+    the wheel library would stop at the first one with an exception."""
+    import csv
+    import io
+
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.count("/") == 1 and n.lower().endswith(".dist-info/record")]
+        if not names:
+            return []  # WheelFile names the missing RECORD
+        data = zf.read(names[0])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return [f"{names[0]} is not UTF-8 text (a CSV of path,sha256=digest,size expected)"]
+    problems = []
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        return [f"{names[0]}: not CSV ({exc})"]
+    for n, row in enumerate(rows, 1):
+        if not row:
+            continue
+        if len(row) != 3:
+            problems.append(f"{names[0]} line {n}: {len(row)} fields, path,hash,size expected")
+            continue
+        digest = row[1]
+        if digest:
+            algorithm, eq, value = digest.partition("=")
+            if not eq or not algorithm or not re.fullmatch(r"[A-Za-z0-9_-]+=*", value):
+                problems.append(f"{names[0]} line {n}: hash {digest!r} is not algorithm=urlsafe-base64 digest")
+    return problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+
+
+def verify(
+    wheel: Path,
+    recipe: Recipe,
+    cell: Cell,
+    toolkit: Toolkit,
+    policy: WheelPolicy,
+    archs: list[str],
+    import_check: bool = True,
+    torch_patches: Optional[TorchPatches] = None,
+) -> Report:
+    """``torch_patches``: also import the wheel under every patch release of the cell's torch line."""
+    checks: list[Check] = []
+    try:
+        name, version, _, tags = parse_wheel_filename(wheel.name)
+    except Exception as exc:  # packaging raises several types for a bad name
+        return Report(str(wheel), [Check("filename", False, [f"not a wheel filename: {exc}"])])
+
+    # filename agrees with the cell
+    problems = []
+    if canonicalize_name(name) != canonicalize_name(recipe.name):
+        problems.append(f"distribution {name}, recipe names {recipe.name}")
+    expected_label = local_label(cell)
+    if version.local != expected_label:
+        problems.append(f"local version label {version.local!r}, the cell needs {expected_label!r}")
+    machine = "aarch64" if cell.lane == "linux_aarch64" else "x86_64"
+    if cell.lane.startswith("linux") and not all(t.platform.endswith(machine) and "linux" in t.platform for t in tags):
+        problems.append(f"platform tags {sorted({t.platform for t in tags})} are not {cell.lane}")
+    if cell.lane == "windows" and not all(t.platform == "win_amd64" for t in tags):
+        problems.append(f"platform tags {sorted({t.platform for t in tags})} are not win_amd64")
+    checks.append(Check("filename", not problems, problems or [f"{name} {version} for {cell.id}"]))
+
+    try:
+        record_problems: list[str] = _record_lines(wheel)
+        if record_problems:
+            checks.append(Check("record", False, record_problems))
+            return Report(str(wheel), checks)
+        with WheelFile(wheel) as wf:
+            members = {i.filename: wf.read(i) for i in wf.infolist() if not i.is_dir()}
+    except (WheelError, zipfile.BadZipFile, OSError, ValueError) as exc:  # ValueError: a RECORD hash it cannot decode
+        checks.append(Check("record", False, [str(exc)]))
+        return Report(str(wheel), checks)
+    checks.append(Check("record", not record_problems, record_problems or [f"{len(members)} files match RECORD"]))
+    checks.append(_size_check(wheel, members, policy.max_size_mb.get(cell.lane), cell.lane))
+
+    # METADATA agrees with the filename
+    meta_name = next((n for n in members if n.endswith(".dist-info/METADATA")), None)
+    meta = members.get(meta_name or "", b"").decode("utf-8", "replace")
+    head = meta.partition("\n\n")[0]
+    fields = dict(line.split(": ", 1) for line in head.splitlines() if ": " in line)
+    problems = []
+    if Version(fields.get("Version", "0")) != version:
+        problems.append(f"METADATA Version {fields.get('Version')!r} != filename {version}")
+    if canonicalize_name(fields.get("Name", "")) != canonicalize_name(name):
+        problems.append(f"METADATA Name {fields.get('Name')!r} != filename {name}")
+    checks.append(Check("metadata", not problems, problems or ["Name and Version agree"]))
+
+    with tempfile.TemporaryDirectory(prefix="cuw-verify-") as tmp:
+        scratch = Path(tmp)
+        elves = [e for e in (_read_binary(n, d, scratch) for n, d in members.items()) if e]
+        shipped = {Path(n).name for n in members}
+
+        checks.append(Check("compiled", bool(elves), [e.path for e in elves] or ["no compiled code in the wheel"]))
+
+        allowed = (
+            C_RUNTIME + manylinux_whitelist(policy.manylinux.get(cell.lane)) + TORCH_LIBS
+            + tuple(policy.exclude) + tuple(recipe.verify.allowed_needed)
+        )  # fmt: skip
+        foreign = [f for e in elves for f in _foreign_needed(e, shipped, allowed, cell.python)]
+        checks.append(Check("needed", not foreign, foreign or ["every DT_NEEDED / imported DLL is runtime, CUDA, torch or shipped"]))
+
+        bad_rpath = [f"{e.path}: {p}" for e in elves for p in e.rpaths if not p.startswith("$ORIGIN")]
+        checks.append(Check("rpath", not bad_rpath, bad_rpath or ["every RPATH starts with $ORIGIN"]))
+
+        newest = max((v for e in elves for v in e.glibc), key=_version_tuple, default="GLIBC_0")
+        max_glibc = policy.max_glibc
+        too_new = bool(max_glibc) and _version_tuple(newest) > _version_tuple(max_glibc or "0")
+        checks.append(Check("glibc", not too_new, [f"needs {newest}, policy allows {max_glibc or 'any'}"]))
+
+        links = [f"{e.path}: {n}" for e in elves for n in _torch_needed(e)]
+        if recipe.links_torch and not links:
+            checks.append(Check("links_torch", False, ["recipe says links_torch: true, no library needs torch"]))
+        elif not recipe.links_torch and links:
+            checks.append(Check("links_torch", False, [f"recipe says links_torch: false, but {links[0]}"]))
+        else:
+            checks.append(Check("links_torch", True, links[:3] or ["torch-free, as the recipe says"]))
+
+        checks.append(_pyinit_check(elves))
+        checks.append(_arch_check(elves, scratch, archs, toolkit))
+
+    if import_check:
+        checks.append(_import_check(wheel, members, elves, recipe))
+    if torch_patches is not None:
+        checks.append(_torch_patch_check(wheel, members, elves, recipe, cell, torch_patches))
+    return Report(str(wheel), checks)
+
+
+@dataclass(frozen=True)
+class TorchPatches:
+    """Where the torch releases come from and where their venvs live."""
+
+    index: str
+    root: Path
+
+
+def _torch_patch_check(
+    wheel: Path, members: dict[str, bytes], elves: list[Binary], recipe: Recipe, cell: Cell, how: TorchPatches
+) -> Check:
+    """Imports the wheel's modules under every patch release of the cell's torch line (``2.14.0``,
+    ``2.14.1``), each in its own clean venv: an ``undefined symbol`` under a release the wheel's
+    ``torch==2.14.*`` admits fails here instead of on a user's machine."""
+    from cuw.wheel import torch_venvs
+
+    if not recipe.links_torch or not cell.torch:
+        return Check("torch-patches", True, ["torch-free: nothing to check"])
+    suffix = "aarch64" if cell.lane == "linux_aarch64" else ("win_amd64" if cell.lane == "windows" else "x86_64")
+    versions = torch_venvs.releases_on(how.index, cell.torch, cell.python, suffix)
+    details, ok = [], True
+    for version in versions:
+        python = torch_venvs.ensure(version, cell.python, how.root, how.index)
+        under = _import_check(wheel, members, elves, recipe, python=str(python))
+        ok &= under.ok
+        details.append(f"torch {version}: " + "; ".join(under.details))
+    return Check("torch-patches", ok, details)
+
+
+def _size_check(wheel: Path, members: dict[str, bytes], limit_mb: Optional[float], lane: str) -> Check:
+    """The wheel's size and its largest members, against the lane's limit in the policy
+    (``wheel.max_size_mb``: what the index the lane publishes to accepts)."""
+    size_mb = wheel.stat().st_size / 2**20
+    largest = sorted(members.items(), key=lambda kv: -len(kv[1]))[:3]
+    shown = ", ".join(f"{n} {len(d) / 2**20:.1f} MB" for n, d in largest)
+    line = f"{size_mb:.1f} MB compressed; largest members (uncompressed): {shown}"
+    if limit_mb is None or size_mb <= limit_mb:
+        return Check("size", True, [line + (f"; limit {limit_mb:g} MB" if limit_mb is not None else "; no limit set")])
+    return Check("size", False, [
+        f"{size_mb:.1f} MB is over the {lane} lane's limit of {limit_mb:g} MB (wheel.max_size_mb in recipes/defaults.yml)",
+        line,
+        "fix: build fewer archs (the recipe's archs), ship PTX only for the oldest arch instead of SASS, "
+        "or split the package by SM family",
+    ])  # fmt: skip
+
+
+def _arch_check(elves: list[Binary], scratch: Path, archs: list[str], toolkit: Toolkit) -> Check:
+    try:
+        cuobjdump = find_cuobjdump(toolkit)
+    except CuwError as exc:
+        raise GateCannotRun(f"{exc}: the arch check cannot run") from None
+    sass: set[str] = set()
+    ptx: set[str] = set()
+    for elf in elves:
+        lib = scratch / Path(elf.path).name
+        for flag, into in (("--list-elf", sass), ("--list-ptx", ptx)):
+            out = subprocess.run([str(cuobjdump), flag, str(lib)], capture_output=True, text=True).stdout
+            into.update(re.findall(r"\bsm_(\d+)", out))
+    missing = []
+    for arch in archs:
+        number, wants_ptx = parse_arch(arch)
+        if number not in sass:
+            missing.append(f"no SASS for sm_{number}")
+        if wants_ptx and number not in ptx:
+            missing.append(f"no PTX for compute_{number}")
+    found = f"SASS {sorted(sass)}, PTX {sorted(ptx)}"
+    return Check("arch", not missing, missing + [found] if missing else [found])
+
+
+def _modules(members: dict[str, bytes], elves: list[Binary]) -> list[str]:
+    """Every Python module in the wheel, and every extension module (one with PyInit_)."""
+    mods = []
+    for name in members:
+        if ".dist-info/" in name or ".data/" in name or ".libs/" in name:
+            continue
+        if name.endswith(".py"):
+            mod = name[:-3].replace("/", ".")
+            mods.append(mod[: -len(".__init__")] if mod.endswith(".__init__") else mod)
+    for elf in elves:
+        if elf.exports_pyinit and ".libs/" not in elf.path:
+            mods.append(str(Path(elf.path).parent / elf.exports_pyinit).replace("/", ".").lstrip("."))
+    return sorted(set(mods))
+
+
+def _import_check(
+    wheel: Path, members: dict[str, bytes], elves: list[Binary], recipe: Recipe, python: str = sys.executable
+) -> Check:
+    pe = [e.path for e in elves if e.kind == "pe"]
+    if pe and sys.platform != "win32":
+        raise GateCannotRun(
+            f"the import check needs Windows for {pe[0]} (a PE file): run verify on a Windows host, or pass --no-import"
+        )
+    with tempfile.TemporaryDirectory(prefix="cuw-import-") as tmp:
+        target = Path(tmp) / "site"
+        empty = Path(tmp) / "cwd"
+        empty.mkdir()
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            return Check("import", False, [f"pip could not install the wheel: {proc.stderr.strip()[-300:]}"])
+        failures, passed = [], 0
+        for module in _modules(members, elves):
+            if module in recipe.verify.skip_import:
+                continue
+            env = {"PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "HOME": tmp}
+            if sys.platform == "win32":  # Python needs SYSTEMROOT; DLLs resolve from System32
+                root = os.environ.get("SYSTEMROOT", "C:\\Windows")
+                env.update(SYSTEMROOT=root, PATH=os.path.join(root, "System32"), USERPROFILE=tmp)
+            child = subprocess.run(
+                [python, "-c", f"import {module}"], cwd=empty, env=env, capture_output=True, text=True, timeout=300
+            )
+            if child.returncode != 0:
+                last = (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1]
+                failures.append(f"{module}: {last}")
+            else:
+                passed += 1
+        return Check("import", not failures, failures or [f"{passed} modules import in a clean process, GPUs hidden"])
+
+
+def write_verify_reports(checked: Report, wheel_path: Path) -> tuple[Path, Path]:
+    """``<wheel>.verify.json`` and ``<wheel>.verify.md`` beside the wheel."""
+    as_json = wheel_path.with_name(wheel_path.name + ".verify.json")
+    as_md = wheel_path.with_name(wheel_path.name + ".verify.md")
+    as_json.write_text(checked.to_json() + "\n")
+    as_md.write_text(checked.to_markdown())
+    return as_json, as_md
