@@ -38,7 +38,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cuw.toolchain import cache
-from cuw.seat import runtime as seat  # noqa: E402
+from cuw.seat import install, runtime, seat_log  # noqa: E402
+from cuw.seat import native as seat_native  # noqa: E402
 from cuw.toolchain.nvcc_args import parse  # noqa: E402
 from cuw.partition.rules import owner  # noqa: E402
 from cuw.toolchain.toolkit import find_toolkit  # noqa: E402
@@ -70,10 +71,10 @@ class Bench:
         self.cache = cache.open_cache("ccache", root / "cache", root)
         self.cache.prepare()
         (root / "seat").mkdir()
-        empty = seat.make_empty_object(root / "seat" / "empty.o")
-        self.real_compilers = seat.find_host_compilers()
+        empty = install.make_empty_object(root / "seat" / "empty.o")
+        self.real_compilers = install.find_host_compilers()
         self.nvcc = str(find_toolkit().nvcc)
-        self.config = seat.SeatConfig(
+        self.config = runtime.SeatConfig(
             real_nvcc=self.nvcc,
             cache_cmd=self.cache.binary(),
             cache_env=self.cache.env,
@@ -81,16 +82,16 @@ class Bench:
             source_root=str(self.src),
             empty_object=str(empty),
             log=str(root / "seat.jsonl"),
-            partition=seat.SeatPartition(1, 2),
+            partition=runtime.SeatPartition(1, 2),
             real_compilers=self.real_compilers,
         )
         self.native = native
-        self.exe = seat.install(root / "seat", self.config)
-        if native and not seat.install_native(root / "seat", self.config):
+        self.exe = install.install(root / "seat", self.config)
+        if native and not seat_native.install_native(root / "seat", self.config):
             raise SystemExit("the native stub could not be built (see the line above)")
         self.bin = root / "bin"
         self.bin.mkdir()
-        seat.link_host_seat(root / "seat", self.bin, self.config)
+        install.link_host_seat(root / "seat", self.bin, self.config)
         self.cache_env = {**cache.scrub(dict(os.environ)), **self.cache.env}
 
     def nvcc_args(self, name: str) -> list[str]:
@@ -154,7 +155,7 @@ def breakdown(bench: Bench) -> dict[str, Callable[[], float]]:
 
     def config_read() -> float:
         start = time.perf_counter()
-        seat.SeatConfig.read(config_path)
+        runtime.SeatConfig.read(config_path)
         return (time.perf_counter() - start) * 1000
 
     def stub_in_process() -> float:
@@ -162,7 +163,7 @@ def breakdown(bench: Bench) -> dict[str, Callable[[], float]]:
         os.chdir(bench.src)
         try:
             start = time.perf_counter()
-            seat.run(bench.nvcc_args("stub_cu"), bench.config)
+            runtime.run(bench.nvcc_args("stub_cu"), bench.config)
             return (time.perf_counter() - start) * 1000
         finally:
             os.chdir(here)
@@ -204,8 +205,8 @@ def main() -> int:
         rows = {name: measured[name] for name in calls}
         parts = {name: measured[name] for name in steps}
         stats = bench.cache.stats()
-        entries = seat.read_log(Path(bench.config.log))
-        native_entries = seat.read_log(Path(native.config.log))
+        entries = seat_log.read_log(Path(bench.config.log))
+        native_entries = seat_log.read_log(Path(native.config.log))
         shebang = bench.exe.read_text().splitlines()[0]
     hits_expected = 4 * args.calls  # seat and direct, .cu and .cpp
     stubs = sum(1 for e in entries if e.get("action") == "stubbed") - args.calls  # less the in-process ones

@@ -46,7 +46,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cuw.seat import runtime as seat  # noqa: E402
+from cuw.seat import seat_log  # noqa: E402
 from cuw.jobs.pipeline import Paths, run_build  # noqa: E402
 from cuw.config.recipe import costs_path, load_recipe  # noqa: E402
 
@@ -190,14 +190,14 @@ def measure(recipe_key: str, n: int, root: Path, rule: str = "hash", scale: int 
     end = time.time()
     shard_seconds, per_shard, per_tu, compiled = 0.0, [], [], 0
     for log in sorted(paths.work.glob("*/shard-*/logs/seat.jsonl")):
-        entries = [e for e in seat.read_log(log) if e.get("action") == "compiled"]
+        entries = [e for e in seat_log.read_log(log) if e.get("action") == "compiled"]
         seconds = sum(e.get("seconds", 0.0) for e in entries)
         shard_seconds += seconds
         per_shard.append(seconds)
         per_tu += [e.get("seconds", 0.0) for e in entries]
         compiled += len(entries)  # CUDA and host TUs: a source filter's rest is partitioned by the seat too
     link_log = next(paths.work.glob("*/link/logs/seat.jsonl"))
-    replayed = [e for e in seat.read_log(link_log) if e.get("action") == "compiled"]
+    replayed = [e for e in seat_log.read_log(link_log) if e.get("action") == "compiled"]
     link_seconds = sum(e.get("seconds", 0.0) for e in replayed)
     tus = len(replayed) or 1  # every TU the link replays
     shard_balance, bound = balance(per_shard, per_tu)

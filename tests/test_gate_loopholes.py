@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO
 from cuw.jobs import backends
 from cuw.jobs import pipeline
-from cuw.seat import runtime as seat
+from cuw.seat import install, seat_log
 from cuw.partition.assignment import recipe_assignment
 from cuw.jobs.backends import build_env
 from cuw.toolchain.cache import Ccache, open_cache
@@ -195,9 +195,9 @@ def test_the_log_reader_waits_for_a_partial_line_and_reads_only_what_was_appende
     whole = json.dumps({"action": "compiled", "key": "a.cu", "rc": 0}) + "\n"
     half = json.dumps({"action": "compiled", "key": "b.cu", "rc": 0})
     log.write_text(whole + half[:17])
-    reader = seat.LogReader(log)
-    assert reader.compiled_count() == 1 and seat.compiled_count(log) == 1  # the half line raises nothing
-    assert [e["key"] for e in seat.read_log(log)] == ["a.cu"]
+    reader = seat_log.LogReader(log)
+    assert reader.compiled_count() == 1 and seat_log.compiled_count(log) == 1  # the half line raises nothing
+    assert [e["key"] for e in seat_log.read_log(log)] == ["a.cu"]
     with open(log, "a") as fh:
         fh.write(half[17:] + "\n" + json.dumps({"action": "stubbed", "key": "c.cu"}) + "\n")
     assert [e["key"] for e in reader.read()] == ["b.cu", "c.cu"] and reader.compiled == 2
@@ -261,7 +261,7 @@ def test_an_interrupt_during_a_local_build_stops_every_shard_and_its_build(recip
             pytest.fail("no shard build reached its seat")
         return 0
 
-    monkeypatch.setattr(seat.LogReader, "compiled_count", interrupted)
+    monkeypatch.setattr(seat_log.LogReader, "compiled_count", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_build(load_recipe("example", recipes_dir), paths, count=2, recipes_dir=recipes_dir, progress=lambda line: None)
     deadline = time.monotonic() + 5
@@ -283,12 +283,12 @@ def test_a_shard_prepares_without_a_c_compiler(recipes_dir, tmp_path, monkeypatc
         (bare / tool).symlink_to(Path(sys.executable).parent / tool)
     monkeypatch.setenv("PATH", str(bare))
     monkeypatch.delenv("CC", raising=False)
-    assert shutil.which("cc") is None and shutil.which("gcc") is None and seat.find_c_compiler() is None
+    assert shutil.which("cc") is None and shutil.which("gcc") is None and install.find_c_compiler() is None
 
     recipe = load_recipe("example", recipes_dir)
     ws = Workspace(tmp_path / "job", tmp_path / "job")
     prepare(ws, recipe, toolkit, ShardSpec(1, 2), "ccache")
-    assert ws.empty_object.read_bytes() == seat.empty_elf_object()
+    assert ws.empty_object.read_bytes() == install.empty_elf_object()
     assert "native stub not built" in ws.build_log.read_text()
     assert (ws.seat_dir / "nvcc").read_text().startswith("#!"), "the Python seat stays"
     rule = recipe_assignment(recipe, 2)
@@ -296,8 +296,8 @@ def test_a_shard_prepares_without_a_c_compiler(recipes_dir, tmp_path, monkeypatc
                    if rule.owner(k) == 2)  # fmt: skip
     out = tmp_path / "foreign.o"
     subprocess.run([str(ws.cuda_home / "bin" / "nvcc"), "-c", str(ws.src / foreign), "-o", str(out)], check=True)
-    assert out.read_bytes() == seat.empty_elf_object()
-    assert [e["action"] for e in seat.read_log(ws.seat_log)] == ["stubbed"]
+    assert out.read_bytes() == install.empty_elf_object()
+    assert [e["action"] for e in seat_log.read_log(ws.seat_log)] == ["stubbed"]
 
     monkeypatch.undo()  # the real toolchain again: the object links like one cc made
     real = tmp_path / "real.c"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cuw.toolchain import cache
-from cuw.seat import runtime as seat
+from cuw.seat import install, runtime, seat_log
 from cuw.toolchain.nvcc_args import HOST_VALUE_OPTIONS, parse
 from cuw.partition.rules import owner
 from cuw.toolchain.toolkit import find_toolkit
@@ -20,16 +20,16 @@ HOST_SRC = 'extern "C" int answer() { return 42; }\n'
 class HostSeat:
     """A job's seat with its host compilers linked into a bin folder, as the shadow CUDA_HOME has them."""
 
-    def __init__(self, root: Path, partition: seat.SeatPartition | None, partition_host: bool = True) -> None:
+    def __init__(self, root: Path, partition: runtime.SeatPartition | None, partition_host: bool = True) -> None:
         self.src = root / "src"
         (self.src / "build").mkdir(parents=True)
         job_cache = cache.open_cache("ccache", root / "cache", root)
         job_cache.prepare()
         self.cache = job_cache
         (root / "seat").mkdir()
-        self.empty = seat.make_empty_object(root / "seat" / "empty.o")
+        self.empty = install.make_empty_object(root / "seat" / "empty.o")
         self.log = root / "seat.jsonl"
-        config = seat.SeatConfig(
+        config = runtime.SeatConfig(
             real_nvcc=str(find_toolkit().nvcc),
             cache_cmd=job_cache.binary(),
             cache_env=job_cache.env,
@@ -38,20 +38,20 @@ class HostSeat:
             empty_object=str(self.empty),
             log=str(self.log),
             partition=partition,
-            real_compilers=seat.find_host_compilers(),
+            real_compilers=install.find_host_compilers(),
             partition_host=partition_host,
         )
         self.config = config
-        seat.install(root / "seat", config)
+        install.install(root / "seat", config)
         self.bin = root / "bin"
         self.bin.mkdir()
-        self.links = seat.link_host_seat(root / "seat", self.bin, config)
+        self.links = install.link_host_seat(root / "seat", self.bin, config)
 
     def gxx(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.bin / "g++"), *args], cwd=cwd or self.src, capture_output=True, text=True)
 
     def entries(self) -> list[dict]:
-        return seat.read_log(self.log)
+        return seat_log.read_log(self.log)
 
     def source(self, rel: str) -> Path:
         path = self.src / rel
@@ -67,12 +67,12 @@ def _key_owned_by(index: int, count: int) -> str:
 def test_every_host_compiler_name_is_linked_to_the_host_seat(tmp_path):
     s = HostSeat(tmp_path, None)
     assert {p.name for p in s.links} == set(s.config.real_compilers) >= {"gcc", "g++"}
-    assert all(os.path.realpath(p).endswith(seat.HOST_SCRIPT) for p in s.links)
-    assert all(seat.HOST_SCRIPT not in os.path.realpath(real) for real in s.config.real_compilers.values())
+    assert all(os.path.realpath(p).endswith(runtime.HOST_SCRIPT) for p in s.links)
+    assert all(runtime.HOST_SCRIPT not in os.path.realpath(real) for real in s.config.real_compilers.values())
 
 
 def test_owned_host_tu_compiles_through_the_cache_and_hits_the_second_time(tmp_path):
-    s = HostSeat(tmp_path, seat.SeatPartition(1, 1))
+    s = HostSeat(tmp_path, runtime.SeatPartition(1, 1))
     s.source("csrc/a.cpp")
     for _ in range(2):
         proc = s.gxx("-O2", "-Werror", "-fPIC", "-c", "csrc/a.cpp", "-o", "build/a.o")
@@ -86,7 +86,7 @@ def test_owned_host_tu_compiles_through_the_cache_and_hits_the_second_time(tmp_p
 
 def test_foreign_host_tu_gets_the_empty_object_and_a_depfile(tmp_path):
     key = _key_owned_by(2, 3)
-    s = HostSeat(tmp_path, seat.SeatPartition(1, 3))
+    s = HostSeat(tmp_path, runtime.SeatPartition(1, 3))
     s.source(key)
     proc = s.gxx("-MD", "-MF", "build/x.o.d", "-c", key, "-o", "build/x.o")
     assert proc.returncode == 0, proc.stderr
@@ -97,7 +97,7 @@ def test_foreign_host_tu_gets_the_empty_object_and_a_depfile(tmp_path):
 
 def test_windows_lanes_compile_every_host_tu(tmp_path):
     key = _key_owned_by(2, 3)
-    s = HostSeat(tmp_path, seat.SeatPartition(1, 3), partition_host=False)
+    s = HostSeat(tmp_path, runtime.SeatPartition(1, 3), partition_host=False)
     s.source(key)
     assert s.gxx("-c", key, "-o", "build/x.o").returncode == 0
     assert [(e["action"], e["kind"]) for e in s.entries()] == [("compiled", "host")]
@@ -109,7 +109,7 @@ def test_windows_lanes_compile_every_host_tu(tmp_path):
     ["outside", "tmpxft", "probe", "link"],
 )
 def test_calls_that_are_not_the_builds_tus_run_the_real_compiler_uncached(tmp_path, where):
-    s = HostSeat(tmp_path, seat.SeatPartition(2, 2))
+    s = HostSeat(tmp_path, runtime.SeatPartition(2, 2))
     if where == "outside":
         (tmp_path / "gen").mkdir()
         src = tmp_path / "gen" / "generated.cpp"
@@ -143,10 +143,10 @@ def test_host_argv_is_read_with_gcc_options():
 
 def test_nvcc_compiles_name_the_real_host_compiler(tmp_path):
     s = HostSeat(tmp_path, None)
-    args = seat._host_compiler_args(["-c", "k.cu"], s.config)
+    args = runtime._host_compiler_args(["-c", "k.cu"], s.config)
     assert args == ["-ccbin", s.config.real_compilers["g++"]]
-    assert seat._host_compiler_args(["-ccbin=/opt/gcc/bin/g++", "-c", "k.cu"], s.config) == []
-    assert seat._host_compiler_args(["--compiler-bindir", "/opt", "-c", "k.cu"], s.config) == []
+    assert runtime._host_compiler_args(["-ccbin=/opt/gcc/bin/g++", "-c", "k.cu"], s.config) == []
+    assert runtime._host_compiler_args(["--compiler-bindir", "/opt", "-c", "k.cu"], s.config) == []
 
 
 def test_a_ccbin_naming_the_host_seat_becomes_the_real_compiler(tmp_path):
@@ -154,8 +154,8 @@ def test_a_ccbin_naming_the_host_seat_becomes_the_real_compiler(tmp_path):
     s = HostSeat(tmp_path, None)
     seat_cxx = str(s.bin / "c++")
     real = s.config.real_compilers["c++"]
-    assert seat._unseated_ccbin(["-ccbin", seat_cxx, "-c", "k.cu"], s.config) == ["-ccbin", real, "-c", "k.cu"]
-    assert seat._unseated_ccbin([f"-ccbin={seat_cxx}", "-c"], s.config) == [f"-ccbin={real}", "-c"]
-    assert seat._unseated_ccbin(["--compiler-bindir", seat_cxx], s.config) == ["--compiler-bindir", real]
+    assert runtime._unseated_ccbin(["-ccbin", seat_cxx, "-c", "k.cu"], s.config) == ["-ccbin", real, "-c", "k.cu"]
+    assert runtime._unseated_ccbin([f"-ccbin={seat_cxx}", "-c"], s.config) == [f"-ccbin={real}", "-c"]
+    assert runtime._unseated_ccbin(["--compiler-bindir", seat_cxx], s.config) == ["--compiler-bindir", real]
     untouched = ["-ccbin", "/opt/gcc-13/bin/g++", "-c", "k.cu"]
-    assert seat._unseated_ccbin(untouched, s.config) == untouched
+    assert runtime._unseated_ccbin(untouched, s.config) == untouched

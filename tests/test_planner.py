@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from cuw.tools import planner
-from cuw.seat import runtime as seat
+from cuw.seat import runtime, seat_log
 from cuw.partition.assignment import recipe_assignment
 from cuw.cli.main import main as cuw_main
 from cuw.base.errors import CuwError
@@ -190,7 +190,7 @@ def test_live_seat_decisions_equal_the_planners_prediction(recipes_dir, tmp_path
         part = partition_for_seat(recipe, ShardSpec(index, 3))
         # The partition survives the seat's JSON configuration.
         s = Seat(tmp_path / f"shard{index}", part)
-        assert seat.SeatConfig.read(str(s.exe.parent / "seat.json")).partition == part
+        assert runtime.SeatConfig.read(str(s.exe.parent / "seat.json")).partition == part
         for key in predicted:
             src = s.src / key
             src.parent.mkdir(parents=True, exist_ok=True)
@@ -218,7 +218,7 @@ def test_a_cost_rule_shard_job_compiles_exactly_the_planned_slice(recipes_dir, p
     result = run_shard(recipe, ShardSpec(1, 3), paths, progress=None)
     assert result.verdict.ok, result.verdict.line
     (log,) = paths.work.glob("*/shard-1of3/logs/seat.jsonl")
-    cuda = [e for e in seat.read_log(log) if e["action"] in ("compiled", "stubbed") and e["key"].endswith(".cu")]
+    cuda = [e for e in seat_log.read_log(log) if e["action"] in ("compiled", "stubbed") and e["key"].endswith(".cu")]
     assert sorted(e["key"] for e in cuda if e["action"] == "compiled") == sorted(k for k, s in predicted.items() if s == 1)
     assert sorted(e["key"] for e in cuda if e["action"] == "stubbed") == sorted(k for k, s in predicted.items() if s != 1)
     assert "csrc/kernels/k08_gemm.cu" in {e["key"] for e in cuda if e["action"] == "compiled"}  # longest first, to shard 1

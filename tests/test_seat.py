@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 from cuw.toolchain import cache
-from cuw.seat import runtime as seat
+from cuw.seat import install, runtime, seat_log
 from cuw.partition.rules import owner, tu_key
 from cuw.toolchain.toolkit import find_toolkit, make_shadow_home
 
@@ -20,7 +20,7 @@ ARCH = ["-gencode", "arch=compute_90,code=sm_90"]
 
 
 class Seat:
-    def __init__(self, root: Path, partition: seat.SeatPartition | None, extra_args: list[str] | None = None) -> None:
+    def __init__(self, root: Path, partition: runtime.SeatPartition | None, extra_args: list[str] | None = None) -> None:
         self.root = root
         self.src = root / "src"
         self.src.mkdir(parents=True)
@@ -28,10 +28,10 @@ class Seat:
         self.cache.prepare()
         self.cache_dir = self.cache.cache_dir
         (root / "seat").mkdir()
-        empty = seat.make_empty_object(root / "seat" / "empty.o")
+        empty = install.make_empty_object(root / "seat" / "empty.o")
         self.log = root / "seat.jsonl"
         self.toolkit = find_toolkit()
-        config = seat.SeatConfig(
+        config = runtime.SeatConfig(
             real_nvcc=str(self.toolkit.nvcc),
             cache_cmd=self.cache.binary(),
             cache_env=self.cache.env,
@@ -42,7 +42,7 @@ class Seat:
             partition=partition,
             extra_args=extra_args or [],
         )
-        self.exe = seat.install(root / "seat", config)
+        self.exe = install.install(root / "seat", config)
         self.empty = empty
 
     def run(self, *args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -50,7 +50,7 @@ class Seat:
         return subprocess.run([str(self.exe), *args], cwd=cwd or self.src, env=full_env, capture_output=True, text=True)
 
     def entries(self) -> list[dict]:
-        return seat.read_log(self.log)
+        return seat_log.read_log(self.log)
 
 
 def _source(seat_: Seat, rel: str) -> Path:
@@ -69,7 +69,7 @@ def _key_owned_by(index: int, count: int) -> str:
 
 
 def test_owned_tu_compiles_through_the_cache_and_hits_the_second_time(tmp_path):
-    s = Seat(tmp_path, seat.SeatPartition(1, 1))
+    s = Seat(tmp_path, runtime.SeatPartition(1, 1))
     src = _source(s, "kernels/a.cu")
     for _ in range(2):
         proc = s.run("-MD", "-MF", "a.o.d", "-c", "-c", str(src), "-o", "a.o", *ARCH)
@@ -82,7 +82,7 @@ def test_owned_tu_compiles_through_the_cache_and_hits_the_second_time(tmp_path):
 
 
 def test_foreign_tu_gets_the_empty_object_and_a_depfile(tmp_path):
-    s = Seat(tmp_path, seat.SeatPartition(1, 2))
+    s = Seat(tmp_path, runtime.SeatPartition(1, 2))
     key = _key_owned_by(2, 2)
     src = _source(s, key)
     out = s.src / "obj" / "x.cu.o"
@@ -96,7 +96,7 @@ def test_foreign_tu_gets_the_empty_object_and_a_depfile(tmp_path):
 
 
 def test_probe_tus_always_compile_for_real_and_uncached(tmp_path):
-    s = Seat(tmp_path, seat.SeatPartition(1, 2))
+    s = Seat(tmp_path, runtime.SeatPartition(1, 2))
     key = "CMakeFiles/CMakeScratch/TryCompile-abc/" + _key_owned_by(2, 2).split("/")[-1]
     src = _source(s, key)
     proc = s.run("-c", str(src), "-o", str(src.with_suffix(".o")), *ARCH)
@@ -107,7 +107,7 @@ def test_probe_tus_always_compile_for_real_and_uncached(tmp_path):
 
 
 def test_non_compiles_pass_through_untouched(tmp_path):
-    s = Seat(tmp_path, seat.SeatPartition(1, 2))
+    s = Seat(tmp_path, runtime.SeatPartition(1, 2))
     proc = s.run("--version")
     assert proc.returncode == 0 and "release 13" in proc.stdout
     assert [e["action"] for e in s.entries()] == ["passthrough"]
@@ -140,10 +140,10 @@ def test_ccache_alone_shows_the_dc_defect_the_seat_guards(tmp_path):
 
 
 def test_partitioning_seat_refuses_when_the_source_filter_is_active(tmp_path):
-    s = Seat(tmp_path, seat.SeatPartition(1, 2))
+    s = Seat(tmp_path, runtime.SeatPartition(1, 2))
     src = _source(s, "kernels/a.cu")
     proc = s.run("-c", str(src), "-o", "a.o", *ARCH, env={"CUDA_WHEELS_SHARD_COUNT": "2", "CUDA_WHEELS_SHARD_INDEX": "1"})
-    assert proc.returncode == seat.DOUBLE_PARTITION_EXIT
+    assert proc.returncode == runtime.DOUBLE_PARTITION_EXIT
     assert "1/N^2" in proc.stderr
     assert not (s.src / "a.o").exists()
 
@@ -158,7 +158,7 @@ def test_pass_through_seat_ignores_source_filter_variables(tmp_path):
 
 def test_shadow_cuda_home_reaches_the_seat(tmp_path):
     """Builds that run $CUDA_HOME/bin/nvcc by path (torch's distutils path) reach the seat."""
-    s = Seat(tmp_path / "job", seat.SeatPartition(1, 1))
+    s = Seat(tmp_path / "job", runtime.SeatPartition(1, 1))
     shadow = make_shadow_home(s.toolkit, tmp_path / "cuda", s.exe)
     assert (shadow / "include" / "cuda_runtime.h").exists()
     assert os.path.realpath(shadow / "bin" / "ptxas") == os.path.realpath(s.toolkit.home / "bin" / "ptxas")
@@ -171,7 +171,7 @@ def test_shadow_cuda_home_reaches_the_seat(tmp_path):
 
 
 def test_compile_error_exit_code_is_kept_and_logged(tmp_path):
-    s = Seat(tmp_path, seat.SeatPartition(1, 1))
+    s = Seat(tmp_path, runtime.SeatPartition(1, 1))
     src = s.src / "bad.cu"
     src.write_text("__global__ void k() { undefined_thing(); }\n")
     proc = s.run("-c", str(src), "-o", "bad.o", *ARCH)
@@ -182,7 +182,7 @@ def test_compile_error_exit_code_is_kept_and_logged(tmp_path):
 
 
 def test_recipe_nvcc_flags_and_threads_reach_every_owned_compile(tmp_path):
-    s = Seat(tmp_path, seat.SeatPartition(1, 1), extra_args=["-DCUW_FROM_RECIPE=7", "--threads=2"])
+    s = Seat(tmp_path, runtime.SeatPartition(1, 1), extra_args=["-DCUW_FROM_RECIPE=7", "--threads=2"])
     src = s.src / "flags.cu"
     src.write_text("#if CUW_FROM_RECIPE != 7\n#error the recipe's nvcc_flags did not arrive\n#endif\n" + KERNEL)
     proc = s.run("-c", str(src), "-o", "flags.o", *ARCH)

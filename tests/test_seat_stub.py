@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from cuw.toolchain import cache
-from cuw.seat import runtime as seat
+from cuw.seat import install, runtime, seat_log
+from cuw.seat import native as seat_native
 from cuw.partition.rules import owner, tu_key
 from cuw.toolchain.toolkit import find_toolkit
 
@@ -135,9 +136,9 @@ class Job:
         self.cache = cache.open_cache("ccache", root / "cache", root)
         self.cache.prepare()
         (root / "seat").mkdir()
-        self.empty = seat.make_empty_object(root / "seat" / "empty.o")
+        self.empty = install.make_empty_object(root / "seat" / "empty.o")
         self.log = root / "seat.jsonl"
-        self.config = seat.SeatConfig(
+        self.config = runtime.SeatConfig(
             real_nvcc=str(find_toolkit().nvcc),
             cache_cmd=self.cache.binary(),
             cache_env=self.cache.env,
@@ -145,23 +146,23 @@ class Job:
             source_root=str(self.src),
             empty_object=str(self.empty),
             log=str(self.log),
-            partition=seat.SeatPartition(INDEX, COUNT),
-            real_compilers=seat.find_host_compilers(),
+            partition=runtime.SeatPartition(INDEX, COUNT),
+            real_compilers=install.find_host_compilers(),
             partition_host=partition_host,
         )
-        self.nvcc = seat.install(root / "seat", self.config)
-        self.native = native and seat.install_native(root / "seat", self.config, note=root / "note.log")
+        self.nvcc = install.install(root / "seat", self.config)
+        self.native = native and seat_native.install_native(root / "seat", self.config, note=root / "note.log")
         assert self.native == native, (root / "note.log").read_text() if (root / "note.log").exists() else ""
         self.bin = root / "bin"
         self.bin.mkdir()
-        seat.link_host_seat(root / "seat", self.bin, self.config)
+        install.link_host_seat(root / "seat", self.bin, self.config)
         generated = self.src / F_GENERATED
         generated.write_text(KERNEL)
 
     def run(self, case: Case, extra_env: dict[str, str] | None = None) -> int:
         exe = self.nvcc if case.tool == "nvcc" else self.root / case.tool if "/" in case.tool else self.bin / case.tool
         argv = [a.format(src=self.src, root=self.root) for a in case.argv]
-        env = {k: v for k, v in os.environ.items() if k not in seat.SOURCE_FILTER_VARS}
+        env = {k: v for k, v in os.environ.items() if k not in runtime.SOURCE_FILTER_VARS}
         env.update(case.env, **(extra_env or {}))
         proc = subprocess.run([case.argv0 or str(exe), *argv], executable=str(exe), check=False, cwd=self.root / case.cwd, env=env, capture_output=True, text=True)
         return proc.returncode
@@ -187,7 +188,7 @@ class Job:
         drop = ("pid", "seconds", "at")
         return [
             {k: (v.replace(str(self.root), "<job>") if isinstance(v, str) else v) for k, v in e.items() if k not in drop}
-            for e in seat.read_log(self.log)
+            for e in seat_log.read_log(self.log)
         ]
 
 
@@ -217,7 +218,7 @@ def test_native_stub_matches_the_python_seat(jobs, case):
 
 def test_the_foreign_table_is_the_partition_rule(jobs):
     native_job, _ = jobs
-    table = (native_job.root / "seat" / seat.NATIVE_TABLE).read_text(encoding="utf-8")
+    table = (native_job.root / "seat" / seat_native.NATIVE_TABLE).read_text(encoding="utf-8")
     keys = {line.split("\t")[0]: int(line.split("\t")[1]) for line in table.split("keys\n", 1)[1].splitlines()}
     every = [tu_key(str(p), str(native_job.src)) for p in native_job.src.rglob("*") if p.suffix in (".cu", ".cpp", ".cxx")]
     assert F_CU in keys and O_CU not in keys and F_GENERATED not in keys
@@ -244,27 +245,27 @@ def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkey
     root = tmp_path / "j"
     (root / "src" / F_CU).parent.mkdir(parents=True)
     (root / "src" / F_CU).write_text(KERNEL)
-    empty = seat.make_empty_object(root / "empty.o")
-    config = seat.SeatConfig(real_nvcc=str(find_toolkit().nvcc), cache_cmd="ccache", cache_env={}, statslog_var=None,
+    empty = install.make_empty_object(root / "empty.o")
+    config = runtime.SeatConfig(real_nvcc=str(find_toolkit().nvcc), cache_cmd="ccache", cache_env={}, statslog_var=None,
                              source_root=str(root / "src"), empty_object=str(empty), log=str(root / "seat.jsonl"),
-                             partition=seat.SeatPartition(INDEX, COUNT))  # fmt: skip
-    script = seat.install(root / "seat", config)
+                             partition=runtime.SeatPartition(INDEX, COUNT))  # fmt: skip
+    script = install.install(root / "seat", config)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     note = root / "build.log"
-    assert not seat.install_native(root / "seat", config, note=note)
+    assert not seat_native.install_native(root / "seat", config, note=note)
     assert script.read_text().startswith("#!")  # still the Python seat
     assert sorted(p.name for p in (root / "seat").iterdir()) == ["host-cc", "nvcc", "seat.json"]
     assert note.read_text().count("\n") == 1 and "native stub not built" in note.read_text()
     proc = subprocess.run([str(script), "-c", F_CU, "-o", "k.o"], check=False, cwd=root / "src", capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert [e["action"] for e in seat.read_log(root / "seat.jsonl")] == ["stubbed"]
+    assert [e["action"] for e in seat_log.read_log(root / "seat.jsonl")] == ["stubbed"]
 
 
 def test_a_seat_without_partition_keeps_the_python_scripts(tmp_path):
     (tmp_path / "src").mkdir()
-    config = seat.SeatConfig(real_nvcc="nvcc", cache_cmd="ccache", cache_env={}, statslog_var=None,
+    config = runtime.SeatConfig(real_nvcc="nvcc", cache_cmd="ccache", cache_env={}, statslog_var=None,
                              source_root=str(tmp_path / "src"), empty_object=str(tmp_path / "e.o"),
                              log=str(tmp_path / "seat.jsonl"), partition=None)  # fmt: skip
-    script = seat.install(tmp_path / "seat", config)
-    assert not seat.install_native(tmp_path / "seat", config)
-    assert script.read_text().startswith("#!") and not (tmp_path / "seat" / seat.NATIVE_TABLE).exists()
+    script = install.install(tmp_path / "seat", config)
+    assert not seat_native.install_native(tmp_path / "seat", config)
+    assert script.read_text().startswith("#!") and not (tmp_path / "seat" / seat_native.NATIVE_TABLE).exists()

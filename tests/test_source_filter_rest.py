@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from cuw.seat import runtime as seat
+from cuw.seat import install, native, runtime, seat_log
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, filter_covers, rest_keys, source_filter_files
 from cuw.gates.compdb import cuda_compiles_from
@@ -112,10 +112,10 @@ def test_the_filter_and_the_seat_leave_each_shard_its_own_slice(tmp_path):
     recipe = load_recipe("natten_like", recipes)
     spec = ShardSpec(2, 4)
     part = partition_for_seat(recipe, spec, src)
-    config = seat.SeatConfig(real_nvcc="nvcc", cache_cmd="ccache", cache_env={}, statslog_var=None,
+    config = runtime.SeatConfig(real_nvcc="nvcc", cache_cmd="ccache", cache_env={}, statslog_var=None,
                              source_root=str(src), empty_object=str(tmp_path / "e.o"), log=str(tmp_path / "l"),
                              partition=part, real_compilers={"g++": "/usr/bin/g++"})  # fmt: skip
-    table = seat.foreign_table(config)
+    table = native.foreign_table(config)
     assert "source_filter\t2/4" in table.splitlines()
     keys = {line.split("\t")[0] for line in table.split("keys\n", 1)[1].splitlines()}
     assert keys == {k for k in rest_keys(recipe, src) if part.owner(k) != 2}, "the native stub's table: foreign rest only"
@@ -139,8 +139,8 @@ def test_seat_rest_is_a_source_filter_key(recipes_dir):
 def _filter_seat(tmp_path: Path, index: int = 1, count: int = 2, globs=("gen/*.cu",)) -> tuple[Seat, str, str]:
     """A seat beside the filter: ``gen/*.cu`` is the filter's; a rest key another shard owns."""
     rest_foreign = next(f"hand/h{i}.cu" for i in range(100)
-                        if seat.SeatPartition(index, count).owner(f"hand/h{i}.cu") != index)  # fmt: skip
-    s = Seat(tmp_path, seat.SeatPartition(index, count, filter_globs=list(globs), filter_keys=["gen/g0.cu"]))
+                        if runtime.SeatPartition(index, count).owner(f"hand/h{i}.cu") != index)  # fmt: skip
+    s = Seat(tmp_path, runtime.SeatPartition(index, count, filter_globs=list(globs), filter_keys=["gen/g0.cu"]))
     return s, rest_foreign, "gen/g0.cu"
 
 
@@ -162,7 +162,7 @@ def test_a_seat_refuses_when_the_filter_is_another_shard(tmp_path):
     s, foreign, _ = _filter_seat(tmp_path)
     _source(s, foreign)
     proc = s.run("-c", str(s.src / foreign), "-o", "f.o", *ARCH, env=dict(zip(FILTER_VARS, ("2", "2"))))
-    assert proc.returncode == seat.DOUBLE_PARTITION_EXIT and "source filter is shard 2/2" in proc.stderr
+    assert proc.returncode == runtime.DOUBLE_PARTITION_EXIT and "source filter is shard 2/2" in proc.stderr
 
 
 def test_the_native_stub_stubs_the_rest_beside_the_filter_and_hands_over_the_rest(tmp_path):
@@ -170,14 +170,14 @@ def test_the_native_stub_stubs_the_rest_beside_the_filter_and_hands_over_the_res
     for key in ("hand/h0.cu", "hand/h1.cu", "hand/h2.cu", "hand/h3.cu", "gen/g0.cu"):
         (root / "src" / key).parent.mkdir(parents=True, exist_ok=True)
         (root / "src" / key).write_text("__global__ void k() {}\n")
-    part = seat.SeatPartition(1, 2, filter_globs=["gen/*.cu"], filter_keys=["gen/g0.cu"])
+    part = runtime.SeatPartition(1, 2, filter_globs=["gen/*.cu"], filter_keys=["gen/g0.cu"])
     foreign = next(k for k in ("hand/h0.cu", "hand/h1.cu", "hand/h2.cu", "hand/h3.cu") if part.owner(k) == 2)
-    empty = seat.make_empty_object(root / "empty.o")
-    config = seat.SeatConfig(real_nvcc="nvcc", cache_cmd="ccache", cache_env={}, statslog_var=None,
+    empty = install.make_empty_object(root / "empty.o")
+    config = runtime.SeatConfig(real_nvcc="nvcc", cache_cmd="ccache", cache_env={}, statslog_var=None,
                              source_root=str(root / "src"), empty_object=str(empty), log=str(root / "seat.jsonl"),
                              partition=part)  # fmt: skip
-    seat.install(root / "seat", config)
-    assert seat.install_native(root / "seat", config)
+    install.install(root / "seat", config)
+    assert native.install_native(root / "seat", config)
     stub = str(root / "seat" / "nvcc")
 
     def run(key: str, index: str) -> int:
@@ -185,7 +185,7 @@ def test_the_native_stub_stubs_the_rest_beside_the_filter_and_hands_over_the_res
         return subprocess.run([stub, "-c", key, "-o", "x.o"], cwd=root / "src", env=env, check=False).returncode
 
     assert run(foreign, "1") == 0, "a foreign rest TU is stubbed natively beside the filter"
-    assert seat.read_log(root / "seat.jsonl")[-1]["key"] == foreign
+    assert seat_log.read_log(root / "seat.jsonl")[-1]["key"] == foreign
     assert run(foreign, "2") == 97, "another shard's coordinates: handed to the Python seat (which refuses)"
     assert run("gen/g0.cu", "1") == 97, "the filter's file is not in the table: handed over, compiled"
 
@@ -225,10 +225,10 @@ def test_source_filter_with_seat_rest_compiles_every_tu_exactly_once(recipes_dir
     assert facts["cuda_tus"] == 9 and facts["total"] == facts["hits"] == 11, "9 CUDA and 2 host TUs, all replayed"
 
     (link_log,) = paths.work.glob("*/link/logs/seat.jsonl")
-    replayed = sorted(e["key"] for e in seat.read_log(link_log) if e["action"] == "compiled")
+    replayed = sorted(e["key"] for e in seat_log.read_log(link_log) if e["action"] == "compiled")
     compiled: list[str] = []
     for log in sorted(paths.work.glob("*/shard-*/logs/seat.jsonl")):
-        entries = seat.read_log(log)
+        entries = seat_log.read_log(log)
         compiled += [e["key"] for e in entries if e["action"] == "compiled"]
         stubbed = {e["key"] for e in entries if e["action"] == "stubbed"}
         assert stubbed and not any(filter_covers(k, recipe.sharding.source.globs) for k in stubbed)

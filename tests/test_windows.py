@@ -329,11 +329,11 @@ def test_verify_refuses_a_linux_wheel_in_the_windows_cell(recipes_dir, tmp_path)
 
 # -- the seat on Windows: the native stub as an .exe launcher ------------------------------
 
-STUB_SOURCE = Path(__file__).resolve().parent.parent / "cuw" / "seat_stub.c"
+STUB_SOURCE = Path(__file__).resolve().parent.parent / "cuw" / "seat" / "seat_stub.c"
 
 
 def _cross_compile_stub(out: Path, seat_dir: str, host: int) -> Path:
-    from cuw.seat.runtime import _c_literal
+    from cuw.seat.native import _c_literal
 
     cmd = [MINGW, "-O2", "-Wall", "-Wextra", "-Werror", f"-DSEAT_DIR={_c_literal(seat_dir)}", f"-DSEAT_HOST={host}",
            str(STUB_SOURCE), "-o", str(out)]  # fmt: skip

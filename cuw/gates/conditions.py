@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from cuw.partition.coverage import is_cuda
 from cuw.partition.rules import Assignment
 
 # ld, nvlink, and MSVC's linker (LNK2019/LNK2001, or its /FORCE:UNRESOLVED warning LNK4088).
@@ -104,14 +105,16 @@ def shard_gate(obs: ShardObservation) -> Verdict:
             "the seat saw no CUDA compile: the build did not compile from source "
             "(a prebuilt download?) or called nvcc around the seat"
         )
-    missing = sorted(set(obs.expected_owned) - set(obs.compiled))
-    outside: list[str] = []
-    if obs.build_tus is not None:
-        in_build = set(obs.build_tus)
-        outside = [k for k in missing if k not in in_build]
-        missing = [k for k in missing if k in in_build]
     # A source file the build never compiles (one of another flavour's, say) is no TU of the slice.
-    in_build = obs.expected_owned if obs.build_tus is None else [k for k in obs.expected_owned if k in set(obs.build_tus)]
+    # Without a compile database only CUDA sources are taken as built: a host source in the tree
+    # may be a test or an example no build step compiles.
+    if obs.build_tus is None:
+        in_build = [k for k in obs.expected_owned if is_cuda(k)]
+    else:
+        listed = set(obs.build_tus)
+        in_build = [k for k in obs.expected_owned if k in listed]
+    missing = sorted(set(in_build) - set(obs.compiled))
+    outside = sorted(set(obs.expected_owned) - set(in_build) - set(obs.compiled)) if obs.build_tus is not None else []
     if in_build and not obs.compiled:
         v.ok = False
         v.reasons.append(f"compiled none of its {len(in_build)} TUs")

@@ -21,7 +21,7 @@ from cuw.jobs import archive
 from cuw.gates import compdb
 from cuw.jobs import leftovers
 from cuw.gates import report
-from cuw.seat import runtime as seat
+from cuw.seat import seat_log
 from cuw.jobs.backends import build_command, build_env
 from cuw.config.cell import Cell, local_cell
 from cuw.base.errors import CuwError
@@ -200,7 +200,7 @@ def _watch(
     what was appended, a half-written last line waits for the next look). On any error or
     interrupt the child and its process group are stopped before the exception goes on.
     ``count_host``: host compiles count too (``owned`` counts them)."""
-    reader = seat.LogReader(ws.seat_log, count_host=count_host)
+    reader = seat_log.LogReader(ws.seat_log, count_host=count_host)
     meter = Meter(f"{label}: compiled", owned, "TUs", say=progress) if progress is not None else None
     try:
         while True:
@@ -332,7 +332,7 @@ def run_shard(
     finally:
         job_cache.stop()
 
-    entries = seat.read_log(ws.seat_log)
+    entries = seat_log.read_log(ws.seat_log)
     compiles = [e for e in entries if e.get("action") == "compiled"]
     obs = ShardObservation(
         build_rc=rc,
@@ -491,7 +491,7 @@ def run_link(
     finally:
         job_cache.stop()
 
-    compiles = [e for e in seat.read_log(ws.seat_log) if e.get("action") == "compiled"]
+    compiles = [e for e in seat_log.read_log(ws.seat_log) if e.get("action") == "compiled"]
     in_build, compile_db = compdb.cuda_compiles_from(ws.tree, ws.src)
     wheels = sorted(ws.wheel_dir.glob("*.whl"))
     log = ws.build_log.read_text(errors="replace")
@@ -604,7 +604,7 @@ def run_build(
     )
     outcomes: list[Optional[bool]] = [None] * n
     pending = list(specs)
-    running: dict[int, tuple[subprocess.Popen, seat.LogReader, Optional[int]]] = {}
+    running: dict[int, tuple[subprocess.Popen, seat_log.LogReader, Optional[int]]] = {}
     meters: dict[int, Meter] = {}
     try:
         while pending or running:
@@ -622,7 +622,7 @@ def run_build(
                         owned = shard_workload(recipe, recipe.source_dir, spec)[1]
                     except CuwError:
                         pass
-                reader = seat.LogReader(ws.seat_log, count_host=recipe.sharding.filter == "source")
+                reader = seat_log.LogReader(ws.seat_log, count_host=recipe.sharding.filter == "source")
                 running[spec.index] = (_spawn(cmd, stdin=subprocess.DEVNULL), reader, owned)
                 # Several shards at once: plain lines (no bars), each at most every 10 s.
                 meters[spec.index] = Meter(f"shard {spec}: compiled", owned, "TUs", say=progress, every_s=10.0, terminal=False)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from cuw.seat import runtime as seat
+from cuw.seat import install, native, runtime
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, rest_keys, seat_rest
 from cuw.toolchain.cache import Cache, open_cache
@@ -108,8 +108,8 @@ def prepare(
         folder.mkdir()
     job_cache = open_cache(tool, ws.cache_dir, ws.tree, remote)
     job_cache.prepare()
-    seat.make_empty_object(ws.empty_object)
-    config = seat.SeatConfig(
+    install.make_empty_object(ws.empty_object)
+    config = runtime.SeatConfig(
         real_nvcc=str(toolkit.nvcc),
         cache_cmd=job_cache.binary(),
         cache_env=job_cache.env,
@@ -119,15 +119,15 @@ def prepare(
         log=str(ws.seat_log),
         partition=partition_for_seat(recipe, seat_partition, ws.src, lane) if seat_partition else None,
         extra_args=[*recipe.nvcc_flags, *([f"--threads={recipe.nvcc_threads}"] if recipe.nvcc_threads else [])],
-        real_compilers=seat.find_host_compilers(),
+        real_compilers=install.find_host_compilers(),
         # Windows shards keep every host source: the module-init symbol must link in each.
         partition_host=lane != "windows",
     )
-    script = seat.install(ws.seat_dir, config)
+    script = install.install(ws.seat_dir, config)
     # A shard's foreign TUs stubbed without a Python start (no C compiler: the scripts stay).
-    seat.install_native(ws.seat_dir, config, note=ws.build_log)
+    native.install_native(ws.seat_dir, config, note=ws.build_log)
     make_shadow_home(toolkit, ws.cuda_home, script)
-    seat.link_host_seat(ws.seat_dir, ws.cuda_home / "bin", config)
+    install.link_host_seat(ws.seat_dir, ws.cuda_home / "bin", config)
     install_ninja_wrapper(ws.cuda_home / "bin")
     return job_cache
 
@@ -164,19 +164,19 @@ def install_ninja_wrapper(bin_dir: Path) -> Optional[Path]:
 
 def partition_for_seat(
     recipe: Recipe, spec: ShardSpec, src_root: Optional[Path] = None, lane: str = "linux"
-) -> seat.SeatPartition:
+) -> runtime.SeatPartition:
     """The seat's slice with the recipe's rule; a seat recipe's seat knows the full set only from
     the cost table. Under ``filter: source`` (``seat_rest``, the default) the seat partitions the
     rest of the prepared tree ``src_root``: it carries the filter's globs and files, which it never
     partitions, and the joint assignment's owners of the rest (cuw.partition.assignment)."""
     if recipe.sharding.filter != "source":
-        return seat.SeatPartition(spec.index, spec.count, dict(recipe_assignment(recipe, spec.count).table))
+        return runtime.SeatPartition(spec.index, spec.count, dict(recipe_assignment(recipe, spec.count).table))
     if src_root is None or not seat_rest(recipe):
         raise CuwError(f"recipe {recipe.key!r}: the seat partitions a source-filter recipe's rest only "
                        "with seat_rest and a prepared source tree")  # fmt: skip
     rest = set(rest_keys(recipe, src_root, lane))
     table = recipe_assignment(recipe, spec.count, src_root, lane).table
-    return seat.SeatPartition(
+    return runtime.SeatPartition(
         spec.index,
         spec.count,
         {k: v for k, v in table.items() if k in rest},

@@ -44,36 +44,11 @@
 
 #define SEAT_TABLE SEAT_DIR "/seat-stub.tsv"
 
-static const char *const NVCC_VALUE_OPTIONS[] = {
-    "-o", "--output-file", "-MF", "--dependency-output", "-MT", "--dependency-target-name", "-x", "--x",
-    "-Xcompiler", "--compiler-options", "-Xptxas", "--ptxas-options", "-Xnvlink", "--nvlink-options",
-    "-Xlinker", "--linker-options", "-Xarchive", "--archive-options", "-Xfatbin", "--fatbin-options",
-    "-Xcudafe", "-ccbin", "--compiler-bindir", "-I", "--include-path", "-isystem", "--system-include",
-    "-include", "--pre-include", "-L", "--library-path", "-l", "--library", "-D", "--define-macro",
-    "-U", "--undefine-macro", "-gencode", "--generate-code", "-arch", "--gpu-architecture",
-    "-code", "--gpu-code", "-t", "--threads", "-std", "--std", "-odir", "--output-directory", "-ldir",
-    "--library-directory", "-optf", "--options-file", "-maxrregcount", "--maxrregcount",
-    "-rdc", "--relocatable-device-code", "-keep-dir", "--keep-dir", "-m", "--machine",
-    "-split-compile", "--split-compile", "-time", "--time", "-default-stream", "--default-stream",
-    "-diag-suppress", "--diag-suppress", "-diag-warn", "--diag-warn", "-diag-error", "--diag-error",
-    "-ftz", "--ftz", "-prec-div", "--prec-div", "-prec-sqrt", "--prec-sqrt", "-fmad", "--fmad",
-    "-cudart", "--cudart", "-cudadevrt", "--cudadevrt", "-Werror", "--Werror", "-dopt", "--dopt",
-    "-MQ", "-isystem-after", NULL};
-static const char *const HOST_VALUE_OPTIONS[] = {
-    "-o", "-MF", "-MT", "-MQ", "-x", "-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-L",
-    "-l", "-D", "-U", "-Xlinker", "-Xassembler", "-Xpreprocessor", "-aux-info", "-dumpbase", "-dumpdir", "-B",
-    NULL};
-static const char *const COMPILE_FLAGS[] = {"-c", "--compile", "-dc", "--device-c", "-dw", "--device-w", NULL};
-static const char *const NOT_A_COMPILE[] = {
-    "-E", "--preprocess", "-M", "--generate-dependencies", "-MM", "--generate-nonsystem-dependencies",
-    "-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin", "-optix-ir", "--optix-ir", "-ltoir", "--ltoir",
-    "-dlink", "--device-link", "-lib", "--lib", "-link", "--link", "-run", "--run", "-V", "--version", "-h",
-    "--help", "-dryrun", "--dryrun", "--list-gpu-arch", "--list-gpu-code", "-arch-ls", "-code-ls", NULL};
-static const char *const DEPFILE_WITH_COMPILE[] = {
-    "-MD", "--generate-dependencies-with-compile", "-MMD", "--generate-nonsystem-dependencies-with-compile", NULL};
-static const char *const SOURCE_SUFFIXES[] = {".cu", ".c", ".cc", ".cpp", ".cxx", ".c++", ".C", NULL};
-static const char *const PROBE_MARKERS[] = {"CMakeScratch", "CompilerId", "CMakeTmp", "cmTC_", "meson-private",
-                                            "conftest", NULL};
+/* Generated from the Python seat's own sets when the stub is compiled (cuw/seat/native.py,
+   tables_header): the option tables of cuw/toolchain/nvcc_args.py, the source suffixes, the probe
+   markers, the source filter's variables and the table's magic line. */
+#include "seat_tables.h"
+
 /* Options whose meaning the Python reading does not see (more argv in a file): leave them to it. */
 static const char *const DEFER_OPTIONS[] = {"-optf", "--options-file", NULL};
 /* Options known to take no separate value, beside the lists above and glued forms (-DX, -I/p, -O2,
@@ -284,8 +259,8 @@ struct table {
 static int read_table(struct table *t) {
     size_t size;
     char *buf = read_file(SEAT_TABLE, &size);
-    if (!buf || strncmp(buf, "cuw-seat-stub 1\n", 16) != 0) return -1;
-    char *p = buf + 16;
+    if (!buf || strncmp(buf, TABLE_MAGIC "\n", sizeof TABLE_MAGIC) != 0) return -1;
+    char *p = buf + sizeof TABLE_MAGIC;
     while (*p) {
         char *eol = strchr(p, '\n');
         if (!eol) return -1;
@@ -339,7 +314,7 @@ int main(int argc, char **argv) {
     if (read_table(&t) != 0) fallback();
     /* Beside the source filter the table leaves the filter's keys out: it may stub the rest
        when the filter's shard is the table's. Otherwise the Python seat refuses, and says why. */
-    const char *f_index = getenv("CUDA_WHEELS_SHARD_INDEX"), *f_count = getenv("CUDA_WHEELS_SHARD_COUNT");
+    const char *f_index = getenv(FILTER_INDEX_VAR), *f_count = getenv(FILTER_COUNT_VAR);
     if (f_index || f_count) {
         char filtered[64];
         if (!t.source_filter || !f_index || !f_count ||

@@ -148,7 +148,7 @@ def prepare_tree(recipe: Recipe, dest: Path) -> Path:
 
 def seat_log_keys(path: Path) -> list[str]:
     """The TUs (CUDA and host) a recorded seat log saw, compiled or stubbed."""
-    from cuw.seat.runtime import read_log
+    from cuw.seat.seat_log import read_log
 
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "no such file"

@@ -1,0 +1,53 @@
+"""The package's architecture, held by import-linter's contracts in pyproject.toml.
+
+``cuw/`` is layered (cli > tools > ci > jobs > wheel > gates > seat > partition > config >
+toolchain > base): a layer imports only the layers below it, and no two modules of a layer
+import each other in a cycle. The seat's per-call runtime stays import-light.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_import_contracts_hold():
+    lint = Path(sys.executable).parent / "lint-imports"
+    proc = subprocess.run([str(lint), "--no-cache"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Contracts: 2 kept, 0 broken." in proc.stdout
+
+
+def test_a_broken_layer_is_caught(tmp_path):
+    """The contract can fail: a copy of the package where the base imports the CLI breaks it."""
+    import shutil
+
+    copy = tmp_path / "repo"
+    shutil.copytree(REPO / "cuw", copy / "cuw", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
+    with open(copy / "cuw" / "base" / "files.py", "a") as fh:
+        fh.write("\nimport cuw.cli.main  # noqa: E402\n")
+    lint = Path(sys.executable).parent / "lint-imports"
+    proc = subprocess.run([str(lint), "--no-cache"], cwd=copy, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "cuw.base is not allowed to import cuw.cli" in proc.stdout
+
+
+def test_the_seat_runtime_imports_only_the_standard_library_and_its_layers():
+    """Every compile starts a Python on the seat: its runtime must not pull yaml, packaging or
+    the jobs in (``python -IS``, no site-packages, as the seat script runs)."""
+    code = (
+        "import sys; sys.path.insert(0, %r); import cuw.seat.runtime; "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('cuw'))))" % str(REPO)
+    )
+    proc = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.split())
+    allowed = {"cuw", "cuw.base", "cuw.base.errors", "cuw.config", "cuw.config.limits", "cuw.partition",
+               "cuw.partition.globs", "cuw.partition.rules", "cuw.seat", "cuw.seat.runtime", "cuw.toolchain",
+               "cuw.toolchain.nvcc_args"}  # fmt: skip
+    assert loaded <= allowed, sorted(loaded - allowed)
