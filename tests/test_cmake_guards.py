@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from natten_source import fresh_natten_tree, natten_ctx, natten_recipe
 
-from cuw.tools.cmake_guards import find_unguarded, parse_file
+from cuw.tools.cmake_guards import find_unguarded
+from cuw.tools.cmake_reader import parse_file
 from cuw.base.errors import CuwError
 from cuw.jobs.patching import apply
 
