@@ -198,22 +198,3 @@ def chunk(result: dict, chunk_id: Optional[str]) -> dict:
             return c
     known = ", ".join(c["id"] for c in result["chunks"][:10])
     raise CuwError(f"--chunk: no chunk {chunk_id!r} in the plan; pass an id `cuw matrix` lists (first ones: {known})")
-
-
-def local_split(selected: list[Cell], local: Cell) -> tuple[list[Cell], dict[str, str]]:
-    """The cells this machine can build, and every other cell with the piece it lacks."""
-    build: list[Cell] = []
-    skipped: dict[str, str] = {}
-    for cell in selected:
-        if cell.lane != local.lane:
-            skipped[cell.id] = f"lane {cell.lane} (this machine is {local.lane})"
-        elif cell.python != local.python:
-            skipped[cell.id] = f"Python {cell.python} (the forge runs on {local.python})"
-        elif cell.cuda != local.cuda:
-            skipped[cell.id] = f"CUDA {cell.cuda} toolkit (this machine has {local.cuda})"
-        elif cell.torch and cell.torch != local.torch:
-            have = f"torch {local.torch}" if local.torch else "no torch"
-            skipped[cell.id] = f"torch {cell.torch} ({have} installed)"
-        else:
-            build.append(cell)
-    return build, skipped

@@ -119,36 +119,15 @@ def test_dumps_is_stable():
     assert dumps({"b": 1, "a": [2]}) == '{"a":[2],"b":1}\n'
 
 
-def test_local_matrix_builds_what_this_machine_has_and_names_what_the_rest_lacks():
-    from cuw.cell import Cell
-    from cuw.matrix import local_split
-
-    here = Cell("r", "linux", "3.11", "13.0", "2.14")
-    cells = [
-        here,
-        Cell("r", "linux", "3.12", "13.0", "2.14"),
-        Cell("r", "linux", "3.11", "12.8", "2.14"),
-        Cell("r", "linux", "3.11", "13.0", "2.13"),
-        Cell("r", "windows", "3.11", "13.0", "2.14"),
-    ]
-    build, skipped = local_split(cells, here)
-    assert build == [here]
-    assert sorted(skipped.values()) == sorted([
-        "Python 3.12 (the forge runs on 3.11)",
-        "CUDA 12.8 toolkit (this machine has 13.0)",
-        "torch 2.13 (torch 2.14 installed)",
-        "lane windows (this machine is linux)",
-    ])  # fmt: skip
-
-
 def test_build_matrix_with_nothing_buildable_here_is_an_error(recipes_dir, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "cuw", "build", "example", "--matrix", "--python", "3.12", "--recipes", str(recipes_dir)],
+        [sys.executable, "-m", "cuw", "build", "example", "--matrix", "--platform", "windows", "--recipes", str(recipes_dir)],
         cwd=tmp_path, capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "skipped example-linux-py3.12-cu13.0-notorch: needs Python 3.12" in proc.stderr
-    assert "none of the 6 selected cells of example can be built on this machine" in proc.stderr
+    assert "skipped example-windows-py3.10-cu13.0-notorch: needs lane windows: this machine is linux" in proc.stderr
+    assert "matrix: example: Python axis collapsed (wheel_python: py3" in proc.stderr
+    assert "none of the 2 selected cells of example can be built on this machine" in proc.stderr
 
 
 def test_a_py3_wheel_gets_one_cell_per_lane_and_cuda_line(recipes_dir, grid):
