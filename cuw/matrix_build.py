@@ -27,7 +27,7 @@ from .grid import Grid, served_pythons
 from .recipe import Recipe
 
 CELL_MEMORY_GB = 4.0  # one cell's build at a time (compilers, pip, the link's auditwheel)
-_VERDICT = re.compile(r"\b(shard|link|verify) gate (PASS|FAIL)")
+_VERDICT = re.compile(r"^(link|verify) gate (PASS|FAIL)")
 
 
 @dataclass
@@ -95,9 +95,10 @@ def _pump(proc: subprocess.Popen, log: Path, prefix: str, say: Callable[[str], N
             line = raw.rstrip("\n")
             fh.write(line + "\n")
             fh.flush()
-            say(f"{prefix}: {line}")
-            if _VERDICT.search(line) and not line.lstrip().startswith("shard "):
-                verdicts.append(line.strip())
+            say(f"{prefix}: {line.removeprefix('cuw: ')}")
+            text = line.strip().removeprefix("cuw: ")
+            if _VERDICT.search(text):
+                verdicts.append(text)
 
 
 def run_matrix(

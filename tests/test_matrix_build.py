@@ -88,10 +88,12 @@ def test_a_cells_environment_is_made_once_with_its_python_and_reused(tmp_path):
     spec = cell_env.Spec(interp, None, None)
     python, reused = cell_env.ensure(spec, tmp_path)
     assert not reused and python.parent.parent.name.startswith(f"py{other}-notorch-")
-    out = subprocess.run([str(python), "-c", "import sys, cuw, ccache; print(sys.version_info[:2], cuw.__file__)"],
+    out = subprocess.run([str(python), "-c", "import sys, cuw; print(sys.version_info[:2], cuw.__file__)"],
                          capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"({other.replace('.', ', ')})") and str(REPO / "cuw") in out.stdout
+    ccache = subprocess.run([str(python.parent / "ccache"), "--version"], capture_output=True, text=True)
+    assert ccache.returncode == 0 and "4.14.2" in ccache.stdout.splitlines()[0], "the pinned cache tool is in it"
     ready = python.parent.parent / cell_env.READY
     stamp = ready.stat().st_mtime_ns
     again, reused = cell_env.ensure(spec, tmp_path)
