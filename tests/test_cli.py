@@ -95,4 +95,5 @@ def test_show_resolves_a_cell(tmp_path, recipes_dir):
 def test_recipes_listing_counts_cells(tmp_path, recipes_dir):
     proc = cuw("recipes", "--recipes", str(recipes_dir), cwd=tmp_path)
     rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:]}
-    assert rows["example"][-1] == "24" and rows["example_torch"][-1] == "48"
+    # example builds one py3 wheel per lane x CUDA line (wheel_python: py3): 2 lanes x 3 lines.
+    assert rows["example"][-1] == "6" and rows["example_torch"][-1] == "48"

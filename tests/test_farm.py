@@ -63,9 +63,14 @@ def _commit(repo: Path, message: str) -> None:
     subprocess.run([*git, "commit", "-qm", message], cwd=repo, check=True)
 
 
-def _bump(repo: Path, version: str) -> None:
+def _bump(repo: Path, version: str, per_interpreter: bool = False) -> None:
     path = repo / "recipes/example/package/pyproject.toml"
-    path.write_text(re.sub(r'(?m)^version = ".*"$', f'version = "{version}"', path.read_text()))
+    text = re.sub(r'(?m)^version = ".*"$', f'version = "{version}"', path.read_text())
+    if per_interpreter:  # a cp3X wheel per Python: two Python cells, two wheels (py3 collapses them into one)
+        text = text.replace('wheel.py-api = "py3"\n', "")
+        recipe = repo / "recipes/example/recipe.yml"
+        recipe.write_text(re.sub(r"(?m)^wheel_python: py3\b.*$", "wheel_python: per-interpreter", recipe.read_text()))
+    path.write_text(text)
     _commit(repo, f"example {version}")
 
 
@@ -83,10 +88,10 @@ def _workflow(repo: Path, index: Path, *args: str) -> tuple[subprocess.Completed
     return proc, wall
 
 
-def _pip_install(index: Path, tmp: Path, spec: str) -> str:
+def _pip_install(index: Path, tmp: Path, spec: str, python: str = "3.11") -> str:
     """A fresh venv, the package from the index alone; returns the version that imports."""
-    interp = find_interpreter("3.11")
-    assert interp, "needs Python 3.11"
+    interp = find_interpreter(python)
+    assert interp, f"needs Python {python}"
     venv = tmp / f"venv-{len(list(tmp.glob('venv-*')))}"  # a fresh venv per call: nothing installed before
     subprocess.run([str(interp.prefix / "bin" / "python3"), "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
@@ -129,7 +134,7 @@ def test_the_real_workflow_publishes_and_pip_installs(tmp_path):
     assert record["source"]["kind"] == "path" and len(record["recipe_digest"]) == 64
     assert _pip_install(index, tmp_path, "cuw-example") == wheel.name.split("-")[1]
 
-    _bump(repo, "0.1.1")
+    _bump(repo, "0.1.1", per_interpreter=True)
     second, wall2 = _workflow(repo, index, "--python", "3.11,3.12", "--fail-shard", f"{CELL_311}:2/4")
     assert second.returncode == 1, "the faulted shard and its cell's link fail the run"
     verdicts = _verdicts(second.stdout)
@@ -147,6 +152,6 @@ def test_the_real_workflow_publishes_and_pip_installs(tmp_path):
     assert [r["cell"]["python"] for r in records] == ["3.12"], "only the cell without the fault is published"
     page = (index / "cu130" / "cuw-example" / "index.html").read_text()
     assert page.count("#sha256=") == len(names)
-    assert _pip_install(index, tmp_path, "cuw-example") == "0.1.1+cu130"
-    assert _pip_install(index, tmp_path, "cuw-example==0.1.0") == "0.1.0+cu130"
+    assert _pip_install(index, tmp_path, "cuw-example", "3.12") == "0.1.1+cu130"  # the cp312 wheel
+    assert _pip_install(index, tmp_path, "cuw-example==0.1.0", "3.12") == "0.1.0+cu130"  # the py3 wheel
     print(f"farm: wall times: first run {wall1:.0f} s (5 matrix jobs), second run {wall2:.0f} s (10 matrix jobs, one faulted)")

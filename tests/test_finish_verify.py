@@ -401,3 +401,27 @@ def test_a_link_job_elsewhere_draws_the_shards_from_their_manifests(built, tmp_p
     shard_bars = [b for b in drawn.bars if b.job != "link"]
     assert len(shard_bars) == 11 and {b.outcome for b in shard_bars} == {"cold"}
     assert all(j.ok for j in drawn.jobs)
+
+
+def test_the_wheels_python_tag_must_match_wheel_python(built):
+    from packaging.tags import parse_tag
+
+    from cuw.wheel.verify import python_tag_check
+
+    recipes, wheel = built
+    assert "-py3-none-" in wheel.name
+    assert _verify(wheel, recipes)["python_tag"].ok  # the example declares wheel_python: py3
+    for declared, changes in (("per-interpreter", {}), ("abi3", {"abi3_min_python": "3.10"})):
+        check = _verify(wheel, recipes, wheel_python=declared, **changes)["python_tag"]
+        assert not check.ok and f"recipe key wheel_python: {declared} promises" in check.details[0]
+        assert "the wheel is py3-none: set wheel_python: py3 in" in check.details[0]
+    # the other declarations, on the tags those wheels carry (and a cp311 wheel is not abi3 from 3.10)
+    recipe = load_recipe("example", recipes)
+    cp = "cp" + CELL.python.replace(".", "")
+    abi3 = replace(recipe, wheel_python="abi3", abi3_min_python="3.10")
+    per = replace(recipe, wheel_python="per-interpreter")
+    assert python_tag_check(abi3, CELL, parse_tag("cp310-abi3-manylinux_2_34_x86_64")).ok
+    assert not python_tag_check(abi3, CELL, parse_tag(f"{cp}-{cp}-manylinux_2_34_x86_64")).ok
+    assert python_tag_check(per, CELL, parse_tag(f"{cp}-{cp}-manylinux_2_34_x86_64")).ok
+    assert not python_tag_check(per, replace(CELL, python="3.99"), parse_tag(f"{cp}-{cp}-manylinux_2_34_x86_64")).ok
+    assert not python_tag_check(recipe, CELL, parse_tag(f"{cp}-{cp}-manylinux_2_34_x86_64")).ok

@@ -8,7 +8,7 @@ import pytest
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
-from cuw.config.grid import ArchException, cell_archs, cells, cmake_archs, require_in_grid
+from cuw.config.grid import ArchException, cell_archs, cells, cmake_archs, require_in_grid, served_pythons
 from cuw.config.policy import load_policy
 from cuw.config.recipe import GridOverride, load_recipe
 
@@ -20,7 +20,7 @@ def policy(recipes_dir):
 
 def test_torch_free_recipe_collapses_the_torch_axis(recipes_dir, policy):
     grid = policy.grid
-    got = cells(load_recipe("example", recipes_dir), grid)
+    got = cells(load_recipe("example", recipes_dir), grid, per_python=True)  # one cell per Python: the torch axis alone
     assert all(c.torch is None for c in got)
     assert len(got) == len(grid.platforms) * len(grid.cuda) * len(grid.python)
     assert len(set(got)) == len(got)
@@ -73,3 +73,30 @@ def test_policy_versions_must_be_quoted(recipes_dir):
     path.write_text(path.read_text().replace('python: ["3.10", "3.11"', 'python: [3.10, "3.11"'))
     with pytest.raises(CuwError, match=r"grid.python\[0\]: 3.1 must be a string"):
         load_policy(recipes_dir)
+
+
+def test_a_python_independent_wheel_collapses_the_python_axis(recipes_dir, policy):
+    grid = policy.grid
+    example = load_recipe("example", recipes_dir)  # wheel_python: py3
+    assert example.wheel_python == "py3"
+    got = cells(example, grid)
+    assert len(got) == len(grid.platforms) * len(grid.cuda), "one cell per lane x CUDA line"
+    assert {c.python for c in got} == {min(grid.python, key=lambda v: tuple(map(int, v.split("."))))}
+    per_python = cells(replace(example, wheel_python="per-interpreter"), grid)
+    assert len(per_python) == len(got) * len(grid.python)
+    # a local build may still name any Python the collapsed wheel serves
+    require_in_grid(example, grid, Cell("example", "linux", "3.12", "13.0", None))
+    assert served_pythons(example, grid, got[0]) == grid.python
+    # abi3 from 3.12: the Pythons below it are no cells at all, the cell builds with 3.12
+    abi3 = replace(example, wheel_python="abi3", abi3_min_python="3.12")
+    assert {c.python for c in cells(abi3, grid)} == {"3.12"} and len(cells(abi3, grid)) == len(got)
+    with pytest.raises(CuwError, match=r"Python 3.11 is older than its abi3_min_python 3.12"):
+        require_in_grid(abi3, grid, Cell("example", "linux", "3.11", "13.0", None))
+
+
+def test_a_torch_linked_abi3_recipe_keeps_the_torch_axis(recipes_dir, policy):
+    grid = policy.grid
+    recipe = replace(load_recipe("example_torch", recipes_dir), wheel_python="abi3", abi3_min_python="3.10")
+    got = cells(recipe, grid)
+    assert len(got) == len(grid.platforms) * len(grid.cuda) * len(grid.torch)
+    assert {c.python for c in got} == {"3.10"} and {c.torch for c in got} == set(grid.torch)

@@ -119,33 +119,36 @@ def test_dumps_is_stable():
     assert dumps({"b": 1, "a": [2]}) == '{"a":[2],"b":1}\n'
 
 
-def test_local_matrix_builds_what_this_machine_has_and_names_what_the_rest_lacks():
-    from cuw.config.cell import Cell
-    from cuw.ci.matrix import local_split
-
-    here = Cell("r", "linux", "3.11", "13.0", "2.14")
-    cells = [
-        here,
-        Cell("r", "linux", "3.12", "13.0", "2.14"),
-        Cell("r", "linux", "3.11", "12.8", "2.14"),
-        Cell("r", "linux", "3.11", "13.0", "2.13"),
-        Cell("r", "windows", "3.11", "13.0", "2.14"),
-    ]
-    build, skipped = local_split(cells, here)
-    assert build == [here]
-    assert sorted(skipped.values()) == sorted([
-        "Python 3.12 (the forge runs on 3.11)",
-        "CUDA 12.8 toolkit (this machine has 13.0)",
-        "torch 2.13 (torch 2.14 installed)",
-        "lane windows (this machine is linux)",
-    ])  # fmt: skip
-
-
 def test_build_matrix_with_nothing_buildable_here_is_an_error(recipes_dir, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "cuw", "build", "example", "--matrix", "--python", "3.12", "--recipes", str(recipes_dir)],
+        [sys.executable, "-m", "cuw", "build", "example", "--matrix", "--platform", "windows", "--recipes", str(recipes_dir)],
         cwd=tmp_path, capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "skipped example-linux-py3.12-cu13.0-notorch: needs Python 3.12" in proc.stderr
-    assert "none of the 6 selected cells of example can be built on this machine" in proc.stderr
+    assert "skipped example-windows-py3.10-cu13.0-notorch: needs lane windows: this machine is linux" in proc.stderr
+    assert "matrix: example: Python axis collapsed (wheel_python: py3" in proc.stderr
+    assert "none of the 2 selected cells of example can be built on this machine" in proc.stderr
+
+
+def test_a_py3_wheel_gets_one_cell_per_lane_and_cuda_line(recipes_dir, grid):
+    example = load_recipe("example", recipes_dir)  # wheel_python: py3
+    per_python = replace(example, wheel_python="per-interpreter")
+    collapsed, full = plan([example], grid, Filters()), plan([per_python], grid, Filters())
+    assert full["total_jobs"] == collapsed["total_jobs"] * len(grid.python)
+    assert {j["python"] for j in _jobs(collapsed)} == {"3.10"}, "built with the lowest Python it serves"
+    assert "Python axis collapsed (wheel_python: py3" in collapsed["collapsed"]["example"] and not full["collapsed"]
+    # --python filters the Pythons it serves, and the cell builds with the lowest one kept
+    narrowed = plan([example], grid, Filters(python=("3.12", "3.11"), cuda=("13.0",), platform=("linux",)))
+    assert [j["cell"] for j in _jobs(narrowed) if j["kind"] == "link"] == ["example-linux-py3.11-cu13.0-notorch"]
+    with pytest.raises(CuwError, match=r"--python 3.9 matches no cell of example \(it has: 3.10, 3.11, 3.12, 3.13\)"):
+        plan([example], grid, Filters(python=("3.9",)))
+    abi3 = replace(example, wheel_python="abi3", abi3_min_python="3.12")
+    with pytest.raises(CuwError, match=r"--python 3.11 matches no cell of example \(it has: 3.12, 3.13\)"):
+        plan([abi3], grid, Filters(python=("3.11",)))
+
+
+def test_the_cli_summary_shows_the_collapse(recipes_dir):
+    args = [sys.executable, "-m", "cuw", "matrix", "--package", "example", "--recipes", str(recipes_dir)]
+    out = subprocess.run(args, capture_output=True, text=True, check=True)
+    assert "collapsed example: Python axis collapsed (wheel_python: py3, a py3-none wheel)" in out.stderr
+    assert "serving 3.10, 3.11, 3.12, 3.13" in out.stderr

@@ -86,3 +86,22 @@ def test_invalid_yaml_names_the_file(recipes_dir):
     _write(recipes_dir, "name: [unclosed\n")
     with pytest.raises(CuwError, match=r"recipe.yml: not valid YAML"):
         load_recipe("example", recipes_dir)
+
+
+def test_wheel_python_abi3_needs_its_minimum_and_only_it_takes_one(recipes_dir):
+    base = (recipes_dir / "example" / "recipe.yml").read_text()
+    assert "wheel_python: py3" in base
+    _write(recipes_dir, base.replace("wheel_python: py3", "wheel_python: abi3"))
+    with pytest.raises(CuwError, match=r"recipe.yml: wheel_python: abi3 needs abi3_min_python"):
+        load_recipe("example", recipes_dir)
+    _write(recipes_dir, base.replace("wheel_python: py3", 'wheel_python: py3\nabi3_min_python: "3.10"'))
+    with pytest.raises(CuwError, match=r"abi3_min_python goes with wheel_python: abi3 \(this recipe has py3\)"):
+        load_recipe("example", recipes_dir)
+    _write(recipes_dir, base.replace("wheel_python: py3", 'wheel_python: abi3\nabi3_min_python: "3"'))
+    with pytest.raises(CuwError, match=r"abi3_min_python '3' is not a Python line like '3.10'"):
+        load_recipe("example", recipes_dir)
+    _write(recipes_dir, base.replace("wheel_python: py3", "wheel_python: cp3"))
+    with pytest.raises(CuwError, match=r"wheel_python: 'cp3' is not one of 'per-interpreter', 'py3', 'abi3'"):
+        load_recipe("example", recipes_dir)
+    _write(recipes_dir, base.replace("wheel_python: py3", 'wheel_python: abi3\nabi3_min_python: "3.11"'))
+    assert load_recipe("example", recipes_dir).abi3_min_python == "3.11"

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional, Union
 
+import cuw
 from cuw.jobs import archive
 from cuw.gates import report
 from cuw.jobs.backends import build_env
@@ -50,7 +51,7 @@ ENGINE = "docker"
 _ENGINE_BROKEN_RC = 7
 # The forge files the container needs: the package, its metadata, the pinned install scripts.
 _FORGE_FILES = ("cuw", "pyproject.toml", "README.md", ".github/scripts")
-FORGE_ROOT = Path(__file__).resolve().parents[2]
+FORGE_ROOT = Path(cuw.FORGE_ROOT)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Iterable, Optional
 from cuw.jobs.archive import archive_name
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
-from cuw.config.grid import Grid, cells
+from cuw.config.grid import Grid, cells, collapse, collapses_python
 from cuw.config.recipe import Recipe
 
 MAX_JOBS = 256
@@ -56,8 +56,10 @@ def jobs_for_cell(recipe: Recipe, cell: Cell) -> list[Job]:
 
 
 def select(recipe: Recipe, grid: Grid, f: Filters) -> list[Cell]:
-    """The recipe's cells that pass the filters; a filter naming nothing of this recipe is an error."""
-    everything = cells(recipe, grid)
+    """The recipe's cells that pass the filters; a filter naming nothing of this recipe is an error.
+    A recipe whose wheel serves every Python is filtered per Python, then collapsed: its cell builds
+    with the lowest Python the filters keep."""
+    everything = cells(recipe, grid, per_python=True)
     if f.pytorch and not recipe.links_torch:
         raise CuwError(f"{recipe.key} is torch-free (links_torch: false); --pytorch does not apply to it")
     for name, values, axis in (
@@ -76,7 +78,17 @@ def select(recipe: Recipe, grid: Grid, f: Filters) -> list[Cell]:
     ]  # fmt: skip
     if not chosen:
         raise CuwError(f"the filters match no cell of {recipe.key}: each value exists, but not together")
-    return chosen
+    return collapse(recipe, chosen)
+
+
+def collapse_note(recipe: Recipe, grid: Grid) -> str:
+    """How a recipe's Python axis collapses, for the summary and build --matrix; "" when it does not."""
+    if not collapses_python(recipe):
+        return ""
+    pythons = sorted({c.python for c in cells(recipe, grid, per_python=True)}, key=lambda v: tuple(map(int, v.split("."))))
+    tag = "py3-none" if recipe.wheel_python == "py3" else f"abi3 from Python {recipe.abi3_min_python}"
+    return (f"Python axis collapsed (wheel_python: {recipe.wheel_python}, a {tag} wheel): one cell per lane x CUDA"
+            f"{' x torch' if recipe.links_torch else ''}, built with the lowest Python, serving {', '.join(pythons)}")
 
 
 def _chunk_groups(jobs: list[Job]) -> list[tuple[str, list[Job]]]:
@@ -115,6 +127,7 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters) -> dict:
     jobs: list[Job] = []
     chosen = sorted(recipes, key=lambda r: r.key)
     skipped: dict[str, str] = {}
+    collapsed: dict[str, str] = {}
     for recipe in chosen:
         try:
             selected = select(recipe, grid, f)
@@ -125,6 +138,8 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters) -> dict:
             continue
         for cell in selected:
             jobs.extend(jobs_for_cell(recipe, cell))
+        if collapses_python(recipe):
+            collapsed[recipe.key] = collapse_note(recipe, grid)
     if not jobs:
         reasons = "; ".join(skipped.values()) or "no recipes"
         raise CuwError(f"the filters match no cell: {reasons}")
@@ -138,7 +153,7 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters) -> dict:
                 "link": {"include": [asdict(j) for j in chunk_jobs if j.kind == "link"]},
             }
         )
-    return {"total_jobs": len(jobs), "chunks": chunks, "skipped": skipped}
+    return {"total_jobs": len(jobs), "chunks": chunks, "skipped": skipped, "collapsed": collapsed}
 
 
 def dumps(result: dict) -> str:
@@ -171,6 +186,7 @@ def summary(result: dict) -> str:
     lines += [f"  package {pkg:11} {n:6}" for pkg, n in sorted(per_package.items())]
     lines += [f"  chunk {c['id']:40} {c['jobs']:4} jobs" for c in result["chunks"]]
     lines += [f"  skipped {key}: {why}" for key, why in sorted(result.get("skipped", {}).items())]
+    lines += [f"  collapsed {key}: {note}" for key, note in sorted(result.get("collapsed", {}).items())]
     return "\n".join(lines)
 
 
@@ -182,22 +198,3 @@ def chunk(result: dict, chunk_id: Optional[str]) -> dict:
             return c
     known = ", ".join(c["id"] for c in result["chunks"][:10])
     raise CuwError(f"--chunk: no chunk {chunk_id!r} in the plan; pass an id `cuw matrix` lists (first ones: {known})")
-
-
-def local_split(selected: list[Cell], local: Cell) -> tuple[list[Cell], dict[str, str]]:
-    """The cells this machine can build, and every other cell with the piece it lacks."""
-    build: list[Cell] = []
-    skipped: dict[str, str] = {}
-    for cell in selected:
-        if cell.lane != local.lane:
-            skipped[cell.id] = f"lane {cell.lane} (this machine is {local.lane})"
-        elif cell.python != local.python:
-            skipped[cell.id] = f"Python {cell.python} (the forge runs on {local.python})"
-        elif cell.cuda != local.cuda:
-            skipped[cell.id] = f"CUDA {cell.cuda} toolkit (this machine has {local.cuda})"
-        elif cell.torch and cell.torch != local.torch:
-            have = f"torch {local.torch}" if local.torch else "no torch"
-            skipped[cell.id] = f"torch {cell.torch} ({have} installed)"
-        else:
-            build.append(cell)
-    return build, skipped

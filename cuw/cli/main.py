@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Optional
 
 from cuw.gates import report
 from cuw.toolchain.cache import TOOLS
-from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
 from cuw.base.files import check_destination, writable_dir, write_text
 from cuw.config.limits import check_count
@@ -269,29 +268,42 @@ def _filters(args: argparse.Namespace) -> "matrix.Filters":
 
 
 def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> int:
-    """``build --matrix``: the same cells the workflow gets, built here where possible."""
-    from cuw.ci import matrix
-    from cuw.config.cell import installed_torch, local_lane
-    from cuw.jobs.pipeline import run_build
+    """``build --matrix``: the same cells the workflow gets, each built here in its own environment
+    where this machine has its lane, CUDA line and Python (cuw/ci/matrix_build.py)."""
+    from cuw.ci import matrix, matrix_build
+    from cuw.config.cell import local_lane
     from cuw.toolchain.toolkit import find_toolkit
 
     filters = _filters(args)
-    selected = matrix.select(recipe, load_policy(recipes_dir).grid, filters)
+    policy = load_policy(recipes_dir)
+    selected = matrix.select(recipe, policy.grid, filters)
+    note = matrix.collapse_note(recipe, policy.grid)
+    if note:
+        report.say(f"matrix: {recipe.key}: {note}")
     toolkit = find_toolkit()
-    here = Cell(recipe.key, local_lane(), f"{sys.version_info.major}.{sys.version_info.minor}", toolkit.version,
-                installed_torch())  # fmt: skip
-    build, skipped = matrix.local_split(selected, here)
-    for cell_id, why in sorted(skipped.items()):
-        report.say(f"skipped {cell_id}: needs {why}")
+    build, skipped = matrix_build.plan_local(recipe, selected, local_lane(), toolkit.version, str(toolkit.home))
+    for row in skipped:
+        report.say(f"skipped {row.cell.id}: needs {row.why}")
     if not build:
-        raise CuwError(f"none of the {len(selected)} selected cells of {recipe.key} can be built on this machine")
-    results = []
-    for cell in build:
-        report.say(f"matrix: building {cell.id}")
-        outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=_cache(args, recipe, recipes_dir))
-        results.append(link.ok and all(outcomes))
-    report.say(f"matrix: {sum(results)}/{len(build)} built cells passed, {len(skipped)} skipped")
-    return 0 if all(results) else 1
+        raise CuwError(f"none of the {len(selected)} selected cells of {recipe.key} can be built on this machine: "
+                       + "; ".join(f"{r.cell.id}: {r.why}" for r in skipped[:3]))  # fmt: skip
+    paths = _paths(args)
+    child = ["--work", str(paths.work.resolve()), "--artifacts", str(paths.artifacts.resolve()),
+             "--dist", str(paths.dist.resolve()), "--recipes", str(recipes_dir.resolve())]  # fmt: skip
+    if args.shards is not None:
+        child += ["--shards", str(args.shards)]
+    if args.cache_tool:
+        child += ["--cache-tool", args.cache_tool]
+    if args.cache_remote:
+        child += ["--cache-remote", args.cache_remote]
+    rows = matrix_build.run_matrix(recipe, policy.grid, policy.torch_index, build, child, paths.work, args.jobs, report.say)
+    order = {cell: i for i, cell in enumerate(selected)}
+    rows = sorted(rows + skipped, key=lambda r: order[r.cell])
+    print(matrix_build.table(rows, f"{recipe.key}: {note}" if note else ""))
+    built = [r for r in rows if r.status == "built"]
+    attempted = [r for r in rows if r.status != "skipped" or r.wall]
+    report.say(f"matrix: {len(built)}/{len(attempted)} built cells passed, {len(rows) - len(attempted)} skipped")
+    return 0 if len(built) == len(attempted) and built else 1
 
 
 def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> int:

@@ -9,10 +9,11 @@ import json
 import sys
 from pathlib import Path
 
+import cuw
 from cuw.config.recipe import LOADER_ONLY, Recipe
 from cuw.config.schema import docs_table, json_schema
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(cuw.FORGE_ROOT) / "docs"
 
 
 def recipe_schema() -> str:

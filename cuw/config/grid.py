@@ -3,7 +3,10 @@
 Farm-wide axes live in ``recipes/defaults.yml`` (``grid`` and ``archs``); a
 recipe may narrow them (``grid``) or replace a CUDA line's arch list
 (``archs``), and must say why in its README. A torch-free recipe collapses the
-torch axis: one cell per lane x Python x CUDA line.
+torch axis: one cell per lane x Python x CUDA line. A recipe whose wheel does
+not depend on the interpreter (``wheel_python: py3`` or ``abi3``) collapses
+the Python axis the same way: one cell per lane x CUDA line (x torch), built
+with the lowest Python it serves.
 """
 
 from __future__ import annotations
@@ -52,11 +55,43 @@ def _v(text: str) -> Version:
     return Version(text)
 
 
-def cells(recipe, grid: Grid) -> list[Cell]:
-    """Every cell of a recipe, in a stable order."""
+def collapses_python(recipe) -> bool:
+    """Whether the recipe's wheel serves every Python of a cell (``wheel_python: py3`` or ``abi3``)."""
+    return getattr(recipe, "wheel_python", "per-interpreter") != "per-interpreter"
+
+
+def collapse(recipe, per_python: list[Cell]) -> list[Cell]:
+    """One cell per lane x CUDA x torch, with the lowest Python of its group (order kept);
+    the identity for a per-interpreter recipe."""
+    if not collapses_python(recipe):
+        return per_python
+    out: dict[tuple, Cell] = {}
+    for cell in per_python:
+        key = (cell.lane, cell.cuda, cell.torch)
+        if key not in out or _v(cell.python) < _v(out[key].python):
+            out[key] = cell
+    order = {cell: i for i, cell in enumerate(per_python)}
+    return sorted(out.values(), key=lambda c: order[c])
+
+
+def served_pythons(recipe, grid: Grid, cell: Cell) -> list[str]:
+    """The Pythons one cell's wheel serves: its own, or every Python of its collapsed group."""
+    if not collapses_python(recipe):
+        return [cell.python]
+    return [c.python for c in cells(recipe, grid, per_python=True)
+            if (c.lane, c.cuda, c.torch) == (cell.lane, cell.cuda, cell.torch)]  # fmt: skip
+
+
+def cells(recipe, grid: Grid, per_python: bool = False) -> list[Cell]:
+    """Every cell of a recipe, in a stable order; ``per_python`` keeps one cell per Python
+    even where the wheel serves them all (the cells a local build may name)."""
+    if not per_python and collapses_python(recipe):
+        return collapse(recipe, cells(recipe, grid, per_python=True))
     over = recipe.grid
     lanes = [lane for lane in grid.platforms if lane in (over.platforms or grid.platforms)]
     pythons = [p for p in grid.python if p in (over.python or grid.python)]
+    if getattr(recipe, "wheel_python", None) == "abi3" and recipe.abi3_min_python:
+        pythons = [p for p in pythons if _v(p) >= _v(recipe.abi3_min_python)]
     cudas = [c for c in grid.cuda if c in (over.cuda or grid.cuda)]
     out: list[Cell] = []
     for lane in lanes:
@@ -92,8 +127,8 @@ def require_in_grid(recipe, grid: Grid, cell: Cell) -> None:
     """A local build of a cell the recipe's grid does not have is refused, with the reason."""
     if not grid.platforms:
         return  # no grid configured: local builds are unconstrained
-    if cell in cells(recipe, grid):
-        return
+    if cell in cells(recipe, grid, per_python=True):
+        return  # a collapsed recipe's cell may be built with any Python its wheel serves
     over = recipe.grid
     if cell.lane not in grid.platforms or (over.platforms and cell.lane not in over.platforms):
         why = f"lane {cell.lane} is not in its platforms"
@@ -101,6 +136,8 @@ def require_in_grid(recipe, grid: Grid, cell: Cell) -> None:
         why = f"CUDA {cell.cuda} is not one of its CUDA lines"
     elif cell.python not in grid.python or (over.python and cell.python not in over.python):
         why = f"Python {cell.python} is not one of its Pythons"
+    elif recipe.wheel_python == "abi3" and _v(cell.python) < _v(recipe.abi3_min_python):
+        why = f"Python {cell.python} is older than its abi3_min_python {recipe.abi3_min_python}"
     elif over.min_pytorch and cell.torch and _v(cell.torch) < _v(over.min_pytorch):
         why = f"it needs torch >= {over.min_pytorch}"
     else:

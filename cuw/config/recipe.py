@@ -10,6 +10,7 @@ from typing import Literal, Optional
 
 import yaml
 
+import cuw
 from cuw.base.errors import CuwError
 from cuw.config.limits import check_count
 from cuw.config.schema import SchemaError, load_dataclass
@@ -18,6 +19,7 @@ Backend = Literal["scikit-build-core", "torch-extension", "setuptools"]
 Filter = Literal["seat", "source"]
 Rule = Literal["hash", "sorted", "cost"]
 Lane = Literal["linux", "linux_aarch64", "windows"]
+WheelPython = Literal["per-interpreter", "py3", "abi3"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,13 @@ class Recipe:
     backend: Backend
     """How it builds: scikit-build-core (CMake), a torch extension (setuptools + torch's
     BuildExtension), or setuptools calling nvcc its own way (pccm/ccimport); all through pip."""
+    wheel_python: WheelPython = "per-interpreter"
+    """The wheel's Python tag: ``per-interpreter`` (``cp311-cp311``, one cell per Python), ``py3``
+    (``py3-none``, scikit-build-core's ``wheel.py-api = "py3"``: the Python axis collapses to one cell
+    per lane x CUDA line (x torch), built with the grid's lowest Python) or ``abi3`` (``cp3X-abi3``
+    from ``abi3_min_python``: one cell built with that Python). Verify checks the wheel's tag against it."""
+    abi3_min_python: Optional[str] = None
+    """With ``wheel_python: abi3``: the oldest Python the wheel serves ('3.10'); the cell builds with it."""
     build_subdir: str = "."
     """The folder inside the source that holds pyproject.toml or setup.py."""
     archs: dict[str, list[str]] = field(default_factory=dict)
@@ -159,7 +168,7 @@ def default_recipes_dir() -> Path:
     local = Path.cwd() / "recipes"
     if local.is_dir():
         return local
-    return Path(__file__).resolve().parents[2] / "recipes"
+    return Path(cuw.FORGE_ROOT) / "recipes"
 
 
 # A recipe name is one folder name directly under the recipes folder; job folders,
@@ -265,6 +274,12 @@ def _validate(recipe: Recipe, path: Path) -> None:
             raise CuwError(f"{path}: source.path {recipe.source.path!r} is not a folder ({recipe.source_dir})")
         if not (recipe.source_dir / recipe.build_subdir).is_dir():
             raise CuwError(f"{path}: build_subdir {recipe.build_subdir!r} is not a folder under the source")
+    if recipe.wheel_python == "abi3" and not recipe.abi3_min_python:
+        raise CuwError(f"{path}: wheel_python: abi3 needs abi3_min_python, the oldest Python the wheel serves ('3.10')")
+    if recipe.wheel_python != "abi3" and recipe.abi3_min_python is not None:
+        raise CuwError(f"{path}: abi3_min_python goes with wheel_python: abi3 (this recipe has {recipe.wheel_python})")
+    if recipe.abi3_min_python is not None and not re.fullmatch(r"3\.\d+", recipe.abi3_min_python):
+        raise CuwError(f"{path}: abi3_min_python {recipe.abi3_min_python!r} is not a Python line like '3.10'")
     for key in ("max_jobs", "nvcc_threads"):
         value = getattr(recipe, key)
         if value is not None and value < 1:

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
+import cuw
 from cuw.seat.runtime import HOST_COMPILERS, HOST_SCRIPT, SeatConfig
 
 
@@ -64,7 +65,7 @@ def install(folder: Path, config: SeatConfig) -> Path:
     config_path = folder / "seat.json"
     config_path.write_text(json.dumps(asdict(config), indent=2, sort_keys=True))
     script = folder / "nvcc"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # the folder holding cuw/
+    root = os.path.realpath(cuw.FORGE_ROOT)
     script.write_text(_SCRIPT.format(python=sys.executable, root=root, config=str(config_path)))
     script.chmod(0o755)
     host = folder / HOST_SCRIPT

@@ -329,6 +329,7 @@ def verify(
     if cell.lane == "windows" and not all(t.platform == "win_amd64" for t in tags):
         problems.append(f"platform tags {sorted({t.platform for t in tags})} are not win_amd64")
     checks.append(Check("filename", not problems, problems or [f"{name} {version} for {cell.id}"]))
+    checks.append(python_tag_check(recipe, cell, tags))
 
     try:
         record_problems: list[str] = _record_lines(wheel)
@@ -393,6 +394,28 @@ def verify(
     if torch_patches is not None:
         checks.append(_torch_patch_check(wheel, members, elves, recipe, cell, torch_patches))
     return Report(str(wheel), checks)
+
+
+def python_tag_check(recipe: Recipe, cell: Cell, tags) -> Check:
+    """The wheel's Python and ABI tags against the recipe's ``wheel_python``."""
+    declared = recipe.wheel_python
+    cp = "cp" + cell.python.replace(".", "")
+    if declared == "py3":
+        want, fits = "py3-none", lambda t: t.interpreter.startswith("py3") and t.abi == "none"
+    elif declared == "abi3":
+        floor = "cp" + (recipe.abi3_min_python or "").replace(".", "")
+        want, fits = f"{floor}-abi3", lambda t: t.interpreter == floor and t.abi == "abi3"
+    else:
+        want, fits = f"{cp}-{cp}", lambda t: t.interpreter == cp and t.abi not in ("none", "abi3")
+    got = sorted({f"{t.interpreter}-{t.abi}" for t in tags})
+    if all(fits(t) for t in tags):
+        return Check("python_tag", True, [f"{', '.join(got)}, as wheel_python: {declared} declares"])
+    actual = next(iter(got), "")
+    fix = {"none": "py3", "abi3": "abi3"}.get(actual.partition("-")[2], "per-interpreter")
+    return Check("python_tag", False, [
+        f"recipe key wheel_python: {declared} promises {want}, the wheel is {', '.join(got)}: "
+        f"set wheel_python: {fix} in {recipe.folder or recipe.key}/recipe.yml, or build the wheel it declares"
+    ])  # fmt: skip
 
 
 @dataclass(frozen=True)

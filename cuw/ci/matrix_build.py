@@ -1,0 +1,185 @@
+"""``build --matrix``: every cell of the selection this machine can build, each in its own environment.
+
+A cell is buildable here when its lane is this machine's, its CUDA line is the
+toolkit's and its Python is installed (``cuw/jobs/cell_env.py`` finds it); its torch
+is installed into its environment. Buildable cells run several at a time within
+the machine's cores and memory, each as ``cuw build`` inside its venv (its
+shards and its link run there too); the run ends with a table: cell,
+built/failed/skipped, why skipped (naming what would make it buildable), wall,
+verdicts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from cuw.jobs import cell_env
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+from cuw.config.grid import Grid, served_pythons
+from cuw.config.recipe import Recipe
+
+CELL_MEMORY_GB = 4.0  # one cell's build at a time (compilers, pip, the link's auditwheel)
+_VERDICT = re.compile(r"^(link|verify) gate (PASS|FAIL)")
+
+
+@dataclass
+class Row:
+    cell: Cell
+    status: str  # built | failed | skipped
+    why: str = ""
+    wall: float = 0.0
+    verdicts: list[str] = field(default_factory=list)
+    serves: list[str] = field(default_factory=list)
+    env: str = ""
+
+
+def memory_gb() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return CELL_MEMORY_GB
+
+
+def cells_at_once(cells: int, cores: int, mem_gb: float, jobs: Optional[int]) -> tuple[int, int]:
+    """How many cells build at once and the compile jobs each gets: ``jobs`` (default: the cores)
+    is the whole budget; a cell needs at least 2 jobs' worth of cores and CELL_MEMORY_GB of memory."""
+    budget = max(1, jobs or cores)
+    at_once = max(1, min(cells, budget // 2 or 1, cores // 2 or 1, int(mem_gb // CELL_MEMORY_GB) or 1))
+    return at_once, max(1, budget // at_once)
+
+
+def plan_local(
+    recipe: Recipe, selected: list[Cell], lane: str, cuda: str, toolkit_home: str,
+    find: Callable[[str], tuple[Optional[cell_env.Interpreter], list[str]]] = cell_env.find_python,
+) -> tuple[list[tuple[Cell, cell_env.Interpreter]], list[Row]]:
+    """The cells this machine can build (with their Python), and a skipped row for every other one."""
+    build: list[tuple[Cell, cell_env.Interpreter]] = []
+    skipped: list[Row] = []
+    pythons: dict[str, tuple[Optional[cell_env.Interpreter], list[str]]] = {}
+    for cell in selected:
+        if cell.lane != lane:
+            skipped.append(Row(cell, "skipped", f"lane {cell.lane}: this machine is {lane}; build it on a {cell.lane} runner"))
+            continue
+        if cell.cuda != cuda:
+            skipped.append(Row(cell, "skipped", f"CUDA {cell.cuda} toolkit: this machine has CUDA {cuda} ({toolkit_home}); "
+                                                f"install CUDA {cell.cuda} and point CUW_CUDA_HOME at it"))  # fmt: skip
+            continue
+        if cell.python not in pythons:
+            pythons[cell.python] = find(cell.python)
+        interp, looked = pythons[cell.python]
+        if interp is None:
+            skipped.append(Row(cell, "skipped", f"Python {cell.python}: none found (looked at {', '.join(looked)}); "
+                                                f"install it (pyenv install {cell.python}, or uv python install {cell.python})"))  # fmt: skip
+            continue
+        build.append((cell, interp))
+    return build, skipped
+
+
+def _spec(recipe: Recipe, cell: Cell, interp: cell_env.Interpreter, torch_index: dict[str, str]) -> cell_env.Spec:
+    torch = cell_env.torch_requirement(cell.torch) if (recipe.links_torch and cell.torch) else None
+    return cell_env.Spec(interp, torch, torch_index.get(cell.cuda) if torch else None)
+
+
+def _pump(proc: subprocess.Popen, log: Path, prefix: str, say: Callable[[str], None], verdicts: list[str]) -> None:
+    with open(log, "w") as fh:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip("\n")
+            fh.write(line + "\n")
+            fh.flush()
+            say(f"{prefix}: {line.removeprefix('cuw: ')}")
+            text = line.strip().removeprefix("cuw: ")
+            if _VERDICT.search(text):
+                verdicts.append(text)
+
+
+def run_matrix(
+    recipe: Recipe, grid: Grid, torch_index: dict[str, str], build: list[tuple[Cell, cell_env.Interpreter]],
+    args: list[str], work: Path, jobs: Optional[int], say: Callable[[str], None],
+    venv_root: Optional[Path] = None,
+) -> list[Row]:
+    """Builds each cell with ``cuw build <recipe> <args>`` in its environment, several at once."""
+    at_once, jobs_each = cells_at_once(len(build), os.cpu_count() or 1, memory_gb(), jobs)
+    say(f"matrix: {len(build)} buildable cell(s), {at_once} at a time, {jobs_each} compile job(s) each")
+    logs = work / "matrix-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    rows: list[Row] = []
+    pending = list(build)
+    running: list[tuple[Row, subprocess.Popen, threading.Thread, float]] = []
+
+    def start(cell: Cell, interp: cell_env.Interpreter) -> None:
+        row = Row(cell, "failed", serves=served_pythons(recipe, grid, cell))
+        started = time.monotonic()
+        try:
+            spec = _spec(recipe, cell, interp, torch_index)
+            say(f"matrix: {cell.id}: environment for Python {interp.version} ({interp.where})"
+                + (f", {spec.torch}" if spec.torch else "") + " ...")  # fmt: skip
+            python, reused = cell_env.ensure(spec, venv_root)
+        except CuwError as exc:
+            row.status, row.why, row.wall = "skipped", f"its environment could not be made: {exc}", time.monotonic() - started
+            say(f"matrix: {cell.id}: {row.why}")
+            rows.append(row)
+            return
+        venv = python.parent.parent
+        row.env = f"{venv} ({'reused' if reused else 'made'})"
+        say(f"matrix: {cell.id}: building in {row.env}")
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH", "__PYVENV_LAUNCHER__")}
+        env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+        cmd = [str(python), "-m", "cuw", "build", recipe.key, *args, "--jobs", str(jobs_each)]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace", start_new_session=os.name == "posix")  # fmt: skip
+        pump = threading.Thread(target=_pump, args=(proc, logs / f"{cell.id}.log", cell.id, say, row.verdicts), daemon=True)
+        pump.start()
+        running.append((row, proc, pump, started))
+
+    try:
+        while pending or running:
+            while pending and len(running) < at_once:
+                start(*pending.pop(0))
+            time.sleep(0.5)
+            for item in list(running):
+                row, proc, pump, started = item
+                if proc.poll() is None:
+                    continue
+                pump.join()
+                row.wall = time.monotonic() - started
+                row.status = "built" if proc.returncode == 0 else "failed"
+                if proc.returncode != 0 and not row.verdicts:
+                    row.why = f"cuw build exited {proc.returncode}; log {logs / (row.cell.id + '.log')}"
+                rows.append(row)
+                running.remove(item)
+    except BaseException:
+        for _, proc, _, _ in running:
+            proc.terminate()
+        for _, proc, _, _ in running:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        raise
+    return rows
+
+
+def table(rows: list[Row], collapse_note: str = "") -> str:
+    """The closing table: one line per cell, in the selection's order."""
+    head = f"{'cell':44} {'result':8} {'wall':>7}  verdicts / why"
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        wall = f"{row.wall:6.0f}s" if row.status != "skipped" or row.wall else "      -"
+        text = "; ".join(row.verdicts) if row.verdicts else ""
+        if row.why:
+            text = f"{text}; {row.why}" if text else row.why
+        if row.status != "skipped" and len(row.serves) > 1:
+            text += f" [one wheel for Python {', '.join(row.serves)}]"
+        lines.append(f"{row.cell.id:44} {row.status:8} {wall}  {text}")
+    if collapse_note:
+        lines.append(collapse_note)
+    return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""build --matrix: finding each cell's Python, its own environment, several cells at once, the closing table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from cuw.jobs import cell_env
+from cuw.config.cell import Cell
+from cuw.ci.matrix_build import Row, cells_at_once, plan_local, table
+from cuw.config.policy import load_policy
+from cuw.config.recipe import load_recipe
+
+
+def test_the_forges_own_and_pyenvs_pythons_are_found_and_a_missing_one_names_where_it_looked():
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    got, _ = cell_env.find_python(here)
+    assert got and got.version.startswith(here + ".")
+    missing, looked = cell_env.find_python("3.99")
+    assert missing is None
+    assert "python3.99 on PATH (none)" in looked and any(w.startswith(("pyenv", "pyenv versions in")) for w in looked)
+    assert any(w.startswith("uv") for w in looked)
+
+
+def test_plan_local_names_what_would_make_each_cell_buildable(recipes_dir):
+    recipe = load_recipe("example_torch", recipes_dir)
+    cells = [
+        Cell("example_torch", "linux", "3.11", "13.0", "2.14"),
+        Cell("example_torch", "linux", "3.99", "13.0", "2.14"),
+        Cell("example_torch", "linux", "3.11", "12.8", "2.14"),
+        Cell("example_torch", "windows", "3.11", "13.0", "2.14"),
+    ]
+    build, skipped = plan_local(recipe, cells, "linux", "13.0", "/usr/local/cuda-13.0")
+    assert [c for c, _ in build] == cells[:1]
+    why = {r.cell.id: r.why for r in skipped}
+    assert why[cells[1].id].startswith("Python 3.99: none found (looked at python3.99 on PATH (none), pyenv")
+    assert "pyenv install 3.99" in why[cells[1].id]
+    assert why[cells[2].id].startswith("CUDA 12.8 toolkit: this machine has CUDA 13.0") and "CUW_CUDA_HOME" in why[cells[2].id]
+    assert why[cells[3].id] == "lane windows: this machine is linux; build it on a windows runner"
+
+
+def test_cells_at_once_stay_within_cores_memory_and_jobs():
+    assert cells_at_once(4, cores=2, mem_gb=128, jobs=None) == (1, 2)
+    assert cells_at_once(4, cores=16, mem_gb=128, jobs=None) == (4, 4)
+    assert cells_at_once(4, cores=16, mem_gb=9, jobs=None) == (2, 8), "memory bounds it: 4 GB a cell"
+    assert cells_at_once(4, cores=16, mem_gb=128, jobs=4) == (2, 2), "--jobs is the whole budget"
+    assert cells_at_once(1, cores=16, mem_gb=128, jobs=None) == (1, 16)
+    assert cells_at_once(3, cores=1, mem_gb=1, jobs=1) == (1, 1)
+
+
+def test_the_table_shows_each_cell_its_result_and_the_collapse():
+    built = Row(Cell("example", "linux", "3.10", "13.0", None), "built", wall=95.0,
+                verdicts=["link gate PASS: 0 misses", "verify gate PASS: 14 checks"], serves=["3.10", "3.11"])  # fmt: skip
+    skipped = Row(Cell("example", "windows", "3.10", "13.0", None), "skipped", "lane windows: this machine is linux")
+    text = table([built, skipped], "example: Python axis collapsed")
+    lines = text.splitlines()
+    assert lines[2].split()[:3] == ["example-linux-py3.10-cu13.0-notorch", "built", "95s"]
+    assert "verify gate PASS" in lines[2] and "[one wheel for Python 3.10, 3.11]" in lines[2]
+    assert lines[3].split()[:3] == ["example-windows-py3.10-cu13.0-notorch", "skipped", "-"]
+    assert lines[3].endswith("lane windows: this machine is linux") and lines[-1] == "example: Python axis collapsed"
+
+
+def test_the_environment_key_follows_its_inputs(monkeypatch):
+    py = cell_env.Interpreter("/usr/bin/python3.12", "3.12.1", "PATH")
+    base = cell_env.Spec(py, None, None)
+    assert base.key() == cell_env.Spec(py, None, "https://ignored-without-torch").key()
+    torch = cell_env.Spec(py, "torch==2.14.1", "https://pypi.org/simple")
+    keys = {base.key(), torch.key(), replace(torch, torch_index="https://download.pytorch.org/whl/cu128").key(),
+            replace(base, python=replace(py, version="3.12.2")).key()}  # fmt: skip
+    assert len(keys) == 4
+    assert torch.folder(Path("/r")).name.startswith("py3.12-torch2.14.1-") and base.folder(Path("/r")).name.startswith("py3.12-notorch-")
+    monkeypatch.setattr(cell_env, "forge_digest", lambda: "another forge")
+    assert base.key() not in keys, "a changed forge makes a new environment"
+
+
+def test_a_cells_environment_is_made_once_with_its_python_and_reused(tmp_path):
+    """A real venv from another Python than the forge's (pyenv's 3.12 here), the forge installed in it."""
+    other = next((m for m in ("3.12", "3.10", "3.13") if m != f"{sys.version_info.major}.{sys.version_info.minor}"), None)
+    interp, looked = cell_env.find_python(other)
+    if interp is None:
+        pytest.skip(f"no Python {other} here (looked at {', '.join(looked)})")
+    spec = cell_env.Spec(interp, None, None)
+    python, reused = cell_env.ensure(spec, tmp_path)
+    assert not reused and python.parent.parent.name.startswith(f"py{other}-notorch-")
+    out = subprocess.run([str(python), "-c", "import sys, cuw; print(sys.version_info[:2], cuw.__file__)"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"({other.replace('.', ', ')})") and str(REPO / "cuw") in out.stdout
+    ccache = subprocess.run([str(python.parent / "ccache"), "--version"], capture_output=True, text=True)
+    assert ccache.returncode == 0 and "4.14.2" in ccache.stdout.splitlines()[0], "the pinned cache tool is in it"
+    ready = python.parent.parent / cell_env.READY
+    stamp = ready.stat().st_mtime_ns
+    again, reused = cell_env.ensure(spec, tmp_path)
+    assert reused and again == python and ready.stat().st_mtime_ns == stamp
+    ready.unlink()  # an environment never marked ready (an interrupted install) is made again
+    _, reused = cell_env.ensure(spec, tmp_path)
+    assert not reused and ready.is_file()
+
+
+def _matrix_build(recipes_dir: Path, root: Path, *filters: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "cuw", "build", *filters, "--matrix", "--platform", "linux", "--cuda", "13.0",
+           "--recipes", str(recipes_dir), "--work", str(root / "work"), "--artifacts", str(root / "artifacts"),
+           "--dist", str(root / "dist")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
+    print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n")
+    return proc
+
+
+def test_build_matrix_builds_the_collapsed_example_cell_in_its_own_python(recipes_dir, tmp_path):
+    """The example's one linux/13.0 cell (py3: every Python collapsed), built with the grid's lowest
+    Python in its own venv (the default cell-venv folder, reused across runs), linked and verified."""
+    interp, looked = cell_env.find_python("3.10")
+    if interp is None:
+        pytest.skip(f"no Python 3.10 here (looked at {', '.join(looked)})")
+    proc = _matrix_build(recipes_dir, tmp_path, "example")
+    assert proc.returncode == 0
+    assert "Python axis collapsed (wheel_python: py3" in proc.stderr
+    [row] = [line for line in proc.stdout.splitlines() if line.startswith("example-linux-py3.10-cu13.0-notorch ")]
+    assert row.split()[1] == "built" and "link gate PASS" in row and "verify gate PASS" in row
+    assert "[one wheel for Python 3.10, 3.11, 3.12, 3.13]" in row
+    [wheel] = (tmp_path / "dist").glob("*.whl")
+    assert "-py3-none-" in wheel.name
+    log = (tmp_path / "work" / "matrix-logs" / "example-linux-py3.10-cu13.0-notorch.log").read_text()
+    assert "build example-linux-py3.10-cu13.0-notorch" in log, "the cell's own cuw build ran on Python 3.10"
+
+
+@pytest.mark.e2e
+def test_example_torch_builds_for_two_pythons_each_with_torch_2_14_1_in_its_own_env(recipes_dir, tmp_path):
+    """Two Pythons of example_torch with torch 2.14.1 (the second Python's torch is a multi-GB download)."""
+    proc = _matrix_build(recipes_dir, tmp_path, "example_torch", "--pytorch", "2.14", "--python", "3.11,3.12")
+    assert proc.returncode == 0
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("example_torch-linux-py3.1")]
+    assert len(rows) == 2 and all(r.split()[1] == "built" and "verify gate PASS" in r for r in rows), rows
+    assert sorted(w.name.split("-")[2] for w in (tmp_path / "dist").glob("*.whl")) == ["cp311", "cp312"]
+    envs = sorted(p.name for p in cell_env.default_root().glob("py3.1[12]-torch2.14.*") if p.is_dir())
+    assert {e[:6] for e in envs} >= {"py3.11", "py3.12"}, envs
