@@ -1,6 +1,7 @@
 """nox sessions: thin wrappers over ``cuw`` (CI calls these same sessions).
 
-They run in the current environment (``pip install -e '.[test,torch]'``):
+One session per ``cuw`` verb, made from the CLI's grammar (:func:`cuw.cli.parser.verb_specs`),
+plus the test tiers. They run in the current environment (``pip install -e '.[test,torch]'``):
 the build backends, torch and the pinned ccache installed there are the ones
 every shard and link must share.
 """
@@ -9,104 +10,24 @@ import sys
 
 import nox
 
+from cuw.cli.parser import VerbSpec, verb_specs
+
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["tests"]
 
 
-@nox.session
-def shard(session: nox.Session) -> None:
-    """Compile one shard: nox -s shard -- <recipe> I/N (1-based)."""
-    session.run(sys.executable, "-m", "cuw", "shard", *session.posargs)
+def _verb_session(verb: VerbSpec) -> None:
+    def session_fn(session: nox.Session) -> None:
+        session.run(sys.executable, "-m", "cuw", verb.name, *session.posargs)
+
+    usage = " ".join(o.flag if o.required else f"[{o.flag}]" for o in verb.options if o.positional)
+    session_fn.__doc__ = f"{verb.help[:1].upper()}{verb.help[1:]}: nox -s {verb.name.replace('-', '_')} -- {usage + ' ' if usage else ''}[options]"
+    nox.session(name=verb.name.replace("-", "_"))(session_fn)
 
 
-@nox.session
-def link(session: nox.Session) -> None:
-    """Restore all shard caches, rebuild with every compile a hit, gate: nox -s link -- <recipe>."""
-    session.run(sys.executable, "-m", "cuw", "link", *session.posargs)
-
-
-@nox.session
-def build(session: nox.Session) -> None:
-    """Build a whole cell here, all shards then the link: nox -s build -- <recipe> [--shards N]."""
-    session.run(sys.executable, "-m", "cuw", "build", *(session.posargs or ["example"]))
-
-
-@nox.session
-def matrix(session: nox.Session) -> None:
-    """The GitHub matrix JSON in chunks: nox -s matrix -- [--package P|all] [--platform …] [--cuda …] [--pytorch …]."""
-    session.run(sys.executable, "-m", "cuw", "matrix", *session.posargs)
-
-
-@nox.session
-def verify(session: nox.Session) -> None:
-    """The verify gate on a wheel: nox -s verify -- <wheel> [--recipe R]."""
-    session.run(sys.executable, "-m", "cuw", "verify", *session.posargs)
-
-
-@nox.session
-def index(session: nox.Session) -> None:
-    """A PEP 503 index from a folder of wheels: nox -s index -- <wheel-dir> <out-dir>."""
-    session.run(sys.executable, "-m", "cuw", "index", *session.posargs)
-
-
-@nox.session
-def lint_guards(session: nox.Session) -> None:
-    """CMake consumers of source-dependent targets not under if(TARGET ...): nox -s lint_guards -- <dir|recipe>."""
-    session.run(sys.executable, "-m", "cuw", "lint-guards", *session.posargs)
-
-
-@nox.session
-def recipes(session: nox.Session) -> None:
-    """List the recipes."""
-    session.run(sys.executable, "-m", "cuw", "recipes", *session.posargs)
-
-
-@nox.session
-def show(session: nox.Session) -> None:
-    """A recipe's resolved configuration for a cell: nox -s show -- <recipe> [--cell linux/3.11/13.0/2.14]."""
-    session.run(sys.executable, "-m", "cuw", "show", *session.posargs)
-
-
-@nox.session
-def plan(session: nox.Session) -> None:
-    """Choose N without compiling: nox -s plan -- <recipe> [--shards N | --range 2..64] [--costs FILE] [--json]."""
-    session.run(sys.executable, "-m", "cuw", "plan", *session.posargs)
-
-
-@nox.session
-def costs(session: nox.Session) -> None:
-    """Record a recipe's cost table from real logs: nox -s costs -- <recipe> --from <seat log | .ninja_log> [...]."""
-    session.run(sys.executable, "-m", "cuw", "costs", *session.posargs)
-
-
-@nox.session
-def grid(session: nox.Session) -> None:
-    """The build grid; --check asks each CUDA line's torch index what it lacks: nox -s grid -- --check."""
-    session.run(sys.executable, "-m", "cuw", "grid", *session.posargs)
-
-
-@nox.session
-def report(session: nox.Session) -> None:
-    """A cell's shard timeline as one HTML file: nox -s report -- <cell work dir> [--output F]."""
-    session.run(sys.executable, "-m", "cuw", "report", *session.posargs)
-
-
-@nox.session
-def record(session: nox.Session) -> None:
-    """After a passed link: the wheel's build record, dist/<wheel>.build.json: nox -s record -- <recipe>."""
-    session.run(sys.executable, "-m", "cuw", "record", *session.posargs)
-
-
-@nox.session
-def publish(session: nox.Session) -> None:
-    """Add the wheels that arrived with build records to an index: nox -s publish -- <incoming> <index> [--reports DIR]."""
-    session.run(sys.executable, "-m", "cuw", "publish", *session.posargs)
-
-
-@nox.session
-def workflow(session: nox.Session) -> None:
-    """Run .github/workflows/build.yml here with act: nox -s workflow -- <recipe> [--platform …] [--cuda …] [--python …]."""
-    session.run(sys.executable, "-m", "cuw", "workflow", *session.posargs)
+# One session per cuw verb, made from the CLI's own grammar: `nox -s <verb> -- --help` lists its options.
+for _verb in verb_specs():
+    _verb_session(_verb)
 
 
 @nox.session

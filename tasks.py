@@ -1,116 +1,62 @@
-"""invoke tasks: the same verbs as the nox sessions, calling the same ``cuw`` CLI."""
+"""invoke tasks: one per ``cuw`` verb, with the same arguments, made from the CLI's own grammar
+(:func:`cuw.cli.parser.verb_specs`), so a verb or option exists here exactly when ``cuw`` has it.
 
+``invoke shard example 2/4``, ``invoke link spconv``, ``invoke plan natten --shards 23``: a
+value option takes its value as text (the ``cuw`` CLI checks it and says what is wrong in one
+line); an option ``cuw`` takes several times takes a comma-separated list here.
+"""
+
+import inspect
+import keyword
 import shlex
 import sys
 
-from invoke import Context, task
+from invoke import Collection, Context, Task
+
+from cuw.cli.parser import VerbSpec, verb_specs
 
 
-def _cuw(c: Context, *args: str) -> None:
-    c.run(shlex.join([sys.executable, "-m", "cuw", *args]), pty=False)
+def _param(option) -> str:
+    name = option.dest if option.positional else option.flag.lstrip("-").replace("-", "_")
+    return option.dest if keyword.iskeyword(name) else name
 
 
-_BACKEND_HELP = {"backend": "pip (default) or cibuildwheel", "cell": "with cibuildwheel: LANE/PY/CUDA[/TORCH]"}
+def _argv(verb: VerbSpec, values: dict) -> list[str]:
+    argv = [verb.name]
+    for option in verb.options:
+        value = values[_param(option)]
+        if option.positional:
+            argv += [value] if value != "" else []
+        elif option.switch:
+            argv += [option.flag] if value else []
+        elif option.repeat:
+            argv += [a for item in str(value).split(",") if item for a in (option.flag, item)]
+        elif value != "":
+            argv += [option.flag, str(value)]
+    return argv
 
 
-def _backend(backend: str, cell: str) -> list[str]:
-    return ["--backend", backend, *(["--cell", cell] if cell else [])]
+def _task(verb: VerbSpec) -> Task:
+    def body(c: Context, **values) -> None:
+        c.run(shlex.join([sys.executable, "-m", "cuw", *_argv(verb, values)]), pty=False)
+
+    params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for option in verb.options:
+        default = inspect.Parameter.empty if option.required else (False if option.switch else "")
+        params.append(inspect.Parameter(_param(option), inspect.Parameter.KEYWORD_ONLY if not option.positional
+                                        else inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))  # fmt: skip
+    # Required positionals first (a signature's order); optional ones (build's recipe) after them.
+    params[1:] = sorted(params[1:], key=lambda p: (p.kind != p.POSITIONAL_OR_KEYWORD, p.default is not p.empty))
+    body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    body.__name__ = verb.name.replace("-", "_")
+    body.__doc__ = verb.help[:1].upper() + verb.help[1:] + "."
+    positional = [_param(o) for o in verb.options if o.positional]
+    return Task(body, name=verb.name, positional=positional, help={_param(o): o.help for o in verb.options})
 
 
-@task(help={"recipe": "recipe name", "spec": "I/N, 1-based (for example 3/23)", **_BACKEND_HELP})
-def shard(c, recipe, spec, backend="pip", cell=""):
-    """Compile one shard of a recipe and write its cache archive."""
-    _cuw(c, "shard", recipe, spec, *_backend(backend, cell))
-
-
-@task(help={"recipe": "recipe name", **_BACKEND_HELP})
-def link(c, recipe, backend="pip", cell=""):
-    """Restore all shard caches, rebuild with every compile a hit, gate, write the wheel."""
-    _cuw(c, "link", recipe, *_backend(backend, cell))
-
-
-# Numbers are passed on as text: the cuw CLI checks them and says what is wrong in one line.
-
-
-@task(help={"recipe": "recipe name", "shards": "N (default: the recipe's sharding.count)", **_BACKEND_HELP})
-def build(c, recipe="example", shards="", backend="pip", cell=""):
-    """Build a whole cell here: every shard in parallel, then the link."""
-    _cuw(c, "build", recipe, *(["--shards", shards] if shards else []), *_backend(backend, cell))
-
-
-@task(help={"wheel": "path to a wheel", "recipe": "recipe name (default: matched by the wheel's name)"})
-def verify(c, wheel, recipe=""):
-    """The verify gate on a finished wheel."""
-    _cuw(c, "verify", wheel, *(["--recipe", recipe] if recipe else []))
-
-
-@task(help={"wheel_dir": "folder of finished wheels", "out_dir": "where the index goes"})
-def index(c, wheel_dir, out_dir):
-    """A PEP 503 index (flat root and per-CUDA/torch channels) from a folder of wheels."""
-    _cuw(c, "index", wheel_dir, out_dir)
-
-
-@task(help={"package": "a recipe, or all", "chunk": "print only this chunk"})
-def matrix(c, package="all", chunk=""):
-    """The GitHub matrix JSON in dispatchable chunks."""
-    _cuw(c, "matrix", "--package", package, *(["--chunk", chunk] if chunk else []))
-
-
-@task
-def recipes(c):
-    """List the recipes."""
-    _cuw(c, "recipes")
-
-
-@task(help={"recipe": "recipe name", "cell": "LANE/PY/CUDA[/TORCH] (default: this machine's cell)"})
-def show(c, recipe, cell=""):
-    """A recipe's merged, resolved configuration for one cell."""
-    _cuw(c, "show", recipe, *(["--cell", cell] if cell else []))
-
-
-@task(help={"recipe": "recipe name", "shards": "plan this N only", "range": "A..B (default 2..64)",
-            "costs": "a cost table (default: the recipe's costs.json)", "json": "print JSON"})  # fmt: skip
-def plan(c, recipe, shards="", range="", costs="", json=False):
-    """Per N: TUs and families per shard, jobs per lane, predicted times; a recommended N and the checklist."""
-    _cuw(c, "plan", recipe, *(["--shards", shards] if shards else []), *(["--range", range] if range else []),
-         *(["--costs", costs] if costs else []), *(["--json"] if json else []))  # fmt: skip
-
-
-@task(help={"recipe": "recipe name", "log": "a seat log or .ninja_log (comma-separate several)"})
-def costs(c, recipe, log):
-    """Record a recipe's cost table (recipes/<name>/costs.json) from real build logs."""
-    _cuw(c, "costs", recipe, *[a for item in log.split(",") for a in ("--from", item)])
-
-
-@task(help={"check": "ask each CUDA line's torch index what the grid lacks (exit 1 then)"})
-def grid(c, check=False):
-    """The build grid, or with --check what the torch indexes publish that it lacks."""
-    _cuw(c, "grid", *(["--check"] if check else []))
-
-
-@task(help={"cell_dir": "the cell's work folder (.cuw/work/<cell id>)", "output": "the HTML file"})
-def report(c, cell_dir, output=""):
-    """A cell's shard timeline as one self-contained HTML file."""
-    _cuw(c, "report", cell_dir, *(["--output", output] if output else []))
-
-
-@task(help={"target": "a source folder or CMake file, or a recipe name (its fetched, patched source)"})
-def lint_guards(c, target):
-    """CMake consumers of source-dependent targets not under if(TARGET ...)."""
-    _cuw(c, "lint-guards", target)
-
-
-@task(help={"recipe": "recipe name", "platform": "lanes (comma-separated)", "cuda": "CUDA lines", "python": "Pythons",
-            "pytorch": "torch releases", "chunk": "the chunk id when the filters leave several",
-            "index": "the index folder (default .cuw/farm/index)", "fail_shard": "fault switch: CELL:I/N fails"})  # fmt: skip
-def workflow(c, recipe, platform="", cuda="", python="", pytorch="", chunk="", index="", fail_shard=""):
-    """Run .github/workflows/build.yml here with act (host mode) for the recipe's chunk, publish into an index."""
-    opts = {"--platform": platform, "--cuda": cuda, "--python": python, "--pytorch": pytorch, "--chunk": chunk,
-            "--index": index, "--fail-shard": fail_shard}  # fmt: skip
-    _cuw(c, "workflow", recipe, *[a for flag, value in opts.items() if value for a in (flag, value)])
-
-
-@task
-def tests(c):
+def _tests(c: Context) -> None:
     """Run the test suite (real nvcc, real ccache)."""
     c.run(shlex.join([sys.executable, "-m", "pytest", "-q"]))
+
+
+ns = Collection(*(_task(verb) for verb in verb_specs()), Task(_tests, name="tests"))

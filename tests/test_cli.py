@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -59,12 +60,31 @@ def test_recipes_listing(tmp_path, recipes_dir):
     assert "example" in proc.stdout and "scikit-build-core" in proc.stdout and "torch-extension" in proc.stdout
 
 
-def test_nox_and_invoke_list_every_verb():
-    nox = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=REPO, capture_output=True, text=True)
-    inv = subprocess.run([sys.executable, "-m", "invoke", "--list"], cwd=REPO, capture_output=True, text=True)
-    for verb in ("shard", "link", "build", "tests", "recipes"):
-        assert f"{verb} -> " in nox.stdout or f"* {verb} -> " in nox.stdout, nox.stdout
-        assert f"  {verb} " in inv.stdout, inv.stdout
+def test_nox_and_invoke_offer_every_verb_with_every_option(tmp_path):
+    """The verbs are defined once (the CLI's parser): nox has a session and invoke a task for
+    each, and each invoke task takes every option the verb has."""
+    from cuw.cli.parser import verb_specs
+
+    verbs = verb_specs()
+    assert {"shard", "link", "build", "plan", "costs", "lint-guards", "workflow"} <= {v.name for v in verbs}
+    nox = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=REPO, capture_output=True, text=True).stdout
+    inv = subprocess.run([sys.executable, "-m", "invoke", "--list"], cwd=REPO, capture_output=True, text=True).stdout
+    for verb in verbs:
+        assert f"{verb.name.replace('-', '_')} -> " in nox, (verb.name, nox)
+        assert f"  {verb.name} " in inv, (verb.name, inv)
+        helped = subprocess.run([sys.executable, "-m", "invoke", "--help", verb.name], cwd=REPO, capture_output=True,
+                                text=True).stdout  # fmt: skip
+        for option in verb.options:
+            if not option.positional:
+                name = option.flag.lstrip("-") if option.flag != "--from" else option.dest
+                assert f"--{name}" in helped, (verb.name, option.flag, helped)
+    # A task passes its arguments through: positionals, a value, a repeated option (comma list).
+    proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "matrix", "--package", "example",
+                           "--platform", "linux,windows", "--cuda", "13.0", "--output", str(tmp_path / "m.json")],
+                          cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    chunks = json.loads((tmp_path / "m.json").read_text())["chunks"]
+    assert sorted(c["id"] for c in chunks) == ["example-linux-cu13.0", "example-windows-cu13.0"], chunks
 
 
 def test_zero_shards_is_refused(tmp_path, recipes_dir):

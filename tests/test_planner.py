@@ -309,17 +309,6 @@ def test_cost_rule_is_within_5_percent_of_the_physical_bound():
             assert row["cost"] <= row["hash"]
 
 
-def test_nox_and_invoke_offer_plan_and_costs():
-    import subprocess
-    import sys
-
-    repo = Path(__file__).resolve().parent.parent
-    nox = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=repo, capture_output=True, text=True).stdout
-    inv = subprocess.run([sys.executable, "-m", "invoke", "--list"], cwd=repo, capture_output=True, text=True).stdout
-    for verb in ("plan", "costs"):
-        assert f"{verb} -> " in nox and f"  {verb} " in inv, (nox, inv)
-
-
 def test_seat_log_costs_count_host_tus_and_sum_a_key_built_twice(tmp_path):
     from cuw.partition.costs import from_seat_log
 

@@ -38,7 +38,7 @@ def _job_args() -> list[str]:
 
 
 def build_wheel(wheel_directory: str, config_settings: Optional[dict] = None, metadata_directory: Optional[str] = None) -> str:
-    from cuw.cli.main import parser
+    from cuw.cli.parser import parser
 
     argv = _job_args()
     args = parser().parse_args(argv)

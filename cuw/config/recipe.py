@@ -351,3 +351,18 @@ def _require_readme(recipe: Recipe, path: Path) -> None:
             f"{path}: overrides {', '.join(unexplained)} of the farm policy; "
             f"explain each in {readme} (mention it as `{unexplained[0]}`)"
         )
+
+
+def recipe_for_wheel(filename: str, recipes_dir: Path) -> str:
+    """The key of the recipe that builds the distribution a wheel filename names."""
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    try:
+        dist = canonicalize_name(parse_wheel_filename(filename)[0])
+    except Exception:
+        raise CuwError(f"{filename} is not a wheel filename") from None
+    known = known_recipes(recipes_dir)
+    matches = [k for k in known if canonicalize_name(load_recipe(k, recipes_dir).name) == dist]
+    if not matches:
+        raise CuwError(f"no recipe builds {dist}; pass --recipe (known: {', '.join(known)})")
+    return matches[0]

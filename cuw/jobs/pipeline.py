@@ -30,7 +30,7 @@ from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, cuda_sources, rest_keys, seat_rest, source_filter_files, unfiltered_keys
 from cuw.partition.rules import Assignment, ShardSpec, tu_key
 from cuw.base.progress import Meter
-from cuw.jobs.paths import Paths  # noqa: F401 - re-exported: callers import Paths from here
+from cuw.config.paths import Paths  # noqa: F401 - re-exported: callers import Paths from here
 from cuw.config.grid import cell_archs, require_in_grid
 from cuw.jobs.patching import PatchContext
 from cuw.config.policy import CacheChoice, Policy, cache_choice, load_policy

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from cuw.base.errors import CuwError
 from cuw.config.recipe import Recipe
@@ -42,6 +43,15 @@ def is_source(name: str, lane: str = "linux") -> bool:
 def costed(key: str) -> bool:
     """Whether a measured TU belongs in a cost table: a source file inside the tree."""
     return key.endswith(SOURCE_SUFFIXES) and not key.startswith("../")
+
+
+def cost_keeps(recipe: Recipe) -> Callable[[str], bool]:
+    """Which measured TUs a recipe's cost table keeps: the source filter's files (its globs), or
+    (the seat partitions every source it compiles, host ones too) every :func:`costed` key."""
+    if recipe.sharding.filter == "source":
+        globs = recipe.sharding.source.globs
+        return lambda key: filter_covers(key, globs)
+    return costed
 
 
 def source_keys(src_root: Path, lane: str = "linux") -> list[str]:

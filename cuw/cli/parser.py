@@ -1,0 +1,203 @@
+"""The command line's grammar: every verb and option, parsed without importing a job.
+
+The one definition of the verbs: the nox sessions and invoke tasks are made from
+:func:`verb_specs` (noxfile.py, tasks.py), so a verb or option exists everywhere or nowhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuw.base.errors import CuwError
+from cuw.config.paths import Paths
+from cuw.toolchain.cache import TOOLS
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise CuwError(message)
+
+
+def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
+    p.add_argument("--recipes", type=Path, default=None, help="recipes folder (default: $CUW_RECIPES or ./recipes)")
+    p.add_argument("--work", type=Path, default=Paths.work, help="job folders (default: %(default)s)")
+    p.add_argument("--artifacts", type=Path, default=Paths.artifacts, help="shard archives, per cell (default: %(default)s)")
+    if dist:
+        p.add_argument("--dist", type=Path, default=Paths.dist, help="wheels that passed the link gate (default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs inside one build (default: cores)")
+    p.add_argument("--cache-tool", choices=TOOLS, default=None,
+                   help="compiler cache (default: $CUW_CACHE_TOOL, else the lane's in recipes/defaults.yml)")
+    p.add_argument("--cache-remote", default=None, metavar="URL",
+                   help="shared ccache remote (redis://, http://, file:); replaces the archives "
+                        "(default: $CUW_CACHE_REMOTE, else recipes/defaults.yml)")  # fmt: skip
+    p.add_argument("--backend", choices=("pip", "cibuildwheel"), default="pip",
+                   help="pip: build here (default); cibuildwheel: the same job inside cibuildwheel's "
+                        "manylinux container or Windows build")  # fmt: skip
+    p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
+                   help="with --backend cibuildwheel: the cell to build (default: this machine's)")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="cuw", description="Build a CUDA wheel as N compile shards and a link job.")
+    sub = top.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("shard", help="compile one shard (I/N, 1-based) and write its cache archive")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    p.add_argument("shard", help="I/N, 1-based: 3/23 is shard 3 of 23")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _common(p, dist=False)
+
+    p = sub.add_parser("link", help="restore every shard archive, rebuild with all hits, gate, write the wheel")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    _common(p)
+
+    p = sub.add_parser("build", help="the whole cell here: all shards in parallel, then the link")
+    p.add_argument("recipe", nargs="?", default="example", help="recipe name (default: %(default)s, the built-in example)")
+    p.add_argument("--shards", type=int, default=None, help="N (default: the recipe's sharding.count)")
+    p.add_argument("--matrix", action="store_true",
+                   help="every cell of the recipe's matrix this machine can build; the others are listed as skipped")
+    for flag in ("platform", "cuda", "pytorch", "python"):
+        p.add_argument(f"--{flag}", action="append", default=[], help=f"with --matrix: only these {flag} values")  # fmt: skip
+    _common(p)
+
+    p = sub.add_parser("lint-guards", help="CMake consumers of targets that exist only when their sources do, "
+                                           "not under if(TARGET ...) (exit 1 on findings)")  # fmt: skip
+    p.add_argument("target", help="a source folder or CMake file, or a recipe name (its fetched, patched source)")
+    p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("verify", help="the verify gate on a finished wheel (exit 0 pass, 1 fail, 2 cannot run)")
+    p.add_argument("wheel", type=Path)
+    p.add_argument("--recipe", default=None, help="recipe name (default: the recipe whose name matches the wheel)")
+    p.add_argument("--recipes", type=Path, default=None)
+    p.add_argument("--no-import", action="store_true", help="skip importing the modules")
+    p.add_argument("--torch-patches", action="store_true",
+                   help="also import the wheel under every patch release of the cell's torch line the index offers, "
+                        "each in a clean venv (made once under $CUW_TORCH_VENVS or ~/.cache/cuw/torch-venvs)")
+    p.add_argument("--torch-index", default=None, metavar="URL",
+                   help="with --torch-patches: the simple index to take torch from (default: the CUDA line's torch_index)")
+
+    p = sub.add_parser("index", help="a PEP 503 index (flat root and per-CUDA/torch channels) from a folder of wheels")
+    p.add_argument("wheel_dir", type=Path)
+    p.add_argument("out_dir", type=Path)
+
+    p = sub.add_parser("matrix", help="the GitHub matrix JSON, in chunks of <= 256 jobs and < 1 MB")
+    p.add_argument("--package", default="all", help="a recipe, or all (default)")
+    for flag in ("platform", "cuda", "pytorch", "python"):
+        p.add_argument(f"--{flag}", action="append", default=[], help=f"only these {flag} values (repeat or comma-separate)")
+    p.add_argument("--chunk", default=None, help="print only this chunk (its id from the plan)")
+    p.add_argument("--output", type=Path, default=None, help="write the JSON here instead of stdout")
+    p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("recipes", help="list the recipes: source, torch axis, sharding, platforms, cells")
+    p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("show", help="the merged, resolved configuration of a recipe for one cell (JSON)")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    p.add_argument("--recipes", type=Path, default=None)
+    p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
+                   help="for example linux/3.11/13.0/2.14 (default: this machine's cell)")  # fmt: skip
+
+    p = sub.add_parser("plan", help="per N: TUs and families per shard, jobs per lane, predicted times; "
+                                    "a recommended N and the checklist (no compile)")  # fmt: skip
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    p.add_argument("--shards", type=int, default=None, help="plan this N only")
+    p.add_argument("--range", default=None, metavar="A..B", help="plan every N from A to B (default: 2..64)")
+    p.add_argument("--costs", type=Path, default=None, help="a cost table (default: the recipe's costs.json)")
+    p.add_argument("--from-log", type=Path, default=None, help="seat filter: the TUs of this recorded seat log")
+    p.add_argument("--check", type=int, default=None, metavar="N", help="run the checklist at N (default: sharding.count)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (same as --format json)")
+    p.add_argument("--format", choices=("text", "json", "markdown", "html"), default=None,
+                   help="text (default), json, markdown (a table for a step summary) or html (a page with the curve)")
+    p.add_argument("--output", type=Path, default=None, help="write the plan here instead of stdout")
+    p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("grid", help="the build grid; --check asks the torch indexes what the grid lacks (exit 1 then)")
+    p.add_argument("--check", action="store_true", help="compare grid.torch with each CUDA line's torch_index")
+    p.add_argument("--index", action="append", default=[], metavar="CUDA=URL",
+                   help="ask this simple index for a CUDA line instead of torch_index (repeatable)")
+    p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("report", help="a cell's shard timeline as one self-contained HTML file (inline SVG, no network)")
+    p.add_argument("cell_dir", type=Path, help="the cell's work folder, e.g. .cuw/work/example-linux-py3.11-cu13.0-notorch")
+    p.add_argument("--artifacts", type=Path, default=Paths.artifacts, help="where the shard gate reports are (default: %(default)s)")
+    p.add_argument("--dist", type=Path, default=Paths.dist, help="where the link report is (default: %(default)s)")
+    p.add_argument("--output", type=Path, default=None, help="the HTML file (default: <cell_dir>/report.html)")
+
+    p = sub.add_parser("costs", help="record a recipe's cost table (recipes/<name>/costs.json) from real build logs")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    p.add_argument("--from", dest="logs", type=Path, action="append", required=True,
+                   help="a seat log (logs/seat.jsonl) or a build's .ninja_log; repeat for several shards")  # fmt: skip
+    p.add_argument("--source-root", type=Path, default=None, help="with a .ninja_log outside a forge job: the source root")
+    p.add_argument("--output", type=Path, default=None, help="write here (default: the recipe's costs.json)")
+    p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("record", help="after a passed link: the wheel's build record, dist/<wheel>.build.json")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    p.add_argument("--dist", type=Path, default=Paths.dist, help="where the link put the wheel (default: %(default)s)")
+    p.add_argument("--artifacts", type=Path, default=Paths.artifacts, help="the shard reports, per cell (default: %(default)s)")
+    p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("publish", help="add every wheel that arrived with its build record to an index (append-only)")
+    p.add_argument("incoming", type=Path, help="folder of wheels and their .build.json records (searched recursively)")
+    p.add_argument("index", type=Path, help="the index folder (created when new)")
+    p.add_argument("--reports", type=Path, default=None, help="the links' gate reports: cells not published are named with why")
+
+    p = sub.add_parser("workflow", help="run .github/workflows/build.yml here with act (host mode) for a recipe's chunk")
+    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+    for flag in ("platform", "cuda", "pytorch", "python"):
+        p.add_argument(f"--{flag}", action="append", default=[], help=f"only these {flag} values (repeat or comma-separate)")
+    p.add_argument("--chunk", default=None, help="the chunk id, when the filters leave more than one")
+    p.add_argument("--index", type=Path, default=None, help="the index folder the publish job adds to (default: .cuw/farm/index)")
+    p.add_argument("--fail-shard", default=None, metavar="CELL:I/N",
+                   help="fault switch: make this shard job fail (for example example-linux-py3.11-cu13.0-notorch:2/4)")
+    p.add_argument("--jobs", type=int, default=None, help="act's concurrent jobs (default: act's, the number of CPUs)")
+    p.add_argument("--recipes", type=Path, default=None)
+    return top
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    flag: str
+    """``--shards``; a positional argument has its name here and ``positional`` set."""
+    dest: str
+    help: str
+    positional: bool = False
+    switch: bool = False
+    """A flag without a value (``--quiet``)."""
+    repeat: bool = False
+    """May be given several times (``--from``): a wrapper passes comma-separated values one by one."""
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class VerbSpec:
+    name: str
+    help: str
+    options: tuple[OptionSpec, ...]
+
+
+def verb_specs() -> list[VerbSpec]:
+    """Every verb with its arguments, read from :func:`parser` (what the wrappers are made from)."""
+    top = parser()
+    sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {choice.dest: choice.help or "" for choice in sub._choices_actions}
+    specs = []
+    for name, p in sub.choices.items():
+        options = []
+        for action in p._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            positional = not action.option_strings
+            flag = action.dest if positional else max(action.option_strings, key=len)
+            options.append(OptionSpec(
+                flag=flag, dest=action.dest, help=(action.help or "").replace("%(default)s", str(action.default)),
+                positional=positional, switch=isinstance(action, argparse._StoreTrueAction),
+                repeat=isinstance(action, argparse._AppendAction),
+                required=positional and action.nargs not in ("?", "*"),
+            ))  # fmt: skip
+        specs.append(VerbSpec(name, helps.get(name, ""), tuple(options)))
+    return specs

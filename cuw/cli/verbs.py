@@ -1,0 +1,400 @@
+"""The verbs: each reads its parsed options, calls the layer that does the work and returns the
+exit code (0 done, 1 a gate refused, 2 bad input: see README)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from cuw.base.errors import CuwError
+from cuw.base.files import check_destination, writable_dir, write_text
+from cuw.cli.parser import parser
+from cuw.config.grid import cell_archs
+from cuw.config.limits import check_count
+from cuw.config.paths import Paths
+from cuw.config.policy import CacheChoice, cache_choice, load_policy
+from cuw.config.recipe import Recipe, default_recipes_dir, known_recipes, load_recipe
+from cuw.gates import report
+from cuw.partition.rules import parse_shard_spec
+
+if TYPE_CHECKING:
+    from cuw.ci import matrix
+
+
+def _paths(args: argparse.Namespace) -> Paths:
+    return Paths(work=args.work, artifacts=args.artifacts, dist=getattr(args, "dist", Paths.dist))
+
+
+def _cache(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> Optional[CacheChoice]:
+    if args.cache_tool is None and args.cache_remote is None:
+        return None  # the pipeline reads the policy for the cell's lane
+    from cuw.config.cell import local_lane
+
+    return cache_choice(load_policy(recipes_dir), local_lane(), args.cache_tool, args.cache_remote)
+
+
+def _lint_guards(args: argparse.Namespace, recipes_dir: Path) -> int:
+    """A folder or file as it is; a recipe name: its source as the jobs see it (fetched, patched)."""
+    import tempfile
+
+    from cuw.tools.cmake_guards import find_unguarded
+
+    given = Path(args.target)
+    if given.exists():
+        findings, where = find_unguarded(given), str(given)
+    elif "/" in args.target or "\\" in args.target:
+        raise CuwError(f"lint-guards: {given}: no such file or folder")
+    else:
+        from cuw.tools.planner import prepare_tree
+
+        recipe = load_recipe(args.target, recipes_dir)
+        with tempfile.TemporaryDirectory(prefix="cuw-lint-") as tmp:
+            findings = find_unguarded(prepare_tree(recipe, Path(tmp) / "src") / recipe.build_subdir)
+        where = f"the patched source of {recipe.key}"
+    for finding in findings:
+        print(finding)
+    if findings:
+        report.say(f"lint-guards: {len(findings)} unguarded consumer(s) in {where}")
+        return 1
+    report.say(f"lint-guards: every consumer of a source-dependent target in {where} is under if(TARGET ...)")
+    return 0
+
+
+def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.config.cell import local_cell
+    from cuw.config.recipe import recipe_for_wheel
+    from cuw.toolchain.toolkit import find_toolkit
+    from cuw.wheel.verify import verify, write_verify_reports
+
+    if not args.wheel.is_file():
+        raise CuwError(f"no such wheel: {args.wheel}")
+    recipe = load_recipe(args.recipe or recipe_for_wheel(args.wheel.name, recipes_dir), recipes_dir)
+    toolkit = find_toolkit()
+    cell = local_cell(recipe, toolkit)
+    policy = load_policy(recipes_dir)
+    archs = cell_archs(recipe, policy.archs, cell)
+    patches = None
+    if args.torch_index and not args.torch_patches:
+        raise CuwError("--torch-index goes with --torch-patches")
+    if args.torch_patches:
+        from cuw.wheel import torch_venvs
+        from cuw.wheel.verify import TorchPatches
+
+        index = args.torch_index or policy.torch_index.get(cell.cuda)
+        if not index:
+            raise CuwError(f"--torch-patches: no torch_index for CUDA {cell.cuda} in recipes/defaults.yml; pass --torch-index URL")
+        patches = TorchPatches(index, torch_venvs.default_root())
+    checked = verify(args.wheel, recipe, cell, toolkit, policy.wheel, archs, import_check=not args.no_import,
+                     torch_patches=patches)  # fmt: skip
+    for check in checked.checks:
+        print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:12} {'; '.join(check.details)}")
+    as_json, as_md = write_verify_reports(checked, args.wheel)
+    report.append_summary(checked.to_markdown())
+    report.say(f"{checked.line} (reports: {as_json}, {as_md})")
+    return 0 if checked.ok else 1
+
+
+def _split(values: list[str], flag: str = "filter") -> tuple[str, ...]:
+    """Repeated or comma-separated filter values; an empty one is refused (it would match everything)."""
+    out = tuple(v.strip() for value in values for v in value.split(","))
+    if any(not v for v in out):
+        raise CuwError(f"--{flag}: an empty value (give a value like --{flag} {_EXAMPLE.get(flag, 'X')}, or leave the option out)")
+    return out
+
+
+_EXAMPLE = {"platform": "linux", "cuda": "13.0", "pytorch": "2.14", "python": "3.11"}
+
+
+def _filters(args: argparse.Namespace) -> "matrix.Filters":
+    from cuw.ci import matrix
+
+    return matrix.Filters(*(_split(getattr(args, f), f) for f in ("platform", "cuda", "pytorch", "python")))
+
+
+def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> int:
+    """``build --matrix``: the same cells the workflow gets, each built here in its own environment
+    where this machine has its lane, CUDA line and Python (cuw/ci/matrix_build.py)."""
+    from cuw.ci import matrix, matrix_build
+    from cuw.config.cell import local_lane
+    from cuw.toolchain.toolkit import find_toolkit
+
+    filters = _filters(args)
+    policy = load_policy(recipes_dir)
+    selected = matrix.select(recipe, policy.grid, filters)
+    note = matrix.collapse_note(recipe, policy.grid)
+    if note:
+        report.say(f"matrix: {recipe.key}: {note}")
+    toolkit = find_toolkit()
+    build, skipped = matrix_build.plan_local(recipe, selected, local_lane(), toolkit.version, str(toolkit.home))
+    for row in skipped:
+        report.say(f"skipped {row.cell.id}: needs {row.why}")
+    if not build:
+        raise CuwError(f"none of the {len(selected)} selected cells of {recipe.key} can be built on this machine: "
+                       + "; ".join(f"{r.cell.id}: {r.why}" for r in skipped[:3]))  # fmt: skip
+    paths = _paths(args)
+    child = ["--work", str(paths.work.resolve()), "--artifacts", str(paths.artifacts.resolve()),
+             "--dist", str(paths.dist.resolve()), "--recipes", str(recipes_dir.resolve())]  # fmt: skip
+    if args.shards is not None:
+        child += ["--shards", str(args.shards)]
+    if args.cache_tool:
+        child += ["--cache-tool", args.cache_tool]
+    if args.cache_remote:
+        child += ["--cache-remote", args.cache_remote]
+    rows = matrix_build.run_matrix(recipe, policy.grid, policy.torch_index, build, child, paths.work, args.jobs, report.say)
+    order = {cell: i for i, cell in enumerate(selected)}
+    rows = sorted(rows + skipped, key=lambda r: order[r.cell])
+    print(matrix_build.table(rows, f"{recipe.key}: {note}" if note else ""))
+    built = [r for r in rows if r.status == "built"]
+    attempted = [r for r in rows if r.status != "skipped" or r.wall]
+    report.say(f"matrix: {len(built)}/{len(attempted)} built cells passed, {len(rows) - len(attempted)} skipped")
+    return 0 if len(built) == len(attempted) and built else 1
+
+
+def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> int:
+    """``--backend cibuildwheel``: the verb's jobs, each run by cibuildwheel (cuw/ci/cibw.py)."""
+    from cuw.ci import cibw
+    from cuw.config.cell import local_cell, parse_cell
+    from cuw.toolchain.toolkit import find_toolkit
+
+    if getattr(args, "matrix", False):
+        raise CuwError("build --matrix builds with the pip backend; with cibuildwheel pass one --cell")
+    cell = parse_cell(recipe, args.cell) if args.cell else local_cell(recipe, find_toolkit())
+    choice = cache_choice(load_policy(recipes_dir), cell.lane, args.cache_tool, args.cache_remote)
+    specs = cibw.job_specs(recipe, args.verb, getattr(args, "shard", None), getattr(args, "shards", None))
+    return 0 if cibw.run_jobs(recipe, recipes_dir, cell, specs, _paths(args), choice, args.jobs) else 1
+
+
+def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.ci import matrix
+
+    if args.output is not None:
+        check_destination(args.output, "--output")
+    keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
+    recipes = [load_recipe(k, recipes_dir) for k in keys]
+    filters = _filters(args)
+    result = matrix.plan(recipes, load_policy(recipes_dir).grid, filters)
+    text = matrix.dumps(matrix.chunk(result, args.chunk))  # an unknown chunk fails before any output
+    if args.output:
+        write_text(args.output, text, "--output")
+    print(matrix.summary(result), file=sys.stderr)
+    if not args.output:
+        sys.stdout.write(text)
+    return 0
+
+
+def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
+    import dataclasses
+    import json
+
+    from cuw.config.cell import local_cell, parse_cell
+    from cuw.wheel.finish import local_label
+    from cuw.toolchain.toolkit import find_toolkit
+
+    recipe = load_recipe(args.recipe, recipes_dir)
+    policy = load_policy(recipes_dir)
+    if args.cell:
+        cell = parse_cell(recipe, args.cell)
+    else:
+        cell = local_cell(recipe, find_toolkit())
+    from cuw.config.grid import require_in_grid
+
+    require_in_grid(recipe, policy.grid, cell)
+    shown = dataclasses.asdict(recipe)
+    shown.update(
+        cell=cell.to_dict(),
+        cell_id=cell.id,
+        local_version_label=local_label(cell),
+        resolved_archs=cell_archs(recipe, policy.archs, cell),
+        cache=dataclasses.asdict(cache_choice(policy, cell.lane)),
+        manylinux=policy.wheel.manylinux.get(cell.lane),
+    )
+    print(json.dumps(shown, indent=2, sort_keys=True))
+    return 0
+
+
+def _plan(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.tools import planner
+
+    recipe = load_recipe(args.recipe, recipes_dir)
+    counts = planner.parse_counts(args.shards, args.range)
+    if args.check is not None:
+        check_count(args.check, "--check")
+    if args.json and args.format not in (None, "json"):
+        raise CuwError(f"--json and --format {args.format} ask for two formats; give one")
+    fmt = "json" if args.json else args.format or "text"
+    if args.output is not None:
+        check_destination(args.output, "--output")
+    result = planner.plan(recipe, counts, args.costs, args.from_log, checked_n=args.check)
+    from cuw.tools import plan_views
+
+    text = {"json": result.to_json, "markdown": lambda: plan_views.markdown(result), "html": lambda: plan_views.html(result),
+            "text": lambda: planner.render(result) + "\n"}[fmt]()  # fmt: skip
+    if args.output is not None:
+        write_text(args.output, text, "--output")
+        report.say(f"plan: {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0 if result.ok else 1
+
+
+def _costs(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.config.recipe import costs_path
+    from cuw.partition import costs
+    from cuw.partition.coverage import cost_keeps
+
+    recipe = load_recipe(args.recipe, recipes_dir)
+    out = args.output or costs_path(Path(recipe.folder))
+    check_destination(out, "--output")
+    if args.source_root is not None and not args.source_root.is_dir():
+        raise CuwError(f"--source-root {args.source_root} is not a folder")
+    table = costs.record(args.logs, out, args.source_root, cost_keeps(recipe))
+    report.say(f"cost table: {len(table.costs)} TUs, {table.total:.1f} s in all, longest {table.longest:.1f} s -> {out}")
+    return 0
+
+
+def run(argv: list[str]) -> int:
+    """Parses ``argv`` and runs its verb; returns the exit code."""
+    args = parser().parse_args(argv)
+    if args.verb == "publish":
+        from cuw.wheel.publish import run_publish
+
+        return run_publish(args.incoming, args.index, args.reports)
+    if args.verb == "workflow":
+        from cuw.ci.workflow_run import run_workflow
+
+        return run_workflow(args)
+    if args.verb == "record":
+        from cuw.wheel.publish import record
+
+        record(load_recipe(args.recipe, args.recipes or default_recipes_dir()), args.dist.resolve(), args.artifacts.resolve())
+        return 0
+    if args.verb == "index":
+        from cuw.wheel.index import build_index
+
+        kept = build_index(args.wheel_dir, args.out_dir)
+        report.say(f"index of {len(kept)} wheels in {args.out_dir} (flat root: {args.out_dir / 'simple'})")
+        return 0
+    if args.verb == "report":
+        paths = Paths(artifacts=args.artifacts, dist=args.dist)
+        out = write_timeline(args.cell_dir, paths, args.output)
+        report.say(f"report: {out}")
+        return 0
+    recipes_dir = args.recipes or default_recipes_dir()
+    if args.verb == "lint-guards":
+        return _lint_guards(args, recipes_dir)
+    if args.verb == "verify":
+        return _verify(args, recipes_dir)
+    if args.verb == "recipes":
+        from cuw.config.listing import recipes_table
+
+        sys.stdout.write(recipes_table(recipes_dir))
+        return 0
+    if args.verb == "show":
+        return _show(args, recipes_dir)
+    if args.verb == "plan":
+        return _plan(args, recipes_dir)
+    if args.verb == "costs":
+        return _costs(args, recipes_dir)
+    if args.verb == "grid":
+        return _grid(args, recipes_dir)
+    if args.verb == "matrix":
+        return _matrix(args, recipes_dir)
+    if args.jobs is not None and not 1 <= args.jobs <= 1024:
+        raise CuwError(f"--jobs must be between 1 and 1024, got {args.jobs}")
+    if args.verb == "build":
+        if args.shards is not None:
+            check_count(args.shards, "--shards")
+        given = [f"--{f}" for f in ("platform", "cuda", "pytorch", "python") if getattr(args, f)]
+        if given and not args.matrix:
+            raise CuwError(
+                f"{', '.join(given)} select cells of --matrix; without --matrix, build makes this machine's cell "
+                f"(add --matrix, or see `cuw show {args.recipe}` for the cell built here)"
+            )
+    spec = parse_shard_spec(args.shard) if args.verb == "shard" else None
+    recipe = load_recipe(args.recipe, recipes_dir)
+    from cuw.jobs.pipeline import run_build, run_link, run_shard  # the build verbs only: the others start faster
+    if args.backend == "cibuildwheel":
+        return _cibuildwheel(args, recipe, recipes_dir)
+    # Every option is checked before an output folder is created.
+    if args.cell:
+        raise CuwError("--cell goes with --backend cibuildwheel; the pip backend builds this machine's cell")
+    if getattr(args, "matrix", False):
+        _filters(args)
+    cache = _cache(args, recipe, recipes_dir)
+    from cuw.toolchain.cache import check_remote
+    from cuw.config.cell import local_lane
+
+    remote = (cache or cache_choice(load_policy(recipes_dir), local_lane())).remote
+    if remote:
+        check_remote(remote)  # an unreachable remote fails before any folder is made
+    for option in ("work", "artifacts", "dist"):
+        if hasattr(args, option):
+            writable_dir(getattr(args, option), f"--{option}")
+    if spec is not None:
+        result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,
+                           cache=cache)  # fmt: skip
+        return 0 if result.verdict.ok else 1
+    if args.verb == "link":
+        linked = run_link(recipe, _paths(args), args.jobs, cache=cache)
+        _cell_report(recipe, _paths(args))
+        return 0 if linked.ok else 1
+    if args.verb == "build":
+        if args.matrix:
+            return _build_matrix(args, recipe, recipes_dir)
+        outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=cache)
+        _cell_report(recipe, _paths(args))
+        return 0 if link.ok and all(outcomes) else 1
+    raise AssertionError(args.verb)
+
+
+def _grid(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.config import grid_check
+    from cuw.config.recipe import check_recipes_dir
+
+    policy = load_policy(check_recipes_dir(recipes_dir))
+    indexes = dict(policy.torch_index)
+    for item in args.index:
+        cuda, eq, url = item.partition("=")
+        if not eq or cuda not in policy.grid.cuda or not url.strip():
+            raise CuwError(f"--index {item!r} is not CUDA=URL with a CUDA line of the grid ({', '.join(policy.grid.cuda)})")
+        indexes[cuda] = url.strip()
+    if not args.check:
+        for torch, release in sorted(policy.grid.torch.items()):
+            print(f"torch {torch}: CUDA {', '.join(release.cuda)}; Python {', '.join(release.python)}")
+        return 0
+    result = grid_check.check(policy.grid, indexes)
+    print(grid_check.render(result, policy.grid))
+    if not result.ok:
+        return 1
+    if result.unreachable and not result.seen:
+        raise CuwError(f"no torch index answered ({', '.join(result.unreachable)}): nothing was checked")
+    return 0
+
+
+def write_timeline(cell_dir: Path, paths: Paths, output: Optional[Path] = None) -> Path:
+    """The cell's timeline as HTML (``<cell_dir>/report.html`` by default)."""
+    from cuw.jobs import timeline
+
+    if output is not None:
+        check_destination(output, "--output")
+    drawn = timeline.load(cell_dir, [paths.artifacts / cell_dir.name, paths.dist])
+    return write_text(output or cell_dir / "report.html", timeline.html(drawn), "report")
+
+
+def _cell_report(recipe: Recipe, paths: Paths) -> None:
+    """After a link or build: the timeline report, named in the verb's last line, and its gantt
+    chart in the GitHub step summary."""
+    from cuw.jobs import timeline
+    from cuw.config.cell import local_cell
+    from cuw.toolchain.toolkit import find_toolkit
+
+    cell_dir = paths.cell_work(local_cell(recipe, find_toolkit()))
+    try:
+        out = write_timeline(cell_dir, paths)
+        report.append_summary(timeline.mermaid(timeline.load(cell_dir, [paths.artifacts / cell_dir.name, paths.dist])))
+    except CuwError as exc:  # the verdict stands; the picture is a courtesy
+        report.say(f"no timeline report: {exc}")
+        return
+    report.say(f"report: {out}")
