@@ -3,7 +3,7 @@
     python benchmarks/handoff.py [--recipe example] [--shard 1/1] [--tools ccache,sccache]
                                  [--repeat 3] [--json out.json]
 
-For each cache tool it runs one real compile shard (:func:`cuw.jobs.pipeline.run_shard`,
+For each cache tool it runs one real compile shard (:func:`cuw.jobs.shard.run_shard`,
 cold cache), then times the forge's own handoff functions on that shard's
 cache: :func:`cuw.jobs.archive.pack` (what a shard does last) and
 :func:`cuw.jobs.archive.unpack` + :func:`cuw.jobs.archive.merge_into` into a fresh cache
@@ -34,7 +34,8 @@ from cuw.jobs import archive  # noqa: E402
 from cuw.toolchain.cache import open_cache, tool_class  # noqa: E402
 from cuw.config.cell import local_cell  # noqa: E402
 from cuw.partition.rules import parse_shard_spec  # noqa: E402
-from cuw.jobs.pipeline import Paths, run_shard  # noqa: E402
+from cuw.config.paths import Paths# noqa: E402
+from cuw.jobs.shard import run_shard# noqa: E402
 from cuw.config.policy import CacheChoice  # noqa: E402
 from cuw.config.recipe import load_recipe  # noqa: E402
 from cuw.toolchain.toolkit import find_toolkit  # noqa: E402

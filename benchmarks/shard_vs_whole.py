@@ -47,7 +47,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cuw.seat import seat_log  # noqa: E402
-from cuw.jobs.pipeline import Paths, run_build  # noqa: E402
+from cuw.config.paths import Paths# noqa: E402
+from cuw.jobs.local import run_build# noqa: E402
 from cuw.config.recipe import costs_path, load_recipe  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

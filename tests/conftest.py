@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cuw.jobs.pipeline import Paths
+from cuw.config.paths import Paths
 from cuw.config.recipe import Recipe, load_recipe
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,7 +20,9 @@ from cuw.jobs import archive
 from cuw.toolchain.cache import check_remote
 from cuw.base.errors import CuwError
 from cuw.partition.rules import owner
-from cuw.jobs.pipeline import Paths, run_build, run_link
+from cuw.config.paths import Paths
+from cuw.jobs.local import run_build
+from cuw.jobs.link import run_link
 from cuw.config.policy import CacheChoice
 from cuw.config.recipe import load_recipe
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, requires_torch, wheel_tu_values
 from cuw.config.cell import installed_torch
-from cuw.jobs.pipeline import run_build
+from cuw.jobs.local import run_build
 from cuw.config.recipe import load_recipe
 
 FLAVOURS = [

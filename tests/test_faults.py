@@ -30,7 +30,9 @@ from cuw.jobs import archive
 from cuw.jobs import leftovers
 from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
-from cuw.jobs.pipeline import Paths, run_link, run_shard
+from cuw.config.paths import Paths
+from cuw.jobs.link import run_link
+from cuw.jobs.shard import run_shard
 from cuw.partition.rules import ShardSpec
 from cuw.config.recipe import load_recipe
 from cuw.toolchain.toolkit import find_toolkit
@@ -315,7 +317,7 @@ def test_redis_stopped_mid_shard_fails_clearly_and_hands_nothing_over(built, tmp
 # has finished, just before the archive is written: the disk fills up exactly while packing.
 FULL_DISK = """
 import resource, signal, sys
-import cuw.jobs.pipeline as p
+import cuw.jobs.shard as p
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as ENOSPC would
 gate = p.shard_gate
 def full_after_gate(obs):

@@ -19,7 +19,8 @@ from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
 from cuw.wheel.finish import cell_version, expand_requires, local_label, retag, rewrite_metadata
 from cuw.wheel.index import build_index
-from cuw.jobs.pipeline import Paths, run_build
+from cuw.config.paths import Paths
+from cuw.jobs.local import run_build
 from cuw.config.policy import load_policy
 from cuw.config.recipe import load_recipe
 from cuw.toolchain.toolkit import find_toolkit

@@ -17,7 +17,10 @@ from cuw.jobs import archive
 from cuw.toolchain.cache import Ccache
 from cuw.base.errors import CuwError
 from cuw.partition.rules import ShardSpec, owner
-from cuw.jobs.pipeline import Paths, run_build, run_link, run_shard
+from cuw.config.paths import Paths
+from cuw.jobs.local import run_build
+from cuw.jobs.link import run_link
+from cuw.jobs.shard import run_shard
 from cuw.config.recipe import load_recipe
 from cuw.toolchain.toolkit import find_toolkit
 

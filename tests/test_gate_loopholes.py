@@ -18,13 +18,16 @@ import pytest
 
 from conftest import REPO
 from cuw.jobs import backends
-from cuw.jobs import pipeline
+from cuw.config.policy import CacheChoice
+from cuw.jobs import process
 from cuw.seat import install, seat_log
 from cuw.partition.assignment import recipe_assignment
 from cuw.jobs.backends import build_env
 from cuw.toolchain.cache import Ccache, open_cache
 from cuw.partition.rules import ShardSpec
-from cuw.jobs.pipeline import Paths, run_build, run_shard
+from cuw.config.paths import Paths
+from cuw.jobs.local import run_build
+from cuw.jobs.shard import run_shard
 from cuw.config.recipe import load_recipe
 from cuw.toolchain.toolkit import find_toolkit
 from cuw.jobs.workspace import Workspace, install_ninja_wrapper, prepare
@@ -123,8 +126,9 @@ def test_a_link_failing_before_the_slice_is_compiled_fails_the_shard_unless_it_k
         m.setattr(backends, "keep_going", lambda env, recipe, shard: keep_going(env, recipe, False))
         stopped = run_shard(recipe, ShardSpec(1, 2), paths, progress=None)
     assert not stopped.verdict.ok and stopped.archive is None
+    # Its 6 TUs: 5 CUDA and the host TU it owns (the seat partitions host TUs too), compiled first.
     assert stopped.verdict.reasons == [
-        "5 of its 5 TUs were never compiled before the build failed (the link would miss them): "
+        "5 of its 6 TUs were never compiled before the build failed (the link would miss them): "
         "csrc/kernels/k01_scale.cu, csrc/kernels/k03_reduce.cu, csrc/kernels/k04_scan.cu, "
         "csrc/kernels/k05_softmax.cu, csrc/kernels/k07_conv.cu"
     ]
@@ -134,7 +138,7 @@ def test_a_link_failing_before_the_slice_is_compiled_fails_the_shard_unless_it_k
     kept = run_shard(recipe, ShardSpec(1, 2), paths, progress=None)
     assert kept.verdict.ok, kept.verdict.line
     manifest_owned = json.loads(kept.report.read_text())["facts"]
-    assert manifest_owned["expected_owned"] == 5 and manifest_owned["build_rc"] != 0
+    assert manifest_owned["expected_owned"] == 6 and manifest_owned["build_rc"] != 0  # 5 CUDA TUs and its host TU
     log = next(paths.work.glob("*/shard-1of2/logs/build.log")).read_text()
     assert "undefined reference to `cuw_dep2'" in log
     assert "ninja: build stopped: cannot make progress due to previous errors" in log  # ninja -k 0's words
@@ -176,7 +180,7 @@ def test_a_retried_shard_on_a_warm_remote_passes(recipes_dir, paths, tmp_path):
     """The second run finds every TU in the remote and writes nothing: still a good handoff."""
     remote = tmp_path / "remote"
     remote.mkdir()
-    choice = pipeline.CacheChoice("ccache", f"file:{remote}")
+    choice = CacheChoice("ccache", f"file:{remote}")
     recipe = load_recipe("example", recipes_dir)
     first = run_shard(recipe, ShardSpec(2, 3), paths, progress=None, cache=choice)
     assert first.verdict.ok, first.verdict.line
@@ -230,18 +234,18 @@ def test_an_interrupt_during_the_watch_stops_the_build_child_and_its_group(tmp_p
     marker = f"CUW_TEST_MARK={tmp_path}"
     # A child that ignores SIGTERM, and a grandchild in its group: both must go.
     script = "trap '' TERM; sleep 300 & sleep 300; wait"
-    proc = pipeline._spawn(["bash", "-c", script], env={**os.environ, "CUW_TEST_MARK": str(tmp_path)})
+    proc = process.spawn(["bash", "-c", script], env={**os.environ, "CUW_TEST_MARK": str(tmp_path)})
     seen = []
 
     def progress(line: str) -> None:
         seen.append(line)
         raise KeyboardInterrupt
 
-    stop = pipeline._stop
-    monkeypatch.setattr(pipeline, "_stop", lambda procs, grace=10.0: stop(procs, grace=1.0))
+    stop = process.stop
+    monkeypatch.setattr(process, "stop", lambda procs, grace=10.0: stop(procs, grace=1.0))
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        pipeline._watch(proc, ws, "shard 1/2", 3, progress, poll_s=0.1)
+        process.watch(proc, ws, "shard 1/2", 3, progress, poll_s=0.1)
     assert len(seen) == 1 and seen[0].startswith("shard 1/2: compiled 1/3 TUs, "), "the half-written line raised nothing"
     assert proc.returncode == -signal.SIGKILL, "it ignored SIGTERM, was killed and reaped"
     assert _alive(marker) == [], "nothing of its group is left"

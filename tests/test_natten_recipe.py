@@ -179,7 +179,7 @@ def _configure(src: Path, build: Path) -> subprocess.CompletedProcess:
 def test_a_shard_with_no_hopper_file_configures_and_the_seed_guard_does_not(natten_pristine, tmp_path):
     pytest.importorskip("torch")  # natten's CMakeLists.txt imports torch for its include paths
     from cuw.partition.assignment import recipe_assignment
-    from cuw.jobs.pipeline import apply_source_filter
+    from cuw.jobs.shard import apply_source_filter
 
     recipe = natten_recipe()
     spec = ShardSpec(30, 40)

@@ -17,7 +17,7 @@ from cuw.cli.main import main as cuw_main
 from cuw.base.errors import CuwError
 from cuw.partition.globs import glob_match
 from cuw.partition.rules import Assignment, ShardSpec, assign, families_of, owner
-from cuw.jobs.pipeline import apply_source_filter, run_shard
+from cuw.jobs.shard import apply_source_filter, run_shard
 from cuw.config.recipe import load_recipe
 from cuw.jobs.workspace import partition_for_seat
 

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import torch_cuda_available
 from cuw.config.recipe import load_recipe
-from cuw.jobs.pipeline import run_build
+from cuw.jobs.local import run_build
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from cuw.gates.compdb import cuda_compiles_from
 from cuw.base.errors import CuwError
 from cuw.gates.conditions import LinkObservation, link_gate
 from cuw.partition.rules import ShardSpec, tu_key
-from cuw.jobs.pipeline import apply_source_filter, expected_owned, run_build
+from cuw.jobs.shard import apply_source_filter, expected_owned
+from cuw.jobs.local import run_build
 from cuw.tools.planner import plan
 from cuw.config.recipe import load_recipe
 from cuw.jobs.workspace import partition_for_seat
@@ -249,7 +250,7 @@ def test_on_windows_the_rest_is_cuda_only(tmp_path):
 
 
 def test_progress_counts_every_tu_a_shard_will_compile(tmp_path):
-    from cuw.jobs.pipeline import shard_workload
+    from cuw.jobs.shard import shard_workload
 
     recipes, src = _natten_like(tmp_path, "sorted")
     recipe = load_recipe("natten_like", recipes)

@@ -35,7 +35,7 @@ def test_torch_index_without_torch_patches_is_refused(tmp_path):
 @requires_torch
 def test_a_torch_wheel_imports_under_every_patch_release_of_its_line(recipes_dir, paths):
     """Slow tier: one clean venv per torch 2.14 release from the index (made once, then reused)."""
-    from cuw.jobs.pipeline import run_build
+    from cuw.jobs.local import run_build
     from cuw.config.recipe import load_recipe
 
     outcomes, link = run_build(load_recipe("example_torch", recipes_dir), paths, count=1, recipes_dir=recipes_dir)

@@ -18,7 +18,7 @@ from cuw.jobs.backends import FORCE_UNRESOLVED, build_env
 from cuw.base.errors import CuwError
 from cuw.gates.conditions import ShardObservation, compile_errors, shard_gate
 from cuw.partition.rules import ShardSpec, owner, tu_key
-from cuw.jobs.pipeline import apply_source_filter
+from cuw.jobs.shard import apply_source_filter
 from cuw.config.recipe import load_recipe
 
 RUNNER_TEMP = "D:\\a\\_temp"

@@ -78,3 +78,31 @@ def test_ci_workflow_runs_the_readme_test_command():
     assert "nox -s tests" in readme
     assert "run: nox -s tests" in (REPO / ".github/workflows/ci.yml").read_text()
     assert (REPO / ".ci/run").read_text().rstrip().endswith("nox -s tests")
+
+
+def test_the_workflow_runs_each_lane_on_the_runner_the_lanes_name():
+    """cuw/config/lanes.py is the one list of lanes: the jobs' runs-on expressions name each
+    lane's runner, and no other lane or runner."""
+    from cuw.config.lanes import LANES
+
+    text = (REPO / ".github" / "workflows" / "build.yml").read_text()
+    expressions = re.findall(r"runs-on: (\$\{\{ matrix\.lane .*\}\})", text)
+    assert len(expressions) == 2, expressions
+    for expr in expressions:
+        named = dict(re.findall(r"matrix\.lane == '([a-z0-9_]+)' && '([a-z0-9.-]+)'", expr))
+        default = re.findall(r"\|\| '([a-z0-9.-]+)'\)? \}\}$", expr)
+        assert default, expr
+        named["linux"] = default[0]  # the lane the expression falls back to
+        assert named == {name: lane.runner for name, lane in LANES.items()}, expr
+
+
+def test_each_cuda_line_of_the_grid_has_a_pinned_toolkit_install():
+    """recipes/defaults.yml's CUDA lines are the releases: each has a pin in both install scripts."""
+    from cuw.config.policy import load_policy
+
+    lines = load_policy(REPO / "recipes").grid.cuda
+    shell = (REPO / ".github" / "scripts" / "install-cuda.sh").read_text()
+    pwsh = (REPO / ".github" / "scripts" / "install-cuda.ps1").read_text()
+    for line in lines:
+        assert re.search(rf"^\s*{re.escape(line)}\) full=", shell, re.M), f"install-cuda.sh has no pin for CUDA {line}"
+        assert f'"{line}"' in pwsh, f"install-cuda.ps1 has no pin for CUDA {line}"

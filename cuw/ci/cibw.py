@@ -33,9 +33,11 @@ from cuw.jobs.backends import build_env
 from cuw.toolchain.cache import tool_class
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.config import lanes
 from cuw.config.grid import cell_archs, require_in_grid
 from cuw.partition.rules import ShardSpec, parse_shard_spec
-from cuw.jobs.pipeline import Paths, check_lane
+from cuw.config.paths import Paths
+from cuw.jobs.context import check_lane
 from cuw.config.policy import CacheChoice, WheelPolicy, load_policy
 from cuw.config.recipe import Recipe
 from cuw.jobs.workspace import Workspace
@@ -61,11 +63,7 @@ class LaneTarget:
     tag: str  # the build identifier's platform part
 
 
-LANES = {
-    "linux": LaneTarget("linux", "x86_64", "manylinux_x86_64"),
-    "linux_aarch64": LaneTarget("linux", "aarch64", "manylinux_aarch64"),
-    "windows": LaneTarget("windows", "AMD64", "win_amd64"),
-}
+LANES = {name: LaneTarget(lane.os, lane.machine, lane.cibw_tag) for name, lane in lanes.LANES.items()}
 
 
 def lane_target(lane: str) -> LaneTarget:
@@ -116,7 +114,7 @@ class CibwJob:
 
     @property
     def job_name(self) -> str:
-        """The forge's own folder name for this job (pipeline.run_shard / run_link)."""
+        """The forge's own folder name for this job (cuw.jobs.shard.run_shard / cuw.jobs.link.run_link)."""
         return "link" if self.spec is None else f"shard-{self.spec.tag}"
 
     @property

@@ -245,7 +245,7 @@ class Progress:
 
 def run_workflow(args: argparse.Namespace) -> int:
     from cuw.ci import matrix
-    from cuw.config.cell import local_lane
+    from cuw.config.lanes import local_lane
     from cuw.config.policy import load_policy
     from cuw.config.recipe import default_recipes_dir, load_recipe
 

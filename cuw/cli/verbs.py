@@ -30,7 +30,7 @@ def _paths(args: argparse.Namespace) -> Paths:
 def _cache(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> Optional[CacheChoice]:
     if args.cache_tool is None and args.cache_remote is None:
         return None  # the pipeline reads the policy for the cell's lane
-    from cuw.config.cell import local_lane
+    from cuw.config.lanes import local_lane
 
     return cache_choice(load_policy(recipes_dir), local_lane(), args.cache_tool, args.cache_remote)
 
@@ -117,7 +117,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
     """``build --matrix``: the same cells the workflow gets, each built here in its own environment
     where this machine has its lane, CUDA line and Python (cuw/ci/matrix_build.py)."""
     from cuw.ci import matrix, matrix_build
-    from cuw.config.cell import local_lane
+    from cuw.config.lanes import local_lane
     from cuw.toolchain.toolkit import find_toolkit
 
     filters = _filters(args)
@@ -314,7 +314,9 @@ def run(argv: list[str]) -> int:
             )
     spec = parse_shard_spec(args.shard) if args.verb == "shard" else None
     recipe = load_recipe(args.recipe, recipes_dir)
-    from cuw.jobs.pipeline import run_build, run_link, run_shard  # the build verbs only: the others start faster
+    from cuw.jobs.local import run_build# the build verbs only: the others start faster
+    from cuw.jobs.link import run_link# the build verbs only: the others start faster
+    from cuw.jobs.shard import run_shard# the build verbs only: the others start faster
     if args.backend == "cibuildwheel":
         return _cibuildwheel(args, recipe, recipes_dir)
     # Every option is checked before an output folder is created.
@@ -324,7 +326,7 @@ def run(argv: list[str]) -> int:
         _filters(args)
     cache = _cache(args, recipe, recipes_dir)
     from cuw.toolchain.cache import check_remote
-    from cuw.config.cell import local_lane
+    from cuw.config.lanes import local_lane
 
     remote = (cache or cache_choice(load_policy(recipes_dir), local_lane())).remote
     if remote:

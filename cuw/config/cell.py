@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import platform
 import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -11,6 +10,7 @@ from typing import Optional
 from packaging.version import Version
 
 from cuw.base.errors import CuwError
+from cuw.config.lanes import local_lane
 from cuw.config.recipe import Recipe
 from cuw.toolchain.toolkit import Toolkit
 
@@ -31,13 +31,6 @@ class Cell:
 
     def to_dict(self) -> dict[str, Optional[str]]:
         return asdict(self)
-
-
-def local_lane() -> str:
-    if sys.platform.startswith("win"):
-        return "windows"
-    machine = platform.machine().lower()
-    return "linux_aarch64" if machine in ("aarch64", "arm64") else "linux"
 
 
 def installed_torch() -> Optional[str]:

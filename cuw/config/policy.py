@@ -12,13 +12,14 @@ import yaml
 from cuw.toolchain.cache import tool_class
 from cuw.config.grid import Archs, Grid
 from cuw.base.errors import CuwError
+from cuw.config.lanes import LANES
 from cuw.config.schema import load_dataclass
 
 Tool = Literal["ccache", "sccache"]
 
 
 def _default_tools() -> dict[str, str]:
-    return {"linux": "ccache", "linux_aarch64": "ccache", "windows": "sccache"}
+    return {name: lane.cache_tool for name, lane in LANES.items()}
 
 
 @dataclass(frozen=True)

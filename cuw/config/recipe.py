@@ -12,13 +12,14 @@ import yaml
 
 import cuw
 from cuw.base.errors import CuwError
+from cuw.config.lanes import LANE_NAMES
 from cuw.config.limits import check_count
 from cuw.config.schema import SchemaError, load_dataclass
 
 Backend = Literal["scikit-build-core", "torch-extension", "setuptools"]
 Filter = Literal["seat", "source"]
 Rule = Literal["hash", "sorted", "cost"]
-Lane = Literal["linux", "linux_aarch64", "windows"]
+Lane = Literal[LANE_NAMES]  # type: ignore[valid-type]  # the names of cuw/config/lanes.py
 WheelPython = Literal["per-interpreter", "py3", "abi3"]
 
 
@@ -61,7 +62,7 @@ class Sharding:
     """N: compile shards per cell on the lanes that shard."""
     filter: Filter = "seat"
     """Who decides which TUs a shard compiles: the nvcc seat, or deleting sources before the build."""
-    platforms: list[Lane] = field(default_factory=lambda: ["linux", "linux_aarch64", "windows"])
+    platforms: list[Lane] = field(default_factory=lambda: list(LANE_NAMES))
     """Lanes that shard; the others build whole (1/1)."""
     rule: Rule = "hash"
     """How TUs map to shards: ``hash`` (md5 of the key), ``sorted`` (round-robin over the sorted full

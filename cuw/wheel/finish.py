@@ -27,6 +27,7 @@ from wheel.wheelfile import WheelError, WheelFile
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.config import lanes
 from cuw.config.policy import WheelPolicy
 from cuw.config.recipe import Recipe
 
@@ -95,6 +96,9 @@ def _names_torch(requirement: str) -> bool:
 def rewrite_metadata(text: str, version: Version, requires: Optional[list[str]], torch: Optional[str] = None) -> str:
     """New ``Version:`` (and Requires-Dist when curated); the long description is untouched.
 
+    By hand on purpose: ``packaging.metadata`` reads METADATA but writes none, and a
+    re-serialization through ``email`` would re-wrap headers and the description.
+
     ``torch`` (the cell's torch line, ``2.14``) pins torch to that minor line: a wheel built
     against torch's C++ ABI of 2.14 must not be installed beside another line's torch."""
     head, sep, body = text.partition("\n\n")
@@ -159,7 +163,7 @@ def retag(wheel: Path, cell: Cell, recipe: Recipe, out_dir: Path, siblings: Sibl
 
 def repair(wheel: Path, lane: str, policy: WheelPolicy, recipe: Recipe, out_dir: Path) -> Path:
     """auditwheel repair to the lane's manylinux tag; only allowed libraries may be grafted."""
-    if lane not in ("linux", "linux_aarch64"):
+    if lanes.lane(lane).os != "linux":
         return wheel
     plat = policy.manylinux.get(lane)
     if not plat:

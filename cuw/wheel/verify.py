@@ -26,11 +26,13 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.metadata import parse_email
+from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelError, WheelFile
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.config import lanes
 from cuw.wheel.finish import local_label
 from cuw.config.grid import parse_arch
 from cuw.config.policy import WheelPolicy
@@ -323,11 +325,11 @@ def verify(
     expected_label = local_label(cell)
     if version.local != expected_label:
         problems.append(f"local version label {version.local!r}, the cell needs {expected_label!r}")
-    machine = "aarch64" if cell.lane == "linux_aarch64" else "x86_64"
-    if cell.lane.startswith("linux") and not all(t.platform.endswith(machine) and "linux" in t.platform for t in tags):
+    target = lanes.lane(cell.lane)
+    if target.os == "linux" and not all(t.platform.endswith(target.wheel_platform) and "linux" in t.platform for t in tags):
         problems.append(f"platform tags {sorted({t.platform for t in tags})} are not {cell.lane}")
-    if cell.lane == "windows" and not all(t.platform == "win_amd64" for t in tags):
-        problems.append(f"platform tags {sorted({t.platform for t in tags})} are not win_amd64")
+    if target.os == "windows" and not all(t.platform == target.wheel_platform for t in tags):
+        problems.append(f"platform tags {sorted({t.platform for t in tags})} are not {target.wheel_platform}")
     checks.append(Check("filename", not problems, problems or [f"{name} {version} for {cell.id}"]))
     checks.append(python_tag_check(recipe, cell, tags))
 
@@ -346,14 +348,16 @@ def verify(
 
     # METADATA agrees with the filename
     meta_name = next((n for n in members if n.endswith(".dist-info/METADATA")), None)
-    meta = members.get(meta_name or "", b"").decode("utf-8", "replace")
-    head = meta.partition("\n\n")[0]
-    fields = dict(line.split(": ", 1) for line in head.splitlines() if ": " in line)
+    fields, _unparsed = parse_email(members.get(meta_name or "", b""))
     problems = []
-    if Version(fields.get("Version", "0")) != version:
-        problems.append(f"METADATA Version {fields.get('Version')!r} != filename {version}")
-    if canonicalize_name(fields.get("Name", "")) != canonicalize_name(name):
-        problems.append(f"METADATA Name {fields.get('Name')!r} != filename {name}")
+    try:
+        same_version = Version(fields.get("version", "0")) == version
+    except InvalidVersion:
+        same_version = False
+    if not same_version:
+        problems.append(f"METADATA Version {fields.get('version')!r} != filename {version}")
+    if canonicalize_name(fields.get("name", "")) != canonicalize_name(name):
+        problems.append(f"METADATA Name {fields.get('name')!r} != filename {name}")
     checks.append(Check("metadata", not problems, problems or ["Name and Version agree"]))
 
     with tempfile.TemporaryDirectory(prefix="cuw-verify-") as tmp:
@@ -436,7 +440,7 @@ def _torch_patch_check(
 
     if not recipe.links_torch or not cell.torch:
         return Check("torch-patches", True, ["torch-free: nothing to check"])
-    suffix = "aarch64" if cell.lane == "linux_aarch64" else ("win_amd64" if cell.lane == "windows" else "x86_64")
+    suffix = lanes.lane(cell.lane).wheel_platform
     versions = torch_venvs.releases_on(how.index, cell.torch, cell.python, suffix)
     details, ok = [], True
     for version in versions:

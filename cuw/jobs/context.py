@@ -1,0 +1,53 @@
+"""What every job of a cell settles first: its archs (refusing a cell outside the grid), its
+cache tool and remote, whether its lane shards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+from cuw.config.cell import Cell
+from cuw.base.errors import CuwError
+from cuw.partition.rules import ShardSpec
+from cuw.config.grid import cell_archs, require_in_grid
+from cuw.config.policy import CacheChoice, Policy, cache_choice, load_policy
+from cuw.config.recipe import Recipe
+from cuw.toolchain.cache import Cache
+
+
+
+
+Progress = Callable[[str], None]
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def describe_cache(job_cache: Cache) -> str:
+    return f"{job_cache.tool} {job_cache.version()}" + (f", remote {job_cache.remote}" if job_cache.remote else "")
+
+
+def policy_for(recipe: Recipe) -> Policy:
+    return load_policy(Path(recipe.folder).parent)
+
+
+def cell_archs_in_grid(recipe: Recipe, cell: Cell) -> list[str]:
+    """Refuses a cell outside the recipe's grid; returns the archs it compiles."""
+    policy = policy_for(recipe)
+    require_in_grid(recipe, policy.grid, cell)
+    return cell_archs(recipe, policy.archs, cell)
+
+
+def resolve_cache(recipe: Recipe, cell: Cell, choice: Optional[CacheChoice]) -> CacheChoice:
+    """The cell's cache tool and remote: given, or from the policy beside the recipes."""
+    if choice is not None:
+        return choice
+    return cache_choice(policy_for(recipe), cell.lane)
+
+
+def check_lane(recipe: Recipe, cell: Cell, spec: ShardSpec) -> None:
+    if spec.count > 1 and cell.lane not in recipe.sharding.platforms:
+        lanes = ", ".join(recipe.sharding.platforms)
+        raise CuwError(f"recipe {recipe.key!r} does not shard on lane {cell.lane} (sharding.platforms: {lanes}); use 1/1")

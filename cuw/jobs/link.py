@@ -1,0 +1,217 @@
+"""The link job: every shard archive restored, the full build with every compile a cache hit,
+the link gate, then finish and the verify gate.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from cuw.jobs import archive
+from cuw.gates import compdb
+from cuw.jobs import leftovers
+from cuw.gates import report
+from cuw.seat import seat_log
+from cuw.jobs.backends import build_env
+from cuw.config.cell import Cell, local_cell
+from cuw.base.errors import CuwError
+from cuw.gates.conditions import LinkObservation, Verdict, link_gate
+from cuw.partition.assignment import recipe_assignment
+from cuw.partition.coverage import cuda_sources
+from cuw.base.progress import Meter
+from cuw.config.paths import Paths
+from cuw.jobs.patching import PatchContext
+from cuw.config.policy import CacheChoice, load_policy
+from cuw.config.recipe import Recipe
+from cuw.toolchain.cache import Cache, Sccache, check_remote, tool_class
+from cuw.wheel.finish import dist_versions, repair, retag
+from cuw.toolchain.toolkit import Toolkit, find_toolkit
+from cuw.wheel.verify import Check, verify, write_verify_reports
+from cuw.wheel.verify import Report as VerifyReport
+from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare
+
+
+from cuw.jobs.context import Progress, cell_archs_in_grid, resolve_cache
+from cuw.jobs.process import build
+
+
+@dataclass
+class LinkResult:
+    verdict: Verdict
+    wheel: Optional[Path]
+    report: Path
+    missing_shards: list[int] = field(default_factory=list)
+    verify: Optional[VerifyReport] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok and self.verify is not None and self.verify.ok
+
+
+def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache: Cache) -> tuple[int, list[int]]:
+    """Validates every archive, then merges them into the link's cache; returns (N, missing shards)."""
+    folder = paths.cell_artifacts(cell)
+    archives = sorted(folder.glob(f"cuw-shard-*{archive.SUFFIX}"))
+    if not archives:
+        raise CuwError(
+            f"no shard archives for {cell.id} in {folder}: run the shards first "
+            f"(nox -s shard -- {recipe.key} 1/N, ... N/N)"
+        )
+    manifests = [archive.read_manifest(a) for a in archives]
+    count = manifests[0].shard_count
+    seen: dict[int, Path] = {}
+    for path, manifest in zip(archives, manifests):
+        archive.expect(manifest, path, cell, job_cache, count)
+        if manifest.shard_index in seen:
+            raise CuwError(f"{path} and {seen[manifest.shard_index]} are both shard {manifest.shard_index}/{count}")
+        seen[manifest.shard_index] = path
+    staging = ws.root / "staging"
+    staging.mkdir()
+    try:
+        meter = Meter("link: restored", len(archives), "archives", terminal=False, every_s=10.0)
+        restored = []
+        for path in archives:
+            restored.append(archive.unpack(path, staging))
+            meter.update(len(restored))
+        meter.close()
+        archive.merge_into(restored, ws.cache_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    missing = [i for i in range(1, count + 1) if i not in seen]
+    return count, missing
+
+
+def _missed_keys(compiles: list[dict], job_cache: Cache) -> list[str]:
+    """TU keys that missed: from the seat's per-call outcome, or sccache's piece log."""
+    if isinstance(job_cache, Sccache):
+        stems = job_cache.missed_stems()
+        return sorted({e["key"] for e in compiles if Path(e["key"]).name.split(".", 1)[0] in stems})
+    return sorted(e["key"] for e in compiles if e.get("outcome") == "miss")
+
+
+def run_link(
+    recipe: Recipe,
+    paths: Paths,
+    jobs: Optional[int] = None,
+    progress: Optional[Progress] = report.say,
+    zero_stats: bool = True,
+    cache: Optional[CacheChoice] = None,
+) -> LinkResult:
+    """Restores every shard archive, re-runs the full build and gates it.
+
+    ``zero_stats=False`` exists so a test can show the gate catching counters
+    that still carry the shards' history.
+    """
+    toolkit = find_toolkit()
+    cell = local_cell(recipe, toolkit)
+    archs = cell_archs_in_grid(recipe, cell)
+    choice = resolve_cache(recipe, cell, cache)
+    if choice.remote:
+        check_remote(choice.remote)
+    ws = Workspace.for_job(paths.cell_work(cell), "link", tool_class(choice.tool).shared_tree)
+    leftovers.stop_orphans(ws.cuda_home, "link")  # a killed link's build, still running in the job folder
+    link_patch = PatchContext(ws.src, cell, archs, None, recipe.key)
+    job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, lane=cell.lane)
+    count, missing = _restore(recipe, cell, paths, ws, job_cache)
+    merged_at = int(time.time())
+    if progress:
+        got = count - len(missing)
+        progress(f"link: restored {got}/{count} shard caches into {ws.cache_dir}")
+        if missing:
+            listing = ", ".join(f"{i}/{count}" for i in missing)
+            progress(f"link: missing shard archives: {listing}; their TUs recompile here and the gate will report them")
+    all_tus = cuda_sources(ws.src)
+    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane, archs=archs,
+                    deps_dir=install_extra_deps(recipe, ws, cell.cuda))  # fmt: skip
+    job_cache.start()
+    try:
+        if zero_stats:
+            job_cache.zero()
+        started = time.monotonic()
+        rc = build(ws, recipe, env, "link", len(all_tus), progress)
+        build_s = round(time.monotonic() - started, 1)
+        stats = job_cache.stats()
+    finally:
+        job_cache.stop()
+
+    compiles = [e for e in seat_log.read_log(ws.seat_log) if e.get("action") == "compiled"]
+    in_build, compile_db = compdb.cuda_compiles_from(ws.tree, ws.src)
+    wheels = sorted(ws.wheel_dir.glob("*.whl"))
+    log = ws.build_log.read_text(errors="replace")
+    obs = LinkObservation(
+        build_rc=rc,
+        wheel=str(wheels[0]) if wheels else None,
+        hits=stats.hits,
+        misses=stats.misses,
+        uncacheable=stats.uncacheable,
+        total=stats.total,
+        stats_zeroed_at=stats.zeroed_at,
+        merged_at=merged_at,
+        cuda_tus_in_build=in_build,
+        compile_db=compile_db,
+        seat_keys=sorted({e["key"] for e in compiles}),
+        misses_by_key=_missed_keys(compiles, job_cache),
+        uncacheable_by_key=sorted(e["key"] for e in compiles if str(e.get("outcome", "")).startswith("uncacheable")),
+        shard_count=count,
+        assignment=recipe_assignment(recipe, count, ws.src, cell.lane) if count > 1 else None,
+        missing_shards=missing,
+        log=log,
+    )
+    verdict = link_gate(obs)
+    context = {"cell": cell.to_dict(), "shard_count": count, "build_log": str(ws.build_log), "wheel": obs.wheel, "build_s": build_s,
+               "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote}}  # fmt: skip
+    report.step_summary(f"{recipe.key} link", verdict)
+    report.say(verdict.line)
+    shipped: Optional[Path] = None
+    checked: Optional[VerifyReport] = None
+    if verdict.ok and wheels:
+        checked, final = _finish_and_verify(wheels[0], recipe, cell, archs, toolkit, ws, paths)
+        if checked.ok:
+            # Into dist/ through temp files renamed into place, wheel first, reports after it: two
+            # links of one cell writing at once, or a reader (pip, an upload) never see a torn file.
+            from cuw.base.files import copy_into, writable_dir
+
+            writable_dir(paths.dist, "--dist")
+            beside = write_verify_reports(checked, final)
+            shipped = copy_into(final, paths.dist / final.name, "--dist")
+            for made in beside:
+                copy_into(made, paths.dist / made.name, "--dist")
+            context["wheel"] = str(shipped)
+        else:
+            write_verify_reports(checked, final)
+    if shipped:
+        report_path = report.write(verdict, paths.dist / f"{shipped.name}.link.json", context)
+        report.say(f"wheel: {shipped}")
+    else:
+        report_path = report.write(verdict, paths.cell_artifacts(cell) / "link.report.json", context)
+        if wheels:
+            report.say(f"rejected wheel kept at {wheels[0]} (not copied to {paths.dist})")
+        if rc != 0:
+            for line in log.splitlines()[-15:]:
+                print(f"  | {line}", file=sys.stderr)
+        report.say(f"full log: {ws.build_log}")
+    return LinkResult(verdict, shipped, report_path, missing, checked)
+
+
+def _finish_and_verify(
+    wheel: Path, recipe: Recipe, cell: Cell, archs: list[str], toolkit: Toolkit, ws: Workspace, paths: Paths
+) -> tuple[VerifyReport, Path]:
+    """Local version label, curated metadata, auditwheel repair, then the verify gate."""
+    recipes_dir = Path(recipe.folder).parent
+    policy = load_policy(recipes_dir).wheel
+    out = ws.root / "finished"
+    try:
+        retagged = retag(wheel, cell, recipe, out / "retagged", dist_versions(paths.dist, cell, recipes_dir))
+        final = repair(retagged, cell.lane, policy, recipe, out / "repaired")
+    except CuwError as exc:
+        failed = VerifyReport(str(wheel), [Check("finish", False, [str(exc)])])
+        report.say(f"verify gate FAIL: finish: {exc}")
+        return failed, wheel
+    checked = verify(final, recipe, cell, toolkit, policy, archs)
+    report.say(checked.line)
+    report.append_summary(checked.to_markdown())
+    return checked, final

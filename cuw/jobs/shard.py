@@ -1,0 +1,223 @@
+"""The compile shard: its slice of the TUs, the build, the shard gate and the cache archive.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from cuw import __version__
+from cuw.jobs import archive
+from cuw.gates import compdb
+from cuw.jobs import leftovers
+from cuw.gates import report
+from cuw.seat import seat_log
+from cuw.jobs.backends import build_env
+from cuw.config.cell import local_cell
+from cuw.base.errors import CuwError
+from cuw.gates.conditions import ShardObservation, Verdict, shard_gate
+from cuw.partition.assignment import recipe_assignment
+from cuw.partition.coverage import covered_keys, rest_keys, seat_rest, source_filter_files, unfiltered_keys
+from cuw.partition.rules import Assignment, ShardSpec, tu_key
+from cuw.config.paths import Paths
+from cuw.jobs.patching import PatchContext
+from cuw.config.policy import CacheChoice
+from cuw.config.recipe import Recipe
+from cuw.toolchain.cache import check_remote, tool_class
+from cuw.toolchain.toolkit import find_toolkit
+from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare, real_objects
+
+
+from cuw.jobs.context import Progress, check_lane, cell_archs_in_grid, describe_cache, resolve_cache
+from cuw.jobs.process import build
+
+
+@dataclass
+class ShardResult:
+    verdict: Verdict
+    archive: Optional[Path]
+    report: Path
+
+
+def apply_source_filter(
+    src_root: Path, globs: list[str], spec: ShardSpec, lane: str = "linux", assignment: Optional[Assignment] = None
+) -> list[str]:
+    """Deletes out-of-slice files matched by ``globs``; returns the kept keys.
+
+    ``assignment`` is the recipe's rule (:func:`cuw.partition.assignment.recipe_assignment`);
+    without one, the hash rule. On Windows only CUDA sources are partitioned.
+    """
+    rule = assignment or Assignment(spec.count)
+    kept = []
+    for path in source_filter_files(src_root, globs, lane):
+        key = tu_key(str(path), str(src_root))
+        if rule.owner(key) == spec.index:
+            kept.append(key)
+        else:
+            path.unlink()
+    return kept
+
+
+def expected_owned(recipe: Recipe, src_root: Path, spec: ShardSpec, lane: str = "linux") -> list[str]:
+    """TU keys shard ``spec`` is expected to compile: its slice of the partition's files and,
+    under ``filter: source`` with ``seat_rest``, its slice of the rest the seat partitions."""
+    keys = covered_keys(recipe, src_root, lane) + rest_keys(recipe, src_root, lane)
+    return recipe_assignment(recipe, spec.count, src_root, lane).owned(keys, spec.index)
+
+
+def shard_workload(recipe: Recipe, src_root: Path, spec: ShardSpec, lane: str = "linux") -> tuple[list[str], int]:
+    """(the TUs the shard owns, how many TUs it will compile) in a prepared tree, before the
+    source filter runs. Under ``filter: source`` both count host TUs too (progress then counts
+    every compile); with ``seat_rest: false`` every shard also compiles the whole rest."""
+    owned = expected_owned(recipe, src_root, spec, lane)
+    if recipe.sharding.filter != "source" or seat_rest(recipe):
+        return owned, len(owned)
+    return owned, len(owned) + len(unfiltered_keys(recipe, src_root, lane))
+
+
+def run_shard(
+    recipe: Recipe,
+    spec: ShardSpec,
+    paths: Paths,
+    jobs: Optional[int] = None,
+    progress: Optional[Progress] = report.say,
+    cache: Optional[CacheChoice] = None,
+) -> ShardResult:
+    toolkit = find_toolkit()
+    cell = local_cell(recipe, toolkit)
+    check_lane(recipe, cell, spec)
+    archs = cell_archs_in_grid(recipe, cell)
+    choice = resolve_cache(recipe, cell, cache)
+    if choice.remote:
+        check_remote(choice.remote)
+    out_dir = paths.cell_artifacts(cell)
+    name = archive.archive_name(cell, spec.index, spec.count)
+    target = out_dir / name
+    report_path = out_dir / name.replace(archive.SUFFIX, ".report.json")
+    source_filter = recipe.sharding.filter == "source"
+    ws = Workspace.for_job(paths.cell_work(cell), f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
+    earlier = report.running_pid(report_path)
+    if earlier is not None and earlier != os.getpid() and leftovers.pid_alive(earlier):
+        raise CuwError(f"shard {spec} of {cell.id} is already running (pid {earlier}); wait for it or stop it "
+                       f"(or remove {report_path} if that process is not a forge run)")  # fmt: skip
+    # A run killed with SIGKILL leaves its build running in the job folder: stopped before the wipe.
+    leftovers.stop_orphans(ws.cuda_home, f"shard {spec}")
+    # The previous archive stays until this run's replaces it (or its gate fails); its
+    # report says "running, not ok" until this run's verdict is written, after the archive.
+    archive.remove_partials(target)
+    report.begin("shard", report_path, {"cell": cell.to_dict(), "shard": str(spec), "archive": None})
+    try:
+        patch_ctx = PatchContext(ws.src, cell, archs, spec if spec.count > 1 else None, recipe.key)
+        # Under the source filter the seat partitions the rest (seat_rest), or nothing.
+        seat_spec = spec if not source_filter or (seat_rest(recipe) and spec.count > 1) else None
+        job_cache = prepare(ws, recipe, toolkit, seat_spec, choice.tool, choice.remote, patch_ctx, lane=cell.lane)
+        if source_filter:
+            owned, will_compile = shard_workload(recipe, ws.src, spec, cell.lane)
+            rule = recipe_assignment(recipe, spec.count, ws.src, cell.lane)
+            apply_source_filter(ws.src, recipe.sharding.source.globs, spec, cell.lane, rule)
+        else:
+            owned = expected_owned(recipe, ws.src, spec, cell.lane)
+            will_compile = len(owned)
+            known = len(covered_keys(recipe, ws.src, cell.lane))
+            if progress and spec.count > known:
+                progress(f"shard {spec}: warning: N={spec.count} is more than the {known} TUs known in the source; "
+                         f"at least {spec.count - known} shards get an empty slice (cuw plan {recipe.key} picks N)")  # fmt: skip
+    except CuwError as exc:  # nothing was built: the report says so instead of "running"
+        report.write(Verdict("shard", False, [f"the shard did not start its build: {exc}"]), report_path,
+                     {"cell": cell.to_dict(), "shard": str(spec), "archive": None})  # fmt: skip
+        raise
+    label = f"shard {spec}"
+    if progress:
+        progress(
+            f"{label}: building {cell.id} ({len(owned)} TUs in its slice, filter {recipe.sharding.filter}, "
+            f"{describe_cache(job_cache)}); log {ws.build_log}"
+        )
+    env = build_env(
+        recipe, ws.cuda_home, ws.build, jobs or default_jobs(), spec if source_filter else None,
+        lane=cell.lane, shard=spec, archs=archs, deps_dir=install_extra_deps(recipe, ws, cell.cuda),
+    )  # fmt: skip
+    job_cache.start()
+    try:
+        job_cache.zero()
+        started = time.monotonic()
+        rc = build(ws, recipe, env, label, will_compile, progress, count_host=source_filter)
+        build_s = round(time.monotonic() - started, 1)
+        stats = job_cache.stats()
+    finally:
+        job_cache.stop()
+
+    entries = seat_log.read_log(ws.seat_log)
+    compiles = [e for e in entries if e.get("action") == "compiled"]
+    obs = ShardObservation(
+        build_rc=rc,
+        log=ws.build_log.read_text(errors="replace"),
+        real_objects=real_objects(ws),
+        seat_compiles_seen=sum(
+            1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") != "host"
+        ),
+        compiled=sorted({e["key"] for e in compiles if e.get("rc") == 0}),
+        failed=sorted({e["key"] for e in compiles if e.get("rc") != 0}),
+        expected_owned=owned,
+        cache_files=stats.files,
+        build_tus=compdb.compiled_sources(ws.tree, ws.src),
+    )
+    verdict = shard_gate(obs)
+    written: Optional[Path] = None
+    context = {"cell": cell.to_dict(), "shard": str(spec), "archive": None, "build_s": build_s,
+               "build_log": str(ws.build_log), "counters": stats.summary()}  # fmt: skip
+    if verdict.ok and job_cache.remote:
+        lost = archive.remote_failures(job_cache)
+        if lost:
+            # Entries that never reached the remote: a manifest would claim a cache the link cannot find.
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(lost.items()))
+            why = (f"remote cache {job_cache.remote} failed during the build ({counts}): "
+                   "this shard's cache did not all reach it; no manifest handed over, run the shard again")  # fmt: skip
+            verdict = Verdict(verdict.gate, False, [why], verdict.facts)
+            target.unlink(missing_ok=True)
+            report.write(verdict, report_path, context)
+            raise CuwError(f"shard {spec}: {why}")
+    if verdict.ok:
+        manifest = archive.Manifest(
+            format=archive.FORMAT,
+            forge_version=__version__,
+            cell=cell.to_dict(),
+            shard_index=spec.index,
+            shard_count=spec.count,
+            filter=recipe.sharding.filter,
+            cache_tool=job_cache.tool,
+            cache_version=job_cache.version(),
+            cache_remote=job_cache.remote,
+            owned=owned,
+            compiled=obs.compiled,
+            counters=stats.summary(),
+            timeline=[[e["key"], round(e["at"] - e["seconds"], 3), e["seconds"], e.get("outcome")] for e in compiles
+                      if isinstance(e.get("at"), (int, float)) and isinstance(e.get("seconds"), (int, float))],
+        )
+        try:
+            written = archive.pack(job_cache, manifest, target)
+        except CuwError as exc:
+            failed = Verdict(verdict.gate, False, [f"the gate passed but {exc}"], verdict.facts)
+            try:
+                report.write(failed, report_path, {**context, "previous_archive": str(target) if target.exists() else None})
+            except CuwError:
+                pass  # the disk that refused the archive may refuse the report too; the marker says "not ok"
+            raise CuwError(f"shard {spec}: {exc}") from None
+        context["archive"] = str(written)
+    else:
+        target.unlink(missing_ok=True)  # a finished run that failed its gate: no older archive stands in for it
+    report.write(verdict, report_path, context)  # after the archive: an ok report always has its archive
+    report.step_summary(f"{recipe.key} {label}", verdict)
+    report.say(verdict.line)
+    if not verdict.ok:
+        for line in obs.log.splitlines()[-15:]:
+            print(f"  | {line}", file=sys.stderr)
+        report.say(f"full log: {ws.build_log}")
+    elif job_cache.remote:
+        report.say(f"cache written to {job_cache.remote}; shard manifest: {written}")
+    else:
+        report.say(f"cache archive: {written}")
+    return ShardResult(verdict, written, report_path)
