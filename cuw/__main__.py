@@ -1,3 +1,5 @@
+"""``python -m cuw``: the command line (:mod:`cuw.cli.main`)."""
+
 import sys
 
 from cuw.cli.main import main

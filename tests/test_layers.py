@@ -51,3 +51,11 @@ def test_the_seat_runtime_imports_only_the_standard_library_and_its_layers():
                "cuw.partition.globs", "cuw.partition.rules", "cuw.seat", "cuw.seat.runtime", "cuw.toolchain",
                "cuw.toolchain.nvcc_args"}  # fmt: skip
     assert loaded <= allowed, sorted(loaded - allowed)
+
+
+def test_every_module_says_what_it_owns():
+    import ast
+
+    missing = [str(p.relative_to(REPO)) for p in sorted((REPO / "cuw").rglob("*.py"))
+               if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]  # fmt: skip
+    assert missing == [], f"modules without a docstring: {missing}"
