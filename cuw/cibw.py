@@ -37,6 +37,7 @@ from .partition import ShardSpec, parse_shard_spec
 from .pipeline import Paths, _check_lane
 from .policy import CacheChoice, WheelPolicy, load_policy
 from .recipe import Recipe
+from .sources import mirror_from_env
 from .workspace import Workspace
 
 HOST_MOUNT = PurePosixPath("/host")
@@ -146,6 +147,9 @@ class CibwJob:
             args += ["--dist", self.seen(self.dist)]
         if self.cache.remote:
             args += ["--cache-remote", self.cache.remote]
+        mirror = mirror_from_env()
+        if mirror is not None:  # the verb checked it; the container sees it under the host mount
+            args += ["--git-mirror", self.seen(mirror)]
         return args
 
     def environment(self) -> dict[str, str]:
