@@ -294,11 +294,13 @@ def materialize(recipe: Recipe, dest: Path) -> Path:
     if location is None:
         return checkout_git(source.git, source.tag, source.recursive, dest)
     mirror = resolve_mirror(source.git, source.tag, check_mirror(location))
+    if mirror.kind == "tarball":
+        _from_tarball(recipe, mirror.path, dest)
+    else:
+        try:
+            checkout_git(mirror.path.as_uri(), source.tag, source.recursive, dest)
+        except CuwError as exc:
+            raise CuwError(f"git mirror {mirror.path} (for {source.git}): {exc}") from None
     print(f"cuw: source of {recipe.key}: {source.git} {source.tag} from the {mirror.kind} {mirror.path}",
           file=sys.stderr, flush=True)  # fmt: skip
-    if mirror.kind == "tarball":
-        return _from_tarball(recipe, mirror.path, dest)
-    try:
-        return checkout_git(mirror.path.as_uri(), source.tag, source.recursive, dest)
-    except CuwError as exc:
-        raise CuwError(f"git mirror {mirror.path} (for {source.git}): {exc}") from None
+    return dest
