@@ -10,32 +10,34 @@ def _cuw(c: Context, *args: str) -> None:
     c.run(shlex.join([sys.executable, "-m", "cuw", *args]), pty=False)
 
 
-_BACKEND_HELP = {"backend": "pip (default) or cibuildwheel", "cell": "with cibuildwheel: LANE/PY/CUDA[/TORCH]"}
+_BACKEND_HELP = {"backend": "pip (default) or cibuildwheel", "cell": "with cibuildwheel: LANE/PY/CUDA[/TORCH]",
+                 "git_mirror": "a git source's local mirror: repository, folder of mirrors or pinned tarball "
+                               "(default: $CUW_GIT_MIRROR)"}  # fmt: skip
 
 
-def _backend(backend: str, cell: str) -> list[str]:
-    return ["--backend", backend, *(["--cell", cell] if cell else [])]
+def _backend(backend: str, cell: str, git_mirror: str = "") -> list[str]:
+    return ["--backend", backend, *(["--cell", cell] if cell else []), *(["--git-mirror", git_mirror] if git_mirror else [])]
 
 
 @task(help={"recipe": "recipe name", "spec": "I/N, 1-based (for example 3/23)", **_BACKEND_HELP})
-def shard(c, recipe, spec, backend="pip", cell=""):
+def shard(c, recipe, spec, backend="pip", cell="", git_mirror=""):
     """Compile one shard of a recipe and write its cache archive."""
-    _cuw(c, "shard", recipe, spec, *_backend(backend, cell))
+    _cuw(c, "shard", recipe, spec, *_backend(backend, cell, git_mirror))
 
 
 @task(help={"recipe": "recipe name", **_BACKEND_HELP})
-def link(c, recipe, backend="pip", cell=""):
+def link(c, recipe, backend="pip", cell="", git_mirror=""):
     """Restore all shard caches, rebuild with every compile a hit, gate, write the wheel."""
-    _cuw(c, "link", recipe, *_backend(backend, cell))
+    _cuw(c, "link", recipe, *_backend(backend, cell, git_mirror))
 
 
 # Numbers are passed on as text: the cuw CLI checks them and says what is wrong in one line.
 
 
 @task(help={"recipe": "recipe name", "shards": "N (default: the recipe's sharding.count)", **_BACKEND_HELP})
-def build(c, recipe="example", shards="", backend="pip", cell=""):
+def build(c, recipe="example", shards="", backend="pip", cell="", git_mirror=""):
     """Build a whole cell here: every shard in parallel, then the link."""
-    _cuw(c, "build", recipe, *(["--shards", shards] if shards else []), *_backend(backend, cell))
+    _cuw(c, "build", recipe, *(["--shards", shards] if shards else []), *_backend(backend, cell, git_mirror))
 
 
 @task(help={"wheel": "path to a wheel", "recipe": "recipe name (default: matched by the wheel's name)"})

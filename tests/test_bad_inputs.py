@@ -122,6 +122,7 @@ CASES: list[Case] = [
     C("mirror/dotdot-name", "lint-guards", "gitdots", *B, "--git-mirror", "{W}/afolder", expect="not a plain name"),
     C("mirror/no-pin", "lint-guards", "gitnopin", *B, "--git-mirror", "{W}/junk.bin", expect="archive_sha256 is not set"),
     C("mirror/bad-pin", "show", "gitbadpin", *B, expect="archive_sha256"),
+    C("mirror/invoke-link-missing", "@invoke", "link", "cumm", "--git-mirror", "{W}/nowhere", kind="wrapper"),
     # -- binary junk ---------------------------------------------------------------
     C("junk/recipe-yml", "show", "junkyaml", *B, expect="recipe.yml"),
     C("junk/defaults-yml-recipes", "recipes", "--recipes", "{W}/junkpolicy", expect="defaults.yml"),
