@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def _git_mirror(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--git-mirror", type=Path, default=None, metavar="PATH",
+    p.add_argument("--git-mirror", default=None, metavar="PATH",
                    help="take a git source from here instead of its URL: a git repository, a folder of mirrors "
                         "(<name>.git, <name>, <owner>/<name>[.git], <name>-<version>.tar.gz) or a `git archive` "
                         "tarball checked against source.archive_sha256 (default: $CUW_GIT_MIRROR)")  # fmt: skip
@@ -418,7 +418,10 @@ def _set_git_mirror(args: argparse.Namespace) -> None:
     from .sources import MIRROR_VAR, check_mirror, mirror_from_env
 
     if args.git_mirror is not None:
-        os.environ[MIRROR_VAR] = str(check_mirror(args.git_mirror, "--git-mirror"))
+        if not args.git_mirror.strip():
+            raise CuwError(f"--git-mirror: an empty value (give a git repository, a folder of mirrors or a tarball, "
+                           f"or leave the option out to use ${MIRROR_VAR} or the recipe's URL)")  # fmt: skip
+        os.environ[MIRROR_VAR] = str(check_mirror(Path(args.git_mirror), "--git-mirror"))
     elif (env := mirror_from_env()) is not None:
         os.environ[MIRROR_VAR] = str(check_mirror(env))
 

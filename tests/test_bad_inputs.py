@@ -111,6 +111,7 @@ CASES: list[Case] = [
     C("mirror/missing-shard", "shard", "cumm", "1/1", *R, *OUT, "--git-mirror", "{W}/nowhere", expect="nowhere"),
     C("mirror/missing-link", "link", "cumm", *R, *OUTD, "--git-mirror", "{W}/nowhere", expect="nowhere"),
     C("mirror/missing-build", "build", "cumm", *R, *OUTD, "--git-mirror", "{W}/nowhere", expect="nowhere"),
+    C("mirror/empty", "lint-guards", "cumm", *R, "--git-mirror", "", expect="--git-mirror: an empty value"),
     C("mirror/missing-plan", "plan", "spconv", *R, "--git-mirror", "{W}/nowhere", expect="nowhere"),
     C("mirror/wrong-hash", "lint-guards", "cumm", *R, "--git-mirror", "{W}/junk.bin",
       expect="junk.bin has sha256"),  # fmt: skip
