@@ -9,6 +9,11 @@ They reach each compile as ``-I`` on the command line, where the cache's base di
 makes them the same in every job (an environment search path such as ``CPATH``
 would not be). The anchor is the class after the function: if upstream moves
 it, the patch fails and gets a look.
+
+``setup.py`` builds ``core_cc`` with pccm's precompiled headers, which ccache
+cannot cache ("could not use precompiled header": 34 of the 39 host compiles
+uncacheable, a miss in the link gate); the patch passes ``disable_pch=True``,
+as spconv's own setup.py does.
 """
 
 from cuw.patching import PatchContext
@@ -29,5 +34,9 @@ def _get_cuda_include_lib():
 '''
 
 
+PCH_ANCHOR = "                      extcallback=CopyHeaderCallback(),\n"
+
+
 def patch(ctx: PatchContext) -> None:
     ctx.replace("cumm/common.py", ANCHOR, EXTRA + ANCHOR)
+    ctx.replace("setup.py", PCH_ANCHOR, PCH_ANCHOR + "                      disable_pch=True,  # cuda-wheels-forge: ccache cannot cache PCH builds\n")
