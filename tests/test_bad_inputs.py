@@ -106,6 +106,24 @@ CASES: list[Case] = [
     C("kind/recipe-yml-folder", "show", "ymlfolder", *B, expect="ymlfolder"),
     C("kind/source-path-file", "show", "srcfile", *B, expect="source.path"),
     C("kind/lint-binary-file", "lint-guards", "{W}/junk.bin", *R, expect="junk.bin"),
+    # -- git mirrors (--git-mirror / $CUW_GIT_MIRROR) -------------------------------
+    C("mirror/missing-lint", "lint-guards", "cumm", *R, "--git-mirror", "{W}/nowhere", expect="--git-mirror"),
+    C("mirror/missing-shard", "shard", "cumm", "1/1", *R, *OUT, "--git-mirror", "{W}/nowhere", expect="nowhere"),
+    C("mirror/missing-link", "link", "cumm", *R, *OUTD, "--git-mirror", "{W}/nowhere", expect="nowhere"),
+    C("mirror/missing-build", "build", "cumm", *R, *OUTD, "--git-mirror", "{W}/nowhere", expect="nowhere"),
+    C("mirror/empty", "lint-guards", "cumm", *R, "--git-mirror", "", expect="--git-mirror: an empty value"),
+    C("mirror/missing-plan", "plan", "spconv", *R, "--git-mirror", "{W}/nowhere", expect="nowhere"),
+    C("mirror/wrong-hash", "lint-guards", "cumm", *R, "--git-mirror", "{W}/junk.bin",
+      expect="junk.bin has sha256"),  # fmt: skip
+    C("mirror/folder-for-tarball", "lint-guards", "cumm", *R, "--git-mirror", "{W}/mirror_kinds",
+      expect="cumm-0.7.11.tar.gz is a folder, not a tarball"),  # fmt: skip
+    C("mirror/plain-folder-for-repo", "lint-guards", "cumm", *R, "--git-mirror", "{W}/mirror_plain",
+      expect="is a folder but not a git repository"),  # fmt: skip
+    C("mirror/empty-folder", "lint-guards", "cumm", *R, "--git-mirror", "{W}/afolder", expect="holds no mirror"),
+    C("mirror/dotdot-name", "lint-guards", "gitdots", *B, "--git-mirror", "{W}/afolder", expect="not a plain name"),
+    C("mirror/no-pin", "lint-guards", "gitnopin", *B, "--git-mirror", "{W}/junk.bin", expect="archive_sha256 is not set"),
+    C("mirror/bad-pin", "show", "gitbadpin", *B, expect="archive_sha256"),
+    C("mirror/invoke-link-missing", "@invoke", "link", "cumm", "--git-mirror", "{W}/nowhere", kind="wrapper"),
     # -- binary junk ---------------------------------------------------------------
     C("junk/recipe-yml", "show", "junkyaml", *B, expect="recipe.yml"),
     C("junk/defaults-yml-recipes", "recipes", "--recipes", "{W}/junkpolicy", expect="defaults.yml"),
@@ -387,6 +405,13 @@ def build_world(W: Path) -> Path:
     _recipe(bad, "count0", MINIMAL + "sharding: {count: 0}\n")
     _recipe(bad, "counthuge", MINIMAL + "sharding: {count: 99999999999999999999}\n")
     _recipe(bad, "countstr", MINIMAL + "sharding: {count: abc}\n")
+    git_source = "source: {git: 'https://git.example.invalid/o/%s', tag: v1%s}"
+    no_pypi = MINIMAL.replace("source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}", "%s")
+    _recipe(bad, "gitdots", no_pypi % (git_source % ("..", "")))
+    _recipe(bad, "gitnopin", no_pypi % (git_source % ("x", "")))
+    _recipe(bad, "gitbadpin", no_pypi % (git_source % ("x", ", archive_sha256: 'abc'")))
+    (W / "mirror_kinds" / "cumm-0.7.11.tar.gz").mkdir(parents=True)
+    (W / "mirror_plain" / "cumm").mkdir(parents=True)
     _recipe(bad, "srcroot", MINIMAL.replace("source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}", "source: {path: /}"))
     _recipe(bad, "srcescape", MINIMAL.replace("source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}",
                                               "source: {path: ../../..}"))  # fmt: skip

@@ -40,6 +40,7 @@ from cuw.config.paths import Paths
 from cuw.jobs.context import check_lane
 from cuw.config.policy import CacheChoice, WheelPolicy, load_policy
 from cuw.config.recipe import Recipe
+from cuw.jobs.sources import mirror_from_env
 from cuw.jobs.workspace import Workspace
 
 COMMAND_VAR = "CUW_CIBW_COMMAND"
@@ -148,6 +149,9 @@ class CibwJob:
             args += ["--dist", self.seen(self.dist)]
         if self.cache.remote:
             args += ["--cache-remote", self.cache.remote]
+        mirror = mirror_from_env()
+        if mirror is not None:  # the verb checked it; the container sees it under the host mount
+            args += ["--git-mirror", self.seen(mirror)]
         return args
 
     def environment(self) -> dict[str, str]:

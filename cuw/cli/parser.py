@@ -16,6 +16,13 @@ from cuw.config.paths import Paths
 from cuw.toolchain.cache import TOOLS
 
 
+def _git_mirror(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--git-mirror", default=None, metavar="PATH",
+                   help="take a git source from here instead of its URL: a git repository, a folder of mirrors "
+                        "(<name>.git, <name>, <owner>/<name>[.git], <name>-<version>.tar.gz) or a `git archive` "
+                        "tarball checked against source.archive_sha256 (default: $CUW_GIT_MIRROR)")  # fmt: skip
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
@@ -39,6 +46,7 @@ def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
                         "manylinux container or Windows build")  # fmt: skip
     p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
                    help="with --backend cibuildwheel: the cell to build (default: this machine's)")
+    _git_mirror(p)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -68,6 +76,7 @@ def parser() -> argparse.ArgumentParser:
                                            "not under if(TARGET ...) (exit 1 on findings)")  # fmt: skip
     p.add_argument("target", help="a source folder or CMake file, or a recipe name (its fetched, patched source)")
     p.add_argument("--recipes", type=Path, default=None)
+    _git_mirror(p)
 
     p = sub.add_parser("verify", help="the verify gate on a finished wheel (exit 0 pass, 1 fail, 2 cannot run)")
     p.add_argument("wheel", type=Path)
@@ -114,6 +123,7 @@ def parser() -> argparse.ArgumentParser:
                    help="text (default), json, markdown (a table for a step summary) or html (a page with the curve)")
     p.add_argument("--output", type=Path, default=None, help="write the plan here instead of stdout")
     p.add_argument("--recipes", type=Path, default=None)
+    _git_mirror(p)
 
     p = sub.add_parser("grid", help="the build grid; --check asks the torch indexes what the grid lacks (exit 1 then)")
     p.add_argument("--check", action="store_true", help="compare grid.torch with each CUDA line's torch_index")

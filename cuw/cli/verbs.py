@@ -254,9 +254,27 @@ def _costs(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0
 
 
+def _set_git_mirror(args: argparse.Namespace) -> None:
+    """``--git-mirror`` (else ``$CUW_GIT_MIRROR``) checked before anything is written, and exported
+    absolute so the verb's own jobs (build's shard processes, cibuildwheel's) take the same mirror."""
+    import os
+
+    from cuw.jobs.sources import MIRROR_VAR, check_mirror, mirror_from_env
+
+    if args.git_mirror is not None:
+        if not args.git_mirror.strip():
+            raise CuwError(f"--git-mirror: an empty value (give a git repository, a folder of mirrors or a tarball, "
+                           f"or leave the option out to use ${MIRROR_VAR} or the recipe's URL)")  # fmt: skip
+        os.environ[MIRROR_VAR] = str(check_mirror(Path(args.git_mirror), "--git-mirror"))
+    elif (env := mirror_from_env()) is not None:
+        os.environ[MIRROR_VAR] = str(check_mirror(env))
+
+
 def run(argv: list[str]) -> int:
     """Parses ``argv`` and runs its verb; returns the exit code."""
     args = parser().parse_args(argv)
+    if hasattr(args, "git_mirror"):
+        _set_git_mirror(args)
     if args.verb == "publish":
         from cuw.wheel.publish import run_publish
 

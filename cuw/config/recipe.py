@@ -39,6 +39,9 @@ class Source:
     """A release tag; a branch name is refused."""
     recursive: bool = False
     """Clone submodules too."""
+    archive_sha256: Optional[str] = None
+    """With git: the sha256 of the tag's ``git archive`` tarball, checked when the source comes from a
+    tarball through ``--git-mirror`` or ``$CUW_GIT_MIRROR`` (offline builds); a tarball without it is refused."""
 
 
 @dataclass(frozen=True)
@@ -253,8 +256,12 @@ def _validate_source(source: Source, path: Path) -> None:
         raise CuwError(f"{path}: source.sha256 goes with source.pypi")
     if source.git is not None and not source.tag:
         raise CuwError(f"{path}: source.git needs source.tag (a release tag; a branch is refused)")
-    if source.git is None and (source.tag is not None or source.recursive):
-        raise CuwError(f"{path}: source.tag and source.recursive go with source.git")
+    if source.git is None and (source.tag is not None or source.recursive or source.archive_sha256 is not None):
+        raise CuwError(f"{path}: source.tag, source.recursive and source.archive_sha256 go with source.git")
+    pin = source.archive_sha256
+    if pin is not None and not (len(pin) == 64 and all(c in "0123456789abcdef" for c in pin)):
+        raise CuwError(f"{path}: source.archive_sha256 {pin!r} is not a sha256 (64 lowercase hex digits): "
+                       "write the output of `sha256sum <tarball>`")  # fmt: skip
 
 
 def _validate(recipe: Recipe, path: Path) -> None:

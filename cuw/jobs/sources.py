@@ -1,5 +1,10 @@
 """Getting a recipe's source: a local folder, a PyPI sdist, or a pinned git tag.
 
+A git source can come from a local mirror instead of its URL (``--git-mirror`` or
+``$CUW_GIT_MIRROR``, for air-gapped machines): a git repository, a folder of mirrors,
+or a ``git archive`` tarball of the tag checked against the recipe's
+``source.archive_sha256`` (see :func:`resolve_mirror`).
+
 Downloads land in a content-addressed cache (``$CUW_SOURCE_CACHE``, default
 ``~/.cache/cuw/sources``) named by their sha256, are verified against the
 recipe's pin, and are unpacked with every member checked: nothing may land
@@ -20,6 +25,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple, Optional
 
 from cuw.base.errors import CuwError
 from cuw.base.files import sha256_of
@@ -157,6 +163,115 @@ def checkout_git(url: str, tag: str, recursive: bool, dest: Path) -> Path:
     return dest
 
 
+# -- git sources from a local mirror ------------------------------------------------
+
+MIRROR_VAR = "CUW_GIT_MIRROR"
+"""A git repository, a folder of mirrors, or one tarball; ``--git-mirror`` sets it for the verb and its jobs."""
+TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.xz", ".tar.bz2", ".zip")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_FIX = f"give --git-mirror (or ${MIRROR_VAR}) a git repository, a folder of mirrors or a `git archive` tarball"
+
+
+class Mirror(NamedTuple):
+    kind: str  # "repo" or "tarball"
+    path: Path
+
+
+def mirror_from_env() -> Optional[Path]:
+    """``$CUW_GIT_MIRROR`` as an absolute path, or None when unset or empty."""
+    value = os.environ.get(MIRROR_VAR, "").strip()
+    return Path(value).expanduser().resolve() if value else None
+
+
+def check_mirror(path: Path, option: str = f"${MIRROR_VAR}") -> Path:
+    """The mirror location, absolute; refused when it does not exist or is neither a file nor a folder."""
+    path = path.expanduser().resolve()
+    if not path.exists():
+        raise CuwError(f"{option} {path}: no such file or folder; {_FIX}")
+    if not (path.is_dir() or path.is_file()):
+        raise CuwError(f"{option} {path}: not a file or folder; {_FIX}")
+    return path
+
+
+def repo_name(url: str) -> tuple[Optional[str], str]:
+    """(owner, name) of a git URL: ``https://github.com/traveller59/spconv.git`` -> (traveller59, spconv)."""
+    parts = [p for p in re.split(r"[/:]", url.strip().rstrip("/")) if p]
+    name = parts[-1].removesuffix(".git") if parts else ""
+    owner = parts[-2] if len(parts) >= 2 else None
+    if not _NAME.fullmatch(name):
+        raise CuwError(f"source.git {url!r}: cannot name a mirror after it (its last part {name!r} is not a plain name)")
+    return (owner if owner and _NAME.fullmatch(owner) else None), name
+
+
+def tag_version(tag: str) -> str:
+    """``v2.3.8`` -> ``2.3.8``: the version in a release tarball's name."""
+    return tag[1:] if re.fullmatch(r"v\d.*", tag) else tag
+
+
+def _is_repo(path: Path) -> bool:
+    """A normal (``.git`` inside) or bare (``HEAD``, ``objects``, ``refs``) repository; never asks git,
+    which would find an enclosing repository."""
+    return (path / ".git").exists() or all((path / p).exists() for p in ("HEAD", "objects", "refs"))
+
+
+def mirror_candidates(url: str, tag: str) -> tuple[list[str], list[str]]:
+    """The names a folder of mirrors is searched for, repositories first, then tarballs."""
+    owner, name = repo_name(url)
+    repos = [f"{name}.git", name]
+    if owner:
+        repos += [f"{owner}/{name}.git", f"{owner}/{name}"]
+    stems = dict.fromkeys([f"{name}-{tag_version(tag)}", f"{name}-{tag}"])
+    return repos, [stem + suffix for stem in stems for suffix in TARBALL_SUFFIXES]
+
+
+def resolve_mirror(url: str, tag: str, location: Path) -> Mirror:
+    """Where a git source comes from under ``location``: the location itself when it is a tarball
+    or a repository, else the first of :func:`mirror_candidates` found in it. A name that exists
+    as the wrong kind (a folder named like a tarball, a plain folder named like a repository) is
+    refused, never skipped."""
+    if location.is_file():
+        return Mirror("tarball", location)
+    if _is_repo(location):
+        return Mirror("repo", location)
+    repos, tarballs = mirror_candidates(url, tag)
+    for rel in repos:
+        path = location / rel
+        if path.is_dir() and _is_repo(path):
+            return Mirror("repo", path)
+        if path.exists():
+            what = "a folder but not a git repository (no .git, no HEAD/objects/refs)" if path.is_dir() else "not a git repository"
+            raise CuwError(f"git mirror {path} is {what}: replace it by `git clone --mirror {url}`, or remove it")
+    for rel in tarballs:
+        path = location / rel
+        if path.is_file():
+            return Mirror("tarball", path)
+        if path.exists():
+            raise CuwError(f"git mirror {path} is a folder, not a tarball: replace it by the `git archive` tarball "
+                           f"of {tag} of {url}, or remove it")  # fmt: skip
+    raise CuwError(
+        f"git mirror folder {location} holds no mirror of {url} at {tag}: looked for {', '.join(repos)} "
+        f"(git repositories) and {', '.join(tarballs[:2])}, ... (tarballs); add one, or unset {MIRROR_VAR} "
+        "to clone from the URL"
+    )
+
+
+def _from_tarball(recipe: Recipe, tarball: Path, dest: Path) -> Path:
+    source = recipe.source
+    recipe_file = Path(recipe.folder) / "recipe.yml"
+    got = sha256_of(tarball)
+    if source.recursive:
+        raise CuwError(f"{recipe_file}: source.recursive needs submodules, which a `git archive` tarball ({tarball}) "
+                       f"lacks: mirror the repository instead (git clone --mirror --recurse-submodules)")  # fmt: skip
+    if source.archive_sha256 is None:
+        raise CuwError(f"{recipe_file}: source.archive_sha256 is not set, so the tarball {tarball} cannot be checked: "
+                       f"pin it (archive_sha256: {got}, once that hash is checked against the tarball's publisher)")  # fmt: skip
+    if got != source.archive_sha256:
+        raise CuwError(f"{tarball} has sha256 {got}, but {recipe_file} pins source.archive_sha256 "
+                       f"{source.archive_sha256}: replace the file with the `git archive` tarball of {source.tag} "
+                       f"of {source.git}, or correct the pin")  # fmt: skip
+    return unpack(tarball, dest)
+
+
 def materialize(recipe: Recipe, dest: Path) -> Path:
     """Puts the recipe's source at ``dest`` (a fresh folder)."""
     source = recipe.source
@@ -167,4 +282,17 @@ def materialize(recipe: Recipe, dest: Path) -> Path:
         assert source.sha256 is not None  # the loader requires it
         return unpack(fetch_sdist(source.pypi, source.sha256), dest)
     assert source.git is not None and source.tag is not None
-    return checkout_git(source.git, source.tag, source.recursive, dest)
+    location = mirror_from_env()
+    if location is None:
+        return checkout_git(source.git, source.tag, source.recursive, dest)
+    mirror = resolve_mirror(source.git, source.tag, check_mirror(location))
+    if mirror.kind == "tarball":
+        _from_tarball(recipe, mirror.path, dest)
+    else:
+        try:
+            checkout_git(mirror.path.as_uri(), source.tag, source.recursive, dest)
+        except CuwError as exc:
+            raise CuwError(f"git mirror {mirror.path} (for {source.git}): {exc}") from None
+    print(f"cuw: source of {recipe.key}: {source.git} {source.tag} from the {mirror.kind} {mirror.path}",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return dest
