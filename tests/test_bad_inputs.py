@@ -29,7 +29,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 JUNK = Path("/bin/ls").read_bytes()[:65536]  # a real binary: NUL bytes, invalid UTF-8
-WHEEL = "cuw_example-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
+WHEEL = "cuw_example-0.1.0+cu130-py3-none-linux_x86_64.whl"
 MINIMAL = (
     "name: x\nlinks_torch: false\nbackend: setuptools\n"
     "source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}\n"
@@ -333,7 +333,7 @@ def _wheel(path: Path, record: bytes) -> None:
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("cuw_example/__init__.py", "")
         zf.writestr(f"{dist}/METADATA", "Metadata-Version: 2.1\nName: cuw-example\nVersion: 0.1.0+cu130\n\n")
-        zf.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n")
+        zf.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n")
         zf.writestr(f"{dist}/RECORD", record)
 
 
