@@ -349,3 +349,23 @@ def test_a_link_seat_gets_the_native_stub(tmp_path):
     assert "partition\t" not in table and table.endswith("owned\nkeys\n"), "no partition: no keys"
     assert job.run(Case("k", ["-c", F_CU, "-o", "k.o"], True), NO_FALLBACK) == 0
     assert [(e["action"], e["owner"], e["outcome"]) for e in job.entries()] == [("compiled", None, "miss")]
+
+
+LOCALES = [{"LANG": "C"}, {}, {"LC_CTYPE": "POSIX"}, {"LANG": "C", "LC_ALL": "C"}, {"LANG": "C.UTF-8"},
+           {"LC_CTYPE": "no_such_locale"}]  # fmt: skip
+
+
+def test_an_owned_compile_hashes_the_same_through_either_seat_in_any_locale(tmp_path):
+    """The cache hashes LC_CTYPE, and the Python seat's interpreter coerces a C locale's (PEP 538):
+    a TU the Python seat compiled on a shard (a file generated after install) must hit through the
+    native seat on the link job, and the other way round."""
+    job = Job(tmp_path / "j", native=True)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
+    base = {k: v for k, v in base.items() if k not in runtime.SOURCE_FILTER_VARS}
+    for i, locale_env in enumerate(LOCALES):
+        env = {**base, **locale_env}
+        argv = ["-c", O_CPP, "-o", f"loc{i}.o"]
+        first, second = (job.root / "seat" / "python" / "g++", job.bin / "g++") if i % 2 else (job.bin / "g++", job.root / "seat" / "python" / "g++")
+        assert subprocess.run([str(first), *argv], cwd=job.src, env={**env, **NO_FALLBACK}, check=False).returncode == 0
+        assert subprocess.run([str(second), *argv], cwd=job.src, env={**env, **NO_FALLBACK}, check=False).returncode == 0
+        assert job.entries()[-1]["outcome"] == "hit", f"{locale_env}: the second seat missed what the first compiled"

@@ -45,6 +45,8 @@
 #ifndef _WIN32
 #include <errno.h>
 #include <fcntl.h>
+#include <langinfo.h>
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -467,15 +469,37 @@ static void build_command(const struct table *t, int argc, char **argv) {
     push_arg(NULL, capacity);
 }
 
+/* The LC_CTYPE the Python seat's interpreter puts in its own environment at start (PEP 538: a C or
+   POSIX LC_CTYPE, LC_ALL unset, is coerced to the first UTF-8 locale that loads), or NULL. The
+   cache hashes LC_CTYPE: a compile through either seat must hash the same. */
+static const char *coerced_ctype(void) {
+    const char *all = getenv("LC_ALL");
+    if (all && *all) return NULL;
+    setlocale(LC_CTYPE, "");
+    const char *ctype = setlocale(LC_CTYPE, NULL);
+    if (!ctype || (strcmp(ctype, "C") != 0 && strcmp(ctype, "POSIX") != 0)) return NULL;
+    static const char *const targets[] = {"C.UTF-8", "C.utf8", "UTF-8", NULL};
+    for (const char *const *target = targets; *target; ++target) {
+        if (!setlocale(LC_CTYPE, *target)) continue;
+        const char *codeset = nl_langinfo(CODESET);
+        if (codeset && *codeset) return *target;
+        setlocale(LC_CTYPE, "");
+    }
+    return NULL;
+}
+
 /* cache.scrub(os.environ) updated with the cache's environment, then the stats log variable. */
 static char **build_env(const struct table *t, const char *statslog) {
     size_t n = 0;
     for (char **e = environ; *e; ++e) ++n;
-    char **env = calloc(n + (size_t)t->n_env + 2, sizeof(char *));
+    char **env = calloc(n + (size_t)t->n_env + 3, sizeof(char *));
     if (!env) fallback();
     size_t k = 0;
+    const char *ctype = coerced_ctype();
+    if (ctype) env[k++] = concat("LC_CTYPE=", ctype);
     for (char **e = environ; *e; ++e) {
         if (strncmp(*e, "CCACHE_", 7) == 0 || strncmp(*e, "SCCACHE_", 8) == 0) continue;
+        if (ctype && strncmp(*e, "LC_CTYPE=", 9) == 0) continue;
         int replaced = 0; /* dict.update: a key of the cache's environment replaces the inherited one */
         for (int i = 0; i < t->n_env && !replaced; ++i) {
             size_t len = (size_t)(strchr(t->env[i], '=') - t->env[i]);
