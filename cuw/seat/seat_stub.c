@@ -47,6 +47,7 @@
 #include <fcntl.h>
 #include <langinfo.h>
 #include <locale.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -586,6 +587,8 @@ static int compile_cached(const struct table *t, int argc, char **argv, const ch
         fallback();
     }
     if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL); /* subprocess's restore_signals */
+        signal(SIGXFSZ, SIG_DFL);
         close_inherited();
         execve(t->cache, spawn_argv, env);
         _exit(127);
