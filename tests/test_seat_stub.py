@@ -4,8 +4,10 @@ Two job folders of equal path length, ``a`` (native stub in front, Python seat b
 ``b`` (the Python seat alone), get the same sources and the same calls. Every call runs in
 ``b``, then in ``a`` with CUW_SEAT_STUB_NO_FALLBACK (the native stub exits 97 where it would
 hand over), then in ``a`` again without it where it handed over. The work trees and seat logs
-(less pid and seconds) must end up identical, and the native stub must have handled exactly
-the calls marked ``native``.
+(less pid, seconds and at) must end up identical, and the native stub must have handled exactly
+the calls marked ``native``: foreign TUs (stubbed) and owned ones (compiled through each job's
+own ccache: the log's outcome, hit, miss or uncacheable, must agree too). The same again for a
+link job's seat (no partition: every TU compiled through the cache).
 """
 
 from __future__ import annotations
@@ -48,8 +50,13 @@ F_PROBE_CPP = _named("CMakeFiles/CMakeScratch/TryCompile-x/src{}.cxx", 2)
 F_SECOND = _named("csrc/s{}.cu", 2)
 F_OUTSIDE = _named("../gen/x{}.cu", 2)  # a key outside the source root, still foreign by the hash
 F_GENERATED = _named("csrc/generated{}.cu", 2)  # written after the seat was installed
+O_GENERATED = _named("csrc/generated{}.cu", 1)  # the same, owned
+O_BAD = _named("csrc/bad{}.cu", 1)  # an owned TU that does not compile
+O_DC = _named("csrc/dc{}.cu", 1)
 SOURCES = {F_CU: KERNEL, O_CU: KERNEL, F_SPACE: KERNEL, F_QUOTE: KERNEL, F_UNICODE: KERNEL, F_TMPXFT_CU: KERNEL,
-           F_SECOND: KERNEL, F_CPP: HOST_SRC, O_CPP: HOST_SRC, F_TMPXFT_CPP: HOST_SRC, F_PROBE_CPP: HOST_SRC}  # fmt: skip
+           F_SECOND: KERNEL, F_CPP: HOST_SRC, O_CPP: HOST_SRC, F_TMPXFT_CPP: HOST_SRC, F_PROBE_CPP: HOST_SRC,
+           O_BAD: "this is not CUDA\n", O_DC: KERNEL}  # fmt: skip
+EXTRA_ARGS = ["-DCUW_EXTRA=1"]  # the recipe's nvcc_flags
 
 
 @dataclass
@@ -63,6 +70,10 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     argv0: str = ""
     """argv[0] when it is not the path run (the tool is the name run, as for the Python script)."""
+    action: str = "stubbed"
+    """The seat log's last action after a call the native stub handled."""
+    outcome: str = ""
+    """For a compile: the cache outcome both seats must log."""
 
 
 NVCC_CASES = [
@@ -95,7 +106,24 @@ NVCC_CASES = [
     Case("source filter active", ["-c", F_CU, "-o", "filter.o"], False, env={"CUDA_WHEELS_SHARD_COUNT": "2"}),
     Case("not a compile", ["--version"], False),
     Case("probe by output name", ["-c", F_CU, "-o", "cmTC_1.o", *ARCH], False),
-    Case("owned TU", ["-MD", "-c", O_CU, "-o", "own/o.o", *ARCH], False),
+    Case("owned TU: a miss", ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH], True, action="compiled", outcome="miss"),
+    Case("owned TU again: a hit", ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH], True, action="compiled", outcome="hit"),
+    # The host seat as -ccbin (CMake passes its CXX) is the real g++ to the cache: the same command as above, a hit.
+    Case("owned, -ccbin the host seat", ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH, "-ccbin", "{root}/bin/g++"], True,
+         action="compiled", outcome="hit"),
+    Case("owned, -ccbin= a real compiler", ["-ccbin=/usr/bin/g++", "-c", O_CU, "-o", "own_eq.o", *ARCH], True,
+         action="compiled", outcome="miss"),
+    Case("owned, inherited CCACHE_ settings scrubbed", ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH], True,
+         env={"CCACHE_DISABLE": "1", "CCACHE_RECACHE": "1"}, action="compiled", outcome="hit"),
+    Case("owned -dc, spelled out", ["-dc", O_DC, "-o", "own_dc.o", "-MD", *ARCH], True, action="compiled", outcome="miss"),
+    Case("owned -dc again: a hit", ["-dc", O_DC, "-o", "own_dc.o", "-MD", *ARCH], True, action="compiled", outcome="hit"),
+    Case("owned -rdc=true -c: the same command", ["-rdc=true", "-c", O_DC, "-o", "own_dc.o", "-MD", *ARCH], True,
+         action="compiled", outcome="hit"),
+    Case("owned, default output and depfile", ["-MMD", "-c", O_CU, *ARCH], True, action="compiled", outcome="miss"),
+    Case("owned, a compile error", ["-c", O_BAD, "-o", "own_bad.o", *ARCH], True, action="compiled",
+         outcome="uncacheable:compile_failed"),
+    Case("owned, generated after install", ["-c", O_GENERATED, "-o", "own_gen.o"], False),
+    Case("owned, source filter active", ["-c", O_CU, "-o", "own_f.o"], False, env={"CUDA_WHEELS_SHARD_INDEX": "2"}),
 ]
 HOST_CASES = [
     Case("host -MD -MF", ["-MD", "-MF", "build/x.o.d", "-c", F_CPP, "-o", "build/x.o"], True, tool="g++"),
@@ -110,7 +138,13 @@ HOST_CASES = [
     Case("host probe by cwd", ["-c", "{src}/" + F_CPP, "-o", "p.o"], False, tool="g++", cwd="build/CMakeFiles/CMakeTmp"),
     Case("host response file", ["@opts.rsp", "-c", F_CPP, "-o", "rsp.o"], False, tool="g++"),
     Case("host preprocess", ["-E", F_CPP], False, tool="g++"),
-    Case("host owned TU", ["-c", O_CPP, "-o", "own.o"], False, tool="g++"),
+    Case("host owned TU: a miss", ["-MD", "-c", O_CPP, "-o", "own.o"], True, tool="g++", action="compiled", outcome="miss"),
+    Case("host owned TU again: a hit", ["-MD", "-c", O_CPP, "-o", "own.o"], True, tool="g++", action="compiled",
+         outcome="hit"),
+    Case("host owned TU as cc: another compiler", ["-c", O_CPP, "-o", "own-cc.o"], True, tool="cc", action="compiled",
+         outcome="miss"),
+    Case("host owned TU, -O2 -fPIC", ["-O2", "-fPIC", "-c", O_CPP, "-o", "own-o2.o"], True, tool="c++",
+         action="compiled", outcome="miss"),
     Case("host argv[0] is not the name run", ["-c", F_CPP, "-o", "argv0.o"], True, tool="g++", argv0="cc-wrapper"),
     Case("host seat run by its own name", ["-c", F_CPP, "-o", "own-name.o"], False, tool="seat/host-cc"),
     Case("host link", ["-shared", "{root}/seat/empty.o", "-o", "liblink.so"], False, tool="g++"),
@@ -120,7 +154,7 @@ HOST_CASES = [
 class Job:
     """One job folder: sources, a seat of shard 1/2 with its host seat in bin/, and a ccache."""
 
-    def __init__(self, root: Path, native: bool, partition_host: bool = True) -> None:
+    def __init__(self, root: Path, native: bool, partition_host: bool = True, partitioned: bool = True) -> None:
         self.root = root
         self.src = root / "src"
         for rel, text in SOURCES.items():
@@ -146,7 +180,8 @@ class Job:
             source_root=str(self.src),
             empty_object=str(self.empty),
             log=str(self.log),
-            partition=runtime.SeatPartition(INDEX, COUNT),
+            partition=runtime.SeatPartition(INDEX, COUNT) if partitioned else None,
+            extra_args=EXTRA_ARGS,
             real_compilers=install.find_host_compilers(),
             partition_host=partition_host,
         )
@@ -156,8 +191,8 @@ class Job:
         self.bin = root / "bin"
         self.bin.mkdir()
         install.link_host_seat(root / "seat", self.bin, self.config)
-        generated = self.src / F_GENERATED
-        generated.write_text(KERNEL)
+        for generated in (F_GENERATED, O_GENERATED):
+            (self.src / generated).write_text(KERNEL)
 
     def run(self, case: Case, extra_env: dict[str, str] | None = None) -> int:
         exe = self.nvcc if case.tool == "nvcc" else self.root / case.tool if "/" in case.tool else self.bin / case.tool
@@ -198,9 +233,13 @@ def jobs(tmp_path_factory) -> tuple[Job, Job]:
     return Job(base / "a", native=True), Job(base / "b", native=False)
 
 
-@pytest.mark.parametrize("case", NVCC_CASES + HOST_CASES, ids=lambda c: c.name)
-def test_native_stub_matches_the_python_seat(jobs, case):
-    native_job, python_job = jobs
+@pytest.fixture(scope="module")
+def link_jobs(tmp_path_factory) -> tuple[Job, Job]:
+    base = tmp_path_factory.mktemp("link")
+    return Job(base / "a", native=True, partitioned=False), Job(base / "b", native=False, partitioned=False)
+
+
+def _compare(native_job: Job, python_job: Job, case: Case) -> None:
     rc_python = python_job.run(case)
     before = native_job.snapshot(), native_job.entries()
     rc_native = native_job.run(case, NO_FALLBACK)
@@ -213,7 +252,38 @@ def test_native_stub_matches_the_python_seat(jobs, case):
     assert native_job.snapshot() == python_job.snapshot()
     assert native_job.entries() == python_job.entries()
     if handled:
-        assert python_job.entries()[-1]["action"] == "stubbed"
+        assert python_job.entries()[-1]["action"] == case.action
+    if case.outcome:
+        assert python_job.entries()[-1]["outcome"] == case.outcome
+        raw = seat_log.read_log(native_job.log)[-1]
+        assert isinstance(raw["seconds"], float) and isinstance(raw["at"], float) and raw["pid"] > 0
+
+
+@pytest.mark.parametrize("case", NVCC_CASES + HOST_CASES, ids=lambda c: c.name)
+def test_native_stub_matches_the_python_seat(jobs, case):
+    _compare(*jobs, case)
+
+
+LINK_CASES = [
+    Case("link: a shard's foreign TU compiles", ["-MD", "-c", F_CU, "-o", "l_f.o", *ARCH], True, action="compiled",
+         outcome="miss"),
+    Case("link: again, a hit", ["-MD", "-c", F_CU, "-o", "l_f.o", *ARCH], True, action="compiled", outcome="hit"),
+    Case("link: generated after install", ["-c", F_GENERATED, "-o", "l_gen.o"], True, action="compiled", outcome="miss"),
+    Case("link: the source filter's variables", ["-c", F_CU, "-o", "l_sf.o"], True, action="compiled", outcome="miss",
+         env={"CUDA_WHEELS_SHARD_INDEX": "2", "CUDA_WHEELS_SHARD_COUNT": "2"}),
+    Case("link: non-ASCII key", ["-c", F_UNICODE, "-o", "l_u.o"], False),
+    Case("link: outside the source root", ["-c", F_OUTSIDE, "-o", "l_up.o"], False),
+    Case("link: probe", ["-c", F_CU, "-o", "cmTC_2.o"], False),
+    Case("link: not a compile", ["--version"], False),
+    Case("link: host TU", ["-MD", "-c", F_CPP, "-o", "l_h.o"], True, tool="g++", action="compiled", outcome="miss"),
+    Case("link: host TU again", ["-MD", "-c", F_CPP, "-o", "l_h.o"], True, tool="g++", action="compiled", outcome="hit"),
+    Case("link: host tmpxft", ["-c", F_TMPXFT_CPP, "-o", "l_tmpxft.o"], False, tool="g++"),
+]
+
+
+@pytest.mark.parametrize("case", LINK_CASES, ids=lambda c: c.name)
+def test_the_link_jobs_native_seat_matches_the_python_seat(link_jobs, case):
+    _compare(*link_jobs, case)
 
 
 def test_the_foreign_table_is_the_partition_rule(jobs):
@@ -222,14 +292,16 @@ def test_the_foreign_table_is_the_partition_rule(jobs):
     keys = {line.split("\t")[0]: int(line.split("\t")[1]) for line in table.split("keys\n", 1)[1].splitlines()}
     every = [tu_key(str(p), str(native_job.src)) for p in native_job.src.rglob("*") if p.suffix in (".cu", ".cpp", ".cxx")]
     assert F_CU in keys and O_CU not in keys and F_GENERATED not in keys
-    assert keys == {k: owner(k, COUNT) for k in every if owner(k, COUNT) != INDEX and k != F_GENERATED}
+    generated = (F_GENERATED, O_GENERATED)
+    assert keys == {k: owner(k, COUNT) for k in every if owner(k, COUNT) != INDEX and k not in generated}
+    owned = {line.split("\t")[0]: int(line.split("\t")[1]) for line in table.split("\nowned\n", 1)[1].split("\nkeys\n")[0].splitlines()}
+    assert owned == {k: INDEX for k in every if owner(k, COUNT) == INDEX and k not in generated}
 
 
-def test_windows_lanes_hand_every_host_call_to_the_python_seat(tmp_path):
+def test_windows_lanes_compile_every_host_tu(tmp_path):
     job = Job(tmp_path / "w", native=True, partition_host=False)
-    assert job.run(Case("host", ["-c", F_CPP, "-o", "x.o"], False, tool="g++"), NO_FALLBACK) == 97
-    assert job.run(Case("host", ["-c", F_CPP, "-o", "x.o"], False, tool="g++")) == 0
-    assert [(e["action"], e["kind"]) for e in job.entries()] == [("compiled", "host")]
+    assert job.run(Case("host", ["-c", F_CPP, "-o", "x.o"], False, tool="g++"), NO_FALLBACK) == 0
+    assert [(e["action"], e["kind"], e["owner"], e["outcome"]) for e in job.entries()] == [("compiled", "host", None, "miss")]
     assert job.run(Case("nvcc", ["-c", F_CU, "-o", "k.o"], True), NO_FALLBACK) == 0  # CUDA TUs still partitioned
     assert job.entries()[-1]["action"] == "stubbed"
 
@@ -269,3 +341,31 @@ def test_a_seat_without_partition_keeps_the_python_scripts(tmp_path):
     script = install.install(tmp_path / "seat", config)
     assert not seat_native.install_native(tmp_path / "seat", config)
     assert script.read_text().startswith("#!") and not (tmp_path / "seat" / seat_native.NATIVE_TABLE).exists()
+
+
+def test_a_link_seat_gets_the_native_stub(tmp_path):
+    job = Job(tmp_path / "l", native=True, partitioned=False)
+    table = (job.root / "seat" / seat_native.NATIVE_TABLE).read_text(encoding="utf-8")
+    assert "partition\t" not in table and table.endswith("owned\nkeys\n"), "no partition: no keys"
+    assert job.run(Case("k", ["-c", F_CU, "-o", "k.o"], True), NO_FALLBACK) == 0
+    assert [(e["action"], e["owner"], e["outcome"]) for e in job.entries()] == [("compiled", None, "miss")]
+
+
+LOCALES = [{"LANG": "C"}, {}, {"LC_CTYPE": "POSIX"}, {"LANG": "C", "LC_ALL": "C"}, {"LANG": "C.UTF-8"},
+           {"LC_CTYPE": "no_such_locale"}]  # fmt: skip
+
+
+def test_an_owned_compile_hashes_the_same_through_either_seat_in_any_locale(tmp_path):
+    """The cache hashes LC_CTYPE, and the Python seat's interpreter coerces a C locale's (PEP 538):
+    a TU the Python seat compiled on a shard (a file generated after install) must hit through the
+    native seat on the link job, and the other way round."""
+    job = Job(tmp_path / "j", native=True)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
+    base = {k: v for k, v in base.items() if k not in runtime.SOURCE_FILTER_VARS}
+    for i, locale_env in enumerate(LOCALES):
+        env = {**base, **locale_env}
+        argv = ["-c", O_CPP, "-o", f"loc{i}.o"]
+        first, second = (job.root / "seat" / "python" / "g++", job.bin / "g++") if i % 2 else (job.bin / "g++", job.root / "seat" / "python" / "g++")
+        assert subprocess.run([str(first), *argv], cwd=job.src, env={**env, **NO_FALLBACK}, check=False).returncode == 0
+        assert subprocess.run([str(second), *argv], cwd=job.src, env={**env, **NO_FALLBACK}, check=False).returncode == 0
+        assert job.entries()[-1]["outcome"] == "hit", f"{locale_env}: the second seat missed what the first compiled"

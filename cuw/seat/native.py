@@ -14,6 +14,7 @@ from cuw.partition.rules import tu_key
 from cuw.seat.install import c_compiler
 from cuw.seat.runtime import HOST_COMPILERS, HOST_SCRIPT, PROBE_MARKERS, SOURCE_FILTER_VARS, SeatConfig
 from cuw.toolchain import nvcc_args
+from cuw.toolchain.cache import Ccache
 
 
 # -- the native fast path ------------------------------------------------------------------
@@ -26,15 +27,40 @@ from cuw.toolchain import nvcc_args
 NATIVE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seat_stub.c")
 NATIVE_TABLE = "seat-stub.tsv"
 PYTHON_SEAT_DIR = "python"
-_TABLE_MAGIC = "cuw-seat-stub 1"
+_TABLE_MAGIC = "cuw-seat-stub 2"
 TABLES_HEADER = "seat_tables.h"
 
 
-def foreign_table(config: SeatConfig) -> Optional[str]:
-    """The native stub's table: header lines, then ``key, owner, key as JSON`` for every source
-    file under the source root that another shard owns. None when the seat partitions nothing."""
+def _compile_lines(config: SeatConfig) -> list[str]:
+    """The table's lines for the native owned compile: everything ``_compile_cached`` and the
+    nvcc command need beyond the argv. None of them when one cannot be written as a table line
+    (or the cache tool is not an absolute path): every owned TU then goes to the Python seat."""
+    values = [config.cache_cmd, config.real_nvcc, config.statslog_var or "", *config.extra_args,
+              *(f"{k}={v}" for k, v in config.cache_env.items()), *config.real_compilers, *config.real_compilers.values()]
+    if not os.path.isabs(config.cache_cmd) or any(c in v for v in values for c in "\n\r\0"):
+        return []
+    if any(not k or "=" in k or "\t" in k for k in config.cache_env) or any("\t" in n for n in config.real_compilers):
+        return []
+    return [
+        "compile\t1",
+        f"cache\t{config.cache_cmd}",
+        f"nvcc\t{config.real_nvcc}",
+        *([f"statslog_var\t{config.statslog_var}"] if config.statslog_var else []),
+        *(f"env\t{k}={v}" for k, v in config.cache_env.items()),
+        *(f"extra\t{arg}" for arg in config.extra_args),
+        *(f"real\t{name}\t{path}" for name, path in sorted(config.real_compilers.items())),
+    ]
+
+
+def seat_table(config: SeatConfig) -> Optional[str]:
+    """The native stub's table: header lines (the job's paths; with :func:`_compile_lines`, how an
+    owned TU is compiled), then ``owned`` and ``key, owner or null, key as JSON`` for every source
+    file under the source root this seat compiles (its own slice; beside the source filter, the
+    filter's files, owner null), then ``keys`` and the same for every one another shard owns.
+    None when there is nothing for the stub to do: no partition and no native compile."""
     part = config.partition
-    if part is None:
+    compile_lines = _compile_lines(config)
+    if part is None and not compile_lines:
         return None
     root = os.path.normpath(config.source_root)
     lines = [
@@ -44,23 +70,33 @@ def foreign_table(config: SeatConfig) -> Optional[str]:
         f"log\t{config.log}",
         f"host_partitioned\t{int(config.partition_host)}",
         f"host_tools\t {' '.join(sorted(config.real_compilers))} ",
+        *([f"partition\t{part.index}/{part.count}"] if part else []),
         # Beside the source filter: the filter's keys are left out below, so the stub may stub
         # the rest while CUDA_WHEELS_SHARD_* name this shard (any other value: the Python seat).
-        *([f"source_filter\t{part.index}/{part.count}"] if part.beside_filter else []),
-        "keys",
+        *([f"source_filter\t{part.index}/{part.count}"] if part and part.beside_filter else []),
+        *compile_lines,
     ]
-    rows = []
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            if not name.endswith(SOURCE_SUFFIXES):
-                continue
-            key = tu_key(os.path.join(dirpath, name), root)
-            if not part.partitions(key):
-                continue  # the source filter's file: compiled where it survives
-            tu_owner = part.owner(key)
-            if tu_owner != part.index and not any(c in key for c in "\t\n\r"):
-                rows.append(f"{key}\t{tu_owner}\t{json.dumps(key)}")
-    return "\n".join(lines + sorted(rows)) + "\n"
+    owned, foreign = [], []
+    if part is not None:
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                if not name.endswith(SOURCE_SUFFIXES):
+                    continue
+                key = tu_key(os.path.join(dirpath, name), root)
+                if any(c in key for c in "\t\n\r"):
+                    continue
+                if not part.partitions(key):  # the source filter's file: compiled where it survives
+                    owned.append(f"{key}\tnull\t{json.dumps(key)}")
+                    continue
+                tu_owner = part.owner(key)
+                (owned if tu_owner == part.index else foreign).append(f"{key}\t{tu_owner}\t{json.dumps(key)}")
+    return "\n".join(lines + ["owned", *sorted(owned), "keys", *sorted(foreign)]) + "\n"
+
+
+def foreign_table(config: SeatConfig) -> Optional[str]:
+    """The table the stub reads (:func:`seat_table`), when the seat partitions (else None);
+    its lines after ``keys`` are the foreign keys."""
+    return seat_table(config) if config.partition is not None else None
 
 
 def tables_header() -> str:
@@ -75,12 +111,16 @@ def tables_header() -> str:
         "DEPFILE_WITH_COMPILE": nvcc_args.DEPFILE_WITH_COMPILE,
         "SOURCE_SUFFIXES": SOURCE_SUFFIXES,
         "PROBE_MARKERS": PROBE_MARKERS,
+        "CACHE_HITS": Ccache.HITS,
+        "CACHE_MISSES": Ccache.MISSES,
+        "CACHE_UNCACHEABLE": Ccache.UNCACHEABLE,
     }
     out = ["/* Generated by cuw/seat/native.py (tables_header): do not edit. */"]
     for name, values in arrays.items():
         items = ", ".join(_c_literal(v) for v in sorted(values))
         out.append(f"static const char *const {name}[] = {{{items}, NULL}};")
     out.append(f"#define TABLE_MAGIC {_c_literal(_TABLE_MAGIC)}")
+    out.append(f"#define HOST_SCRIPT {_c_literal(HOST_SCRIPT)}")
     index_var, count_var = SOURCE_FILTER_VARS
     out.append(f"#define FILTER_INDEX_VAR {_c_literal(index_var)}")
     out.append(f"#define FILTER_COUNT_VAR {_c_literal(count_var)}")
@@ -114,12 +154,13 @@ def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None
     """Compiles cuw/seat/seat_stub.c into the seat folder written by :func:`install`, in place of the
     ``nvcc`` and host scripts (which move to ``python/`` and stay the fallback).
 
-    Without a partition there is nothing to stub and the scripts stay. When the stub cannot
+    Without a partition (the link job) the stub still compiles every TU through the cache; only
+    without a partition and without a native compile (:func:`_compile_lines`) the scripts stay. When the stub cannot
     be built (no C compiler), the scripts stay too -- same result, slower -- and one line says
     so in ``note`` (the job's build log), or on stderr."""
     import subprocess
 
-    table = foreign_table(config)
+    table = seat_table(config)
     if table is None:
         return False
     reason = _native_unfit(config)

@@ -23,12 +23,15 @@ Each decision is one JSON line in the seat log, which the gates read.
 The configuration is a JSON file written by :func:`cuw.seat.install.install`; a seat with a
 partition refuses to run when the ``source`` filter is also active.
 
-On a shard, :func:`cuw.seat.native.install_native` puts a native stub (``cuw/seat/seat_stub.c``)
-in front of these scripts: from a table of the keys this shard does not own
-(:func:`cuw.seat.native.foreign_table`, written from the materialized source tree with the
-partition rule here), it stubs a foreign TU the way :func:`run` and
-:func:`run_host` do, without starting Python, and hands every other call, with
-the same argv, to the scripts (moved to ``<seat>/python/``).
+On Linux jobs, :func:`cuw.seat.native.install_native` puts a native stub (``cuw/seat/seat_stub.c``)
+in front of these scripts: from a table of the keys with their owners and of what an owned
+compile needs (:func:`cuw.seat.native.seat_table`, written from the materialized source tree
+and the configuration with the partition rule here), it stubs a foreign TU and compiles an
+owned one through the cache (:func:`_stub_or_compile`, :func:`_compile_cached`: the same
+command, environment and log line) the way :func:`run` and :func:`run_host` do, without
+starting Python, and hands every other call, with the same argv, to the scripts (moved to
+``<seat>/python/``). A change to what these functions run or log must be made there too
+(tests/test_seat_stub.py compares the two).
 """
 
 from __future__ import annotations

@@ -1,12 +1,22 @@
-/* The seat's native fast path: a foreign TU's stub without starting Python.
+/* The seat's native fast path: a foreign TU's stub, or an owned TU's cached compile, without
+ * starting Python.
  *
- * Compiled once per job (cuw/seat/runtime.py install_native) into the seat folder, where it
+ * Compiled once per job (cuw/seat/native.py install_native) into the seat folder, where it
  * stands as the nvcc seat (SEAT_HOST 0) and the host seat (SEAT_HOST 1). The partition
- * rule stays in Python: at install the seat writes a table of the source files under the
- * source root that this shard does NOT own (key, owner, key as JSON). This program handles
- * one case only -- a compile of exactly one source whose key is in that table, not a probe
- * -- and there writes what the Python seat's stub writes (the empty object, the depfile, the
- * same JSON log line). Every other call, and any doubt or error, execs the Python seat with
+ * rule stays in Python: at install the seat writes a table (seat-stub.tsv) of the source files
+ * under the source root that this shard owns (section "owned": key, owner or null, key as JSON)
+ * and that it does NOT own (section "keys"), and everything an owned compile needs beyond the
+ * argv: the cache tool, its environment, the real nvcc and host compilers, the extra args.
+ * This program handles two cases of a compile of exactly one source under the source root,
+ * not a probe:
+ * - its key is a foreign one: it writes what the Python seat's stub writes (the empty object,
+ *   the depfile, the same JSON log line);
+ * - its key is owned (or the seat partitions nothing: the link job): it runs the command the
+ *   Python seat runs (``<cache> <real nvcc> <args, -dc/-dw spelled out, -ccbin unseated>
+ *   [-ccbin <real g++>] <extra args>``, or ``<cache> <real compiler> <args>``) with the same
+ *   environment, reads the call's outcome from the cache's per-call stats log, and appends the
+ *   same "compiled" log line (cuw/seat/runtime.py _stub_or_compile, _compile_cached).
+ * Every other call, and any doubt or error before the compile starts, execs the Python seat with
  * the same argv. The argv reading below mirrors cuw/toolchain/nvcc_args.py parse() line by line;
  * tests/test_seat_stub.py runs both on the same argv shapes and compares the results.
  *
@@ -35,12 +45,20 @@
 #ifndef _WIN32
 #include <errno.h>
 #include <fcntl.h>
+#include <langinfo.h>
+#include <locale.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #define SEAT_TABLE SEAT_DIR "/seat-stub.tsv"
 
@@ -247,15 +265,35 @@ static char *json_string(const char *s) {
     return out;
 }
 
+#define MAX_LIST 256
+
 struct table {
     const char *root, *empty, *log;
     int host_partitioned;
     const char *host_tools; /* " gcc g++ " : the host compilers the seat has a real one for */
     const char *source_filter; /* "I/N" when the table was written beside the source filter (its keys left out) */
-    char *keys; /* "key\towner\tjson-key\n" lines to the end */
+    int partitioned; /* the seat has a partition ("partition" line) */
+    char *owned; /* "key\towner-or-null\tjson-key\n" lines: the keys this seat compiles */
+    char *keys; /* "key\towner\tjson-key\n" lines to the end: the keys another shard owns */
+    /* The owned compile ("compile" line present): everything but the argv. */
+    int compile;
+    const char *cache, *nvcc, *statslog_var;
+    const char *env[MAX_LIST];
+    int n_env;
+    const char *extra[MAX_LIST];
+    int n_extra;
+    const char *real_name[MAX_LIST], *real_path[MAX_LIST];
+    int n_real;
 };
 
-/* "name\tvalue\n" header lines, then "keys\n", then the sorted key lines. */
+static int add_item(const char **list, int *n, const char *value) {
+    if (*n >= MAX_LIST) return -1;
+    list[(*n)++] = value;
+    return 0;
+}
+
+/* "name\tvalue\n" header lines, then "owned\n" and the owned key lines, then "keys\n" and the
+   sorted foreign key lines to the end. */
 static int read_table(struct table *t) {
     size_t size;
     char *buf = read_file(SEAT_TABLE, &size);
@@ -265,29 +303,61 @@ static int read_table(struct table *t) {
         char *eol = strchr(p, '\n');
         if (!eol) return -1;
         *eol = 0;
-        if (strcmp(p, "keys") == 0) {
+        if (strcmp(p, "owned") == 0) {
+            t->owned = eol + 1;
+            for (p = eol + 1; *p; p = eol + 1) { /* the owned lines hold a tab; "keys" ends them */
+                eol = strchr(p, '\n');
+                if (!eol) return -1;
+                if (eol - p == 4 && memcmp(p, "keys", 4) == 0) break;
+            }
+            if (!*p) return -1;
+            *p = 0; /* the owned section ends here */
             t->keys = eol + 1;
+            if (t->compile && !(t->cache && t->nvcc)) return -1;
             return t->root && t->empty && t->log && t->host_tools ? 0 : -1;
         }
         char *tab = strchr(p, '\t');
         if (!tab) return -1;
         *tab = 0;
-        const char *value = tab + 1;
+        char *value = tab + 1;
         if (strcmp(p, "root") == 0) t->root = value;
         else if (strcmp(p, "empty") == 0) t->empty = value;
         else if (strcmp(p, "log") == 0) t->log = value;
         else if (strcmp(p, "host_partitioned") == 0) t->host_partitioned = strcmp(value, "1") == 0;
         else if (strcmp(p, "host_tools") == 0) t->host_tools = value;
         else if (strcmp(p, "source_filter") == 0) t->source_filter = value;
+        else if (strcmp(p, "partition") == 0) t->partitioned = 1;
+        else if (strcmp(p, "compile") == 0) t->compile = strcmp(value, "1") == 0;
+        else if (strcmp(p, "cache") == 0) t->cache = value;
+        else if (strcmp(p, "nvcc") == 0) t->nvcc = value;
+        else if (strcmp(p, "statslog_var") == 0) t->statslog_var = value;
+        else if (strcmp(p, "env") == 0) {
+            if (!strchr(value, '=') || add_item(t->env, &t->n_env, value) != 0) return -1;
+        } else if (strcmp(p, "extra") == 0) {
+            if (add_item(t->extra, &t->n_extra, value) != 0) return -1;
+        } else if (strcmp(p, "real") == 0) {
+            char *sep = strchr(value, '\t');
+            if (!sep || t->n_real >= MAX_LIST) return -1;
+            *sep = 0;
+            t->real_name[t->n_real] = value;
+            t->real_path[t->n_real++] = sep + 1;
+        }
         p = eol + 1;
     }
     return -1;
 }
 
-/* The key's line in the table: owner and JSON form, or NULL when this shard owns it (or it is unknown). */
-static const char *find_key(const struct table *t, const char *key, const char **json_key) {
+/* The real compiler behind a host tool name, or NULL (config.real_compilers.get(name)). */
+static const char *real_compiler(const struct table *t, const char *name) {
+    for (int i = 0; i < t->n_real; ++i)
+        if (strcmp(t->real_name[i], name) == 0) return t->real_path[i];
+    return NULL;
+}
+
+/* The key's line in a section of the table (foreign or owned keys): owner and JSON form, or NULL. */
+static const char *find_key(const char *section, const char *key, const char **json_key) {
     size_t n = strlen(key);
-    for (const char *line = t->keys; *line;) {
+    for (const char *line = section; *line;) {
         const char *eol = strchr(line, '\n');
         if (!eol) return NULL;
         if (strncmp(line, key, n) == 0 && line[n] == '\t') {
@@ -308,14 +378,267 @@ static int probe(const char *s) {
     return 0;
 }
 
+/* -- the owned compile (cuw/seat/runtime.py _compile_cached) ------------------------------- */
+
+#if !SEAT_HOST
+static const char *const CCBIN[] = {"-ccbin", "--compiler-bindir", NULL};
+
+/* _unseated_ccbin's real(): a -ccbin value that resolves to the host seat names the real compiler. */
+static const char *unseated(const struct table *t, const char *value) {
+    char resolved[4096];
+    if (!realpath(value, resolved)) fallback(); /* Python resolves what it can of a missing path */
+    const char *base = strrchr(resolved, '/');
+    if (strcmp(base ? base + 1 : resolved, HOST_SCRIPT) != 0) return value;
+    const char *slash = strrchr(value, '/');
+    const char *real = real_compiler(t, slash ? slash + 1 : value);
+    if (!real) real = real_compiler(t, "g++");
+    return real ? real : value;
+}
+#endif
+
+static char **spawn_argv; /* the command, NULL-terminated */
+static int spawn_argc;
+
+static void push_arg(const char *arg, int capacity) {
+    if (spawn_argc >= capacity) fallback();
+    spawn_argv[spawn_argc++] = (char *)arg;
+}
+
+/* [cache, real nvcc, *_unseated_ccbin(cache_safe_args(argv)), *_host_compiler_args(argv), *extra_args]
+   or, for a host compiler, [cache, real compiler, *argv]. */
+static void build_command(const struct table *t, int argc, char **argv) {
+    int capacity = 2 * argc + t->n_extra + 8;
+    spawn_argv = calloc((size_t)capacity, sizeof(char *));
+    if (!spawn_argv) fallback();
+    push_arg(t->cache, capacity);
+#if SEAT_HOST
+    const char *real = real_compiler(t, tool_name());
+    if (!real) fallback();
+    push_arg(real, capacity);
+    for (int i = 1; i < argc; ++i) push_arg(argv[i], capacity);
+#else
+    push_arg(t->nvcc, capacity);
+    /* cache_safe_args(): -dc/-dw spelled out (EXPANSIONS) */
+    int first = spawn_argc;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        if (strcmp(a, "-dc") == 0 || strcmp(a, "--device-c") == 0) {
+            push_arg("-rdc=true", capacity);
+            push_arg("-c", capacity);
+        } else if (strcmp(a, "-dw") == 0 || strcmp(a, "--device-w") == 0) {
+            push_arg("-rdc=false", capacity);
+            push_arg("-c", capacity);
+        } else {
+            push_arg(a, capacity);
+        }
+    }
+    /* _unseated_ccbin(), over the expanded args */
+    for (int i = first; i < spawn_argc; ++i) {
+        const char *a = spawn_argv[i];
+        const char *eq = strchr(a, '=');
+        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+        if (eq && in_list(a, name_len, CCBIN)) {
+            const char *real = unseated(t, eq + 1);
+            if (real != eq + 1) {
+                char *joined = malloc(name_len + strlen(real) + 2);
+                if (!joined) fallback();
+                memcpy(joined, a, name_len + 1); /* the name and its '=' */
+                strcpy(joined + name_len + 1, real);
+                spawn_argv[i] = joined;
+            }
+        } else if (!eq && in_list(a, name_len, CCBIN) && i + 1 < spawn_argc) {
+            spawn_argv[i + 1] = (char *)unseated(t, spawn_argv[i + 1]);
+            ++i;
+        }
+    }
+    /* _host_compiler_args(): -ccbin <real g++> unless the build chose one */
+    int chose = 0;
+    for (int i = 1; i < argc; ++i) {
+        const char *eq = strchr(argv[i], '=');
+        if (in_list(argv[i], eq ? (size_t)(eq - argv[i]) : strlen(argv[i]), CCBIN)) chose = 1;
+    }
+    if (!chose) {
+        const char *real = real_compiler(t, "g++");
+        if (!real) real = real_compiler(t, "gcc");
+        if (real) {
+            push_arg("-ccbin", capacity);
+            push_arg(real, capacity);
+        }
+    }
+    for (int i = 0; i < t->n_extra; ++i) push_arg(t->extra[i], capacity);
+#endif
+    push_arg(NULL, capacity);
+}
+
+/* The LC_CTYPE the Python seat's interpreter puts in its own environment at start (PEP 538: a C or
+   POSIX LC_CTYPE, LC_ALL unset, is coerced to the first UTF-8 locale that loads), or NULL. The
+   cache hashes LC_CTYPE: a compile through either seat must hash the same. */
+static const char *coerced_ctype(void) {
+    const char *all = getenv("LC_ALL");
+    if (all && *all) return NULL;
+    setlocale(LC_CTYPE, "");
+    const char *ctype = setlocale(LC_CTYPE, NULL);
+    if (!ctype || (strcmp(ctype, "C") != 0 && strcmp(ctype, "POSIX") != 0)) return NULL;
+    static const char *const targets[] = {"C.UTF-8", "C.utf8", "UTF-8", NULL};
+    for (const char *const *target = targets; *target; ++target) {
+        if (!setlocale(LC_CTYPE, *target)) continue;
+        const char *codeset = nl_langinfo(CODESET);
+        if (codeset && *codeset) return *target;
+        setlocale(LC_CTYPE, "");
+    }
+    return NULL;
+}
+
+/* cache.scrub(os.environ) updated with the cache's environment, then the stats log variable. */
+static char **build_env(const struct table *t, const char *statslog) {
+    size_t n = 0;
+    for (char **e = environ; *e; ++e) ++n;
+    char **env = calloc(n + (size_t)t->n_env + 3, sizeof(char *));
+    if (!env) fallback();
+    size_t k = 0;
+    const char *ctype = coerced_ctype();
+    if (ctype) env[k++] = concat("LC_CTYPE=", ctype);
+    for (char **e = environ; *e; ++e) {
+        if (strncmp(*e, "CCACHE_", 7) == 0 || strncmp(*e, "SCCACHE_", 8) == 0) continue;
+        if (ctype && strncmp(*e, "LC_CTYPE=", 9) == 0) continue;
+        int replaced = 0; /* dict.update: a key of the cache's environment replaces the inherited one */
+        for (int i = 0; i < t->n_env && !replaced; ++i) {
+            size_t len = (size_t)(strchr(t->env[i], '=') - t->env[i]);
+            replaced = strncmp(*e, t->env[i], len + 1) == 0;
+        }
+        if (!replaced) env[k++] = *e;
+    }
+    for (int i = 0; i < t->n_env; ++i) env[k++] = (char *)t->env[i];
+    if (statslog) env[k++] = concat(concat(t->statslog_var, "="), statslog);
+    env[k] = NULL;
+    return env;
+}
+
+/* Python's subprocess closes every inherited descriptor above stderr (close_fds=True). */
+static void close_inherited(void) {
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return;
+#endif
+    long max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536) max = 65536;
+    for (int fd = 3; fd < max; ++fd) close(fd);
+}
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* cache.Ccache.call_outcome(): hit, miss or uncacheable:<first reason>, from one call's stats log. */
+static const char *call_outcome(char *text) {
+    int hit = 0, miss = 0;
+    const char *reason = NULL;
+    for (char *line = text; line && *line;) {
+        char *eol = strchr(line, '\n');
+        if (eol) *eol = 0;
+        char *next = eol ? eol + 1 : NULL;
+        if (line[0] != '#') {
+            while (is_space(*line)) ++line;
+            size_t n = strlen(line);
+            while (n > 0 && is_space(line[n - 1])) --n;
+            if (n > 0) {
+                hit |= in_list(line, n, CACHE_HITS);
+                miss |= in_list(line, n, CACHE_MISSES);
+                if (!reason && in_list(line, n, CACHE_UNCACHEABLE)) reason = dup_n(line, n);
+            }
+        }
+        line = next;
+    }
+    if (hit) return "hit";
+    if (miss) return "miss";
+    return concat("uncacheable:", reason ? reason : "unknown");
+}
+
+/* repr(round(x, 3)) for the non-negative times the log holds. */
+static void format_seconds(char *out, size_t size, double x) {
+    snprintf(out, size, "%.3f", x);
+    size_t n = strlen(out);
+    while (n > 0 && out[n - 1] == '0' && out[n - 2] != '.') out[--n] = 0;
+}
+
+static double now(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The owned TU through the cache, then the "compiled" log line; exits with the compile's code. */
+static int compile_cached(const struct table *t, int argc, char **argv, const char *json_key, const char *owner,
+                          const char *json_output) {
+    double start = now(CLOCK_MONOTONIC);
+    build_command(t, argc, argv);
+    if (access(t->cache, X_OK) != 0) fallback(); /* the Python seat says why */
+    char *statslog = NULL;
+    if (t->statslog_var && t->statslog_var[0]) {
+        const char *slash = strrchr(t->log, '/');
+        char *dir = dup_n(t->log, (size_t)(slash - t->log));
+        statslog = concat(dir[0] ? dir : "/", dir[0] ? "/cuw-statslog-XXXXXX" : "cuw-statslog-XXXXXX");
+        int fd = mkstemp(statslog);
+        if (fd < 0) fallback();
+        close(fd);
+    }
+    char **env = build_env(t, statslog);
+    /* From here on the compile has started: no more handing over. */
+    pid_t pid = fork();
+    if (pid < 0) {
+        if (statslog) unlink(statslog);
+        fallback();
+    }
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL); /* subprocess's restore_signals */
+        signal(SIGXFSZ, SIG_DFL);
+        close_inherited();
+        execve(t->cache, spawn_argv, env);
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            status = 127 << 8;
+            break;
+        }
+    }
+    int rc = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+    const char *outcome = "unknown";
+    if (statslog) {
+        size_t size;
+        char *text = read_file(statslog, &size);
+        outcome = call_outcome(text ? text : dup_n("", 0));
+        unlink(statslog);
+    }
+    char seconds[64], at[64];
+    format_seconds(seconds, sizeof seconds, now(CLOCK_MONOTONIC) - start);
+    format_seconds(at, sizeof at, now(CLOCK_REALTIME));
+    size_t line_size = strlen(json_key) + strlen(json_output) + strlen(owner) + strlen(outcome) + 256;
+    char *line = malloc(line_size);
+    int n = line ? snprintf(line, line_size,
+                            "{\"action\": \"compiled\", \"at\": %s, %s\"key\": %s, \"outcome\": \"%s\", \"output\": %s, "
+                            "\"owner\": %s, \"pid\": %ld, \"rc\": %d, \"seconds\": %s}\n",
+                            at, SEAT_HOST ? "\"kind\": \"host\", " : "", json_key, outcome, json_output, owner,
+                            (long)getpid(), rc, seconds)
+                 : -1;
+    int fd = open(t->log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+    if (n < 0 || (size_t)n >= line_size || fd < 0 || write_all(fd, line, (size_t)n) != 0 || close(fd) != 0) {
+        fprintf(stderr, "cuw seat: cannot write the seat log %s: %s\n", t->log, strerror(errno));
+        return 1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     g_argv = argv;
     struct table t = {0};
     if (read_table(&t) != 0) fallback();
+    /* Whether this seat partitions this tool's TUs (runtime.py: the link job's seat has no
+       partition; a host seat on a lane that keeps every host source neither). */
+    int partitions_here = t.partitioned && (!SEAT_HOST || t.host_partitioned);
+    if (!partitions_here && !t.compile) fallback(); /* nothing this program could do itself */
     /* Beside the source filter the table leaves the filter's keys out: it may stub the rest
        when the filter's shard is the table's. Otherwise the Python seat refuses, and says why. */
     const char *f_index = getenv(FILTER_INDEX_VAR), *f_count = getenv(FILTER_COUNT_VAR);
-    if (f_index || f_count) {
+    if (partitions_here && (f_index || f_count)) {
         char filtered[64];
         if (!t.source_filter || !f_index || !f_count ||
             snprintf(filtered, sizeof filtered, "%s/%s", f_index, f_count) >= (int)sizeof filtered ||
@@ -323,7 +646,6 @@ int main(int argc, char **argv) {
             fallback();
     }
 #if SEAT_HOST
-    if (!t.host_partitioned) fallback();
     char tool[256];
     if (snprintf(tool, sizeof tool, " %s ", tool_name()) >= (int)sizeof tool || !strstr(t.host_tools, tool))
         fallback(); /* a name without a real compiler: the Python seat says so */
@@ -398,11 +720,23 @@ int main(int argc, char **argv) {
     const char *key = abs + root_len + 1;
     if (strpbrk(key, "\t\n")) fallback(); /* the table's separators */
     const char *json_key = NULL;
-    const char *owner = find_key(&t, key, &json_key);
-    if (!owner) fallback();
+    const char *owner = partitions_here ? find_key(t.keys, key, &json_key) : NULL;
+    char *json_output = json_string(output);
+    if (!owner) {
+        /* Not another shard's: compiled here (cuw/seat/runtime.py _stub_or_compile), when the
+           table says how and knows the key (a file generated after install: the Python seat). */
+        if (!t.compile) fallback();
+        if (partitions_here) {
+            owner = find_key(t.owned, key, &json_key);
+            if (!owner) fallback();
+        } else {
+            owner = "null";
+            json_key = json_string(key);
+        }
+        return compile_cached(&t, argc, argv, json_key, owner, json_output);
+    }
 
     /* cuw/seat/runtime.py _stub(), then _log(). */
-    char *json_output = json_string(output);
     size_t empty_size;
     char *empty = read_file(t.empty, &empty_size);
     if (!empty || make_parent_dirs(output, cwd) != 0 || write_file(output, empty, empty_size) != 0) fallback();
