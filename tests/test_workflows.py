@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import REPO
+from cuw import workflow_run
 from cuw.matrix import Job
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
@@ -78,3 +79,24 @@ def test_ci_workflow_runs_the_readme_test_command():
     assert "nox -s tests" in readme
     assert "run: nox -s tests" in (REPO / ".github/workflows/ci.yml").read_text()
     assert (REPO / ".ci/run").read_text().rstrip().endswith("nox -s tests")
+
+
+def test_shard_archives_upload_without_a_second_compression():
+    steps = yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())["jobs"]["compile"]["steps"]
+    (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@") and "shard" in s["if"]]
+    assert upload["with"]["compression-level"] == 0  # the archive is a tar of already-compressed entries
+
+
+def test_every_input_a_workflow_passes_is_one_the_pinned_action_declares():
+    folder = workflow_run.offline_actions(REPO)
+    if folder is None:
+        pytest.skip("no offline copies of the pinned actions (../shared/actions or $CUW_OFFLINE_ACTIONS)")
+    for path in WORKFLOWS:
+        for job in yaml.safe_load(path.read_text())["jobs"].values():
+            for step in job.get("steps", []):
+                owner_name, _, sha = step.get("uses", "").partition("@")
+                if not sha:
+                    continue
+                declared = yaml.safe_load((folder / f"{owner_name.replace('/', '-')}@{sha}" / "action.yml").read_text())
+                unknown = set(step.get("with", {})) - set(declared.get("inputs", {}))
+                assert not unknown, f"{path.name}: {step['uses']} has no input {sorted(unknown)}"
