@@ -21,7 +21,7 @@ from cibuildwheel.environment import parse_environment
 from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
-from cuw import cibw
+from cuw import archive, cibw
 from cuw.cache import Ccache, Sccache
 from cuw.cell import Cell
 from cuw.cibw_backend import COMMAND_VAR, shard_receipt
@@ -279,7 +279,7 @@ def test_driver_build_runs_the_forge_jobs_and_their_gates(tmp_path, recipes_dir,
 
     shard = _frontend_build(job.driver_dir, ["shard", "example", "1/1", *folders], out)
     assert shard.returncode == 0, shard.stdout[-3000:] + shard.stderr[-3000:]
-    assert (paths.artifacts / cell.id / f"cuw-shard-{cell.id}-1of1.tar.gz").is_file()
+    assert (paths.artifacts / cell.id / f"cuw-shard-{cell.id}-1of1{archive.SUFFIX}").is_file()
     assert [w.name for w in out.glob("*.whl")] == [f"cuw_shard_example-0+shard1of1-{next(iter(sys_tags()))}.whl"]
 
     link = _frontend_build(job.driver_dir, ["link", "example", *folders, "--dist", str(paths.dist)], out)
