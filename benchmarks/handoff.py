@@ -1,9 +1,21 @@
-"""The cache handoff after a real shard build: archive size and pack/restore throughput.
+"""The cache handoff: the forge's pack/restore throughput, on synthetic caches or a real shard's.
 
+    python benchmarks/handoff.py --synthetic [--cache-mb 1200] [--small 3000] [--repeat 2] [--json out.json]
     python benchmarks/handoff.py [--recipe example] [--shard 1/1] [--tools ccache,sccache]
                                  [--repeat 3] [--json out.json]
 
-For each cache tool it runs one real compile shard (:func:`cuw.jobs.shard.run_shard`,
+``--synthetic`` writes two caches shaped like ccache's (two-level ``x/y/`` folders,
+incompressible ``os.urandom`` content, as ccache entries are already compressed):
+``large``, entries of 0.2-40 MB (log-uniform) up to ``--cache-mb`` (~180 files for
+1.2 GB), and ``small``, ``--small`` entries of 1-64 kB. It times side by side, in
+alternating order, :func:`cuw.jobs.archive.pack` against a plain ``tar -cf`` of the
+same folder and :func:`cuw.jobs.archive.unpack` + :func:`cuw.jobs.archive.merge_into`
+against ``tar -xf``, and prints seconds and MB/s (median of ``--repeat``) and
+the forge's throughput over tar's against the goal (at least half of tar's).
+The forge's pack includes its fsync before the rename; ``tar -cf`` does not
+sync. Fails when the forge misses the goal or a restore loses a file.
+
+Without ``--synthetic``, for each cache tool it runs one real compile shard (:func:`cuw.jobs.shard.run_shard`,
 cold cache), then times the forge's own handoff functions on that shard's
 cache: :func:`cuw.jobs.archive.pack` (what a shard does last) and
 :func:`cuw.jobs.archive.unpack` + :func:`cuw.jobs.archive.merge_into` into a fresh cache
@@ -20,28 +32,154 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cuw.jobs import archive  # noqa: E402
-from cuw.toolchain.cache import open_cache, tool_class  # noqa: E402
-from cuw.config.cell import local_cell  # noqa: E402
+from cuw.toolchain.cache import Ccache, open_cache, tool_class  # noqa: E402
+from cuw.config.cell import Cell, local_cell  # noqa: E402
 from cuw.partition.rules import parse_shard_spec  # noqa: E402
-from cuw.config.paths import Paths# noqa: E402
-from cuw.jobs.shard import run_shard# noqa: E402
+from cuw.config.paths import Paths  # noqa: E402
+from cuw.jobs.shard import run_shard  # noqa: E402
 from cuw.config.policy import CacheChoice  # noqa: E402
 from cuw.config.recipe import load_recipe  # noqa: E402
 from cuw.toolchain.toolkit import find_toolkit  # noqa: E402
 from cuw.jobs.workspace import Workspace  # noqa: E402
 
 MB = 1e6
+GOAL = 0.5  # the forge's throughput over plain tar's, pack and restore alike
+
+
+def write_synthetic(root: Path, sizes: list[int], seed: int) -> int:
+    """Entries named like ccache's (``<h0>/<h1>/<rest>R``, a ``stats`` per top folder); returns bytes written."""
+    rng = random.Random(seed)
+    total = 0
+    for size in sizes:
+        digest = "%032x" % rng.getrandbits(128)
+        path = root / digest[0] / digest[1] / f"{digest[2:]}R"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as fh:
+            left = size
+            while left:
+                chunk = os.urandom(min(left, 4 << 20))
+                fh.write(chunk)
+                left -= len(chunk)
+        if not (path.parent.parent / "stats").exists():
+            (path.parent.parent / "stats").write_bytes(b"0\n" * 40)
+            total += 80
+        total += size
+    return total
+
+
+def synthetic_sizes(kind: str, cache_mb: int, small: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    if kind == "small":
+        return [rng.randint(1_000, 64_000) for _ in range(small)]
+    sizes: list[int] = []
+    while sum(sizes) < cache_mb * MB:
+        sizes.append(int(200_000 * 200 ** rng.random()))  # log-uniform over 0.2-40 MB
+    return sizes
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _tree(folder: Path) -> dict[str, int]:
+    return {p.relative_to(folder).as_posix(): p.stat().st_size for p in folder.rglob("*") if p.is_file()}
+
+
+def bench_synthetic(kind: str, cache_mb: int, small: int, repeat: int, root: Path) -> dict:
+    cache_dir = root / "ccache"
+    cache_bytes = write_synthetic(cache_dir, synthetic_sizes(kind, cache_mb, small, seed=7), seed=7)
+    job_cache = Ccache(cache_dir, root)
+    expected = _tree(cache_dir)
+    cell = Cell("example", "linux", "3.11", "13.0", None)
+    manifest = archive.Manifest(format=archive.FORMAT, forge_version="bench", cell=cell.to_dict(), shard_index=1,
+                                shard_count=1, filter="seat", cache_tool="ccache", cache_version=Ccache.pinned,
+                                cache_remote=None, owned=[], compiled=[], counters={})  # fmt: skip
+    forge_archive, tar_archive = root / f"forge{archive.SUFFIX}", root / "plain.tar"
+    times: dict[str, list[float]] = {"forge_pack": [], "tar_pack": [], "forge_restore": [], "tar_restore": []}
+    complete = True
+
+    def forge_pack() -> None:
+        times["forge_pack"].append(_timed(lambda: archive.pack(job_cache, manifest, forge_archive)))
+
+    def tar_pack() -> None:
+        cmd = ["tar", "-cf", str(tar_archive), "-C", str(cache_dir), "."]
+        times["tar_pack"].append(_timed(lambda: subprocess.run(cmd, check=True)))
+
+    def forge_restore() -> None:
+        nonlocal complete
+        staging, merged = root / "staging", root / "merged"
+        staging.mkdir()
+        times["forge_restore"].append(
+            _timed(lambda: archive.merge_into([archive.unpack(forge_archive, staging)], merged))
+        )
+        complete = complete and _tree(merged) == expected
+        shutil.rmtree(staging)
+        shutil.rmtree(merged)
+
+    def tar_restore() -> None:
+        nonlocal complete
+        out = root / "untarred"
+        out.mkdir()
+        cmd = ["tar", "-xf", str(tar_archive), "-C", str(out)]
+        times["tar_restore"].append(_timed(lambda: subprocess.run(cmd, check=True)))
+        complete = complete and _tree(out) == expected
+        shutil.rmtree(out)
+
+    for i in range(repeat):  # alternate who goes first: the second run finds a warmer page cache
+        for step in [forge_pack, tar_pack] if i % 2 else [tar_pack, forge_pack]:
+            step()
+        for step in [forge_restore, tar_restore] if i % 2 else [tar_restore, forge_restore]:
+            step()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    mb = cache_bytes / MB
+    row: dict = {"case": kind, "files": len(expected), "cache_mb": round(mb, 1),
+                 "archive_mb": round(forge_archive.stat().st_size / MB, 1)}  # fmt: skip
+    for step in ("pack", "restore"):
+        for who in ("forge", "tar"):
+            row[f"{who}_{step}_s"] = round(med[f"{who}_{step}"], 3)
+            row[f"{who}_{step}_mb_s"] = round(mb / med[f"{who}_{step}"], 1)
+        row[f"{step}_ratio"] = round(med[f"tar_{step}"] / med[f"forge_{step}"], 2)
+        row[f"{step}_meets_goal"] = row[f"{step}_ratio"] >= GOAL
+    row["restore_complete"] = complete
+    return row
+
+
+def synthetic_main(args: argparse.Namespace) -> int:
+    rows = []
+    for kind in ("large", "small"):
+        with tempfile.TemporaryDirectory(prefix=f"cuw-handoff-{kind}-", dir=args.dir) as tmp:
+            rows.append(bench_synthetic(kind, args.cache_mb, args.small, args.repeat, Path(tmp)))
+    print(f"forge over tar, goal >= {GOAL} (median of {args.repeat}, same run, alternating order)")
+    for row in rows:
+        print(f"{row['case']}: {row['files']} files, {row['cache_mb']} MB (archive {row['archive_mb']} MB)")
+        for step, verb in (("pack", "tar -cf"), ("restore", "tar -xf")):
+            ok = "ok" if row[f"{step}_meets_goal"] else "BELOW GOAL"
+            print(f"  {step:7}  forge {row[f'forge_{step}_s']:7.3f} s {row[f'forge_{step}_mb_s']:7.1f} MB/s   "
+                  f"{verb} {row[f'tar_{step}_s']:7.3f} s {row[f'tar_{step}_mb_s']:7.1f} MB/s   "
+                  f"ratio {row[f'{step}_ratio']:.2f} ({ok})")  # fmt: skip
+        if not row["restore_complete"]:
+            print("  a restore did not give back every file")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    ok = all(r["restore_complete"] and r["pack_meets_goal"] and r["restore_meets_goal"] for r in rows)
+    return 0 if ok else 1
 
 
 def measure(recipe_key: str, shard: str, tool: str, repeat: int, root: Path) -> dict:
@@ -101,7 +239,13 @@ def main() -> int:
     ap.add_argument("--tools", default="ccache,sccache", help="comma-separated cache tools (default: ccache,sccache)")
     ap.add_argument("--repeat", type=int, default=3, help="pack/restore runs per tool (default: 3)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--synthetic", action="store_true", help="time synthetic ccache-shaped caches against plain tar")
+    ap.add_argument("--cache-mb", type=int, default=1200, help="--synthetic: size of the large case (default: 1200)")
+    ap.add_argument("--small", type=int, default=3000, help="--synthetic: files in the small case (default: 3000)")
+    ap.add_argument("--dir", type=Path, default=None, help="--synthetic: where to write the caches (default: TMPDIR)")
     args = ap.parse_args()
+    if args.synthetic:
+        return synthetic_main(args)
     rows = []
     for tool in args.tools.split(","):
         with tempfile.TemporaryDirectory(prefix=f"cuw-handoff-{tool}-") as tmp:

@@ -39,13 +39,13 @@ def make_cache(root: Path, names: dict[str, bytes]) -> cache.Cache:
 
 def test_name_carries_package_lane_python_cuda_torch_and_shard():
     torch_cell = Cell("natten", "linux_aarch64", "3.12", "12.8", "2.8")
-    assert archive.archive_name(torch_cell, 3, 23) == "cuw-shard-natten-linux_aarch64-py3.12-cu12.8-torch2.8-3of23.tar.gz"
-    assert archive.archive_name(CELL, 1, 2) == "cuw-shard-example-linux-py3.11-cu13.0-notorch-1of2.tar.gz"
+    assert archive.archive_name(torch_cell, 3, 23) == "cuw-shard-natten-linux_aarch64-py3.12-cu12.8-torch2.8-3of23.tar"
+    assert archive.archive_name(CELL, 1, 2) == "cuw-shard-example-linux-py3.11-cu13.0-notorch-1of2.tar"
 
 
 def test_round_trip_and_union(tmp_path):
-    one = archive.pack(make_cache(tmp_path / "c1", {"a/1R": b"one", "stats": b"s"}), manifest(), tmp_path / "one.tar.gz")
-    two = archive.pack(make_cache(tmp_path / "c2", {"b/2R": b"two"}), manifest(shard_index=2), tmp_path / "two.tar.gz")
+    one = archive.pack(make_cache(tmp_path / "c1", {"a/1R": b"one", "stats": b"s"}), manifest(), tmp_path / f"one{archive.SUFFIX}")
+    two = archive.pack(make_cache(tmp_path / "c2", {"b/2R": b"two"}), manifest(shard_index=2), tmp_path / f"two{archive.SUFFIX}")
     assert archive.read_manifest(one) == manifest()
     staging = tmp_path / "staging"
     staging.mkdir()
@@ -57,12 +57,77 @@ def test_round_trip_and_union(tmp_path):
     assert not (tmp_path / "merged" / "tmp").exists()  # ccache's scratch space is never handed over
 
 
-def test_truncated_and_corrupted_archives_are_refused(tmp_path):
-    good = archive.pack(make_cache(tmp_path / "c", {"a/1R": bytes(range(256)) * 400}), manifest(), tmp_path / "good.tar.gz")
+def test_union_of_shards_sharing_folders(tmp_path):
+    """A folder the merged cache lacks moves whole; one both hold merges file by file, first copy kept."""
+    one = make_cache(tmp_path / "c1", {"a/b/1R": b"one", "a/b/3R": b"three", "a/c/4R": b"four"})
+    two = make_cache(tmp_path / "c2", {"a/b/1R": b"one", "a/b/2R": b"two", "d/e/5R": b"five"})
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    restored = [archive.unpack(archive.pack(c, manifest(), tmp_path / f"{i}{archive.SUFFIX}"), staging) for i, c in enumerate((one, two))]
+    merged = tmp_path / "merged"
+    (merged / "a" / "c").mkdir(parents=True)  # the link's cache may already hold folders
+    assert archive.merge_into(restored, merged) == 5
+    found = {p.relative_to(merged).as_posix(): p.read_bytes() for p in merged.rglob("*") if p.is_file()}
+    assert found == {"a/b/1R": b"one", "a/b/2R": b"two", "a/b/3R": b"three", "a/c/4R": b"four", "d/e/5R": b"five"}
+
+
+def test_archive_is_uncompressed_and_starts_with_its_manifest(tmp_path):
+    payload = bytes(200_000)  # compresses to almost nothing: a compressed archive would be far smaller
+    made = archive.pack(make_cache(tmp_path / "c", {"a/1R": payload}), manifest(), tmp_path / f"x{archive.SUFFIX}")
+    assert made.stat().st_size >= len(payload)
+    with tarfile.open(made, "r:") as tar:
+        assert tar.getnames() == [archive.MANIFEST, "cache/a/1R"]
+        assert all(not m.pax_headers for m in tar.getmembers())  # one header block per entry
+
+
+def test_an_archive_cut_at_a_member_boundary_is_refused(tmp_path):
+    """Without gzip's trailer a tar cut between members reads as a shorter valid one: refused too."""
+    good = archive.pack(make_cache(tmp_path / "c", {"a/1R": b"x" * 700, "b/2R": b"y" * 1500}), manifest(), tmp_path / f"good{archive.SUFFIX}")
+    with tarfile.open(good, "r:") as tar:
+        ends = [m.offset_data + -(-m.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE for m in tar.getmembers()]
     data = good.read_bytes()
-    truncated = tmp_path / "truncated.tar.gz"
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    for i, end in enumerate(ends[:-1] + [ends[-1], ends[-1] + tarfile.BLOCKSIZE]):
+        cut = tmp_path / f"cut{i}{archive.SUFFIX}"
+        cut.write_bytes(data[:end])
+        with pytest.raises(CuwError, match=r"corrupted or truncated"):
+            archive.unpack(cut, staging)
+    assert list(staging.iterdir()) == []
+    assert archive.unpack(good, staging).manifest == manifest()
+
+
+def _old_forge_archive(path: Path) -> Path:
+    """What forges before the uncompressed format wrote: the same members, gzip-compressed."""
+    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+        data = json.dumps(asdict(manifest())).encode()
+        info = tarfile.TarInfo(archive.MANIFEST)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_an_old_gzip_archive_is_refused_by_name(tmp_path):
+    folder = tmp_path / "artifacts"
+    folder.mkdir()
+    old = _old_forge_archive(folder / f"cuw-shard-{CELL.id}-1of2{archive.LEGACY_SUFFIX}")
+    for read in (archive.read_manifest, lambda p: archive.unpack(p, folder), archive.shard_archives):
+        with pytest.raises(CuwError, match=r"a gzip shard archive from an older forge .*re-run that shard") as err:
+            read(old if read is not archive.shard_archives else folder)
+        assert str(old) in str(err.value) and "\n" not in str(err.value)
+    renamed = old.rename(folder / f"cuw-shard-{CELL.id}-1of2{archive.SUFFIX}")  # the name does not matter
+    with pytest.raises(CuwError, match=r"older forge"):
+        archive.read_manifest(renamed)
+    assert archive.shard_archives(folder) == [renamed]
+    assert sorted(folder.iterdir()) == [renamed]  # no staging left behind
+
+
+def test_truncated_and_corrupted_archives_are_refused(tmp_path):
+    good = archive.pack(make_cache(tmp_path / "c", {"a/1R": bytes(range(256)) * 400}), manifest(), tmp_path / f"good{archive.SUFFIX}")
+    data = good.read_bytes()
+    truncated = tmp_path / f"truncated{archive.SUFFIX}"
     truncated.write_bytes(data[: len(data) // 2])
-    corrupted = tmp_path / "corrupted.tar.gz"
+    corrupted = tmp_path / f"corrupted{archive.SUFFIX}"
     corrupted.write_bytes(data[:40] + bytes(b ^ 0xFF for b in data[40:200]) + data[200:])
     staging = tmp_path / "staging"
     staging.mkdir()
@@ -73,7 +138,7 @@ def test_truncated_and_corrupted_archives_are_refused(tmp_path):
 
 
 def _raw_archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
+    with tarfile.open(path, "w") as tar:
         data = json.dumps(asdict(manifest())).encode()
         info = tarfile.TarInfo(archive.MANIFEST)
         info.size = len(data)
@@ -87,7 +152,7 @@ def _raw_archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Pa
 def test_members_outside_the_cache_are_refused(tmp_path, name):
     info = tarfile.TarInfo(name)
     info.size = 4
-    bad = _raw_archive(tmp_path / "bad.tar.gz", [(info, b"evil")])
+    bad = _raw_archive(tmp_path / f"bad{archive.SUFFIX}", [(info, b"evil")])
     staging = tmp_path / "s" / "staging"
     staging.mkdir(parents=True)
     with pytest.raises(CuwError, match=r"refusing the archive|unexpected member"):
@@ -100,19 +165,19 @@ def test_links_in_an_archive_are_refused(tmp_path):
     info = tarfile.TarInfo("cache/a/link")
     info.type = tarfile.SYMTYPE
     info.linkname = "/etc/passwd"
-    bad = _raw_archive(tmp_path / "bad.tar.gz", [(info, b"")])
+    bad = _raw_archive(tmp_path / f"bad{archive.SUFFIX}", [(info, b"")])
     (tmp_path / "staging").mkdir()
     with pytest.raises(CuwError, match=r"is a link"):
         archive.unpack(bad, tmp_path / "staging")
 
 
 def test_a_file_that_is_not_an_archive(tmp_path):
-    junk = tmp_path / "cuw-shard-x.tar.gz"
+    junk = tmp_path / f"cuw-shard-x{archive.SUFFIX}"
     junk.write_text("hello")
     with pytest.raises(CuwError, match=r"corrupted or truncated"):
         archive.read_manifest(junk)
-    plain = tmp_path / "plain.tar.gz"
-    with tarfile.open(plain, "w:gz") as tar:
+    plain = tmp_path / f"plain{archive.SUFFIX}"
+    with tarfile.open(plain, "w") as tar:
         tar.addfile(tarfile.TarInfo("readme"), io.BytesIO(b""))
     with pytest.raises(CuwError, match=r"no manifest.json inside"):
         archive.read_manifest(plain)
@@ -132,7 +197,7 @@ def test_a_file_that_is_not_an_archive(tmp_path):
 )
 def test_archives_from_elsewhere_are_refused_by_name(tmp_path, changes, message):
     with pytest.raises(CuwError, match=message):
-        archive.expect(manifest(**changes), tmp_path / "x.tar.gz", CELL, cache.Ccache(tmp_path, tmp_path), 2)
+        archive.expect(manifest(**changes), tmp_path / f"x{archive.SUFFIX}", CELL, cache.Ccache(tmp_path, tmp_path), 2)
 
 
 @pytest.mark.parametrize("tool", [cache.Ccache, cache.Sccache])

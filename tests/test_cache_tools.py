@@ -39,11 +39,11 @@ def test_sccache_handoff_passes_every_gate_and_attributes_a_missing_shard(recipe
     assert facts["total"] == EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"], "one request per CUDA and host TU"
     assert facts["hits"] >= facts["total"]  # sccache counts each piece of an nvcc call
     assert wheel_tu_values(link.wheel, "cuw_example", tmp_path) == expected_tu_values()
-    for tarball in paths.artifacts.glob("*/*.tar.gz"):
+    for tarball in paths.artifacts.glob(f"*/*{archive.SUFFIX}"):
         assert archive.read_manifest(tarball).cache_tool == "sccache"
 
     # One archive lost: the link self-heals and names the shard's TUs.
-    (gone,) = paths.artifacts.glob("*/*-1of3.tar.gz")
+    (gone,) = paths.artifacts.glob(f"*/*-1of3{archive.SUFFIX}")
     gone.unlink()
     again = run_link(recipe, paths, progress=None, cache=choice)
     assert not again.verdict.ok and again.missing_shards == [1]
@@ -124,7 +124,7 @@ def test_redis_remote_handoff_matches_the_archive_handoff(recipes_dir, tmp_path,
     facts = link.verdict.facts
     tus = EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"]
     assert (facts["misses"], facts["uncacheable"], facts["total"], facts["hits"]) == (0, 0, tus, tus)
-    for tarball in remote.artifacts.glob("*/*.tar.gz"):
+    for tarball in remote.artifacts.glob(f"*/*{archive.SUFFIX}"):
         with tarfile.open(tarball) as tar:
             assert tar.getnames() == ["manifest.json"], "with a remote cache the archive is only a manifest"
         assert archive.read_manifest(tarball).cache_remote == redis_url

@@ -22,6 +22,7 @@ from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
 from cuw.ci import cibw
+from cuw.jobs import archive
 from cuw.toolchain.cache import Ccache, Sccache
 from cuw.config.cell import Cell
 from cuw.cli.cibw_backend import COMMAND_VAR, shard_receipt
@@ -279,7 +280,7 @@ def test_driver_build_runs_the_forge_jobs_and_their_gates(tmp_path, recipes_dir,
 
     shard = _frontend_build(job.driver_dir, ["shard", "example", "1/1", *folders], out)
     assert shard.returncode == 0, shard.stdout[-3000:] + shard.stderr[-3000:]
-    assert (paths.artifacts / cell.id / f"cuw-shard-{cell.id}-1of1.tar.gz").is_file()
+    assert (paths.artifacts / cell.id / f"cuw-shard-{cell.id}-1of1{archive.SUFFIX}").is_file()
     assert [w.name for w in out.glob("*.whl")] == [f"cuw_shard_example-0+shard1of1-{next(iter(sys_tags()))}.whl"]
 
     link = _frontend_build(job.driver_dir, ["link", "example", *folders, "--dist", str(paths.dist)], out)

@@ -223,7 +223,7 @@ def test_a_partial_archive_left_by_a_killed_pack_is_invisible_and_cleared(built,
 def _flip_one_result(src: Path, dest: Path) -> str:
     """Rewrites the archive with one ccache result entry's bytes flipped; returns its member name."""
     flipped = None
-    with tarfile.open(src, "r:gz") as tin, tarfile.open(dest, "w:gz") as tout:
+    with tarfile.open(src, "r:") as tin, tarfile.open(dest, "w") as tout:
         for member in tin.getmembers():
             data = tin.extractfile(member).read() if member.isfile() else None
             # ccache's entry header: magic cc ac, format version, entry type (0: result, 1: manifest).
@@ -239,7 +239,7 @@ def _flip_one_result(src: Path, dest: Path) -> str:
 def test_a_corrupted_cache_entry_is_a_miss_the_link_gate_names(built, tmp_path):
     artifacts = built.copy_artifacts(tmp_path / "artifacts")
     target = built.archive(artifacts, 1)
-    corrupted = tmp_path / "corrupted.tar.gz"
+    corrupted = tmp_path / f"corrupted{archive.SUFFIX}"
     _flip_one_result(target, corrupted)
     os.replace(corrupted, target)
     owned_by_1 = set(archive.read_manifest(target).compiled)

@@ -50,7 +50,7 @@ def fresh(shards, tmp_path) -> tuple[Path, Paths, Path]:
 
 
 def archive_of(folder: Path, index: int) -> Path:
-    (path,) = folder.glob(f"cuw-shard-*-{index}of{N}.tar.gz")
+    (path,) = folder.glob(f"cuw-shard-*-{index}of{N}{archive.SUFFIX}")
     return path
 
 
@@ -120,7 +120,7 @@ def test_a_real_compile_error_fails_the_shard_that_owns_the_tu(recipes_dir, path
     spec = ShardSpec(owner(key, N), N)
     result = run_shard(load_recipe("example", recipes_dir), spec, paths, progress=None)
     assert not result.verdict.ok
-    assert result.archive is None and not list(paths.artifacts.glob("*/*.tar.gz"))
+    assert result.archive is None and not list(paths.artifacts.glob(f"*/*{archive.SUFFIX}"))
     assert any(r.startswith(f"a real compile error ({key})") and "cuw_no_such_symbol" in r for r in result.verdict.reasons)
 
 
@@ -160,7 +160,7 @@ def test_bad_archives_stop_the_link_before_anything_is_merged(shards, tmp_path, 
     elif damage == "escape":
         _craft_escape(target, manifest)
     elif damage == "duplicate":
-        shutil.copy(target, folder / "cuw-shard-copy-of-1.tar.gz")
+        shutil.copy(target, folder / f"cuw-shard-copy-of-1{archive.SUFFIX}")
     with pytest.raises(CuwError, match=message):
         run_link(load_recipe("example", recipes), paths, progress=None)
     link_cache = next(paths.work.glob("*/link/ccache"), None)
@@ -169,7 +169,7 @@ def test_bad_archives_stop_the_link_before_anything_is_merged(shards, tmp_path, 
 
 
 def _craft_escape(path: Path, manifest: archive.Manifest) -> None:
-    with tarfile.open(path, "w:gz") as tar:
+    with tarfile.open(path, "w") as tar:
         data = json.dumps(asdict(manifest)).encode()
         info = tarfile.TarInfo(archive.MANIFEST)
         info.size = len(data)
@@ -192,7 +192,7 @@ def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_throu
     assert outcomes == [True] * N and link.verdict.ok, link.verdict.line
 
     owned = []
-    for tarball in sorted(paths.artifacts.glob("*/*.tar.gz")):
+    for tarball in sorted(paths.artifacts.glob(f"*/*{archive.SUFFIX}")):
         manifest = archive.read_manifest(tarball)
         # Host TUs are cached but not partitioned under the source filter: every shard compiles them.
         cuda = sorted(k for k in manifest.compiled if k.endswith(".cu"))

@@ -40,9 +40,9 @@ def test_partition_keys_are_the_same_on_every_os(path, root, key):
 
 
 def _archive_with(tmp_path: Path, name: str) -> Path:
-    path = tmp_path / "a.tar.gz"
+    path = tmp_path / f"a{archive.SUFFIX}"
     manifest = json.dumps({"format": 1}).encode()
-    with tarfile.open(path, "w:gz") as tar:
+    with tarfile.open(path, "w") as tar:
         info = tarfile.TarInfo(archive.MANIFEST)
         info.size = len(manifest)
         tar.addfile(info, io.BytesIO(manifest))
@@ -70,7 +70,7 @@ def test_archives_round_trip_through_folders_with_spaces(tmp_path):
     cell = Cell("example", "windows", "3.11", "13.0", None)
     manifest = archive.Manifest(1, "0.1.0", cell.to_dict(), 1, 2, "seat", "sccache", "0.16.0", None, [], [], {})
     dest = archive.pack(Ccache(folder, folder.parent), manifest, tmp_path / "out dir" / archive.archive_name(cell, 1, 2))
-    assert dest.name == "cuw-shard-example-windows-py3.11-cu13.0-notorch-1of2.tar.gz"
+    assert dest.name == "cuw-shard-example-windows-py3.11-cu13.0-notorch-1of2.tar"
     (tmp_path / "staging area").mkdir()
     restored = archive.unpack(dest, tmp_path / "staging area")
     assert asdict(restored.manifest) == asdict(manifest)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import subprocess
@@ -106,3 +107,24 @@ def test_each_cuda_line_of_the_grid_has_a_pinned_toolkit_install():
     for line in lines:
         assert re.search(rf"^\s*{re.escape(line)}\) full=", shell, re.M), f"install-cuda.sh has no pin for CUDA {line}"
         assert f'"{line}"' in pwsh, f"install-cuda.ps1 has no pin for CUDA {line}"
+
+
+def test_shard_archives_upload_without_a_second_compression():
+    steps = yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())["jobs"]["compile"]["steps"]
+    (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@") and "shard" in s["if"]]
+    assert upload["with"]["compression-level"] == 0  # the archive is a tar of already-compressed entries
+
+
+def test_every_input_a_workflow_passes_is_one_the_pinned_action_declares():
+    folder = Path(os.environ.get("CUW_OFFLINE_ACTIONS") or REPO.parent / "shared" / "actions")
+    if not folder.is_dir():
+        pytest.skip(f"no offline copies of the pinned actions at {folder} ($CUW_OFFLINE_ACTIONS)")
+    for path in WORKFLOWS:
+        for job in yaml.safe_load(path.read_text())["jobs"].values():
+            for step in job.get("steps", []):
+                owner_name, _, sha = step.get("uses", "").partition("@")
+                if not sha:
+                    continue
+                declared = yaml.safe_load((folder / f"{owner_name.replace('/', '-')}@{sha}" / "action.yml").read_text())
+                unknown = set(step.get("with", {})) - set(declared.get("inputs", {}))
+                assert not unknown, f"{path.name}: {step['uses']} has no input {sorted(unknown)}"

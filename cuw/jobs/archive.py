@@ -3,6 +3,10 @@
 Written and read with :mod:`tarfile` (never a shell tar: Git-bash tar reads a
 drive letter as a remote host). Reading validates every archive completely
 before anything is merged, so a bad archive leaves nothing half-written.
+
+Uncompressed, copied in large blocks: ccache and sccache entries are already
+compressed, so gzip only cost CPU (52 MB/s against plain tar's disk speed).
+An archive an older forge wrote (``.tar.gz``) is refused by name.
 """
 
 from __future__ import annotations
@@ -11,11 +15,12 @@ import io
 import json
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
 
 from cuw import __version__
 from cuw.toolchain.cache import Cache
@@ -25,7 +30,10 @@ from cuw.base.errors import CuwError
 FORMAT = 1
 MANIFEST = "manifest.json"
 CACHE_PREFIX = "cache"
-SUFFIX = ".tar.gz"
+SUFFIX = ".tar"
+LEGACY_SUFFIX = ".tar.gz"  # what forges before the uncompressed format wrote
+COPY_BUFSIZE = 4 << 20  # tarfile's default 16 kB block makes a 1 GB cache ~65k read/write pairs
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,7 @@ def pack(job_cache: Cache, manifest: Manifest, dest: Path) -> Path:
     tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as raw:
-            with tarfile.open(fileobj=raw, mode="w:gz", compresslevel=1) as tar:  # entries are already compressed
+            with tarfile.open(fileobj=raw, mode="w", copybufsize=COPY_BUFSIZE) as tar:
                 data = json.dumps(asdict(manifest), indent=2, sort_keys=True).encode()
                 info = tarfile.TarInfo(MANIFEST)
                 info.size = len(data)
@@ -85,7 +93,8 @@ def pack(job_cache: Cache, manifest: Manifest, dest: Path) -> Path:
                 tar.addfile(info, io.BytesIO(data))
                 for path in job_cache.entry_files():
                     rel = path.relative_to(job_cache.cache_dir)
-                    tar.add(path, arcname=f"{CACHE_PREFIX}/{rel.as_posix()}", recursive=False)
+                    with open(path, "rb") as entry:
+                        tar.addfile(_entry_info(f"{CACHE_PREFIX}/{rel.as_posix()}", entry), entry)
             raw.flush()
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it 0600
@@ -99,6 +108,16 @@ def pack(job_cache: Cache, manifest: Manifest, dest: Path) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return dest
+
+
+def _entry_info(arcname: str, entry: BinaryIO) -> tarfile.TarInfo:
+    """A header from the open file's own stat: no owner lookups, which the "data" filter ignores anyway."""
+    st = os.fstat(entry.fileno())
+    info = tarfile.TarInfo(arcname)
+    info.size = st.st_size
+    info.mode = stat.S_IMODE(st.st_mode)
+    info.mtime = int(st.st_mtime)  # a float mtime costs a pax header (two more blocks) per member
+    return info
 
 
 def remove_partials(dest: Path) -> list[Path]:
@@ -162,33 +181,77 @@ def _check_member(member: tarfile.TarInfo, where: Path) -> None:
         raise CuwError(f"{where}: unexpected member {name!r} (a shard archive holds {MANIFEST} and {CACHE_PREFIX}/)")
 
 
+def refuse_legacy(path: Path) -> None:
+    """A gzip archive is from a forge before the uncompressed format: one line naming the fix."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+    except OSError:
+        return  # the read that follows names the error
+    if magic == _GZIP_MAGIC:
+        raise CuwError(
+            f"{path}: a gzip shard archive from an older forge (this forge writes and reads uncompressed "
+            f"{SUFFIX}); re-run that shard with this forge, or delete the file"
+        )
+
+
+def shard_archives(folder: Path) -> list[Path]:
+    """The shard archives in ``folder``; an older forge's ``.tar.gz`` there is refused, not skipped."""
+    for old in sorted(folder.glob(f"cuw-shard-*{LEGACY_SUFFIX}")):
+        refuse_legacy(old)
+    return sorted(folder.glob(f"cuw-shard-*{SUFFIX}"))
+
+
+def _open(path: Path) -> tarfile.TarFile:
+    refuse_legacy(path)
+    return tarfile.open(path, "r:", copybufsize=COPY_BUFSIZE)  # "r:": no compression is ever guessed
+
+
+_CORRUPT = (tarfile.TarError, EOFError, OSError, ValueError, json.JSONDecodeError, AssertionError)
+
+
 def read_manifest(path: Path) -> Manifest:
     try:
-        with tarfile.open(path, "r:gz") as tar:
-            member = tar.getmember(MANIFEST)
-            fh = tar.extractfile(member)
-            assert fh is not None
-            return Manifest.from_json(json.loads(fh.read()), str(path))
+        with _open(path) as tar:
+            return _manifest_in(tar, path)
+    except _CORRUPT as exc:
+        raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
+
+
+def _manifest_in(tar: tarfile.TarFile, path: Path) -> Manifest:
+    try:
+        member = tar.getmember(MANIFEST)
     except KeyError:
         raise CuwError(f"{path}: no {MANIFEST} inside: not a shard archive") from None
-    except (tarfile.TarError, EOFError, OSError, json.JSONDecodeError, AssertionError) as exc:
-        raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
+    fh = tar.extractfile(member)
+    assert fh is not None
+    return Manifest.from_json(json.loads(fh.read()), str(path))
+
+
+def _check_complete(tar: tarfile.TarFile, path: Path) -> None:
+    """Uncompressed, a tar cut at a member boundary reads as a shorter valid one (gzip's trailer
+    used to catch that): a whole archive ends in two zero blocks right after its last member."""
+    assert tar.fileobj is not None
+    tar.fileobj.seek(tar.offset)  # where reading the members stopped
+    if tar.fileobj.read(2 * tarfile.BLOCKSIZE) != bytes(2 * tarfile.BLOCKSIZE):
+        raise CuwError(f"{path}: corrupted or truncated archive (no end-of-archive marker after its last member)")
 
 
 def unpack(path: Path, staging_root: Path) -> Restored:
     """Unpacks one archive into a fresh staging folder after checking every member."""
-    manifest = read_manifest(path)
     staging = Path(tempfile.mkdtemp(prefix="restore-", dir=staging_root))
     try:
-        with tarfile.open(path, "r:gz") as tar:
+        with _open(path) as tar:
             members = tar.getmembers()
             for member in members:
                 _check_member(member, path)
+            _check_complete(tar, path)
+            manifest = _manifest_in(tar, path)
             tar.extractall(staging, members=members, filter="data")
     except CuwError:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+    except _CORRUPT as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
     return Restored(path, manifest, staging / CACHE_PREFIX)
@@ -202,17 +265,27 @@ def merge_into(restored: list[Restored], cache_dir: Path) -> int:
     added = 0
     cache_dir.mkdir(parents=True, exist_ok=True)
     for item in restored:
-        if not item.staging.is_dir():
+        if item.staging.is_dir():
+            added += _merge_tree(item.staging, cache_dir)
+    return added
+
+
+def _merge_tree(src: Path, dest: Path) -> int:
+    """Moves ``src``'s files under ``dest``; a folder ``dest`` lacks moves whole (one rename, not one per file)."""
+    added = 0
+    for child in sorted(src.iterdir()):
+        target = dest / child.name
+        if child.is_dir():
+            if target.exists():
+                added += _merge_tree(child, target)
+                continue
+            count = sum(len(files) for _, _, files in os.walk(child))
+        elif child.is_file() and not target.exists():
+            count = 1
+        else:
             continue
-        for src in sorted(item.staging.rglob("*")):
-            if not src.is_file():
-                continue
-            dest = cache_dir / src.relative_to(item.staging)
-            if dest.exists():
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(src), dest)
-            added += 1
+        shutil.move(str(child), target)
+        added += count
     return added
 
 

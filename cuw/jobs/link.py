@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -52,10 +53,13 @@ class LinkResult:
         return self.verdict.ok and self.verify is not None and self.verify.ok
 
 
+RESTORE_THREADS = 4
+
+
 def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache: Cache) -> tuple[int, list[int]]:
     """Validates every archive, then merges them into the link's cache; returns (N, missing shards)."""
     folder = paths.cell_artifacts(cell)
-    archives = sorted(folder.glob(f"cuw-shard-*{archive.SUFFIX}"))
+    archives = archive.shard_archives(folder)
     if not archives:
         raise CuwError(
             f"no shard archives for {cell.id} in {folder}: run the shards first "
@@ -73,11 +77,16 @@ def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache:
     staging.mkdir()
     try:
         meter = Meter("link: restored", len(archives), "archives", terminal=False, every_s=10.0)
-        restored = []
-        for path in archives:
-            restored.append(archive.unpack(path, staging))
-            meter.update(len(restored))
+        # The archives unpack side by side (file I/O releases the GIL), each into its own staging
+        # folder; merging waits for all of them. Restore does not overlap the build's configure:
+        # CMake's try_compile probes and host compiles reach the cache through launchers nothing
+        # could hold back until the merge, and the stats are zeroed only after it.
+        with ThreadPoolExecutor(max_workers=min(len(archives), RESTORE_THREADS)) as pool:
+            unpacking = [pool.submit(archive.unpack, path, staging) for path in archives]
+            for done, _ in enumerate(as_completed(unpacking), 1):
+                meter.update(done)
         meter.close()
+        restored = [f.result() for f in unpacking]  # the first bad archive in name order raises
         archive.merge_into(restored, ws.cache_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
