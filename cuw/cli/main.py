@@ -46,6 +46,15 @@ def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
                         "manylinux container or Windows build")  # fmt: skip
     p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
                    help="with --backend cibuildwheel: the cell to build (default: this machine's)")
+    _toolkit_option(p)
+
+
+def _toolkit_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--toolkit", default=None, metavar="system|wheels|PATH",
+                   help="the CUDA toolkit for this run: system (CUW_CUDA_HOME, CUDA_HOME, nvcc on PATH, "
+                        "/usr/local/cuda-13.0), wheels (NVIDIA's wheels pinned in recipes/defaults.yml toolkit_wheels, "
+                        "installed once under $CUW_TOOLKITS) or a toolkit folder "
+                        "(default: $CUW_TOOLKIT, else toolkits.<line> in recipes/defaults.yml, else system)")  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:
@@ -101,6 +110,15 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("recipes", help="list the recipes: source, torch axis, sharding, platforms, cells")
     p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("toolkit", help="provision or find the CUDA toolkit of a line (system, a path, or pinned wheels) "
+                                       "and print its folder")  # fmt: skip
+    p.add_argument("--cuda", default=None, metavar="X.Y", help="the CUDA line (default: the system toolkit's)")
+    p.add_argument("--recipes", type=Path, default=None)
+    p.add_argument("--github-env", action="store_true",
+                   help="in a workflow: append CUW_CUDA_HOME/CUDA_HOME to $GITHUB_ENV and source=system|wheels|path "
+                        "to $GITHUB_OUTPUT; a system line is left to the install step that follows")  # fmt: skip
+    _toolkit_option(p)
 
     p = sub.add_parser("show", help="the merged, resolved configuration of a recipe for one cell (JSON)")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
@@ -469,6 +487,8 @@ def run(argv: list[str]) -> int:
         return _grid(args, recipes_dir)
     if args.verb == "matrix":
         return _matrix(args, recipes_dir)
+    if args.verb == "toolkit":
+        return _toolkit(args, recipes_dir)
     if args.jobs is not None and not 1 <= args.jobs <= 1024:
         raise CuwError(f"--jobs must be between 1 and 1024, got {args.jobs}")
     if args.verb == "build":
@@ -500,6 +520,7 @@ def run(argv: list[str]) -> int:
     for option in ("work", "artifacts", "dist"):
         if hasattr(args, option):
             writable_dir(getattr(args, option), f"--{option}")
+    _use_toolkit(args, recipes_dir)
     if spec is not None:
         result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,
                            cache=cache)  # fmt: skip
@@ -515,6 +536,51 @@ def run(argv: list[str]) -> int:
         _cell_report(recipe, _paths(args))
         return 0 if link.ok and all(outcomes) else 1
     raise AssertionError(args.verb)
+
+
+def _use_toolkit(args: argparse.Namespace, recipes_dir: Path) -> None:
+    """A forced toolkit or a policy entry that is not system: chosen (provisioned) once and exported."""
+    from cuw.config import toolkits
+
+    policy = load_policy(recipes_dir)
+    if toolkits.needs_choice(policy, args.toolkit):
+        chosen = toolkits.choose(policy, args.toolkit)
+        toolkits.export(chosen.toolkit)
+        report.say(f"toolkit: {chosen.how}")
+
+
+def _toolkit(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.config import toolkits
+
+    policy = load_policy(recipes_dir)
+    line = args.cuda
+    if line is not None and line not in policy.grid.cuda:
+        raise CuwError(f"--cuda {line}: not a CUDA line of the grid ({', '.join(policy.grid.cuda)} in recipes/defaults.yml)")
+    forced = toolkits.requested(args.toolkit)[0]
+    choice = forced or (toolkits.policy_choice(policy, line) if line else None)
+    outputs: dict[str, str] = {}
+    if args.github_env and choice in (None, "system"):
+        # The pinned system install (install-cuda.sh / .ps1) is the next step of the job.
+        report.say(f"toolkit: CUDA {line or '(the system line)'}: system toolkit, installed by the workflow's install step")
+        outputs["source"] = "system"
+    else:
+        chosen = toolkits.choose(policy, args.toolkit, line)
+        report.say(f"toolkit: {chosen.how}")
+        print(chosen.toolkit.home)
+        outputs["source"] = chosen.source
+        if args.github_env:
+            _github_file("GITHUB_ENV", {"CUW_CUDA_HOME": str(chosen.toolkit.home), "CUDA_HOME": str(chosen.toolkit.home)})
+    if args.github_env:
+        _github_file("GITHUB_OUTPUT", outputs)
+    return 0
+
+
+def _github_file(var: str, values: dict[str, str]) -> None:
+    target = os.environ.get(var)
+    if not target:
+        raise CuwError(f"--github-env: ${var} is not set (it is set inside a GitHub Actions step); run without --github-env here")
+    with open(target, "a", encoding="utf-8") as out:
+        out.writelines(f"{k}={v}\n" for k, v in values.items())
 
 
 def _grid(args: argparse.Namespace, recipes_dir: Path) -> int:
