@@ -62,6 +62,12 @@ def recipes(session: nox.Session) -> None:
 
 
 @nox.session
+def toolkit(session: nox.Session) -> None:
+    """A CUDA line's toolkit (system, a path or the pinned wheels, installed once): nox -s toolkit -- [--cuda 13.0] [--toolkit wheels]."""
+    session.run(sys.executable, "-m", "cuw", "toolkit", *session.posargs)
+
+
+@nox.session
 def show(session: nox.Session) -> None:
     """A recipe's resolved configuration for a cell: nox -s show -- <recipe> [--cell linux/3.11/13.0/2.14]."""
     session.run(sys.executable, "-m", "cuw", "show", *session.posargs)

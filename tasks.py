@@ -62,6 +62,12 @@ def recipes(c):
     _cuw(c, "recipes")
 
 
+@task(help={"cuda": "the CUDA line (default: the system toolkit's)", "toolkit": "system, wheels or a toolkit folder"})
+def toolkit(c, cuda="", toolkit=""):
+    """A CUDA line's toolkit: the system's, a path, or NVIDIA's pinned wheels (installed once)."""
+    _cuw(c, "toolkit", *(["--cuda", cuda] if cuda else []), *(["--toolkit", toolkit] if toolkit else []))
+
+
 @task(help={"recipe": "recipe name", "cell": "LANE/PY/CUDA[/TORCH] (default: this machine's cell)"})
 def show(c, recipe, cell=""):
     """A recipe's merged, resolved configuration for one cell."""
