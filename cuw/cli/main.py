@@ -243,6 +243,7 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
             raise CuwError(f"no recipe builds {dist}; pass --recipe (known: {', '.join(known_recipes(recipes_dir))})")
         key = matches[0]
     recipe = load_recipe(key, recipes_dir)
+    _use_toolkit(args, recipes_dir)  # $CUW_TOOLKIT and the policy's toolkits, as the build had them
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     policy = load_policy(recipes_dir)
@@ -543,8 +544,9 @@ def _use_toolkit(args: argparse.Namespace, recipes_dir: Path) -> None:
     from cuw.config import toolkits
 
     policy = load_policy(recipes_dir)
-    if toolkits.needs_choice(policy, args.toolkit):
-        chosen = toolkits.choose(policy, args.toolkit)
+    option = getattr(args, "toolkit", None)
+    if toolkits.needs_choice(policy, option):
+        chosen = toolkits.choose(policy, option)
         toolkits.export(chosen.toolkit)
         report.say(f"toolkit: {chosen.how}")
 
