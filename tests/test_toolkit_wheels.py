@@ -187,13 +187,15 @@ def test_example_builds_with_the_wheel_toolkit_where_the_system_one_is_hidden(tm
     assert "toolkit: CUDA 13.0: toolkit from the pinned wheels at " in proc.stderr, proc.stderr[-2000:]
     home = proc.stderr.split("toolkit from the pinned wheels at ", 1)[1].split(" (", 1)[0]
     wheel_built = time.monotonic() - started
-    # Nothing of the hidden toolkit reached the build: CMake's cache names only the wheel toolkit.
-    caches = list((tmp_path / "w-wheels").rglob("CMakeCache.txt"))
-    assert caches
-    for cache in caches:
-        text = cache.read_text(errors="replace")
-        assert "/usr/local/cuda" not in text, f"{cache} names the hidden system toolkit"
-        assert home in text or "/shadow" in text or "cuda_home" in text.lower(), cache
+    # Nothing of the hidden toolkit reached the build: CMake found the wheel toolkit (through the
+    # seat's shadow CUDA_HOME, whose lib64 nvcc links from) and never named /usr/local/cuda.
+    compilers = list((tmp_path / "w-wheels").rglob("CMakeCUDACompiler.cmake"))
+    assert len(compilers) >= 2  # the shards and the link configured
+    for found in [*compilers, *(tmp_path / "w-wheels").rglob("CMakeCache.txt")]:
+        text = found.read_text(errors="replace")
+        assert "/usr/local/cuda" not in text, f"{found} names the hidden system toolkit"
+    for found in compilers:
+        assert f'set(CMAKE_CUDA_COMPILER_TOOLKIT_ROOT "{home}")' in found.read_text(), found
     (wheel_a,) = (tmp_path / "d-wheels").glob("*.whl")
     assert wheel_tu_values(wheel_a, "cuw_example", tmp_path / "import-wheels") == expected_tu_values()
 
