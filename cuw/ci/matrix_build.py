@@ -69,8 +69,13 @@ def plan_local(
             skipped.append(Row(cell, "skipped", f"lane {cell.lane}: this machine is {lane}; build it on a {cell.lane} runner"))
             continue
         if cell.cuda != cuda:
+            major = cell.cuda.split(".")[0]
+            fix = (f"install CUDA {cell.cuda} and point CUW_CUDA_HOME at it (NVIDIA's CUDA {major} wheels ship ptxas but "
+                   "no nvcc driver, so --toolkit wheels cannot provide it)" if major.isdigit() and int(major) < 13 else
+                   f"install CUDA {cell.cuda} and point CUW_CUDA_HOME at it, or build with --toolkit wheels "
+                   "(pinned in recipes/defaults.yml toolkit_wheels)")  # fmt: skip
             skipped.append(Row(cell, "skipped", f"CUDA {cell.cuda} toolkit: this machine has CUDA {cuda} ({toolkit_home}); "
-                                                f"install CUDA {cell.cuda} and point CUW_CUDA_HOME at it"))  # fmt: skip
+                                                f"{fix}"))  # fmt: skip
             continue
         if cell.python not in pythons:
             pythons[cell.python] = find(cell.python)

@@ -47,6 +47,15 @@ def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
     p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
                    help="with --backend cibuildwheel: the cell to build (default: this machine's)")
     _git_mirror(p)
+    _toolkit_option(p)
+
+
+def _toolkit_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--toolkit", default=None, metavar="system|wheels|PATH",
+                   help="the CUDA toolkit for this run: system (CUW_CUDA_HOME, CUDA_HOME, nvcc on PATH, "
+                        "/usr/local/cuda-13.0), wheels (NVIDIA's wheels pinned in recipes/defaults.yml toolkit_wheels, "
+                        "installed once under $CUW_TOOLKITS) or a toolkit folder "
+                        "(default: $CUW_TOOLKIT, else toolkits.<line> in recipes/defaults.yml, else system)")  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:
@@ -103,6 +112,15 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("recipes", help="list the recipes: source, torch axis, sharding, platforms, cells")
     p.add_argument("--recipes", type=Path, default=None)
+
+    p = sub.add_parser("toolkit", help="provision or find the CUDA toolkit of a line (system, a path, or pinned wheels) "
+                                       "and print its folder")  # fmt: skip
+    p.add_argument("--cuda", default=None, metavar="X.Y", help="the CUDA line (default: the system toolkit's)")
+    p.add_argument("--recipes", type=Path, default=None)
+    p.add_argument("--github-env", action="store_true",
+                   help="in a workflow: append CUW_CUDA_HOME/CUDA_HOME to $GITHUB_ENV and source=system|wheels|path "
+                        "to $GITHUB_OUTPUT; a system line is left to the install step that follows")  # fmt: skip
+    _toolkit_option(p)
 
     p = sub.add_parser("show", help="the merged, resolved configuration of a recipe for one cell (JSON)")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")

@@ -71,6 +71,7 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
     if not args.wheel.is_file():
         raise CuwError(f"no such wheel: {args.wheel}")
     recipe = load_recipe(args.recipe or recipe_for_wheel(args.wheel.name, recipes_dir), recipes_dir)
+    _use_toolkit(args, recipes_dir)  # $CUW_TOOLKIT and the policy's toolkits, as the build had them
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     policy = load_policy(recipes_dir)
@@ -319,6 +320,8 @@ def run(argv: list[str]) -> int:
         return _grid(args, recipes_dir)
     if args.verb == "matrix":
         return _matrix(args, recipes_dir)
+    if args.verb == "toolkit":
+        return _toolkit(args, recipes_dir)
     if args.jobs is not None and not 1 <= args.jobs <= 1024:
         raise CuwError(f"--jobs must be between 1 and 1024, got {args.jobs}")
     if args.verb == "build":
@@ -352,6 +355,7 @@ def run(argv: list[str]) -> int:
     for option in ("work", "artifacts", "dist"):
         if hasattr(args, option):
             writable_dir(getattr(args, option), f"--{option}")
+    _use_toolkit(args, recipes_dir)
     if spec is not None:
         result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,
                            cache=cache)  # fmt: skip
@@ -367,6 +371,54 @@ def run(argv: list[str]) -> int:
         _cell_report(recipe, _paths(args))
         return 0 if link.ok and all(outcomes) else 1
     raise AssertionError(args.verb)
+
+
+def _use_toolkit(args: argparse.Namespace, recipes_dir: Path) -> None:
+    """A forced toolkit or a policy entry that is not system: chosen (provisioned) once and exported."""
+    from cuw.config import toolkits
+
+    policy = load_policy(recipes_dir)
+    option = getattr(args, "toolkit", None)
+    if toolkits.needs_choice(policy, option):
+        chosen = toolkits.choose(policy, option)
+        toolkits.export(chosen.toolkit)
+        report.say(f"toolkit: {chosen.how}")
+
+
+def _toolkit(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.config import toolkits
+
+    policy = load_policy(recipes_dir)
+    line = args.cuda
+    if line is not None and line not in policy.grid.cuda:
+        raise CuwError(f"--cuda {line}: not a CUDA line of the grid ({', '.join(policy.grid.cuda)} in recipes/defaults.yml)")
+    forced = toolkits.requested(args.toolkit)[0]
+    choice = forced or (toolkits.policy_choice(policy, line) if line else None)
+    outputs: dict[str, str] = {}
+    if args.github_env and choice in (None, "system"):
+        # The pinned system install (install-cuda.sh / .ps1) is the next step of the job.
+        report.say(f"toolkit: CUDA {line or '(the system line)'}: system toolkit, installed by the workflow's install step")
+        outputs["source"] = "system"
+    else:
+        chosen = toolkits.choose(policy, args.toolkit, line)
+        report.say(f"toolkit: {chosen.how}")
+        print(chosen.toolkit.home)
+        outputs["source"] = chosen.source
+        if args.github_env:
+            _github_file("GITHUB_ENV", {"CUW_CUDA_HOME": str(chosen.toolkit.home), "CUDA_HOME": str(chosen.toolkit.home)})
+    if args.github_env:
+        _github_file("GITHUB_OUTPUT", outputs)
+    return 0
+
+
+def _github_file(var: str, values: dict[str, str]) -> None:
+    import os
+
+    target = os.environ.get(var)
+    if not target:
+        raise CuwError(f"--github-env: ${var} is not set (it is set inside a GitHub Actions step); run without --github-env here")
+    with open(target, "a", encoding="utf-8") as out:
+        out.writelines(f"{k}={v}\n" for k, v in values.items())
 
 
 def _grid(args: argparse.Namespace, recipes_dir: Path) -> int:

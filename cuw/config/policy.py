@@ -14,6 +14,7 @@ from cuw.config.grid import Archs, Grid
 from cuw.base.errors import CuwError
 from cuw.config.lanes import LANES
 from cuw.config.schema import load_dataclass
+from cuw.toolchain.provision import NO_NVCC_WHEEL, check_pins
 
 Tool = Literal["ccache", "sccache"]
 
@@ -47,6 +48,11 @@ class Policy:
     wheel: WheelPolicy = field(default_factory=WheelPolicy)
     torch_index: dict[str, str] = field(default_factory=dict)
     """Per CUDA line, the simple index publishing its torch wheels (``cuw grid --check`` asks it)."""
+    toolkits: dict[str, str] = field(default_factory=dict)
+    """Per CUDA line, its toolkit: ``system`` (found as before; the default), ``wheels`` (provisioned
+    from ``toolkit_wheels``) or the path of a toolkit folder (holding ``bin/nvcc``)."""
+    toolkit_wheels: dict[str, list[str]] = field(default_factory=dict)
+    """Per CUDA line (13 and later), the exact pins of NVIDIA's wheels that make its toolkit."""
 
 
 def load_policy(recipes_dir: Path) -> Policy:
@@ -70,6 +76,17 @@ def load_policy(recipes_dir: Path) -> Policy:
     for lane, limit in policy.wheel.max_size_mb.items():
         if not limit > 0:
             raise CuwError(f"{path}: wheel.max_size_mb.{lane} = {limit!r} is not a size in MB > 0")
+    for line, pins in policy.toolkit_wheels.items():
+        check_pins(line, pins, f"{path}: toolkit_wheels.{line}")
+    for line, choice in policy.toolkits.items():
+        check_toolkit_choice(choice, f"{path}: toolkits.{line}")
+        if choice == "wheels" and line not in policy.toolkit_wheels:
+            major = line.split(".")[0]
+            if major.isdigit() and int(major) < 13:
+                raise CuwError(f"{path}: toolkits.{line} = wheels: {NO_NVCC_WHEEL.format(major=major, line=line)}; "
+                               f"set it to system or a toolkit path")  # fmt: skip
+            raise CuwError(f"{path}: toolkits.{line} = wheels but toolkit_wheels has no {line!r} pins; add them "
+                           f"(nvidia-cuda-nvcc=={line}.*'s release and its companions) or use system")  # fmt: skip
     for lane, tool in policy.cache.tool.items():
         try:
             tool_class(tool)
@@ -112,3 +129,11 @@ def check_remote_url(url: str, source: str) -> None:
         raise CuwError(f"{source} {url!r}: {exc} (a port is 1..65535)") from None
     if parsed.scheme != "file" and not parsed.hostname:
         raise CuwError(f"{source} {url!r}: no host (for example redis://localhost:6379)")
+
+
+def check_toolkit_choice(choice: str, source: str) -> None:
+    """``system``, ``wheels`` or an absolute path (a toolkit folder)."""
+    if choice in ("system", "wheels"):
+        return
+    if not choice or not Path(choice).is_absolute():
+        raise CuwError(f"{source} = {choice!r}: use system, wheels or the absolute path of a toolkit folder (holding bin/nvcc)")

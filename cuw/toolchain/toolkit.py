@@ -123,6 +123,9 @@ def make_shadow_home(toolkit: Toolkit, shadow: Path, seat: Path) -> Path:
     for entry in toolkit.home.iterdir():
         if entry.name not in ("bin", "include"):
             (shadow / entry.name).symlink_to(entry)
+    if (toolkit.home / "lib").is_dir() and not (shadow / "lib64").exists():
+        # A toolkit from NVIDIA's wheels has lib/ only; builds look in $CUDA_HOME/lib64.
+        (shadow / "lib64").symlink_to(toolkit.home / "lib")
     _merged_include(toolkit, shadow / "include")
     for tool in (toolkit.home / "bin").iterdir():
         if tool.name != "nvcc":

@@ -1,0 +1,109 @@
+"""Which CUDA toolkit a run uses: the system's, a folder the policy names, or NVIDIA's pinned wheels.
+
+The choice, first that is set: ``--toolkit`` (shard, link, build, toolkit), ``$CUW_TOOLKIT``,
+then the policy's ``toolkits`` entry for the CUDA line (``recipes/defaults.yml``), else
+``system`` (``find_toolkit``: ``$CUW_CUDA_HOME``, ``$CUDA_HOME``, nvcc on PATH, the default
+install). A value is ``system``, ``wheels`` or a toolkit folder's absolute path. The run's
+toolkit is exported as ``CUW_CUDA_HOME`` and ``CUDA_HOME``, so every job it starts (shards,
+the link, a matrix cell's children) finds the same one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from cuw.base.errors import CuwError
+from cuw.config.policy import Policy, check_toolkit_choice
+from cuw.toolchain import provision
+from cuw.toolchain.toolkit import Toolkit, _version_of, exe_name, find_toolkit
+
+ENV = "CUW_TOOLKIT"
+
+
+@dataclass(frozen=True)
+class Chosen:
+    toolkit: Toolkit
+    source: str  # "system", "wheels", "path"
+    how: str  # one line: where the choice came from and what it is
+    provisioned: Optional[provision.Provisioned] = None
+
+
+def requested(option: Optional[str]) -> tuple[Optional[str], str]:
+    """The forced choice for this run and its source (``--toolkit`` or ``$CUW_TOOLKIT``), or None."""
+    if option:
+        check_toolkit_choice(option, "--toolkit")
+        return option, "--toolkit"
+    env = os.environ.get(ENV)
+    if env:
+        check_toolkit_choice(env, f"${ENV}")
+        return env, f"${ENV}"
+    return None, ""
+
+
+def policy_choice(policy: Policy, line: str) -> str:
+    return policy.toolkits.get(line, "system")
+
+
+def choose(policy: Policy, option: Optional[str] = None, line: Optional[str] = None) -> Chosen:
+    """The run's toolkit. ``line`` (a CUDA line the caller builds, e.g. a workflow job's) is checked
+    against it; without one the system toolkit's line decides which policy entry applies."""
+    forced, source = requested(option)
+    if forced is None:
+        if line is None:
+            try:
+                system = find_toolkit()
+            except CuwError as exc:
+                wheel_lines = sorted(policy.toolkit_wheels)
+                hint = (f"; or pass --toolkit wheels (CUW_TOOLKIT=wheels) for CUDA {wheel_lines[-1]} from the pinned "
+                        f"wheels in recipes/defaults.yml toolkit_wheels") if wheel_lines else ""  # fmt: skip
+                raise CuwError(f"{exc}{hint}") from None
+            line = system.version
+            if policy_choice(policy, line) == "system":
+                return Chosen(system, "system", f"CUDA {line}: system toolkit {system.home}")
+        forced, source = policy_choice(policy, line), f"toolkits.{line} in recipes/defaults.yml"
+    if forced == "system":
+        system = find_toolkit()
+        if line is not None and system.version != line:
+            raise CuwError(f"CUDA {line}: {source} is system, but the system toolkit is CUDA {system.version} "
+                           f"({system.home}); install CUDA {line}, set CUDA_HOME to it, or choose wheels or a path "
+                           "with toolkits in recipes/defaults.yml or --toolkit")  # fmt: skip
+        return Chosen(system, "system", f"CUDA {system.version}: system toolkit {system.home} ({source})")
+    if forced == "wheels":
+        if line is None:
+            if not policy.toolkit_wheels:
+                raise CuwError(f"{source} = wheels: recipes/defaults.yml has no toolkit_wheels pins; add them "
+                               "(a CUDA line mapped to its nvidia-cuda-nvcc, -runtime, -cccl, -crt, nvvm pins)")  # fmt: skip
+            line = max(policy.toolkit_wheels, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+        pins = policy.toolkit_wheels.get(line)
+        if not pins:
+            major = line.split(".")[0]
+            if major.isdigit() and int(major) < 13:
+                raise CuwError(f"CUDA {line}: {source} = wheels, but {provision.NO_NVCC_WHEEL.format(major=major, line=line)} "
+                               f"(set toolkits.{line} to system or a path and install it: .github/scripts/install-cuda.sh {line})")  # fmt: skip
+            raise CuwError(f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels has no {line!r} pins; add them")
+        got = provision.ensure(provision.WheelToolkit(line, tuple(pins)))
+        state = "reused" if got.reused else f"installed in {got.seconds:.1f} s"
+        return Chosen(got.toolkit, "wheels", f"CUDA {line}: toolkit from the pinned wheels at {got.toolkit.home} "
+                                             f"({state}, {got.size_mb:.0f} MB; {source})", got)  # fmt: skip
+    home = Path(forced)
+    nvcc = exe_name("nvcc")
+    if not (home / "bin" / nvcc).is_file():
+        raise CuwError(f"{source} = {forced}: no bin/{nvcc} there; point it at a CUDA toolkit folder, or use system or wheels")
+    version = _version_of(str(home / "bin" / nvcc))
+    if line is not None and version != line:
+        raise CuwError(f"{source} = {forced}: that toolkit is CUDA {version}, not {line}; name a CUDA {line} toolkit")
+    return Chosen(Toolkit(home.resolve(), version), "path", f"CUDA {version}: toolkit {home} ({source})")
+
+
+def export(toolkit: Toolkit) -> None:
+    """This process and every job it starts use ``toolkit`` (``find_toolkit`` reads these first)."""
+    os.environ["CUW_CUDA_HOME"] = str(toolkit.home)
+    os.environ["CUDA_HOME"] = str(toolkit.home)
+
+
+def needs_choice(policy: Policy, option: Optional[str]) -> bool:
+    """Whether anything but today's search applies: a forced choice, or a policy entry that is not system."""
+    return bool(requested(option)[0]) or any(v != "system" for v in policy.toolkits.values())
