@@ -16,7 +16,6 @@ the compiler cache and the shard archives are the host's own, at ``/host/<path>`
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -24,7 +23,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Optional, Union
+from typing import Optional
+
+import tomli_w
 
 import cuw
 from cuw.jobs import archive
@@ -229,37 +230,18 @@ def write_driver(job: CibwJob) -> Path:
     return job.config_path
 
 
-def _toml(value: Union[str, bool, list, dict]) -> str:
-    """A TOML value: strings (a JSON string is a TOML basic string), booleans, arrays, inline tables."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
-
-
 def render(job: CibwJob) -> str:
-    """The driver's pyproject.toml: its build system, then [tool.cibuildwheel] (the
-    environment as its own table, one variable a line)."""
+    """The driver's pyproject.toml: its build system, then [tool.cibuildwheel] with the environment
+    as its own table (cibuildwheel reads each value as a shell word: quoted, so it arrives verbatim)."""
     table = job.config()
-    environment = table.pop("environment")
+    environment = {key: shlex.quote(value) for key, value in table.pop("environment").items()}
     spec = f" {job.spec}" if job.spec else ""
-    lines = [
-        f"# cibuildwheel configuration for {job.cell.id}, {job.verb}{spec}; written by cuw, read with --config-file.",
-        "[build-system]",
-        "requires = []",
-        'build-backend = "cuw.cli.cibw_backend"',
-        "",
-        "[tool.cibuildwheel]",
-        *(f"{key} = {_toml(value)}" for key, value in table.items()),
-        "",
-        "# cibuildwheel reads each value as a shell word: quoted, so it arrives verbatim.",
-        "[tool.cibuildwheel.environment]",
-        *(f"{json.dumps(key)} = {_toml(shlex.quote(value))}" for key, value in environment.items()),
-    ]
-    return "\n".join(lines) + "\n"
+    document = {
+        "build-system": {"requires": [], "build-backend": "cuw.cli.cibw_backend"},
+        "tool": {"cibuildwheel": {**table, "environment": environment}},
+    }
+    header = f"# cibuildwheel configuration for {job.cell.id}, {job.verb}{spec}; written by cuw, read with --config-file.\n"
+    return header + tomli_w.dumps(document)
 
 
 def job_for(
