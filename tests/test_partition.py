@@ -39,3 +39,20 @@ def test_key_is_relative_to_source_root_with_forward_slashes(tmp_path):
     # The same layout under another folder gives the same key (another runner, another shard).
     other = tmp_path / "b" / "src"
     assert tu_key(str(other / "csrc" / "x.cu"), str(other)) == "csrc/x.cu"
+
+
+def test_listing_and_matching_read_a_glob_the_same_way(tmp_path):
+    """One glob engine: the files the source filter lists for a glob are exactly the keys the
+    matcher (the seat's, the families') says it matches, ``[x]`` a character class in both."""
+    from cuw.partition.coverage import source_filter_files
+    from cuw.partition.globs import glob_match
+    from cuw.partition.rules import tu_key
+
+    for name in ("x.cu", "[x].cu", "y.cu", "sub/x.cu"):
+        (tmp_path / "csrc" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "csrc" / name).write_text("")
+    keys = [tu_key(str(p), str(tmp_path)) for p in (tmp_path / "csrc").rglob("*") if p.is_file()]
+    for pattern in ("csrc/[x].cu", "csrc/*.cu", "csrc/**/*.cu", "csrc/[!x].cu", "csrc/?.cu"):
+        listed = {tu_key(str(p), str(tmp_path)) for p in source_filter_files(tmp_path, [pattern])}
+        assert listed == {k for k in keys if glob_match(k, pattern)}, pattern
+    assert {tu_key(str(p), str(tmp_path)) for p in source_filter_files(tmp_path, ["csrc/[x].cu"])} == {"csrc/x.cu"}
