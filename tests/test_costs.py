@@ -53,3 +53,36 @@ def test_seat_log_lines_that_are_not_entries_are_named(tmp_path):
     with pytest.raises(CuwError, match=r"seat.jsonl:2: not a seat log line"):
         record([log], tmp_path / "costs.json")
     assert not (tmp_path / "costs.json").exists()
+
+
+def test_a_link_report_without_phases_and_a_malformed_link_entry_are_refused(tmp_path):
+    import json
+
+    from cuw.base.errors import CuwError
+    from cuw.partition.costs import load, record
+
+    old = tmp_path / "link.report.json"
+    old.write_text(json.dumps({"gate": "link", "ok": True, "build_s": 12.0}))
+    with pytest.raises(CuwError, match="without its phases"):
+        record([old], tmp_path / "costs.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"costs": {"a.cu": 1.0}, "link": {"fixed_s": "soon", "per_replay_s": 0.1}}))
+    with pytest.raises(CuwError, match="link must be"):
+        load(bad)
+
+
+def test_a_link_report_sets_the_link_cost_and_keeps_the_tu_costs(tmp_path):
+    import json
+
+    from cuw.partition.costs import load, record
+
+    table = tmp_path / "costs.json"
+    table.write_text(json.dumps({"costs": {"a.cu": 10.0, "b.cu": 20.0}}))
+    report = tmp_path / "x.whl.link.json"
+    report.write_text(json.dumps({"gate": "link", "ok": True, "phases": {
+        "prepare_s": 3.0, "restore_s": 1.0, "deps_s": 0.5, "build_s": 30.0, "replay_s": 6.0, "replays": 120,
+        "finish_s": 4.0}}))  # fmt: skip
+    got = record([report], table)
+    assert got.costs == {"a.cu": 10.0, "b.cu": 20.0}
+    assert (got.link.fixed_s, got.link.per_replay_s) == (3.0 + 1.0 + 0.5 + 4.0 + 24.0, 0.05)
+    assert load(table).link == got.link

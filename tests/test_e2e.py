@@ -52,3 +52,28 @@ def test_sharded_build_links_every_tu_from_the_cache(flavour, n, recipes_dir, pa
         metadata = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     pins = [line for line in metadata.split("\n\n")[0].splitlines() if line.startswith("Requires-Dist: torch")]
     assert pins == ([f"Requires-Dist: torch=={installed_torch()}.*"] if recipe.links_torch else [])
+
+    if (key, n) == ("example", 3):
+        _measured_link_feeds_the_plan(recipe, paths, link, tmp_path)
+
+
+def _measured_link_feeds_the_plan(recipe, paths, link, tmp_path):
+    """The link's report carries its phases; recorded with the shards' seat logs into a cost
+    table, it makes the planner's link estimate the measured one (configure, probes, restore,
+    finish beside the replays), where it was replays alone."""
+    from cuw.partition.costs import load, record
+    from cuw.tools import planner
+
+    report = json.loads((paths.dist / f"{link.wheel.name}.link.json").read_text())
+    phases = report["phases"]
+    assert phases["replays"] > 0 and phases["build_s"] > 0 and phases["finish_s"] > 0, phases
+    logs = sorted(paths.work.glob("*/shard-*/logs/seat.jsonl"))
+    table_path = tmp_path / "costs.json"
+    record([*logs, paths.dist / f"{link.wheel.name}.link.json"], table_path)
+    table = load(table_path)
+    assert table.link is not None and table.link.fixed_s > phases["finish_s"] and table.link.per_replay_s > 0
+    plan = planner.plan(recipe, [3], table_path)
+    (row,) = plan.rows
+    assert row.link_s == round(table.link.fixed_s + table.link.per_replay_s * plan.tus, 3)
+    assert row.link_s > plan.tus * planner.HIT_SECONDS, "more than the replays alone"
+    assert "measured link" in planner.render(plan)

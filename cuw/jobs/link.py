@@ -124,8 +124,13 @@ def run_link(
     ws = Workspace.for_job(paths.cell_work(cell), "link", tool_class(choice.tool).shared_tree)
     leftovers.stop_orphans(ws.cuda_home, "link")  # a killed link's build, still running in the job folder
     link_patch = PatchContext(ws.src, cell, archs, None, recipe.key)
+    # Where the link's time goes (the planner's link estimate reads it from the report).
+    phases: dict[str, float] = {}
+    clock = time.monotonic()
     job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, lane=cell.lane)
+    phases["prepare_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
     count, missing = _restore(recipe, cell, paths, ws, job_cache)
+    phases["restore_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
     merged_at = int(time.time())
     if progress:
         got = count - len(missing)
@@ -136,6 +141,7 @@ def run_link(
     all_tus = cuda_sources(ws.src)
     env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane, archs=archs,
                     deps_dir=install_extra_deps(recipe, ws, cell.cuda))  # fmt: skip
+    phases["deps_s"] = round(time.monotonic() - clock, 1)
     job_cache.start()
     try:
         if zero_stats:
@@ -148,6 +154,10 @@ def run_link(
         job_cache.stop()
 
     compiles = [e for e in seat_log.read_log(ws.seat_log) if e.get("action") == "compiled"]
+    phases["build_s"] = build_s
+    # The replays' own seconds; the rest of build_s is configure, probes, the link steps.
+    phases["replay_s"] = round(sum(float(e.get("seconds") or 0.0) for e in compiles), 1)
+    phases["replays"] = len(compiles)
     in_build, compile_db = compdb.cuda_compiles_from(ws.tree, ws.src)
     wheels = sorted(ws.wheel_dir.glob("*.whl"))
     log = ws.build_log.read_text(errors="replace")
@@ -172,13 +182,16 @@ def run_link(
     )
     verdict = link_gate(obs)
     context = {"cell": cell.to_dict(), "shard_count": count, "build_log": str(ws.build_log), "wheel": obs.wheel, "build_s": build_s,
-               "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote}}  # fmt: skip
+               "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote},
+               "phases": phases}  # fmt: skip
     report.step_summary(f"{recipe.key} link", verdict)
     report.say(verdict.line)
     shipped: Optional[Path] = None
     checked: Optional[VerifyReport] = None
     if verdict.ok and wheels:
+        clock = time.monotonic()
         checked, final = _finish_and_verify(wheels[0], recipe, cell, archs, toolkit, ws, paths)
+        phases["finish_s"] = round(time.monotonic() - clock, 1)
         if checked.ok:
             # Into dist/ through temp files renamed into place, wheel first, reports after it: two
             # links of one cell writing at once, or a reader (pip, an upload) never see a torn file.

@@ -11,6 +11,11 @@ Keys are partition keys (:func:`cuw.partition.rules.tu_key`). Two logs feed it:
   cache hits are skipped (a replayed TU says nothing about its compile cost);
 * ninja's ``.ninja_log``: end - start per output, mapped to its source through
   ``ninja -t compdb`` in the same build folder.
+
+A link job's report (``link.report.json`` or ``dist/<wheel>.link.json``) feeds the table's
+``link`` entry: what a link costs beside its replays (prepare, restore, configure and probes,
+the link steps, finish and verify) and what one replay costs, which the planner's link
+estimate reads.
 """
 
 from __future__ import annotations
@@ -30,10 +35,24 @@ from cuw.config.recipe import Recipe, costs_path
 
 
 @dataclass(frozen=True)
+class LinkCost:
+    fixed_s: float
+    """A link's seconds beside its replays: prepare, restore, extra deps, configure and probes,
+    the link steps, finish and verify."""
+    per_replay_s: float
+    """One cache-hit replay's seconds."""
+    source: str = ""
+
+    def estimate(self, tus: int) -> float:
+        return self.fixed_s + self.per_replay_s * tus
+
+
+@dataclass(frozen=True)
 class CostTable:
     costs: dict[str, float]
     header: dict[str, object] = field(default_factory=dict)
     path: Optional[Path] = None
+    link: Optional[LinkCost] = None
 
     @property
     def total(self) -> float:
@@ -64,7 +83,14 @@ def load(path: Path) -> CostTable:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
             raise CuwError(f"{path}: costs[{key!r}] = {seconds!r} is not a number of seconds >= 0: {fix}")
     header = data.get("header") if isinstance(data.get("header"), dict) else {}
-    return CostTable({k: float(v) for k, v in costs.items()}, header, path)
+    link = data.get("link")
+    if link is not None:
+        numbers = [link.get(k) if isinstance(link, dict) else None for k in ("fixed_s", "per_replay_s")]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in numbers):
+            raise CuwError(f"{path}: link must be {{\"fixed_s\": seconds, \"per_replay_s\": seconds, ...}}: record it again with "
+                           f"`cuw costs <recipe> --from <link report>`")  # fmt: skip
+        link = LinkCost(float(numbers[0]), float(numbers[1]), str(link.get("from", "")))
+    return CostTable({k: float(v) for k, v in costs.items()}, header, path, link)
 
 
 def _no_constant(name: str) -> float:
@@ -177,6 +203,26 @@ def ninja_log_times(path: Path, source_root: Optional[Path] = None) -> tuple[dic
     return seconds, skip
 
 
+def link_report(path: Path) -> Optional[LinkCost]:
+    """A link job's report as a :class:`LinkCost`; None when ``path`` is no link report (a log)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("gate") != "link":
+        return None
+    phases = data.get("phases")
+    if not isinstance(phases, dict) or not all(isinstance(phases.get(k), (int, float)) for k in ("build_s", "replay_s", "replays")):
+        raise CuwError(f"--from {path}: a link report without its phases (written by an older forge): link again, then record it")
+    replays = int(phases["replays"])
+    beside = sum(float(phases.get(k) or 0.0) for k in ("prepare_s", "restore_s", "deps_s", "finish_s"))
+    # Replays run in parallel with each other, not with configure: the build's seconds beyond
+    # its replays' own are configure, probes and the link steps (never less than nothing).
+    fixed = beside + max(0.0, float(phases["build_s"]) - float(phases["replay_s"]))
+    per_replay = float(phases["replay_s"]) / replays if replays else 0.0
+    return LinkCost(round(fixed, 3), round(per_replay, 4), _shown(path))
+
+
 def read_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "no such file"
@@ -208,17 +254,22 @@ def record(
             raise CuwError(f"--output {out} is also a --from log; write the table elsewhere")
     measured: dict[str, float] = {}
     fed: dict[str, list[str]] = {}
+    link: Optional[LinkCost] = None
     for log in logs:
+        if log.is_file() and (from_link := link_report(log)) is not None:
+            link = from_link
+            continue
         keys = []
         for key, seconds in read_log(log, source_root).items():
             if keep is None or keep(key):
                 measured[key] = max(measured.get(key, 0.0), seconds)
                 keys.append(key)
         fed[_shown(log)] = sorted(keys)
-    if not measured:
-        raise CuwError(f"no TU of the partition appears in {', '.join(map(str, logs))}")
     previous = load(out) if out.exists() else None
+    if not measured and (link is None or previous is None):
+        raise CuwError(f"no TU of the partition appears in {', '.join(map(str, logs))}")
     merged = {**(previous.costs if previous else {}), **measured}
+    link = link or (previous.link if previous else None)
     earlier = previous.header.get("from", []) if previous else []
     sources = [s for s in earlier if isinstance(s, dict)] if isinstance(earlier, list) else []
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -231,5 +282,8 @@ def record(
         "how": "cuw costs <recipe> --from <seat log | .ninja_log>; keys not in the newest logs keep their earlier cost",
     }
     costs = {k: round(merged[k], 3) for k in sorted(merged)}
-    write_text(out, json.dumps({"header": header, "costs": costs}, indent=2) + "\n", "--output")
-    return CostTable(costs, header, out)
+    document: dict[str, object] = {"header": header, "costs": costs}
+    if link is not None:
+        document["link"] = {"fixed_s": link.fixed_s, "per_replay_s": link.per_replay_s, "from": link.source}
+    write_text(out, json.dumps(document, indent=2) + "\n", "--output")
+    return CostTable(costs, header, out, link)

@@ -106,6 +106,8 @@ class Plan:
     """Key -> shard at ``checked_n`` (what the shards will do)."""
     rest: int = 0
     """Of ``tus``, the source filter's rest that the seat partitions."""
+    link_from: Optional[str] = None
+    """Where the link estimate comes from: a measured link report, or None (replays alone)."""
 
     @property
     def ok(self) -> bool:
@@ -223,7 +225,10 @@ def evaluate(recipe: Recipe, inputs: Inputs, n: int, family: dict[str, str]) -> 
         row.slowest_s = round(max(seconds), 3)
         row.mean_s = round(total / n, 3)
         row.bound_s = round(max(longest, total / n), 3)
-        row.link_s = round(len(inputs.keys) * HIT_SECONDS, 3)
+        # A measured link (the table's ``link``: configure, probes, restore, finish beside its
+        # replays) when the table has one; else the replays alone at a measured hit's cost.
+        link = inputs.table.link
+        row.link_s = round(link.estimate(len(inputs.keys)) if link else len(inputs.keys) * HIT_SECONDS, 3)
     return row, owners
 
 
@@ -393,6 +398,8 @@ def plan(
         per_family=recipe.sharding.per_family, origin=inputs.origin, tus=len(inputs.keys), families=sizes,
         total_s=round(sum(table_costs.values()), 3) if table_costs else None,
         longest_s=round(max(table_costs.values()), 3) if table_costs else None,
+        link_from=(f"measured link ({inputs.table.link.fixed_s:.1f} s beside its replays, {inputs.table.link.per_replay_s:.3f} s "
+                   f"per replay; {inputs.table.link.source})" if inputs.table is not None and inputs.table.link else None),
         checked_n=checked, rows=rows, recommended=recommended, reason=reason.replace("{recipe}", recipe.key),
         checks=checks, assignment=dict(sorted(owners.items())), rest=len(inputs.rest),
     )  # fmt: skip
@@ -407,7 +414,8 @@ def render(p: Plan) -> str:
         "families: " + (", ".join(f"{k} {v}" for k, v in p.families.items()) if fams else "none declared"),
     ]
     if p.total_s is not None:
-        lines.append(f"cost table: {p.total_s:.1f} s in all, longest TU {p.longest_s:.1f} s")
+        lines.append(f"cost table: {p.total_s:.1f} s in all, longest TU {p.longest_s:.1f} s; link: "
+                     + (p.link_from or f"replays alone at {HIT_SECONDS} s each (record a link report: cuw costs {p.recipe} --from <link report>)"))
     head = f"{'N':>4} {'TUs/shard':>10} {'no TUs':>6} " + " ".join(f"{'no ' + f[:10]:>13}" for f in fams)
     head += f" {'jobs/lane':>24} {'dispatch':>8}"
     if p.total_s is not None:
