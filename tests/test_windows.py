@@ -258,6 +258,9 @@ def _verify_windows(recipes_dir: Path, wheel: Path, import_check: bool = False) 
     from cuw.toolchain.toolkit import find_toolkit
     from cuw.wheel.verify import verify
 
+    # These wheels hold real CPython extensions (.pyd linking python311.dll): per interpreter.
+    recipe_yml = recipes_dir / "example" / "recipe.yml"
+    recipe_yml.write_text(recipe_yml.read_text().replace("wheel_python: py3 ", "wheel_python: per-interpreter "))
     cell = Cell("example", "windows", "3.11", "13.0", None)
     report = verify(wheel, load_recipe("example", recipes_dir), cell, find_toolkit(), load_policy(recipes_dir).wheel, [],
                     import_check=import_check)  # fmt: skip
