@@ -112,6 +112,7 @@ def _matrix_build(recipes_dir: Path, root: Path, *filters: str) -> subprocess.Co
     return proc
 
 
+@pytest.mark.e2e  # a venv made for Python 3.10 and a whole cell built in it: minutes, the slow tier
 def test_build_matrix_builds_the_collapsed_example_cell_in_its_own_python(recipes_dir, tmp_path):
     """The example's one linux/13.0 cell (py3: every Python collapsed), built with the grid's lowest
     Python in its own venv (the default cell-venv folder, reused across runs), linked and verified."""
