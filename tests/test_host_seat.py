@@ -106,7 +106,7 @@ def test_windows_lanes_compile_every_host_tu(tmp_path):
 
 @pytest.mark.parametrize(
     "where",
-    ["outside", "tmpxft", "probe", "link"],
+    ["outside", "tmpxft", "nameless", "probe", "link"],
 )
 def test_calls_that_are_not_the_builds_tus_run_the_real_compiler_uncached(tmp_path, where):
     s = HostSeat(tmp_path, runtime.SeatPartition(2, 2))
@@ -118,6 +118,9 @@ def test_calls_that_are_not_the_builds_tus_run_the_real_compiler_uncached(tmp_pa
     elif where == "tmpxft":
         src = s.source("tmpxft_0000_00000000-6_k.cudafe1.cpp")
         args = ["-c", str(src), "-o", "k.o"]
+    elif where == "nameless":  # ggml's `nvcc .c -Xcompiler --version`: nvcc compiles its ".c" to a tmpxft object
+        s.source(".c")
+        args = ["-x", "c++", "-c", ".c", "-o", str(tmp_path / "tmpxft_000004f5_00000000-5_.o")]
     elif where == "probe":
         src = s.source("CMakeFiles/CMakeScratch/TryCompile-x/src.cxx")
         args = ["-c", str(src), "-o", "probe.o"]

@@ -37,7 +37,7 @@ def is_cuda(key: str) -> bool:
 
 def is_source(name: str, lane: str = "linux") -> bool:
     """Whether the seat partitions a file of this name on the lane."""
-    return "." in name and name.endswith(partitioned_suffixes(lane))
+    return name.endswith(partitioned_suffixes(lane)) and name not in SOURCE_SUFFIXES  # ".c" alone names no TU
 
 
 def costed(key: str) -> bool:

@@ -80,7 +80,7 @@ def seat_table(config: SeatConfig) -> Optional[str]:
     if part is not None:
         for dirpath, _dirs, files in os.walk(root):
             for name in files:
-                if not name.endswith(SOURCE_SUFFIXES):
+                if not name.endswith(SOURCE_SUFFIXES) or name in SOURCE_SUFFIXES:
                     continue
                 key = tu_key(os.path.join(dirpath, name), root)
                 if any(c in key for c in "\t\n\r"):

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from cuw.toolchain.nvcc_args import HOST_VALUE_OPTIONS, NvccCall, parse
+from cuw.toolchain.nvcc_args import HOST_VALUE_OPTIONS, SOURCE_SUFFIXES, NvccCall, parse
 from cuw.partition.globs import glob_match
 from cuw.partition.rules import Assignment, tu_key
 
@@ -289,9 +289,12 @@ def run_host(argv: list[str], config: SeatConfig, tool: str) -> int:
         or call.source is None
         or not _under(call.source, config.source_root)
         or "tmpxft" in call.source
+        or "tmpxft" in os.path.basename(call.output or "")
+        or os.path.basename(call.source) in SOURCE_SUFFIXES
         or is_probe(call, cwd)
     ):
-        # Links, preprocessing, nvcc's intermediates, build-tree files, probes: not the build's TUs.
+        # Links, preprocessing, nvcc's intermediates (its tmpxft files, the nameless ``.c`` of
+        # ggml's ``nvcc .c -Xcompiler --version`` probe), build-tree files, probes: not the build's TUs.
         return _call(real)
     part = config.partition if config.partition_host else None
     if part and _double_partition(config):

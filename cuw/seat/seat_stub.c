@@ -706,7 +706,11 @@ int main(int argc, char **argv) {
     if (!getcwd(cwd, sizeof cwd)) fallback();
     if (probe(source) || probe(output) || probe(cwd)) fallback();
 #if SEAT_HOST
-    if (strstr(source, "tmpxft")) fallback(); /* nvcc's own intermediates: never the build's TUs */
+    /* nvcc's own intermediates (tmpxft files, the nameless ".c" of ggml's probe): never the
+       build's TUs; the Python seat runs them untouched. */
+    const char *base = strrchr(source, '/');
+    base = base ? base + 1 : source;
+    if (strstr(source, "tmpxft") || strstr(output, "tmpxft") || base[0] == '.') fallback();
 #endif
 
     /* cuw/partition/rules.py tu_key(): the path relative to the source root, '/' separators. */
