@@ -16,7 +16,7 @@ uncacheable, a miss in the link gate); the patch passes ``disable_pch=True``,
 as spconv's own setup.py does.
 """
 
-from cuw.patching import PatchContext
+from cuw.jobs.patching import PatchContext
 
 ANCHOR = "class GemmKernelFlags(pccm.Class):"
 

@@ -13,7 +13,7 @@ The same rebinding as recipes/cumm/patch.py; the anchor is setup.py's import of
 ``CompileInfo``: if upstream moves it, the patch fails and gets a look.
 """
 
-from cuw.patching import PatchContext
+from cuw.jobs.patching import PatchContext
 
 ANCHOR = "    from cumm.common import CompileInfo\n"
 
