@@ -310,18 +310,10 @@ def run(argv: list[str]) -> int:
 
         sys.stdout.write(recipes_table(recipes_dir))
         return 0
-    if args.verb == "show":
-        return _show(args, recipes_dir)
-    if args.verb == "plan":
-        return _plan(args, recipes_dir)
-    if args.verb == "costs":
-        return _costs(args, recipes_dir)
-    if args.verb == "grid":
-        return _grid(args, recipes_dir)
-    if args.verb == "matrix":
-        return _matrix(args, recipes_dir)
-    if args.verb == "toolkit":
-        return _toolkit(args, recipes_dir)
+    # The verbs that read a recipe or the grid and build nothing.
+    reading = {"show": _show, "plan": _plan, "costs": _costs, "grid": _grid, "matrix": _matrix, "toolkit": _toolkit}
+    if args.verb in reading:
+        return reading[args.verb](args, recipes_dir)
     if args.jobs is not None and not 1 <= args.jobs <= 1024:
         raise CuwError(f"--jobs must be between 1 and 1024, got {args.jobs}")
     if args.verb == "build":
