@@ -177,6 +177,30 @@ def test_before_all_and_before_build_use_the_pinned_installs(recipes_dir, paths)
     assert not list((job.driver_dir / "forge").rglob("__pycache__"))
 
 
+def test_the_toolkit_choice_reaches_the_job(recipes_dir, paths, tmp_path, monkeypatch):
+    """system: the pinned install script; wheels: the forge provisions the pinned wheels in the job; a
+    folder: used as the build sees it. A choice no job can honour is refused before anything is written."""
+    monkeypatch.delenv("CUW_TOOLKIT", raising=False)
+    cell = CELLS["linux"][0]
+    recipe = _recipe(recipes_dir)
+    wheels = cibw.job_for(recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4, "wheels")
+    table = _written(wheels)["tool"]["cibuildwheel"]
+    env = _environment(table)
+    assert env["CUW_TOOLKIT"] == "wheels" and env["CUW_TOOLKITS"] == cibw.WHEEL_TOOLKITS_IN_CONTAINER
+    assert "CUW_CUDA_HOME" not in env
+    assert not any("install-cuda" in step for step in table["before-all"])
+    assert table["before-build"][1] == (f'python -m cuw toolkit --toolkit wheels --cuda 13.0 --recipes "{_host(recipes_dir)}"')
+    folder = tmp_path / "cuda-13.0"
+    monkeypatch.setenv("CUW_TOOLKIT", str(folder))  # the variable when no option is given
+    job = cibw.job_for(recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4)
+    env = _environment(_written(job)["tool"]["cibuildwheel"])
+    assert env["CUW_CUDA_HOME"] == env["CUW_TOOLKIT"] == _host(folder)
+    monkeypatch.delenv("CUW_TOOLKIT")
+    old_line = Cell("example", "linux", "3.11", "12.8", None)
+    with pytest.raises(CuwError, match=r"CUDA 12\.8: --toolkit = wheels, but NVIDIA's CUDA 12 wheels ship ptxas but no nvcc driver"):
+        cibw.job_for(recipe, recipes_dir, old_line, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4, "wheels")
+
+
 def test_windows_shard_environment(recipes_dir, paths):
     cell = CELLS["windows"][0]
     job = _job(recipes_dir, paths, cell, ShardSpec(2, 4), tool="sccache")

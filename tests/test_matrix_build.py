@@ -13,9 +13,11 @@ import pytest
 from conftest import REPO
 from cuw.jobs import cell_env
 from cuw.config.cell import Cell
-from cuw.ci.matrix_build import Row, cells_at_once, plan_local, table
+from cuw.ci.matrix_build import Buildable, Row, cells_at_once, plan_local, run_matrix, table
+from cuw.config import toolkits
 from cuw.config.policy import load_policy
 from cuw.config.recipe import load_recipe
+from cuw.toolchain.toolkit import find_toolkit
 
 
 def test_the_forges_own_and_pyenvs_pythons_are_found_and_a_missing_one_names_where_it_looked():
@@ -28,7 +30,8 @@ def test_the_forges_own_and_pyenvs_pythons_are_found_and_a_missing_one_names_whe
     assert any(w.startswith("uv") for w in looked)
 
 
-def test_plan_local_names_what_would_make_each_cell_buildable(recipes_dir):
+def test_plan_local_names_what_would_make_each_cell_buildable(recipes_dir, monkeypatch):
+    monkeypatch.delenv("CUW_TOOLKIT", raising=False)
     recipe = load_recipe("example_torch", recipes_dir)
     cells = [
         Cell("example_torch", "linux", "3.11", "13.0", "2.14"),
@@ -36,13 +39,68 @@ def test_plan_local_names_what_would_make_each_cell_buildable(recipes_dir):
         Cell("example_torch", "linux", "3.11", "12.8", "2.14"),
         Cell("example_torch", "windows", "3.11", "13.0", "2.14"),
     ]
-    build, skipped = plan_local(recipe, cells, "linux", "13.0", "/usr/local/cuda-13.0")
-    assert [c for c, _ in build] == cells[:1]
+    lines = toolkits.for_lines(load_policy(recipes_dir), None, ["13.0", "12.8"])
+    build, skipped = plan_local(recipe, cells, "linux", lines)
+    assert [b.cell for b in build] == cells[:1] and build[0].toolkit_home == str(find_toolkit().home)
     why = {r.cell.id: r.why for r in skipped}
     assert why[cells[1].id].startswith("Python 3.99: none found (looked at python3.99 on PATH (none), pyenv")
     assert "pyenv install 3.99" in why[cells[1].id]
-    assert why[cells[2].id].startswith("CUDA 12.8 toolkit: this machine has CUDA 13.0") and "CUW_CUDA_HOME" in why[cells[2].id]
+    assert why[cells[2].id].startswith("CUDA 12.8 toolkit: toolkits.12.8 in recipes/defaults.yml is system, but the "
+                                       "system toolkit is CUDA 13.0")  # fmt: skip
+    assert "CUW_CUDA_HOME" in why[cells[2].id] and "no nvcc driver" in why[cells[2].id]
     assert why[cells[3].id] == "lane windows: this machine is linux; build it on a windows runner"
+
+
+def _fake_toolkit(root: Path, release: str) -> Path:
+    """A folder whose bin/nvcc reports ``release``: which line a path entry serves is read from nvcc."""
+    nvcc = root / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
+    nvcc.chmod(0o755)
+    return root
+
+
+def test_each_cuda_line_gets_its_own_toolkit_and_a_forced_one_only_serves_its_line(recipes_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("CUW_TOOLKIT", raising=False)
+    recipe = load_recipe("example_torch", recipes_dir)
+    cells = [Cell("example_torch", "linux", "3.11", "13.0", "2.14"), Cell("example_torch", "linux", "3.11", "12.8", "2.14")]
+    other = _fake_toolkit(tmp_path / "cuda-12.8", "12.8")
+    policy = load_policy(recipes_dir)
+    per_line = replace(policy, toolkits={**policy.toolkits, "12.8": str(other)})
+    build, skipped = plan_local(recipe, cells, "linux", toolkits.for_lines(per_line, None, ["13.0", "12.8"]))
+    assert not skipped
+    assert {b.cell.cuda: b.toolkit_home for b in build} == {"13.0": str(find_toolkit().home), "12.8": str(other.resolve())}
+    # --toolkit PATH is one toolkit: the other line is skipped, naming the mismatch
+    build, skipped = plan_local(recipe, cells, "linux", toolkits.for_lines(policy, str(other), ["13.0", "12.8"]))
+    assert [b.cell.cuda for b in build] == ["12.8"]
+    assert skipped[0].why == (f"CUDA 13.0 toolkit: --toolkit = {other}: that toolkit is CUDA 12.8, not 13.0; "
+                              "name a CUDA 13.0 toolkit")  # fmt: skip
+    # --toolkit wheels cannot serve a CUDA 12 line
+    lines = toolkits.for_lines(policy, "wheels", ["12.8"])
+    assert lines["12.8"].chosen is None and "ship ptxas but no nvcc driver" in lines["12.8"].why
+
+
+def test_a_cells_build_gets_its_lines_toolkit(recipes_dir, tmp_path, monkeypatch):
+    """run_matrix hands each cell's build its line's toolkit (CUW_TOOLKIT), whatever the parent's is."""
+    recipe = load_recipe("example", recipes_dir)
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    interp, _ = cell_env.find_python(here)
+    other = _fake_toolkit(tmp_path / "cuda-12.8", "12.8")
+    seen = tmp_path / "seen.txt"
+    monkeypatch.setattr(cell_env, "ensure", lambda spec, root=None: (Path(sys.executable), True))
+    monkeypatch.setenv("CUW_TOOLKIT", "wheels")
+    real_popen = subprocess.Popen
+
+    def popen(cmd, env, **kw):  # the child reports what it was given
+        probe = [cmd[0], "-c", f"import os; open({str(seen)!r}, 'w').write(os.environ['CUW_TOOLKIT'] + ' ' + os.environ['CUDA_HOME'])"]
+        return real_popen(probe, env=env, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    cell = Cell("example", "linux", here, "12.8", None)
+    rows = run_matrix(recipe, load_policy(recipes_dir).grid, {}, [Buildable(cell, interp, str(other))], [],
+                      tmp_path / "work", 2, lambda _: None)  # fmt: skip
+    assert rows[0].status == "built"
+    assert seen.read_text() == f"{other} {other}"
 
 
 def test_cells_at_once_stay_within_cores_memory_and_jobs():

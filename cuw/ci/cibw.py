@@ -34,7 +34,7 @@ from cuw.jobs.backends import build_env
 from cuw.toolchain.cache import tool_class
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
-from cuw.config import lanes
+from cuw.config import lanes, toolkits
 from cuw.config.grid import cell_archs, require_in_grid
 from cuw.partition.rules import ShardSpec, parse_shard_spec
 from cuw.config.paths import Paths
@@ -89,6 +89,9 @@ def manylinux_image(policy: WheelPolicy, lane: str) -> str:
     return tag[: -len(arch) - 1]
 
 
+WHEEL_TOOLKITS_IN_CONTAINER = "/opt/cuw-toolkits"  # $CUW_TOOLKITS there: the pinned toolkit wheels
+
+
 def toolkit_home(cell: Cell) -> str:
     """Where the pinned install scripts put the cell's CUDA line."""
     if cell.lane == "windows":
@@ -109,6 +112,7 @@ class CibwJob:
     dist: Path
     cache: CacheChoice
     jobs: int
+    toolkit: str = "system"  # system | wheels | a folder (cuw/config/toolkits.py for_container)
 
     @property
     def verb(self) -> str:
@@ -169,7 +173,13 @@ class CibwJob:
         )  # fmt: skip
         env.pop("PATH")  # the image's own PATH: cibuildwheel puts the build Python first
         env[f"{self.cache.tool.upper()}_DIR"] = str(ws.cache_dir)
-        env["CUW_CUDA_HOME"] = toolkit_home(self.cell)
+        if self.toolkit == "system":
+            env["CUW_CUDA_HOME"] = toolkit_home(self.cell)
+        elif self.toolkit == "wheels":  # provisioned by before_build, into a folder the job keeps
+            env["CUW_TOOLKIT"] = "wheels"
+            env["CUW_TOOLKITS"] = WHEEL_TOOLKITS_IN_CONTAINER if self.in_container else str(self.work / "toolkits")
+        else:
+            env["CUW_TOOLKIT"] = env["CUW_CUDA_HOME"] = self.seen(Path(self.toolkit))
         env[COMMAND_VAR] = shlex.join(self.forge_args())
         return env
 
@@ -177,6 +187,8 @@ class CibwJob:
         """The pinned toolkit (the CI install scripts) and the pinned cache tool."""
         tool = tool_class(self.cache.tool)
         pin = f"pipx install {tool.package}=={tool.pinned}"
+        if self.toolkit != "system":  # the pinned wheels (before_build) or a folder: no system install
+            return [pin]
         if self.in_container:
             return [f"bash {{project}}/forge/.github/scripts/install-cuda.sh {self.cell.cuda}", pin]
         script = r"{project}\forge\.github\scripts\install-cuda.ps1"
@@ -186,6 +198,8 @@ class CibwJob:
         """The forge (with torch for the cell, through install-forge.sh) and the recipe's extra deps."""
         torch = f"TORCH={self.cell.torch} " if self.cell.torch else ""
         steps = [f'bash -c "cd forge && {torch}CUDA_LINE={self.cell.cuda} bash .github/scripts/install-forge.sh"']
+        if self.toolkit == "wheels":  # the forge's own install of the pinned toolkit wheels, checked
+            steps.append(f'python -m cuw toolkit --toolkit wheels --cuda {self.cell.cuda} --recipes "{self.seen(self.recipes_dir)}"')
         if self.recipe.extra_deps:
             steps.append("python -m pip install " + " ".join(f'"{dep}"' for dep in self.recipe.extra_deps))
         return steps
@@ -246,14 +260,17 @@ def render(job: CibwJob) -> str:
 
 def job_for(
     recipe: Recipe, recipes_dir: Path, cell: Cell, spec: Optional[ShardSpec], paths: Paths, cache: CacheChoice,
-    jobs: Optional[int],
+    jobs: Optional[int], toolkit: Optional[str] = None,
 ) -> CibwJob:
-    """A job of a cell the recipe's grid has, on a lane that shards when it is one of N > 1."""
-    require_in_grid(recipe, load_policy(recipes_dir).grid, cell)
+    """A job of a cell the recipe's grid has, on a lane that shards when it is one of N > 1.
+    ``toolkit``: ``--toolkit`` (else ``$CUW_TOOLKIT``, else the policy's entry for the cell's line)."""
+    policy = load_policy(recipes_dir)
+    require_in_grid(recipe, policy.grid, cell)
     if spec is not None:
         check_lane(recipe, cell, spec)
+    choice = toolkits.for_container(policy, toolkit, cell.cuda)
     return CibwJob(recipe, recipes_dir.resolve(), cell, spec, paths.work, paths.artifacts, paths.dist, cache,
-                   jobs or os.cpu_count() or 1)  # fmt: skip
+                   jobs or os.cpu_count() or 1, choice)  # fmt: skip
 
 
 def job_specs(recipe: Recipe, verb: str, shard: Optional[str], shards: Optional[int]) -> list[Optional[ShardSpec]]:
@@ -270,10 +287,10 @@ def job_specs(recipe: Recipe, verb: str, shard: Optional[str], shards: Optional[
 
 def run_jobs(
     recipe: Recipe, recipes_dir: Path, cell: Cell, specs: list[Optional[ShardSpec]], paths: Paths,
-    cache: CacheChoice, jobs: Optional[int],
+    cache: CacheChoice, jobs: Optional[int], toolkit: Optional[str] = None,
 ) -> bool:
     """Each job in turn; a failed shard does not stop the link (it restores what arrived)."""
-    planned = [job_for(recipe, recipes_dir, cell, spec, paths, cache, jobs) for spec in specs]
+    planned = [job_for(recipe, recipes_dir, cell, spec, paths, cache, jobs, toolkit) for spec in specs]
     results = [run_job(job) for job in planned]
     return all(results)
 

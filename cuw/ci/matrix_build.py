@@ -1,8 +1,9 @@
 """``build --matrix``: every cell of the selection this machine can build, each in its own environment.
 
-A cell is buildable here when its lane is this machine's, its CUDA line is the
-toolkit's and its Python is installed (``cuw/jobs/cell_env.py`` finds it); its torch
-is installed into its environment. Buildable cells run several at a time within
+A cell is buildable here when its lane is this machine's, its CUDA line has a
+toolkit here (each line its own, ``cuw/config/toolkits.py``) and its Python is
+installed (``cuw/jobs/cell_env.py`` finds it); its torch is installed into its
+environment. Buildable cells run several at a time within
 the machine's cores and memory, each as ``cuw build`` inside its venv (its
 shards and its link run there too); the run ends with a table: cell,
 built/failed/skipped, why skipped (naming what would make it buildable), wall,
@@ -18,13 +19,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from cuw.jobs import cell_env
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
 from cuw.config.grid import Grid, served_pythons
 from cuw.config.recipe import Recipe
+from cuw.config.toolkits import LineToolkit
 
 CELL_MEMORY_GB = 4.0  # one cell's build at a time (compilers, pip, the link's auditwheel)
 _VERDICT = re.compile(r"^(link|verify) gate (PASS|FAIL)")
@@ -39,6 +41,13 @@ class Row:
     verdicts: list[str] = field(default_factory=list)
     serves: list[str] = field(default_factory=list)
     env: str = ""
+
+
+@dataclass(frozen=True)
+class Buildable:
+    cell: Cell
+    interp: cell_env.Interpreter
+    toolkit_home: str  # the cell's CUDA line's toolkit, passed to its build as CUW_TOOLKIT
 
 
 def memory_gb() -> float:
@@ -57,25 +66,21 @@ def cells_at_once(cells: int, cores: int, mem_gb: float, jobs: Optional[int]) ->
 
 
 def plan_local(
-    recipe: Recipe, selected: list[Cell], lane: str, cuda: str, toolkit_home: str,
+    recipe: Recipe, selected: list[Cell], lane: str, toolkits: Mapping[str, LineToolkit],
     find: Callable[[str], tuple[Optional[cell_env.Interpreter], list[str]]] = cell_env.find_python,
-) -> tuple[list[tuple[Cell, cell_env.Interpreter]], list[Row]]:
-    """The cells this machine can build (with their Python), and a skipped row for every other one."""
-    build: list[tuple[Cell, cell_env.Interpreter]] = []
+) -> tuple[list[Buildable], list[Row]]:
+    """The cells this machine can build (with their Python and their line's toolkit), and a skipped
+    row for every other one."""
+    build: list[Buildable] = []
     skipped: list[Row] = []
     pythons: dict[str, tuple[Optional[cell_env.Interpreter], list[str]]] = {}
     for cell in selected:
         if cell.lane != lane:
             skipped.append(Row(cell, "skipped", f"lane {cell.lane}: this machine is {lane}; build it on a {cell.lane} runner"))
             continue
-        if cell.cuda != cuda:
-            major = cell.cuda.split(".")[0]
-            fix = (f"install CUDA {cell.cuda} and point CUW_CUDA_HOME at it (NVIDIA's CUDA {major} wheels ship ptxas but "
-                   "no nvcc driver, so --toolkit wheels cannot provide it)" if major.isdigit() and int(major) < 13 else
-                   f"install CUDA {cell.cuda} and point CUW_CUDA_HOME at it, or build with --toolkit wheels "
-                   "(pinned in recipes/defaults.yml toolkit_wheels)")  # fmt: skip
-            skipped.append(Row(cell, "skipped", f"CUDA {cell.cuda} toolkit: this machine has CUDA {cuda} ({toolkit_home}); "
-                                                f"{fix}"))  # fmt: skip
+        line = toolkits.get(cell.cuda)
+        if line is None or line.chosen is None:
+            skipped.append(Row(cell, "skipped", f"CUDA {cell.cuda} toolkit: {line.why if line else 'not planned'}"))
             continue
         if cell.python not in pythons:
             pythons[cell.python] = find(cell.python)
@@ -84,7 +89,7 @@ def plan_local(
             skipped.append(Row(cell, "skipped", f"Python {cell.python}: none found (looked at {', '.join(looked)}); "
                                                 f"install it (pyenv install {cell.python}, or uv python install {cell.python})"))  # fmt: skip
             continue
-        build.append((cell, interp))
+        build.append(Buildable(cell, interp, str(line.chosen.toolkit.home)))
     return build, skipped
 
 
@@ -107,7 +112,7 @@ def _pump(proc: subprocess.Popen, log: Path, prefix: str, say: Callable[[str], N
 
 
 def run_matrix(
-    recipe: Recipe, grid: Grid, torch_index: dict[str, str], build: list[tuple[Cell, cell_env.Interpreter]],
+    recipe: Recipe, grid: Grid, torch_index: dict[str, str], build: list[Buildable],
     args: list[str], work: Path, jobs: Optional[int], say: Callable[[str], None],
     venv_root: Optional[Path] = None,
 ) -> list[Row]:
@@ -120,7 +125,8 @@ def run_matrix(
     pending = list(build)
     running: list[tuple[Row, subprocess.Popen, threading.Thread, float]] = []
 
-    def start(cell: Cell, interp: cell_env.Interpreter) -> None:
+    def start(item: Buildable) -> None:
+        cell, interp = item.cell, item.interp
         row = Row(cell, "failed", serves=served_pythons(recipe, grid, cell))
         started = time.monotonic()
         try:
@@ -138,6 +144,8 @@ def run_matrix(
         say(f"matrix: {cell.id}: building in {row.env}")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH", "__PYVENV_LAUNCHER__")}
         env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+        # The cell's line's toolkit, whatever this run's own is: its build exports it to its jobs.
+        env.update(CUW_TOOLKIT=item.toolkit_home, CUW_CUDA_HOME=item.toolkit_home, CUDA_HOME=item.toolkit_home)
         cmd = [str(python), "-m", "cuw", "build", recipe.key, *args, "--jobs", str(jobs_each)]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 text=True, errors="replace", start_new_session=os.name == "posix")  # fmt: skip
@@ -148,7 +156,7 @@ def run_matrix(
     try:
         while pending or running:
             while pending and len(running) < at_once:
-                start(*pending.pop(0))
+                start(pending.pop(0))
             time.sleep(0.5)
             for item in list(running):
                 row, proc, pump, started = item

@@ -118,8 +118,8 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
     """``build --matrix``: the same cells the workflow gets, each built here in its own environment
     where this machine has its lane, CUDA line and Python (cuw/ci/matrix_build.py)."""
     from cuw.ci import matrix, matrix_build
+    from cuw.config import toolkits
     from cuw.config.lanes import local_lane
-    from cuw.toolchain.toolkit import find_toolkit
 
     filters = _filters(args)
     policy = load_policy(recipes_dir)
@@ -127,8 +127,12 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
     note = matrix.collapse_note(recipe, policy.grid)
     if note:
         report.say(f"matrix: {recipe.key}: {note}")
-    toolkit = find_toolkit()
-    build, skipped = matrix_build.plan_local(recipe, selected, local_lane(), toolkit.version, str(toolkit.home))
+    here = local_lane()
+    lines = toolkits.for_lines(policy, args.toolkit, [c.cuda for c in selected if c.lane == here])
+    for line in lines.values():
+        if line.chosen is not None:
+            report.say(f"toolkit: {line.chosen.how}")
+    build, skipped = matrix_build.plan_local(recipe, selected, here, lines)
     for row in skipped:
         report.say(f"skipped {row.cell.id}: needs {row.why}")
     if not build:
@@ -164,7 +168,7 @@ def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
     cell = parse_cell(recipe, args.cell) if args.cell else local_cell(recipe, find_toolkit())
     choice = cache_choice(load_policy(recipes_dir), cell.lane, args.cache_tool, args.cache_remote)
     specs = cibw.job_specs(recipe, args.verb, getattr(args, "shard", None), getattr(args, "shards", None))
-    return 0 if cibw.run_jobs(recipe, recipes_dir, cell, specs, _paths(args), choice, args.jobs) else 1
+    return 0 if cibw.run_jobs(recipe, recipes_dir, cell, specs, _paths(args), choice, args.jobs, args.toolkit) else 1
 
 
 def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
@@ -347,7 +351,8 @@ def run(argv: list[str]) -> int:
     for option in ("work", "artifacts", "dist"):
         if hasattr(args, option):
             writable_dir(getattr(args, option), f"--{option}")
-    _use_toolkit(args, recipes_dir)
+    if not getattr(args, "matrix", False):  # --matrix chooses each CUDA line's toolkit itself
+        _use_toolkit(args, recipes_dir)
     if spec is not None:
         result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,
                            cache=cache)  # fmt: skip

@@ -68,15 +68,14 @@ def choose(policy: Policy, option: Optional[str] = None, line: Optional[str] = N
         system = find_toolkit()
         if line is not None and system.version != line:
             raise CuwError(f"CUDA {line}: {source} is system, but the system toolkit is CUDA {system.version} "
-                           f"({system.home}); install CUDA {line}, set CUDA_HOME to it, or choose wheels or a path "
-                           "with toolkits in recipes/defaults.yml or --toolkit")  # fmt: skip
+                           f"({system.home}); {_other_line_fix(line)}")
         return Chosen(system, "system", f"CUDA {system.version}: system toolkit {system.home} ({source})")
     if forced == "wheels":
         if line is None:
             if not policy.toolkit_wheels:
                 raise CuwError(f"{source} = wheels: recipes/defaults.yml has no toolkit_wheels pins; add them "
                                "(a CUDA line mapped to its nvidia-cuda-nvcc, -runtime, -cccl, -crt, nvvm pins)")  # fmt: skip
-            line = max(policy.toolkit_wheels, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+            line = max(policy.toolkit_wheels, key=_line_key)
         pins = policy.toolkit_wheels.get(line)
         if not pins:
             major = line.split(".")[0]
@@ -96,6 +95,62 @@ def choose(policy: Policy, option: Optional[str] = None, line: Optional[str] = N
     if line is not None and version != line:
         raise CuwError(f"{source} = {forced}: that toolkit is CUDA {version}, not {line}; name a CUDA {line} toolkit")
     return Chosen(Toolkit(home.resolve(), version), "path", f"CUDA {version}: toolkit {home} ({source})")
+
+
+def _other_line_fix(line: str) -> str:
+    """What makes a CUDA line other than the system's buildable here."""
+    major = line.split(".")[0]
+    if major.isdigit() and int(major) < 13:
+        return (f"install CUDA {line} and point CUW_CUDA_HOME at it, or name its folder in toolkits.{line} of "
+                f"recipes/defaults.yml ({provision.NO_NVCC_WHEEL.format(major=major, line=line)})")  # fmt: skip
+    return (f"install CUDA {line} and point CUW_CUDA_HOME at it, or build with --toolkit wheels (pinned in "
+            f"recipes/defaults.yml toolkit_wheels), or set toolkits.{line} there")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LineToolkit:
+    """A CUDA line's toolkit for a run that builds several lines, or why this machine has none."""
+
+    line: str
+    chosen: Optional[Chosen]
+    why: str = ""
+
+
+def for_lines(policy: Policy, option: Optional[str], lines: list[str]) -> dict[str, LineToolkit]:
+    """Each line's own choice (``choose`` with the line): the forced one checked against it, else the
+    policy's entry for that line. A line nothing here provides gets the reason and its fix, not an error,
+    so one missing line does not stop the others."""
+    out: dict[str, LineToolkit] = {}
+    for line in dict.fromkeys(lines):
+        try:
+            out[line] = LineToolkit(line, choose(policy, option, line))
+        except CuwError as exc:
+            out[line] = LineToolkit(line, None, str(exc).removeprefix(f"CUDA {line}: "))
+    return out
+
+
+def for_container(policy: Policy, option: Optional[str], line: str) -> str:
+    """The choice for a job that builds ``line`` elsewhere (cibuildwheel's container or Windows
+    build): ``system`` (the pinned install script), ``wheels`` (provisioned there by the forge) or a
+    folder. Checked here, installed nothing: the job installs its own."""
+    forced, source = requested(option)
+    if forced is None:
+        forced, source = policy_choice(policy, line), f"toolkits.{line} in recipes/defaults.yml"
+    if forced == "wheels":
+        major = line.split(".")[0]
+        if major.isdigit() and int(major) < 13:
+            raise CuwError(f"CUDA {line}: {source} = wheels, but {provision.NO_NVCC_WHEEL.format(major=major, line=line)}")
+        newest = max(policy.toolkit_wheels, key=_line_key, default=None)
+        if line != newest:
+            # The job's forge takes "wheels" as the newest pinned line: it finds its cell from the toolkit.
+            raise CuwError(f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels "
+                           + (f"pins {newest} as the newest line, which a job given wheels builds; name the {line} "
+                              "toolkit's folder instead" if newest else "has no pins; add them"))  # fmt: skip
+    return forced
+
+
+def _line_key(line: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in line.split(".") if p.isdigit())
 
 
 def export(toolkit: Toolkit) -> None:
