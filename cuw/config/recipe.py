@@ -84,6 +84,9 @@ class Verify:
     """Libraries (globs) auditwheel may copy into the wheel."""
     skip_import: list[str] = field(default_factory=list)
     """Modules not to import in the verify gate (with a README line saying why)."""
+    import_requires: list[str] = field(default_factory=list)
+    """Pinned pip requirements installed beside the wheel for the import check: its runtime
+    dependencies that the forge's environment lacks (the wheel itself installs without its own)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,11 @@ class Recipe:
     backend: Backend
     """How it builds: scikit-build-core (CMake), a torch extension (setuptools + torch's
     BuildExtension), or setuptools calling nvcc its own way (pccm/ccimport); all through pip."""
+    device_code: bool = True
+    """Whether the wheel carries compiled device code (SASS/PTX). ``false``: its kernels are compiled
+    at run time (NVRTC, a JIT) and the build compiles host code only; the shard gate then takes a host
+    compile through the seat as the build compiling from source, and verify's ``arch`` check requires
+    no device code in the wheel instead of the cell's arches."""
     wheel_python: WheelPython = "per-interpreter"
     """The wheel's Python tag: ``per-interpreter`` (``cp311-cp311``, one cell per Python), ``py3``
     (``py3-none``, scikit-build-core's ``wheel.py-api = "py3"``: the Python axis collapses to one cell

