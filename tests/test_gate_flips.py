@@ -57,9 +57,11 @@ def archive_of(folder: Path, index: int) -> Path:
 def test_missing_shard_self_heals_and_is_reported_as_its_misses(shards, tmp_path):
     recipes, paths, folder = fresh(shards, tmp_path)
     archive_of(folder, 2).unlink()
-    result = run_link(load_recipe("example", recipes), paths, progress=None)
+    said: list[str] = []
+    result = run_link(load_recipe("example", recipes), paths, progress=said.append)
 
     assert not result.verdict.ok and result.missing_shards == [2]
+    assert "link: missing shard archives: 1 of 3 (2); their TUs recompile here and the gate will report them" in said
     facts = result.verdict.facts
     tus = EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"]
     assert facts["misses"] > 0 and facts["hits"] + facts["misses"] == tus

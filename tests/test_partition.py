@@ -56,3 +56,11 @@ def test_listing_and_matching_read_a_glob_the_same_way(tmp_path):
         listed = {tu_key(str(p), str(tmp_path)) for p in source_filter_files(tmp_path, [pattern])}
         assert listed == {k for k in keys if glob_match(k, pattern)}, pattern
     assert {tu_key(str(p), str(tmp_path)) for p in source_filter_files(tmp_path, ["csrc/[x].cu"])} == {"csrc/x.cu"}
+
+
+def test_a_list_of_shards_folds_into_runs_on_one_line():
+    from cuw.partition.rules import shard_listing
+
+    assert shard_listing([2, 3, 4, 7], 10) == "4 of 10 (2-4, 7)"
+    assert shard_listing(list(range(2, 256)), 255) == "254 of 255 (2-255)"
+    assert shard_listing([5], 23) == "1 of 23 (5)"

@@ -23,6 +23,7 @@ from cuw.base.errors import CuwError
 from cuw.gates.conditions import LinkObservation, Verdict, link_gate
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import cuda_sources
+from cuw.partition.rules import shard_listing
 from cuw.base.progress import Meter
 from cuw.config.paths import Paths
 from cuw.jobs.patching import PatchContext
@@ -136,8 +137,8 @@ def run_link(
         got = count - len(missing)
         progress(f"link: restored {got}/{count} shard caches into {ws.cache_dir}")
         if missing:
-            listing = ", ".join(f"{i}/{count}" for i in missing)
-            progress(f"link: missing shard archives: {listing}; their TUs recompile here and the gate will report them")
+            progress(f"link: missing shard archives: {shard_listing(missing, count)}; their TUs recompile here "
+                     "and the gate will report them")  # fmt: skip
     all_tus = cuda_sources(ws.src)
     env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane, archs=archs,
                     deps_dir=install_extra_deps(recipe, ws, cell.cuda))  # fmt: skip

@@ -205,3 +205,15 @@ def assign(
         main = {k: v for k, v in costs.items() if k not in extra}
         table = _lpt(main, count, family, per_family, {k: costs.get(k, fallback) for k in extra})
     return Assignment(count, rule, table)
+
+
+def shard_listing(indices: list[int], count: int) -> str:
+    """Shards by index, runs folded: ``[2, 3, 4, 7]`` of 10 -> ``4 of 10 (2-4, 7)``; one line at any N."""
+    runs: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    spans = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return f"{len(set(indices))} of {count} ({spans})"
