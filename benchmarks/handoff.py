@@ -12,8 +12,7 @@ alternating order, :func:`cuw.jobs.archive.pack` against a plain ``tar -cf`` of 
 same folder and :func:`cuw.jobs.archive.unpack` + :func:`cuw.jobs.archive.merge_into`
 against ``tar -xf``, and prints seconds and MB/s (median of ``--repeat``) and
 the forge's throughput over tar's against the goal (at least half of tar's).
-The forge's pack includes its fsync before the rename; ``tar -cf`` does not
-sync. Fails when the forge misses the goal or a restore loses a file.
+Neither syncs to disk (the forge's atomicity is its rename). Fails when the forge misses the goal or a restore loses a file.
 
 Without ``--synthetic``, for each cache tool it runs one real compile shard (:func:`cuw.jobs.shard.run_shard`,
 cold cache), then times the forge's own handoff functions on that shard's
@@ -163,6 +162,8 @@ def bench_synthetic(kind: str, cache_mb: int, small: int, repeat: int, root: Pat
 
 def synthetic_main(args: argparse.Namespace) -> int:
     rows = []
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
     for kind in ("large", "small"):
         with tempfile.TemporaryDirectory(prefix=f"cuw-handoff-{kind}-", dir=args.dir) as tmp:
             rows.append(bench_synthetic(kind, args.cache_mb, args.small, args.repeat, Path(tmp)))

@@ -171,6 +171,19 @@ def test_links_in_an_archive_are_refused(tmp_path):
         archive.unpack(bad, tmp_path / "staging")
 
 
+@pytest.mark.parametrize("second", ["cache/a/entry", "cache/a/entry/inner"])
+def test_a_name_twice_or_a_file_used_as_a_folder_is_refused_and_leaves_nothing(tmp_path, second):
+    first = tarfile.TarInfo("cache/a/entry")
+    first.size = 3
+    again = tarfile.TarInfo(second)
+    again.size = 4
+    bad = _raw_archive(tmp_path / f"bad{archive.SUFFIX}", [(first, b"one"), (again, b"evil")])
+    (tmp_path / "staging").mkdir()
+    with pytest.raises(CuwError, match=r"appears twice|corrupted"):
+        archive.unpack(bad, tmp_path / "staging")
+    assert list((tmp_path / "staging").iterdir()) == []
+
+
 def test_a_file_that_is_not_an_archive(tmp_path):
     junk = tmp_path / f"cuw-shard-x{archive.SUFFIX}"
     junk.write_text("hello")

@@ -104,11 +104,13 @@ class Cache:
     def entry_files(self) -> list[Path]:
         """Files that are cache entries (what a shard hands over)."""
         out = []
-        for path in sorted(self.cache_dir.rglob("*")):
-            rel = path.relative_to(self.cache_dir)
-            if path.is_file() and rel.parts[0] not in self.not_entries:
-                out.append(path)
-        return out
+        top = str(self.cache_dir)
+        for folder, dirs, files in os.walk(top):  # os.walk, not rglob: pathlib costs ~0.1 ms a file
+            if folder == top:
+                dirs[:] = [d for d in dirs if d not in self.not_entries]
+                files = [f for f in files if f not in self.not_entries]
+            out.extend(os.path.join(folder, f) for f in files if os.path.isfile(os.path.join(folder, f)))
+        return sorted(Path(p) for p in out)
 
     def _run(self, *args: str, check: bool = True) -> str:
         env = scrub(dict(os.environ))
