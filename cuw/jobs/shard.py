@@ -21,7 +21,7 @@ from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
 from cuw.gates.conditions import ShardObservation, Verdict, shard_gate
 from cuw.partition.assignment import recipe_assignment
-from cuw.partition.coverage import covered_keys, rest_keys, seat_rest, source_filter_files, unfiltered_keys
+from cuw.partition.coverage import covered_keys, is_cuda, rest_keys, seat_rest, source_filter_files, unfiltered_keys
 from cuw.partition.rules import Assignment, ShardSpec, tu_key
 from cuw.config.paths import Paths
 from cuw.jobs.patching import PatchContext
@@ -144,7 +144,10 @@ def run_shard(
     try:
         job_cache.zero()
         started = time.monotonic()
-        rc = build(ws, recipe, env, label, will_compile, progress, count_host=source_filter)
+        # Host compiles count where the slice holds host TUs (the source filter's rest, a seat's host
+        # partition) or where host code is all there is (device_code: false).
+        count_host = source_filter or not recipe.device_code or any(not is_cuda(k) for k in owned)
+        rc = build(ws, recipe, env, label, will_compile, progress, count_host=count_host)
         build_s = round(time.monotonic() - started, 1)
         stats = job_cache.stats()
     finally:
