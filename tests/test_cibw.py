@@ -192,6 +192,10 @@ def test_the_toolkit_choice_reaches_the_job(recipes_dir, paths, tmp_path, monkey
     assert table["before-build"][1] == (f'python -m cuw toolkit --toolkit wheels --cuda 13.0 --recipes "{_host(recipes_dir)}"')
     folder = tmp_path / "cuda-13.0"
     monkeypatch.setenv("CUW_TOOLKIT", str(folder))  # the variable when no option is given
+    with pytest.raises(CuwError, match=r"\$CUW_TOOLKIT = .*cuda-13\.0: no bin/nvcc there"):
+        cibw.job_for(recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4)
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "nvcc").write_text("")
     job = cibw.job_for(recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4)
     env = _environment(_written(job)["tool"]["cibuildwheel"])
     assert env["CUW_CUDA_HOME"] == env["CUW_TOOLKIT"] == _host(folder)

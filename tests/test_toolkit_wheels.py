@@ -63,6 +63,15 @@ def test_policy_refuses_loose_pins_and_unknown_choices(recipes_dir):
         load_policy(recipes_dir)
 
 
+@pytest.mark.parametrize("folder", ["../../lib", "/usr/local/cuda/lib64", "$ORIGIN/nvidia/cu13/lib", ""])
+def test_policy_refuses_a_runtime_rpath_outside_site_packages(recipes_dir, folder):
+    policy = yaml.safe_load((recipes_dir / "defaults.yml").read_text())
+    policy["wheel"]["cuda_runtime_rpath"] = {"13.0": [folder]}
+    (recipes_dir / "defaults.yml").write_text(yaml.safe_dump(policy))
+    with pytest.raises(CuwError, match=r"wheel\.cuda_runtime_rpath\.13\.0: .* must be a folder relative to site-packages"):
+        load_policy(recipes_dir)
+
+
 def test_the_shipped_policy_pins_cuda_13_only():
     from conftest import REPO
 

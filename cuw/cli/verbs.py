@@ -341,6 +341,9 @@ def run(argv: list[str]) -> int:
         raise CuwError("--cell goes with --backend cibuildwheel; the pip backend builds this machine's cell")
     if getattr(args, "matrix", False):
         _filters(args)
+    from cuw.config import toolkits
+
+    toolkits.requested(getattr(args, "toolkit", None))  # a malformed --toolkit or $CUW_TOOLKIT, before any folder
     cache = _cache(args, recipe, recipes_dir)
     from cuw.toolchain.cache import check_remote
     from cuw.config.lanes import local_lane

@@ -92,6 +92,12 @@ def load_policy(recipes_dir: Path) -> Policy:
                                f"set it to system or a toolkit path")  # fmt: skip
             raise CuwError(f"{path}: toolkits.{line} = wheels but toolkit_wheels has no {line!r} pins; add them "
                            f"(nvidia-cuda-nvcc=={line}.*'s release and its companions) or use system")  # fmt: skip
+    for line, folders in policy.wheel.cuda_runtime_rpath.items():
+        for folder in folders:
+            parts = folder.replace("\\", "/").split("/")
+            if not folder or folder.startswith(("/", "$")) or ".." in parts or ":" in folder:
+                raise CuwError(f"{path}: wheel.cuda_runtime_rpath.{line}: {folder!r} must be a folder relative to "
+                               "site-packages, like nvidia/cu13/lib (no '..', no absolute path, no $ORIGIN)")  # fmt: skip
     for lane, tool in policy.cache.tool.items():
         try:
             tool_class(tool)

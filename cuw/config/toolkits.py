@@ -146,6 +146,9 @@ def for_container(policy: Policy, option: Optional[str], line: str) -> str:
             raise CuwError(f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels "
                            + (f"pins {newest} as the newest line, which a job given wheels builds; name the {line} "
                               "toolkit's folder instead" if newest else "has no pins; add them"))  # fmt: skip
+    elif forced != "system" and not (Path(forced) / "bin" / exe_name("nvcc")).is_file():
+        raise CuwError(f"CUDA {line}: {source} = {forced}: no bin/{exe_name('nvcc')} there; point it at a CUDA toolkit "
+                       "folder, or use system or wheels")  # fmt: skip
     return forced
 
 
