@@ -87,6 +87,9 @@ class Verify:
     import_requires: list[str] = field(default_factory=list)
     """Pinned pip requirements installed beside the wheel for the import check: its runtime
     dependencies that the forge's environment lacks (the wheel itself installs without its own)."""
+    import_requires_cuda: dict[str, list[str]] = field(default_factory=dict)
+    """Per CUDA line ('13.0'), pins added to ``import_requires`` for that line's cells: the NVIDIA
+    runtime wheels (``nvidia-cuda-nvrtc``) whose libraries the wheel's RPATH finds."""
 
 
 @dataclass(frozen=True)

@@ -394,7 +394,7 @@ def verify(
         checks.append(_arch_check(elves, scratch, archs, toolkit, recipe.device_code))
 
     if import_check:
-        checks.append(_import_check(wheel, members, elves, recipe))
+        checks.append(_import_check(wheel, members, elves, recipe, requires=import_requirements(recipe, cell)))
     if torch_patches is not None:
         checks.append(_torch_patch_check(wheel, members, elves, recipe, cell, torch_patches))
     return Report(str(wheel), checks)
@@ -512,8 +512,15 @@ def _modules(members: dict[str, bytes], elves: list[Binary]) -> list[str]:
     return sorted(set(mods))
 
 
+def import_requirements(recipe: Recipe, cell: Cell) -> list[str]:
+    """What the import check installs beside the wheel for a cell: ``verify.import_requires`` and
+    the cell's CUDA line's ``verify.import_requires_cuda``."""
+    return [*recipe.verify.import_requires, *recipe.verify.import_requires_cuda.get(cell.cuda, [])]
+
+
 def _import_check(
-    wheel: Path, members: dict[str, bytes], elves: list[Binary], recipe: Recipe, python: str = sys.executable
+    wheel: Path, members: dict[str, bytes], elves: list[Binary], recipe: Recipe, python: str = sys.executable,
+    requires: Optional[list[str]] = None,
 ) -> Check:
     pe = [e.path for e in elves if e.kind == "pe"]
     if pe and sys.platform != "win32":
@@ -530,14 +537,15 @@ def _import_check(
         )  # fmt: skip
         if proc.returncode != 0:
             return Check("import", False, [f"pip could not install the wheel: {proc.stderr.strip()[-300:]}"])
-        if recipe.verify.import_requires:  # the runtime dependencies the import needs, pinned in the recipe
+        requires = recipe.verify.import_requires if requires is None else requires
+        if requires:  # the runtime dependencies the import needs, pinned in the recipe
             proc = subprocess.run(
-                [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *recipe.verify.import_requires],
+                [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *requires],
                 capture_output=True, text=True,
             )  # fmt: skip
             if proc.returncode != 0:
                 return Check("import", False, [f"pip could not install verify.import_requires "
-                                               f"{recipe.verify.import_requires}: {proc.stderr.strip()[-300:]}"])  # fmt: skip
+                                               f"{requires}: {proc.stderr.strip()[-300:]}"])  # fmt: skip
         failures, passed = [], 0
         for module in _modules(members, elves):
             if module in recipe.verify.skip_import:
