@@ -54,6 +54,16 @@ def archive_of(folder: Path, index: int) -> Path:
     return path
 
 
+def test_the_links_progress_counts_every_tu_the_shards_compiled(shards, tmp_path):
+    recipes, paths, _ = fresh(shards, tmp_path)
+    said: list[str] = []
+    result = run_link(load_recipe("example", recipes), paths, progress=said.append)
+    assert result.verdict.ok, result.verdict.line
+    tus = EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"]
+    last = [line for line in said if line.startswith("link: compiled ")][-1]
+    assert last.startswith(f"link: compiled {tus}/{tus} TUs"), last
+
+
 def test_missing_shard_self_heals_and_is_reported_as_its_misses(shards, tmp_path):
     recipes, paths, folder = fresh(shards, tmp_path)
     archive_of(folder, 2).unlink()

@@ -22,7 +22,6 @@ from cuw.config.cell import Cell, local_cell
 from cuw.base.errors import CuwError
 from cuw.gates.conditions import LinkObservation, Verdict, link_gate
 from cuw.partition.assignment import recipe_assignment
-from cuw.partition.coverage import cuda_sources
 from cuw.partition.rules import shard_listing
 from cuw.base.progress import Meter
 from cuw.config.paths import Paths
@@ -57,8 +56,11 @@ class LinkResult:
 RESTORE_THREADS = 4
 
 
-def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache: Cache) -> tuple[int, list[int]]:
-    """Validates every archive, then merges them into the link's cache; returns (N, missing shards)."""
+def _restore(
+    recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache: Cache
+) -> tuple[int, list[int], set[str]]:
+    """Validates every archive, then merges them into the link's cache; returns (N, missing shards,
+    the TUs the arrived shards compiled: what the link will replay)."""
     folder = paths.cell_artifacts(cell)
     archives = archive.shard_archives(folder)
     if not archives:
@@ -92,7 +94,7 @@ def _restore(recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     missing = [i for i in range(1, count + 1) if i not in seen]
-    return count, missing
+    return count, missing, {key for m in manifests for key in m.compiled}
 
 
 def _missed_keys(compiles: list[dict], job_cache: Cache) -> list[str]:
@@ -130,7 +132,7 @@ def run_link(
     clock = time.monotonic()
     job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, lane=cell.lane)
     phases["prepare_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
-    count, missing = _restore(recipe, cell, paths, ws, job_cache)
+    count, missing, replays = _restore(recipe, cell, paths, ws, job_cache)
     phases["restore_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
     merged_at = int(time.time())
     if progress:
@@ -139,7 +141,6 @@ def run_link(
         if missing:
             progress(f"link: missing shard archives: {shard_listing(missing, count)}; their TUs recompile here "
                      "and the gate will report them")  # fmt: skip
-    all_tus = cuda_sources(ws.src)
     env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane, archs=archs,
                     deps_dir=install_extra_deps(recipe, ws, cell.cuda))  # fmt: skip
     phases["deps_s"] = round(time.monotonic() - clock, 1)
@@ -148,7 +149,8 @@ def run_link(
         if zero_stats:
             job_cache.zero()
         started = time.monotonic()
-        rc = build(ws, recipe, env, "link", len(all_tus), progress)
+        # What the shards compiled, CUDA and host, is what the link replays (unknown with a shard missing).
+        rc = build(ws, recipe, env, "link", None if missing else len(replays), progress, count_host=True)
         build_s = round(time.monotonic() - started, 1)
         stats = job_cache.stats()
     finally:

@@ -93,7 +93,7 @@ def watch(
     proc: subprocess.Popen,
     ws: Workspace,
     label: str,
-    owned: int,
+    owned: Optional[int],
     progress: Optional[Progress],
     poll_s: float = 1.0,
     count_host: bool = False,
@@ -122,7 +122,7 @@ def watch(
 
 
 def build(
-    ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned: int, progress: Optional[Progress],
+    ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned: Optional[int], progress: Optional[Progress],
     count_host: bool = False,
 ) -> int:
     project = ws.src / recipe.build_subdir
