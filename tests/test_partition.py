@@ -64,3 +64,22 @@ def test_a_list_of_shards_folds_into_runs_on_one_line():
     assert shard_listing([2, 3, 4, 7], 10) == "4 of 10 (2-4, 7)"
     assert shard_listing(list(range(2, 256)), 255) == "254 of 255 (2-255)"
     assert shard_listing([5], 23) == "1 of 23 (5)"
+
+
+def test_a_seat_recipes_globs_name_its_tus_among_the_trees_sources(recipes_dir, tmp_path):
+    """flash-attn's sdist carries CUTLASS's .cu examples and tests, which no build step compiles:
+    its globs keep them out of what is counted, planned and expected of a shard."""
+    from cuw.config.recipe import load_recipe
+    from cuw.jobs.shard import expected_owned
+    from cuw.partition.coverage import covered_keys
+    from cuw.partition.rules import ShardSpec
+
+    for name in ("csrc/flash_attn/src/flash_fwd_a.cu", "csrc/flash_attn/src/flash_bwd_b.cu", "csrc/flash_attn/flash_api.cpp",
+                 "csrc/cutlass/examples/00_basic/basic.cu", "csrc/cutlass/test/unit/gemm.cu", "csrc/cutlass/tools/x.cpp"):  # fmt: skip
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("// tu\n")
+    recipe = load_recipe("flash_attn", recipes_dir)
+    tus = ["csrc/flash_attn/flash_api.cpp", "csrc/flash_attn/src/flash_bwd_b.cu", "csrc/flash_attn/src/flash_fwd_a.cu"]
+    assert covered_keys(recipe, tmp_path) == tus
+    owned = [k for i in range(1, 5) for k in expected_owned(recipe, tmp_path, ShardSpec(i, 4))]
+    assert sorted(owned) == tus

@@ -49,7 +49,10 @@ class ShardSources:
     """The files a partition covers, and how they group into families."""
 
     globs: list[str] = field(default_factory=list)
-    """With ``filter: source``: globs (relative to the source root) of the files it partitions."""
+    """With ``filter: source``: globs (relative to the source root) of the files it partitions. With
+    ``filter: seat``: the build's TUs, for a tree carrying sources no build step compiles (a bundled
+    library's examples and tests): the planner, the progress line and a shard's expected slice count
+    only these; the seat still partitions whatever the build compiles."""
     families: dict[str, list[str]] = field(default_factory=dict)
     """Family name -> globs (relative to the source root) of a subset of the files, such as
     per-arch targets; files in no family form family ``other``. Needs ``filter: source`` or a cost table."""
@@ -326,8 +329,6 @@ def _validate_sharding(sharding: Sharding, path: Path) -> None:
     record = f"create {costs_path(path.parent)} with `cuw costs {path.parent.name} --from <seat log or .ninja_log>`"
     if sharding.filter == "source" and not globs:
         raise CuwError(f"{path}: sharding.filter is 'source' but sharding.source.globs names no files to partition")
-    if sharding.filter == "seat" and globs:
-        raise CuwError(f"{path}: sharding.source.globs is only read with filter: source (this recipe uses seat)")
     if sharding.filter == "seat" and not sharding.source.seat_rest:
         raise CuwError(f"{path}: sharding.source.seat_rest is only read with filter: source (this recipe uses seat)")
     if sharding.rule == "cost" and not has_costs:

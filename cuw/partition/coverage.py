@@ -2,7 +2,8 @@
 
 - A **seat recipe** partitions every source file the seat sees: CUDA and host TUs on Linux (the
   host seat stubs host compiles too), CUDA TUs only on Windows (host sources keep the
-  module-init symbol in every shard).
+  module-init symbol in every shard). Its ``sharding.source.globs``, when set, name the build's
+  TUs among the tree's sources: what is counted and planned.
 - A **source-filter recipe** partitions the files its globs match (CUDA only on Windows), and,
   with ``seat_rest``, its seat partitions the rest: every other source file. The globs decide
   which mechanism owns a file, so no file is ever seen by both.
@@ -82,7 +83,9 @@ def covered_keys(recipe: Recipe, src_root: Path, lane: str = "linux") -> list[st
     (a seat recipe) every source file the seat partitions on the lane."""
     if recipe.sharding.filter == "source":
         return [tu_key(str(p), str(src_root)) for p in source_filter_files(src_root, recipe.sharding.source.globs, lane)]
-    return source_keys(src_root, lane)
+    globs = recipe.sharding.source.globs  # a seat recipe's globs name the build's TUs among the tree's sources
+    keys = source_keys(src_root, lane)
+    return [k for k in keys if filter_covers(k, globs)] if globs else keys
 
 
 def filter_covers(key: str, globs: list[str]) -> bool:

@@ -186,7 +186,7 @@ def gather(recipe: Recipe, work: Path, table: Optional[CostTable], from_log: Opt
     tree = prepare_tree(recipe, work / "src")
     keys = covered_keys(recipe, tree)
     rest = rest_keys(recipe, tree)
-    what = "sharding.source.globs" if recipe.sharding.filter == "source" else "every .cu"
+    what = "sharding.source.globs" if recipe.sharding.source.globs else "every source file"
     origin = f"{what} in the prepared source ({len(keys)} files)"
     if rest:
         origin += f" and the rest the seat partitions ({len(rest)} files)"
