@@ -87,11 +87,8 @@ def choose(policy: Policy, option: Optional[str] = None, line: Optional[str] = N
         state = "reused" if got.reused else f"installed in {got.seconds:.1f} s"
         return Chosen(got.toolkit, "wheels", f"CUDA {line}: toolkit from the pinned wheels at {got.toolkit.home} "
                                              f"({state}, {got.size_mb:.0f} MB; {source})", got)  # fmt: skip
-    home = Path(forced)
-    nvcc = exe_name("nvcc")
-    if not (home / "bin" / nvcc).is_file():
-        raise CuwError(f"{source} = {forced}: no bin/{nvcc} there; point it at a CUDA toolkit folder, or use system or wheels")
-    version = _version_of(str(home / "bin" / nvcc))
+    home = _toolkit_folder(forced, source)
+    version = _version_of(str(home / "bin" / exe_name("nvcc")))
     if line is not None and version != line:
         raise CuwError(f"{source} = {forced}: that toolkit is CUDA {version}, not {line}; name a CUDA {line} toolkit")
     return Chosen(Toolkit(home.resolve(), version), "path", f"CUDA {version}: toolkit {home} ({source})")
@@ -146,10 +143,18 @@ def for_container(policy: Policy, option: Optional[str], line: str) -> str:
             raise CuwError(f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels "
                            + (f"pins {newest} as the newest line, which a job given wheels builds; name the {line} "
                               "toolkit's folder instead" if newest else "has no pins; add them"))  # fmt: skip
-    elif forced != "system" and not (Path(forced) / "bin" / exe_name("nvcc")).is_file():
-        raise CuwError(f"CUDA {line}: {source} = {forced}: no bin/{exe_name('nvcc')} there; point it at a CUDA toolkit "
-                       "folder, or use system or wheels")  # fmt: skip
+    elif forced != "system":
+        _toolkit_folder(forced, source)
     return forced
+
+
+def _toolkit_folder(forced: str, source: str) -> Path:
+    """A chosen toolkit folder, which must hold bin/nvcc."""
+    home = Path(forced)
+    nvcc = exe_name("nvcc")
+    if not (home / "bin" / nvcc).is_file():
+        raise CuwError(f"{source} = {forced}: no bin/{nvcc} there; point it at a CUDA toolkit folder, or use system or wheels")
+    return home
 
 
 def _line_key(line: str) -> tuple[int, ...]:
