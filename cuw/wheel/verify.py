@@ -20,11 +20,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
-import pefile
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-from elftools.elf.gnuversions import GNUVerNeedSection
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.metadata import parse_email
 from packaging.version import InvalidVersion, Version
@@ -32,7 +27,9 @@ from wheel.wheelfile import WheelError, WheelFile
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.base.versions import version_key
 from cuw.config import lanes
+from cuw.wheel.binaries import Binary, read_binary
 from cuw.wheel.finish import local_label
 from cuw.config.grid import parse_arch
 from cuw.config.policy import WheelPolicy
@@ -124,83 +121,6 @@ class Report:
         return "\n".join(rows) + "\n"
 
 
-@dataclass(frozen=True)
-class Binary:
-    """A compiled file in the wheel: an ELF shared object or a PE DLL (``.pyd``)."""
-
-    path: str  # inside the wheel
-    needed: list[str]  # DT_NEEDED; for PE, the imported DLLs (delay-loaded ones too)
-    rpaths: list[str]
-    glibc: list[str]
-    exports_pyinit: Optional[str]
-    kind: str = "elf"  # or "pe"
-
-
-def _read_binary(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
-    if data.startswith(b"\x7fELF"):
-        return _read_elf(name, data, scratch)
-    if data.startswith(b"MZ"):
-        return _read_pe(name, data, scratch)
-    return None
-
-
-def _read_pe(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
-    """A PE file's imported DLLs and its ``PyInit_*`` export, read with pefile."""
-    try:
-        pe = pefile.PE(data=data, fast_load=True)
-        pe.parse_data_directories(
-            directories=[pefile.DIRECTORY_ENTRY[d] for d in
-                         ("IMAGE_DIRECTORY_ENTRY_IMPORT", "IMAGE_DIRECTORY_ENTRY_DELAY_IMPORT", "IMAGE_DIRECTORY_ENTRY_EXPORT")]
-        )  # fmt: skip
-    except pefile.PEFormatError:
-        return None
-    needed: list[str] = []
-    for entry in (*getattr(pe, "DIRECTORY_ENTRY_IMPORT", []), *getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", [])):
-        dll = entry.dll.decode("ascii", "replace")
-        if dll.lower() not in (n.lower() for n in needed):
-            needed.append(dll)
-    pyinit = None
-    export = getattr(pe, "DIRECTORY_ENTRY_EXPORT", None)
-    for sym in export.symbols if export else []:
-        if sym.name and sym.name.startswith(b"PyInit_"):
-            pyinit = sym.name[len(b"PyInit_") :].decode("ascii", "replace")
-    pe.close()
-    (scratch / Path(name).name).write_bytes(data)  # for cuobjdump
-    return Binary(name, needed, [], [], pyinit, "pe")
-
-
-def _read_elf(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
-    if not data.startswith(b"\x7fELF"):
-        return None
-    path = scratch / Path(name).name
-    path.write_bytes(data)
-    try:
-        with open(path, "rb") as fh:
-            elf = ELFFile(fh)
-            needed, rpaths, versions, pyinit = [], [], [], None
-            for section in elf.iter_sections():
-                if isinstance(section, DynamicSection):
-                    for tag in section.iter_tags():
-                        if tag.entry.d_tag == "DT_NEEDED":
-                            needed.append(tag.needed)
-                        elif tag.entry.d_tag == "DT_RPATH":
-                            rpaths.append(tag.rpath)
-                        elif tag.entry.d_tag == "DT_RUNPATH":
-                            rpaths.append(tag.runpath)
-                elif isinstance(section, GNUVerNeedSection):
-                    for _, aux in section.iter_versions():
-                        versions.extend(a.name for a in aux)
-            dynsym = elf.get_section_by_name(".dynsym")
-            if dynsym is not None:
-                for sym in dynsym.iter_symbols():
-                    if sym.name.startswith("PyInit_") and sym["st_shndx"] != "SHN_UNDEF":
-                        pyinit = sym.name[len("PyInit_") :]
-    except ELFError:
-        return None
-    rp = [p for entry in rpaths for p in entry.split(":") if p]
-    return Binary(name, needed, rp, sorted({v for v in versions if v.startswith("GLIBC_")}), pyinit)
-
-
 def _allowed(soname: str, patterns: tuple[str, ...] | list[str]) -> bool:
     return any(fnmatch.fnmatch(soname, p) for p in patterns)
 
@@ -261,10 +181,6 @@ def _pyinit_check(binaries: list[Binary]) -> Check:
             found = f"PyInit_{b.exports_pyinit}" if b.exports_pyinit else "no PyInit_* export"
             problems.append(f"{b.path}: exports {found}, its name needs PyInit_{match.group(1)}")
     return Check("pyinit", not problems, problems or [f"{modules} extension module(s) export PyInit_<name>", *notes])
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text))
 
 
 def _record_lines(wheel: Path) -> list[str]:
@@ -362,7 +278,7 @@ def verify(
 
     with tempfile.TemporaryDirectory(prefix="cuw-verify-") as tmp:
         scratch = Path(tmp)
-        elves = [e for e in (_read_binary(n, d, scratch) for n, d in members.items()) if e]
+        elves = [e for e in (read_binary(n, d, scratch) for n, d in members.items()) if e]
         shipped = {Path(n).name for n in members}
 
         checks.append(Check("compiled", bool(elves), [e.path for e in elves] or ["no compiled code in the wheel"]))
@@ -377,9 +293,9 @@ def verify(
         bad_rpath = [f"{e.path}: {p}" for e in elves for p in e.rpaths if not p.startswith("$ORIGIN")]
         checks.append(Check("rpath", not bad_rpath, bad_rpath or ["every RPATH starts with $ORIGIN"]))
 
-        newest = max((v for e in elves for v in e.glibc), key=_version_tuple, default="GLIBC_0")
+        newest = max((v for e in elves for v in e.glibc), key=version_key, default="GLIBC_0")
         max_glibc = policy.max_glibc
-        too_new = bool(max_glibc) and _version_tuple(newest) > _version_tuple(max_glibc or "0")
+        too_new = bool(max_glibc) and version_key(newest) > version_key(max_glibc or "0")
         checks.append(Check("glibc", not too_new, [f"needs {newest}, policy allows {max_glibc or 'any'}"]))
 
         links = [f"{e.path}: {n}" for e in elves for n in _torch_needed(e)]
