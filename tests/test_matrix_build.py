@@ -156,9 +156,18 @@ def test_a_cells_environment_is_made_once_with_its_python_and_reused(tmp_path):
     stamp = ready.stat().st_mtime_ns
     again, reused = cell_env.ensure(spec, tmp_path)
     assert reused and again == python and ready.stat().st_mtime_ns == stamp
-    ready.unlink()  # an environment never marked ready (an interrupted install) is made again
-    _, reused = cell_env.ensure(spec, tmp_path)
-    assert not reused and ready.is_file()
+    # An environment never marked ready (an interrupted install) is made again, once, when two
+    # jobs on the runner ask for it at the same moment: one makes it, the other waits and reuses it.
+    ready.unlink()
+    child = ("import sys; from cuw.jobs import cell_env; from pathlib import Path; "
+             f"spec = cell_env.Spec(cell_env.Interpreter({interp.path!r}, {interp.version!r}, 'test'), None, None); "
+             f"print(cell_env.ensure(spec, Path({str(tmp_path)!r}))[1])")  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]  # fmt: skip
+    results = [p.communicate() for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in results]
+    assert sorted(out.strip() for out, _ in results) == ["False", "True"], results
+    assert ready.is_file() and subprocess.run([str(python), "-c", "import cuw"]).returncode == 0
 
 
 def _matrix_build(recipes_dir: Path, root: Path, *filters: str) -> subprocess.CompletedProcess:

@@ -25,6 +25,8 @@ def test_sdist_is_fetched_verified_cached_and_unpacked(tmp_path):
     archive = fetch_sdist(*SIX)
     assert archive.name == f"{SIX[1]}-six-1.16.0.tar.gz" and archive.parent == tmp_path / "source-cache"
     assert fetch_sdist(*SIX) == archive  # content-addressed: the second call downloads nothing
+    # Written beside its name and renamed: nothing else (no half-copied temp file) is left in the cache.
+    assert [p.name for p in archive.parent.iterdir()] == [archive.name]
     project = unpack(archive, tmp_path / "src")
     assert (project / "six.py").is_file() and (project / "setup.py").is_file()
 

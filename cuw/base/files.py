@@ -7,6 +7,9 @@
   an interrupted write leaves the previous file as it was.
 * An output folder is probed before a long job starts (:func:`writable_dir`),
   so a read-only ``--dist`` fails in a second, not after the whole build.
+* Something made once per machine and shared (an environment, a toolkit) is made
+  under a lock (:func:`held`): two jobs on one runner wait for one another instead
+  of deleting each other's half-made folder.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import hashlib
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from cuw.base.errors import CuwError
 
@@ -119,3 +123,25 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+@contextmanager
+def held(lock: Path) -> Iterator[None]:
+    """An exclusive lock on the file ``lock`` (made if missing) for this machine's processes,
+    released when the block ends or the process dies."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+b") as fh:
+        if os.name == "nt":
+            import msvcrt
+
+            while True:  # msvcrt's blocking mode gives up after 10 s; retry until it is ours
+                try:
+                    msvcrt.locking(fh.fileno(), msvcrt.LK_LOCK, 1)
+                    break
+                except OSError:
+                    continue
+        else:
+            import fcntl
+
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield

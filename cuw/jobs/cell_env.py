@@ -25,6 +25,7 @@ from typing import Optional
 
 import cuw
 from cuw.base.errors import CuwError
+from cuw.base.files import held
 
 READY = ".cuw-cell-env.json"
 FORGE_ROOT = Path(cuw.FORGE_ROOT)
@@ -170,16 +171,20 @@ def ensure(spec: Spec, root: Optional[Path] = None) -> tuple[Path, bool]:
     python = venv / "bin" / "python"
     if (venv / READY).is_file() and python.exists():
         return python, True
-    if venv.exists():
-        shutil.rmtree(venv)  # left half-made by an interrupted run
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    log_path = venv.parent / f"{venv.name}.log"
-    with open(log_path, "w") as log:
-        _run([spec.python.path, "-m", "venv", str(venv)], f"making the venv {venv} with {spec.python.where}", log)
-        pip = [str(python), "-m", "pip", "install", "--quiet"]
-        if spec.torch:
-            index = ["--index-url", spec.torch_index] if spec.torch_index else []
-            _run([*pip, spec.torch, *index], f"installing {spec.torch} into {venv}", log)
-        _run([*pip, "-e", str(FORGE_ROOT)], f"installing the forge ({FORGE_ROOT}) into {venv}", log)
-    (venv / READY).write_text(json.dumps(spec.inputs(), indent=2, sort_keys=True) + "\n")
+    # A venv cannot be made elsewhere and moved (its scripts name their folder): another
+    # job making the same one is waited for under a lock instead.
+    with held(venv.parent / f"{venv.name}.lock"):
+        if (venv / READY).is_file() and python.exists():
+            return python, True
+        if venv.exists():
+            shutil.rmtree(venv)  # left half-made by an interrupted run
+        log_path = venv.parent / f"{venv.name}.log"
+        with open(log_path, "w") as log:
+            _run([spec.python.path, "-m", "venv", str(venv)], f"making the venv {venv} with {spec.python.where}", log)
+            pip = [str(python), "-m", "pip", "install", "--quiet"]
+            if spec.torch:
+                index = ["--index-url", spec.torch_index] if spec.torch_index else []
+                _run([*pip, spec.torch, *index], f"installing {spec.torch} into {venv}", log)
+            _run([*pip, "-e", str(FORGE_ROOT)], f"installing the forge ({FORGE_ROOT}) into {venv}", log)
+        (venv / READY).write_text(json.dumps(spec.inputs(), indent=2, sort_keys=True) + "\n")
     return python, False

@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import NamedTuple, Optional
 
 from cuw.base.errors import CuwError
-from cuw.base.files import sha256_of
+from cuw.base.files import copy_into, sha256_of
 from cuw.base.progress import Meter
 from cuw.config.recipe import Recipe
 
@@ -62,8 +62,9 @@ def fetch_sdist(requirement: str, sha256: str) -> Path:
             raise CuwError(f"sdist {files[0].name} has sha256 {got}, the recipe pins {sha256}")
         cache_root().mkdir(parents=True, exist_ok=True)
         dest = cache_root() / f"{sha256}-{files[0].name}"
-        shutil.move(str(files[0]), dest)
-        return dest
+        # Through a hidden temp file and a rename: a shard beside this one on the runner, fetching
+        # the same sdist, finds the whole file or none (never one being copied over).
+        return copy_into(files[0], dest, "the source cache")
 
 
 def _index_url() -> str:

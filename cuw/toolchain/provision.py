@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 from cuw.base.errors import CuwError
+from cuw.base.files import held
 from cuw.toolchain.toolkit import Toolkit, _version_of
 
 READY = ".cuw-toolkit.json"
@@ -110,10 +111,7 @@ def ensure(spec: WheelToolkit, root: Optional[Path] = None, python: str = sys.ex
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CuwError(f"cannot make the toolkit cache {root}: {exc.strerror}; set CUW_TOOLKITS to a writable folder") from None
-    import fcntl
-
-    with open(root / f"{spec.folder(root).name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another job on this machine may be installing the same pins
+    with held(root / f"{spec.folder(root).name}.lock"):  # another job on this machine may be installing the same pins
         found = _ready(spec, root)
         if found:
             return Provisioned(found, True, time.monotonic() - start, _recorded_size(spec.folder(root)))

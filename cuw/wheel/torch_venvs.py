@@ -20,6 +20,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from cuw.base.errors import CuwError
+from cuw.base.files import held
 from cuw.config.grid_check import wheel_names
 
 READY = ".cuw-ready"
@@ -65,19 +66,21 @@ def ensure(version: str, python: str, root: Path, index: Optional[str] = None) -
     interpreter = venv / "bin" / "python"
     if (venv / READY).is_file() and interpreter.is_file():
         return interpreter
-    if venv.exists():
-        shutil.rmtree(venv)  # a venv left half-made by an interrupted install
-    root.mkdir(parents=True, exist_ok=True)
-    made = subprocess.run([find_python(python), "-m", "venv", str(venv)], capture_output=True, text=True)
-    if made.returncode != 0:
-        raise CuwError(f"could not make a venv at {venv}: {made.stderr.strip()[-300:]}")
-    cmd = [str(interpreter), "-m", "pip", "install", "--quiet", f"torch=={version}"]
-    if index:
-        cmd += ["--index-url", index]
-    installed = subprocess.run(cmd, capture_output=True, text=True)
-    if installed.returncode != 0:
-        raise CuwError(f"could not install torch=={version} into {venv}: {installed.stderr.strip()[-300:]}")
-    (venv / READY).write_text(f"torch=={version}\n")
+    with held(root / f"{venv.name}.lock"):  # another verify may be making the same venv
+        if (venv / READY).is_file() and interpreter.is_file():
+            return interpreter
+        if venv.exists():
+            shutil.rmtree(venv)  # a venv left half-made by an interrupted install
+        made = subprocess.run([find_python(python), "-m", "venv", str(venv)], capture_output=True, text=True)
+        if made.returncode != 0:
+            raise CuwError(f"could not make a venv at {venv}: {made.stderr.strip()[-300:]}")
+        cmd = [str(interpreter), "-m", "pip", "install", "--quiet", f"torch=={version}"]
+        if index:
+            cmd += ["--index-url", index]
+        installed = subprocess.run(cmd, capture_output=True, text=True)
+        if installed.returncode != 0:
+            raise CuwError(f"could not install torch=={version} into {venv}: {installed.stderr.strip()[-300:]}")
+        (venv / READY).write_text(f"torch=={version}\n")
     return interpreter
 
 
