@@ -86,3 +86,42 @@ def test_a_link_report_sets_the_link_cost_and_keeps_the_tu_costs(tmp_path):
     assert got.costs == {"a.cu": 10.0, "b.cu": 20.0}
     assert (got.link.fixed_s, got.link.per_replay_s) == (3.0 + 1.0 + 0.5 + 4.0 + 24.0, 0.05)
     assert load(table).link == got.link
+
+
+def test_shard_reports_feed_their_tus_and_the_shards_cost_beside_its_compiles(tmp_path):
+    """Two compiles overlapping in two jobs are counted once: the build's seconds beyond the
+    time any compile ran are configure, probes and link steps; the median over the reports."""
+    import json
+
+    from cuw.base.errors import CuwError
+    from cuw.partition.costs import compile_span, load, record
+
+    def shard(name: str, build_s: float, bars: list[tuple[str, float, float]], ok: bool = True):
+        folder = tmp_path / name / "logs"
+        folder.mkdir(parents=True)
+        folder.joinpath("seat.jsonl").write_text("".join(
+            json.dumps({"action": "compiled", "key": k, "seconds": stop - start, "at": stop, "rc": 0, "outcome": "miss"}) + "\n"
+            for k, start, stop in bars))  # fmt: skip
+        report = tmp_path / f"cuw-shard-{name}.report.json"
+        report.write_text(json.dumps({"gate": "shard", "ok": ok, "build_s": build_s, "reasons": [] if ok else ["compiled 0 TUs"],
+                                      "build_log": str(folder / "build.log")}))  # fmt: skip
+        return report
+
+    one = shard("1of3", 100.0, [("a.cu", 10.0, 50.0), ("b.cu", 30.0, 70.0)])  # span 60 of 80 compile-seconds
+    two = shard("2of3", 50.0, [("c.cu", 0.0, 20.0)])
+    three = shard("3of3", 90.0, [("d.cu", 0.0, 10.0), ("e.cu", 20.0, 30.0)])
+    assert compile_span([json.loads(x) for x in (tmp_path / "1of3/logs/seat.jsonl").read_text().splitlines()]) == 60.0
+    got = record([one, two, three], tmp_path / "costs.json")
+    assert got.costs == {"a.cu": 40.0, "b.cu": 40.0, "c.cu": 20.0, "d.cu": 10.0, "e.cu": 10.0}
+    assert got.shard is not None and got.shard.fixed_s == 40.0  # median of 40, 30, 70
+    assert load(tmp_path / "costs.json").shard == got.shard
+    failed = shard("4of3", 5.0, [], ok=False)
+    with pytest.raises(CuwError, match="did not pass .compiled 0 TUs.: record a passing shard"):
+        record([failed], tmp_path / "other.json")
+    (tmp_path / "2of3/logs/seat.jsonl").unlink()
+    with pytest.raises(CuwError, match="its seat log .* is gone"):
+        record([two], tmp_path / "other.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"costs": {"a.cu": 1.0}, "shard": {"fixed_s": -1}}))
+    with pytest.raises(CuwError, match="shard must be"):
+        load(bad)

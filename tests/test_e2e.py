@@ -67,13 +67,23 @@ def _measured_link_feeds_the_plan(recipe, paths, link, tmp_path):
     report = json.loads((paths.dist / f"{link.wheel.name}.link.json").read_text())
     phases = report["phases"]
     assert phases["replays"] > 0 and phases["build_s"] > 0 and phases["finish_s"] > 0, phases
-    logs = sorted(paths.work.glob("*/shard-*/logs/seat.jsonl"))
+    shard_reports = sorted(paths.artifacts.glob("*/cuw-shard-*.report.json"))
     table_path = tmp_path / "costs.json"
-    record([*logs, paths.dist / f"{link.wheel.name}.link.json"], table_path)
+    record([*shard_reports, paths.dist / f"{link.wheel.name}.link.json"], table_path)
     table = load(table_path)
     assert table.link is not None and table.link.fixed_s > phases["finish_s"] and table.link.per_replay_s > 0
-    plan = planner.plan(recipe, [3], table_path)
+    # The shard reports feed their seat logs' TUs, and what a shard costs beside its compiles
+    # (CMake's configure and probes, the stubs, the link steps): more than nothing, less than a build.
+    assert len(table.costs) == TU_COUNT + EXAMPLE_HOST_TUS["example"], "every TU the shards compiled is costed"
+    builds = sorted(json.loads(r.read_text())["build_s"] for r in shard_reports)
+    assert table.shard is not None and 0 < table.shard.fixed_s < builds[-1], (table.shard, builds)
+    plan = planner.plan(recipe, [3], table_path, checked_n=3)
     (row,) = plan.rows
     assert row.link_s == round(table.link.fixed_s + table.link.per_replay_s * plan.tus, 3)
     assert row.link_s > plan.tus * planner.HIT_SECONDS, "more than the replays alone"
-    assert "measured link" in planner.render(plan)
+    per_shard = [0.0, 0.0, 0.0]
+    for key, owner in plan.assignment.items():
+        per_shard[owner - 1] += table.costs[key]
+    assert row.slowest_s == round(max(per_shard) + table.shard.fixed_s, 3), "compiles plus the measured shard cost"
+    text = planner.render(plan)
+    assert "measured link" in text and "measured shards" in text

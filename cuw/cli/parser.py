@@ -158,7 +158,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("costs", help="record a recipe's cost table (recipes/<name>/costs.json) from real build logs")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     p.add_argument("--from", dest="logs", type=Path, action="append", required=True,
-                   help="a seat log (logs/seat.jsonl), a build's .ninja_log, or a link report (link.report.json, <wheel>.link.json: the link's cost beside its replays, for the planner); repeat for several")  # fmt: skip
+                   help="a seat log (logs/seat.jsonl), a build's .ninja_log, a shard report (cuw-shard-*.report.json: its seat log's TUs, and the shard's cost beside its compiles) or a link report (link.report.json, <wheel>.link.json: the link's cost beside its replays, for the planner); repeat for several")  # fmt: skip
     p.add_argument("--source-root", type=Path, default=None, help="with a .ninja_log outside a forge job: the source root")
     p.add_argument("--output", type=Path, default=None, help="write here (default: the recipe's costs.json)")
     p.add_argument("--recipes", type=Path, default=None)

@@ -12,6 +12,10 @@ Keys are partition keys (:func:`cuw.partition.rules.tu_key`). Two logs feed it:
 * ninja's ``.ninja_log``: end - start per output, mapped to its source through
   ``ninja -t compdb`` in the same build folder.
 
+A shard job's report (``cuw-shard-*.report.json``) feeds its seat log's TU costs and the
+table's ``shard`` entry: what a shard's build costs beside its compiles (configure, probes,
+stubs, the build's own link steps), the median over the reports given.
+
 A link job's report (``link.report.json`` or ``dist/<wheel>.link.json``) feeds the table's
 ``link`` entry: what a link costs beside its replays (prepare, restore, configure and probes,
 the link steps, finish and verify) and what one replay costs, which the planner's link
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,11 +53,19 @@ class LinkCost:
 
 
 @dataclass(frozen=True)
+class ShardCost:
+    fixed_s: float
+    """A shard build's seconds beside its compiles: configure, probes, stubs, the link steps."""
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class CostTable:
     costs: dict[str, float]
     header: dict[str, object] = field(default_factory=dict)
     path: Optional[Path] = None
     link: Optional[LinkCost] = None
+    shard: Optional[ShardCost] = None
 
     @property
     def total(self) -> float:
@@ -90,7 +103,14 @@ def load(path: Path) -> CostTable:
             raise CuwError(f"{path}: link must be {{\"fixed_s\": seconds, \"per_replay_s\": seconds, ...}}: record it again with "
                            f"`cuw costs <recipe> --from <link report>`")  # fmt: skip
         link = LinkCost(float(numbers[0]), float(numbers[1]), str(link.get("from", "")))
-    return CostTable({k: float(v) for k, v in costs.items()}, header, path, link)
+    shard = data.get("shard")
+    if shard is not None:
+        fixed = shard.get("fixed_s") if isinstance(shard, dict) else None
+        if not (isinstance(fixed, (int, float)) and not isinstance(fixed, bool) and math.isfinite(fixed) and fixed >= 0):
+            raise CuwError(f"{path}: shard must be {{\"fixed_s\": seconds, ...}}: record it again with "
+                           f"`cuw costs <recipe> --from <shard reports>`")  # fmt: skip
+        shard = ShardCost(float(fixed), str(shard.get("from", "")))
+    return CostTable({k: float(v) for k, v in costs.items()}, header, path, link, shard)
 
 
 def _no_constant(name: str) -> float:
@@ -223,6 +243,49 @@ def link_report(path: Path) -> Optional[LinkCost]:
     return LinkCost(round(fixed, 3), round(per_replay, 4), _shown(path))
 
 
+def compile_span(entries: list[dict]) -> float:
+    """Seconds during which at least one compile ran (each entry is the bar [at - seconds, at]),
+    so parallel compile jobs are not counted twice."""
+    bars = sorted(
+        (float(e["at"]) - float(e["seconds"]), float(e["at"]))
+        for e in entries
+        if e.get("action") == "compiled" and isinstance(e.get("at"), (int, float)) and isinstance(e.get("seconds"), (int, float))
+    )
+    span, end = 0.0, float("-inf")
+    for start, stop in bars:
+        if stop > end:
+            span += stop - max(start, end)
+            end = stop
+    return span
+
+
+def shard_report(path: Path) -> Optional[tuple[float, Path]]:
+    """A finished, passing shard's report as (seconds beside its compiles, its seat log); None when
+    ``path`` is no shard report (a log)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("gate") != "shard":
+        return None
+    build_s, build_log = data.get("build_s"), data.get("build_log")
+    if not data.get("ok") or not isinstance(build_s, (int, float)) or not isinstance(build_log, str):
+        why = "; ".join(map(str, data.get("reasons") or [])) or "no build_s or build_log"
+        raise CuwError(f"--from {path}: a shard report of a build that did not pass ({why[:200]}): record a passing shard")
+    seat = Path(build_log).parent / "seat.jsonl"
+    if not seat.is_file():
+        raise CuwError(f"--from {path}: its seat log {seat} is gone (the shard's work folder): record on the machine that ran it")
+    entries = []
+    for line in seat.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return max(0.0, float(build_s) - compile_span(entries)), seat
+
+
 def read_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "no such file"
@@ -255,10 +318,14 @@ def record(
     measured: dict[str, float] = {}
     fed: dict[str, list[str]] = {}
     link: Optional[LinkCost] = None
+    beside: list[float] = []
     for log in logs:
         if log.is_file() and (from_link := link_report(log)) is not None:
             link = from_link
             continue
+        if log.is_file() and (from_shard := shard_report(log)) is not None:
+            beside.append(from_shard[0])
+            log = from_shard[1]
         keys = []
         for key, seconds in read_log(log, source_root).items():
             if keep is None or keep(key):
@@ -270,6 +337,8 @@ def record(
         raise CuwError(f"no TU of the partition appears in {', '.join(map(str, logs))}")
     merged = {**(previous.costs if previous else {}), **measured}
     link = link or (previous.link if previous else None)
+    shard = (ShardCost(round(statistics.median(beside), 3), f"median of {len(beside)} shard report(s)") if beside
+             else previous.shard if previous else None)  # fmt: skip
     earlier = previous.header.get("from", []) if previous else []
     sources = [s for s in earlier if isinstance(s, dict)] if isinstance(earlier, list) else []
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -279,11 +348,13 @@ def record(
         "recorded": now,
         "tus": len(merged),
         "total_seconds": round(sum(merged.values()), 3),
-        "how": "cuw costs <recipe> --from <seat log | .ninja_log>; keys not in the newest logs keep their earlier cost",
+        "how": "cuw costs <recipe> --from <seat log | .ninja_log | shard report | link report>; keys not in the newest logs keep their earlier cost",
     }
     costs = {k: round(merged[k], 3) for k in sorted(merged)}
     document: dict[str, object] = {"header": header, "costs": costs}
     if link is not None:
         document["link"] = {"fixed_s": link.fixed_s, "per_replay_s": link.per_replay_s, "from": link.source}
+    if shard is not None:
+        document["shard"] = {"fixed_s": shard.fixed_s, "from": shard.source}
     write_text(out, json.dumps(document, indent=2) + "\n", "--output")
-    return CostTable(costs, header, out, link)
+    return CostTable(costs, header, out, link, shard)

@@ -108,6 +108,8 @@ class Plan:
     """Of ``tus``, the source filter's rest that the seat partitions."""
     link_from: Optional[str] = None
     """Where the link estimate comes from: a measured link report, or None (replays alone)."""
+    shard_from: Optional[str] = None
+    """What a shard costs beside its compiles, from measured shard reports; None: compiles alone."""
 
     @property
     def ok(self) -> bool:
@@ -222,9 +224,12 @@ def evaluate(recipe: Recipe, inputs: Inputs, n: int, family: dict[str, str]) -> 
             seconds[shard - 1] += costs.get(key, fallback)
         total = sum(seconds)
         longest = max((costs.get(k, fallback) for k in inputs.keys), default=0.0)
-        row.slowest_s = round(max(seconds), 3)
-        row.mean_s = round(total / n, 3)
-        row.bound_s = round(max(longest, total / n), 3)
+        # A shard's build is its compiles (one compile slot) plus what it costs beside them
+        # (configure, probes, stubs, its link steps), measured when the table has it.
+        beside = inputs.table.shard.fixed_s if inputs.table.shard else 0.0
+        row.slowest_s = round(max(seconds) + beside, 3)
+        row.mean_s = round(total / n + beside, 3)
+        row.bound_s = round(max(longest, total / n) + beside, 3)
         # A measured link (the table's ``link``: configure, probes, restore, finish beside its
         # replays) when the table has one; else the replays alone at a measured hit's cost.
         link = inputs.table.link
@@ -400,6 +405,8 @@ def plan(
         longest_s=round(max(table_costs.values()), 3) if table_costs else None,
         link_from=(f"measured link ({inputs.table.link.fixed_s:.1f} s beside its replays, {inputs.table.link.per_replay_s:.3f} s "
                    f"per replay; {inputs.table.link.source})" if inputs.table is not None and inputs.table.link else None),
+        shard_from=(f"measured shards ({inputs.table.shard.fixed_s:.1f} s beside their compiles; {inputs.table.shard.source})"
+                    if inputs.table is not None and inputs.table.shard else None),
         checked_n=checked, rows=rows, recommended=recommended, reason=reason.replace("{recipe}", recipe.key),
         checks=checks, assignment=dict(sorted(owners.items())), rest=len(inputs.rest),
     )  # fmt: skip
@@ -416,6 +423,8 @@ def render(p: Plan) -> str:
     if p.total_s is not None:
         lines.append(f"cost table: {p.total_s:.1f} s in all, longest TU {p.longest_s:.1f} s; link: "
                      + (p.link_from or f"replays alone at {HIT_SECONDS} s each (record a link report: cuw costs {p.recipe} --from <link report>)"))
+        lines.append("shard: " + (p.shard_from or f"its compiles alone, in one compile slot (record shard reports: "
+                                                   f"cuw costs {p.recipe} --from <cuw-shard-*.report.json>)"))
     head = f"{'N':>4} {'TUs/shard':>10} {'no TUs':>6} " + " ".join(f"{'no ' + f[:10]:>13}" for f in fams)
     head += f" {'jobs/lane':>24} {'dispatch':>8}"
     if p.total_s is not None:
