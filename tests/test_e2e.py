@@ -19,7 +19,9 @@ FLAVOURS = [
 TU_COUNT = EXAMPLE_CUDA_TUS
 
 
-@pytest.mark.parametrize("n", [1, 3, 12])
+# N=3 runs in the default tests; the single shard and one shard per CUDA TU are the slow tier's
+# (nox -s e2e): each is a whole sharded build, and together they were a third of the default run.
+@pytest.mark.parametrize("n", [pytest.param(1, marks=pytest.mark.e2e), 3, pytest.param(12, marks=pytest.mark.e2e)])
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_sharded_build_links_every_tu_from_the_cache(flavour, n, recipes_dir, paths, tmp_path):
     key, module = flavour
