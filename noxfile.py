@@ -50,5 +50,8 @@ def e2e(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (real nvcc, real ccache): nox -s tests [-- pytest args]."""
-    session.run(sys.executable, "-m", "pytest", *(session.posargs or ["-q"]))
+    """Run the test suite (real nvcc, real ccache): nox -s tests [-- pytest args].
+
+    A worker per core, each taking whole test files (their module-scoped builds are made once);
+    the slowest tests are listed at the end."""
+    session.run(sys.executable, "-m", "pytest", *(session.posargs or ["-q", "-n", "auto", "--dist", "loadfile", "--durations=20"]))
