@@ -83,31 +83,3 @@ def test_a_seat_recipes_globs_name_its_tus_among_the_trees_sources(recipes_dir, 
     assert covered_keys(recipe, tmp_path) == tus
     owned = [k for i in range(1, 5) for k in expected_owned(recipe, tmp_path, ShardSpec(i, 4))]
     assert sorted(owned) == tus
-
-
-def test_a_seat_recipes_cost_table_names_its_tus_where_it_has_no_globs(recipes_dir, tmp_path):
-    """llama-cpp-python's sdist holds far more sources than its build compiles: a shard's expected
-    slice (and its progress denominator) counts the TUs its cost table recorded from a real build."""
-    import json
-
-    from cuw.config.recipe import load_recipe
-    from cuw.jobs.shard import expected_owned
-    from cuw.partition.coverage import covered_keys
-    from cuw.partition.rules import ShardSpec
-
-    src = tmp_path / "src"
-    built = ["vendor/ggml/src/ggml-cuda/a.cu", "vendor/ggml/src/ggml-cuda/b.cu", "vendor/ggml/src/ggml.c"]
-    for name in [*built, "vendor/examples/demo.cpp", "vendor/tests/test-x.cpp"]:
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        (src / name).write_text("// tu\n")
-    table = recipes_dir / "llama_cpp_python" / "costs.json"
-    table.write_text(json.dumps({"costs": {**{k: 10.0 for k in built}, "vendor/gone.cu": 5.0}}))
-    recipe = load_recipe("llama_cpp_python", recipes_dir)
-    assert covered_keys(recipe, src) == sorted(built)
-    owned = [k for i in range(1, 3) for k in expected_owned(recipe, src, ShardSpec(i, 2))]
-    assert sorted(owned) == sorted(built)
-    table.unlink()  # without a table (rule hash), every source of the tree is a candidate
-    yml = recipes_dir / "llama_cpp_python" / "recipe.yml"
-    yml.write_text(yml.read_text().replace("rule: cost", "rule: hash"))
-    recipe = load_recipe("llama_cpp_python", recipes_dir)
-    assert len(covered_keys(recipe, src)) == 5

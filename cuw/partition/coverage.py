@@ -85,15 +85,7 @@ def covered_keys(recipe: Recipe, src_root: Path, lane: str = "linux") -> list[st
         return [tu_key(str(p), str(src_root)) for p in source_filter_files(src_root, recipe.sharding.source.globs, lane)]
     globs = recipe.sharding.source.globs  # a seat recipe's globs name the build's TUs among the tree's sources
     keys = source_keys(src_root, lane)
-    if globs:
-        return [k for k in keys if filter_covers(k, globs)]
-    # Without globs, a cost table names them: the TUs a real build of the recipe compiled
-    # (llama-cpp-python's sdist holds 540 sources, its build compiles 311).
-    from cuw.partition.costs import recipe_costs
-
-    table = recipe_costs(recipe)
-    built = [k for k in keys if table is not None and k in table.costs]
-    return built or keys
+    return [k for k in keys if filter_covers(k, globs)] if globs else keys
 
 
 def filter_covers(key: str, globs: list[str]) -> bool:
