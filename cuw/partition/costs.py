@@ -173,15 +173,29 @@ def _replayed_or_stubbed(seat_log: Path) -> set[str]:
     """Keys whose ninja time measures a stub or a cache hit, not a compile."""
     if not seat_log.is_file():
         return set()
-    out = set()
+    return {str(e.get("key")) for e in _log_entries(seat_log) if e.get("action") == "stubbed" or e.get("outcome") == "hit"}
+
+
+def _log_entries(seat_log: Path) -> list[dict]:
+    """A seat log's entries, skipping a line cut short by a killed job."""
+    entries = []
     for line in seat_log.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            entry = json.loads(line) if line.strip() else {}
+            entry = json.loads(line) if line.strip() else None
         except json.JSONDecodeError:
-            continue  # a line cut short by a killed job
-        if isinstance(entry, dict) and (entry.get("action") == "stubbed" or entry.get("outcome") == "hit"):
-            out.add(str(entry.get("key")))
-    return out
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def _job_report(path: Path, gate: str) -> Optional[dict]:
+    """A forge job's JSON report of ``gate`` (shard, link); None when ``path`` is something else."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("gate") == gate else None
 
 
 def from_ninja_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:
@@ -225,11 +239,8 @@ def ninja_log_times(path: Path, source_root: Optional[Path] = None) -> tuple[dic
 
 def link_report(path: Path) -> Optional[LinkCost]:
     """A link job's report as a :class:`LinkCost`; None when ``path`` is no link report (a log)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("gate") != "link":
+    data = _job_report(path, "link")
+    if data is None:
         return None
     phases = data.get("phases")
     if not isinstance(phases, dict) or not all(isinstance(phases.get(k), (int, float)) for k in ("build_s", "replay_s", "replays")):
@@ -262,11 +273,8 @@ def compile_span(entries: list[dict]) -> float:
 def shard_report(path: Path) -> Optional[tuple[float, Path]]:
     """A finished, passing shard's report as (seconds beside its compiles, its seat log); None when
     ``path`` is no shard report (a log)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("gate") != "shard":
+    data = _job_report(path, "shard")
+    if data is None:
         return None
     build_s, build_log = data.get("build_s"), data.get("build_log")
     if not data.get("ok") or not isinstance(build_s, (int, float)) or not isinstance(build_log, str):
@@ -275,15 +283,7 @@ def shard_report(path: Path) -> Optional[tuple[float, Path]]:
     seat = Path(build_log).parent / "seat.jsonl"
     if not seat.is_file():
         raise CuwError(f"--from {path}: its seat log {seat} is gone (the shard's work folder): record on the machine that ran it")
-    entries = []
-    for line in seat.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError:
-            continue
-        if isinstance(entry, dict):
-            entries.append(entry)
-    return max(0.0, float(build_s) - compile_span(entries)), seat
+    return max(0.0, float(build_s) - compile_span(_log_entries(seat))), seat
 
 
 def read_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:
