@@ -16,7 +16,7 @@ __global__ void work_kernel(float* data, int n) {
   if (i >= n) return;
   float v = data[i];
 #pragma unroll
-  for (int r = 0; r < 150; ++r) v = v * 1.0001f + sqrtf(fabsf(__sinf(v + r * (I + CUW_TU_ID)))) / (1.f + v * v);
+  for (int r = 0; r < 30; ++r) v = v * 1.0001f + sqrtf(fabsf(__sinf(v + r * (I + CUW_TU_ID)))) / (1.f + v * v);
   data[i] = v;
 }
 
