@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dataclasses import dataclass
+
 import pytest
 
+from cuw.base.files import held
 from cuw.config.paths import Paths
 from cuw.config.recipe import Recipe, load_recipe
 
@@ -65,6 +68,74 @@ def recipes_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def paths(tmp_path: Path) -> Paths:
     return Paths(work=tmp_path / "work", artifacts=tmp_path / "artifacts", dist=tmp_path / "dist")
+
+
+@dataclass(frozen=True)
+class BuiltCell:
+    """The example cell as one cold run left it: N shard archives and reports, the link's
+    work folder and the finished wheel with its reports. Shared by every test that starts
+    from a built cell: read it, copy what a test changes (:meth:`copy_artifacts`)."""
+
+    root: Path
+    count: int
+    outcomes: tuple[bool, ...]
+
+    @property
+    def recipes(self) -> Path:
+        return self.root / "recipes"
+
+    @property
+    def paths(self) -> Paths:
+        return Paths(work=self.root / "work", artifacts=self.root / "artifacts", dist=self.root / "dist")
+
+    @property
+    def cell_artifacts(self) -> Path:
+        (folder,) = self.paths.artifacts.iterdir()
+        return folder
+
+    @property
+    def wheel(self) -> Path:
+        (wheel,) = self.paths.dist.glob("*.whl")
+        return wheel
+
+    def link_report(self) -> dict:
+        return json.loads(self.wheel.with_name(self.wheel.name + ".link.json").read_text())
+
+    def copy_artifacts(self, paths: Paths) -> Path:
+        """The shard archives and reports in ``paths.artifacts``; returns the cell's folder there."""
+        dest = paths.artifacts / self.cell_artifacts.name
+        shutil.copytree(self.cell_artifacts, dest)
+        return dest
+
+
+EXAMPLE_CELL_SHARDS = 3
+
+
+@pytest.fixture(scope="session")
+def example_cell(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> BuiltCell:
+    """The example built once per test run: 3 cold shards, then the link, finish and verify.
+
+    Every xdist worker of a run shares the one build (the first to ask makes it under a lock):
+    a cold cell is the costliest thing the suite does, and half a dozen files start from one.
+    """
+    from cuw.jobs.local import run_build
+
+    base = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        base = base.parent  # the run's folder, above each worker's own
+    root = base / "example-cell"
+    done = root / "built.json"
+    with held(base / "example-cell.lock"):
+        if not done.is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.copytree(REPO / "recipes", root / "recipes", symlinks=True)
+            built = BuiltCell(root, EXAMPLE_CELL_SHARDS, ())
+            outcomes, _ = run_build(
+                load_recipe("example", built.recipes), built.paths, count=EXAMPLE_CELL_SHARDS,
+                recipes_dir=built.recipes, progress=lambda _: None,
+            )  # fmt: skip
+            done.write_text(json.dumps({"outcomes": outcomes}))
+    return BuiltCell(root, EXAMPLE_CELL_SHARDS, tuple(json.loads(done.read_text())["outcomes"]))
 
 
 def recipe(key: str, recipes_dir: Path) -> Recipe:

@@ -1,7 +1,7 @@
 """Fault injection with real builds: what a shard or link leaves behind when the world breaks.
 
-One example cell is built once as 2 shards (module fixture); each test copies
-its archives and breaks one thing: a shard killed mid-compile, a corrupted
+They start from the suite's one cold build of the example (3 shards, conftest.example_cell);
+each test copies its archives and breaks one thing: a shard killed mid-compile, a corrupted
 cache entry, the Redis remote stopped mid-build, no space left while packing,
 two links writing one ``dist/`` at once.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import EXAMPLE_CELL_SHARDS
 from cuw.jobs import archive
 from cuw.jobs import leftovers
 from cuw.config.cell import local_cell
@@ -39,6 +39,7 @@ from cuw.toolchain.toolkit import find_toolkit
 from cuw.jobs.workspace import Workspace
 
 WAIT_S = 240
+N = EXAMPLE_CELL_SHARDS
 
 
 class Built:
@@ -53,33 +54,30 @@ class Built:
         return artifacts / self.cell.id
 
     def archive(self, artifacts: Path, index: int) -> Path:
-        return self.folder(artifacts) / archive.archive_name(self.cell, index, 2)
+        return self.folder(artifacts) / archive.archive_name(self.cell, index, N)
 
     def report(self, artifacts: Path, index: int) -> Path:
-        return self.folder(artifacts) / archive.archive_name(self.cell, index, 2).replace(archive.SUFFIX, ".report.json")
+        return self.folder(artifacts) / archive.archive_name(self.cell, index, N).replace(archive.SUFFIX, ".report.json")
+
+    def archive_names(self, artifacts: Path) -> list[str]:
+        return [self.archive(artifacts, i).name for i in range(1, N + 1)]
 
     def copy_artifacts(self, dest: Path) -> Path:
         shutil.copytree(self.artifacts, dest)
         return dest
 
     def seat_log(self, work: Path, index: int) -> Path:
-        return work / self.cell.id / f"shard-{index}of2" / "logs" / "seat.jsonl"
+        return work / self.cell.id / f"shard-{index}of{N}" / "logs" / "seat.jsonl"
 
     def cuw(self, *args: str, **kwargs) -> list[str]:
         return [sys.executable, "-m", "cuw", *args, "--recipes", str(self.recipes)]
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Built:
-    root = tmp_path_factory.mktemp("faults")
-    recipes = root / "recipes"
-    shutil.copytree(REPO / "recipes", recipes, symlinks=True)
-    b = Built(root, recipes)
-    paths = Paths(work=root / "work", artifacts=b.artifacts, dist=root / "dist")
-    for index in (1, 2):
-        result = run_shard(b.recipe, ShardSpec(index, 2), paths, progress=None)
-        assert result.verdict.ok, result.verdict.line
-    return b
+@pytest.fixture
+def built(example_cell) -> Built:
+    """The suite's one cold build of the example (conftest.example_cell); tests copy what they break."""
+    assert example_cell.outcomes == (True,) * N
+    return Built(example_cell.root, example_cell.recipes)
 
 
 @pytest.fixture(autouse=True)
@@ -124,13 +122,13 @@ def error_lines(stderr: str) -> list[str]:
 def test_killed_shard_keeps_the_previous_archive_and_a_rerun_recovers(built, tmp_path):
     artifacts = built.copy_artifacts(tmp_path / "artifacts")
     work = tmp_path / "work"
-    job = Workspace.for_job(work / built.cell.id, "shard-1of2", False)
+    job = Workspace.for_job(work / built.cell.id, f"shard-1of{N}", False)
     good, report = built.archive(artifacts, 1), built.report(artifacts, 1)
     before = sha(good)
     assert json.loads(report.read_text())["ok"] is True
 
     proc = subprocess.Popen(
-        built.cuw("shard", "example", "1/2", "--quiet", "--work", str(work), "--artifacts", str(artifacts)),
+        built.cuw("shard", "example", f"1/{N}", "--quiet", "--work", str(work), "--artifacts", str(artifacts)),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
@@ -147,13 +145,13 @@ def test_killed_shard_keeps_the_previous_archive_and_a_rerun_recovers(built, tmp
     # and keep working in the job folder; the re-run must stop them before it wipes the folder.
 
     assert sha(good) == before, "the earlier good archive was never at risk"
-    assert visible_archives(built.folder(artifacts)) == [good.name, built.archive(artifacts, 2).name]
+    assert visible_archives(built.folder(artifacts)) == built.archive_names(artifacts)
     assert partials(artifacts) == []
     after_kill = json.loads(report.read_text())
     assert after_kill["ok"] is False and after_kill["state"] == "running", "a killed run never leaves an ok report"
 
     rerun = subprocess.run(
-        built.cuw("shard", "example", "1/2", "--quiet", "--work", str(work), "--artifacts", str(artifacts)),
+        built.cuw("shard", "example", f"1/{N}", "--quiet", "--work", str(work), "--artifacts", str(artifacts)),
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT_S,
     )  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr
@@ -189,8 +187,8 @@ def test_a_second_run_of_a_running_shard_is_refused(built, tmp_path):
     try:
         report.write_text(json.dumps({"ok": False, "state": "running", "pid": live.pid}))
         paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
-        with pytest.raises(CuwError, match=rf"shard 1/2 of {built.cell.id} is already running \(pid {live.pid}\)"):
-            run_shard(built.recipe, ShardSpec(1, 2), paths, progress=None)
+        with pytest.raises(CuwError, match=rf"shard 1/{N} of {built.cell.id} is already running \(pid {live.pid}\)"):
+            run_shard(built.recipe, ShardSpec(1, N), paths, progress=None)
         assert sha(built.archive(artifacts, 1)) == sha(built.archive(built.artifacts, 1))
         assert not (tmp_path / "work").exists(), "refused before anything was prepared"
     finally:
@@ -209,7 +207,7 @@ def test_a_partial_archive_left_by_a_killed_pack_is_invisible_and_cleared(built,
     try:
         packing = dest.with_name(f".{dest.name}.{live.pid}.x3y4.partial")  # a live packer's file is left alone
         packing.write_bytes(b"")
-        assert visible_archives(dest.parent) == [dest.name, built.archive(artifacts, 2).name]
+        assert visible_archives(dest.parent) == built.archive_names(artifacts)
         assert archive.remove_partials(dest) == [leftover]
         assert not leftover.exists() and packing.exists()
     finally:
@@ -250,7 +248,7 @@ def test_a_corrupted_cache_entry_is_a_miss_the_link_gate_names(built, tmp_path):
     facts = result.verdict.facts
     assert not result.verdict.ok
     assert facts["misses"] == 1, result.verdict.line
-    (missed,) = [k for k in owned_by_1 if f"{k} <- shard 1/2" in result.verdict.line]
+    (missed,) = [k for k in owned_by_1 if f"{k} <- shard 1/{N}" in result.verdict.line]
     assert "(its archive is missing)" not in result.verdict.line
     assert missed in owned_by_1
     assert result.wheel is None and not list((tmp_path / "dist").glob("*.whl"))
@@ -283,7 +281,7 @@ def test_redis_stopped_mid_shard_fails_clearly_and_hands_nothing_over(built, tmp
                 time.sleep(0.1)
         artifacts, work = tmp_path / "artifacts", tmp_path / "work"
         shard = subprocess.Popen(
-            built.cuw("shard", "example", "1/2", "--quiet", "--work", str(work), "--artifacts", str(artifacts),
+            built.cuw("shard", "example", f"1/{N}", "--quiet", "--work", str(work), "--artifacts", str(artifacts),
                       "--cache-remote", f"redis://127.0.0.1:{port}"),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -336,14 +334,14 @@ def test_no_space_left_while_packing_leaves_no_partial_archive(built, tmp_path):
     before = sha(good)
     assert good.stat().st_size > 64 * 1024, "the archive must be larger than the limit"
     proc = subprocess.run(
-        [sys.executable, "-c", FULL_DISK, "shard", "example", "1/2", "--quiet", "--work", str(tmp_path / "work"),
+        [sys.executable, "-c", FULL_DISK, "shard", "example", f"1/{N}", "--quiet", "--work", str(tmp_path / "work"),
          "--artifacts", str(artifacts), "--recipes", str(built.recipes)],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT_S,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = error_lines(proc.stderr)
-    assert len(lines) == 1 and lines[0].startswith("cuw: error: shard 1/2: cannot write the shard archive"), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"cuw: error: shard 1/{N}: cannot write the shard archive"), proc.stderr
     assert partials(artifacts) == [], "no partial archive left"
     assert sha(good) == before, "the previous archive is untouched"
     report = json.loads(built.report(artifacts, 1).read_text())

@@ -14,13 +14,11 @@ import pytest
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-from conftest import REPO, expected_tu_values
+from conftest import expected_tu_values
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
 from cuw.wheel.finish import CudaRuntime, cell_version, expand_requires, local_label, retag, rewrite_metadata
 from cuw.wheel.index import build_index
-from cuw.config.paths import Paths
-from cuw.jobs.local import run_build
 from cuw.config.policy import load_policy
 from cuw.config.recipe import load_recipe
 from cuw.toolchain.toolkit import find_toolkit
@@ -72,16 +70,12 @@ def test_requirement_templates():
         expand_requires(["a=={VER:nope}"], CELL, versions.get)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The example linked, finished (auditwheel) and verified once for this module."""
-    root = tmp_path_factory.mktemp("built")
-    recipes = root / "recipes"
-    shutil.copytree(REPO / "recipes", recipes, symlinks=True)
-    paths = Paths(work=root / "work", artifacts=root / "artifacts", dist=root / "dist")
-    outcomes, link = run_build(load_recipe("example", recipes), paths, count=2, recipes_dir=recipes)
-    assert link.ok, (link.verdict.line, link.verify and link.verify.line)
-    return recipes, link.wheel
+@pytest.fixture
+def built(example_cell):
+    """The example linked, finished (auditwheel) and verified: the suite's one cold build
+    (conftest.example_cell), shared; a test that changes a file works on its own copy."""
+    assert example_cell.outcomes == (True,) * example_cell.count
+    return example_cell.recipes, example_cell.wheel
 
 
 def _verify(wheel, recipes, archs=("9.0",), **recipe_changes):
@@ -220,7 +214,8 @@ def test_glibc_and_links_torch_follow_policy_and_recipe(built):
 
 
 def test_verify_cli_exit_codes(built, tmp_path):
-    recipes, wheel = built
+    recipes, shared = built
+    wheel = Path(shutil.copy(shared, tmp_path))  # the verb writes its reports beside the wheel
     run = lambda *a, **env: subprocess.run(  # noqa: E731
         [sys.executable, "-m", "cuw", "verify", *a, "--recipes", str(recipes), "--no-import"],
         capture_output=True, text=True, env={**__import__("os").environ, **env},
@@ -385,8 +380,8 @@ def test_the_timeline_report_renders_in_a_browser(built, tmp_path):
     dom = subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout  # fmt: skip
     assert "shard gate PASS" in dom and "link gate PASS" in dom
-    assert dom.count('<g class="job pass"') == 3  # two shards and the link, each a row
-    for shard in ("shard 1/2", "shard 2/2"):
+    assert dom.count('<g class="job pass"') == 4  # three shards and the link, each a row
+    for shard in ("shard 1/3", "shard 2/3", "shard 3/3"):
         assert f'data-job="{shard}"' in dom
     assert dom.count('class="bar cold"') == 9 + 2 and dom.count('class="bar hit"') == 9 + 2  # every TU once cold, once hit
 
@@ -405,12 +400,13 @@ def test_the_gantt_chart_names_every_job_and_marks_hits(built):
     chart = timeline.mermaid(timeline.load(cell_dir, [root / "artifacts" / cell_dir.name, root / "dist"]))
     assert chart.startswith("```mermaid\ngantt") and chart.endswith("```")
     assert [line.strip() for line in chart.splitlines() if "section" in line] == [
-        "section shard 1/2", "section shard 2/2", "section link"]  # fmt: skip
+        "section shard 1/3", "section shard 2/3", "section shard 3/3", "section link"]  # fmt: skip
     assert chart.count(":done,") == 11 and chart.count(":active,") == 11
 
 
 def test_a_wheel_over_the_lanes_size_limit_fails_and_names_the_fixes(built, tmp_path):
-    recipes, wheel = built
+    shared, wheel = built
+    recipes = Path(shutil.copytree(shared, tmp_path / "recipes", symlinks=True))  # its policy is changed below
     checks = _verify(wheel, recipes)
     assert checks["size"].ok and "largest members" in checks["size"].details[0] and "limit 2000 MB" in checks["size"].details[0]
 
@@ -419,14 +415,10 @@ def test_a_wheel_over_the_lanes_size_limit_fails_and_names_the_fixes(built, tmp_
 
     big = _rebuild(wheel, tmp_path, pad)
     policy_file = recipes / "defaults.yml"
-    original = policy_file.read_text()
-    try:
-        policy_file.write_text(original.replace("max_size_mb: {linux: 2000,", "max_size_mb: {linux: 2,"))
-        size = _verify(big, recipes)["size"]
-        proc = subprocess.run([sys.executable, "-m", "cuw", "verify", str(big), "--recipe", "example", "--recipes",
-                               str(recipes), "--no-import"], capture_output=True, text=True)  # fmt: skip
-    finally:
-        policy_file.write_text(original)
+    policy_file.write_text(policy_file.read_text().replace("max_size_mb: {linux: 2000,", "max_size_mb: {linux: 2,"))
+    size = _verify(big, recipes)["size"]
+    proc = subprocess.run([sys.executable, "-m", "cuw", "verify", str(big), "--recipe", "example", "--recipes",
+                           str(recipes), "--no-import"], capture_output=True, text=True)  # fmt: skip
     assert not size.ok
     assert "over the linux lane's limit of 2 MB" in size.details[0] and "cuw_example/blob.bin 3.0 MB" in size.details[1]
     assert "fewer archs" in size.details[2] and "PTX only" in size.details[2] and "SM family" in size.details[2]
@@ -443,7 +435,7 @@ def test_a_link_job_elsewhere_draws_the_shards_from_their_manifests(built, tmp_p
     alone = tmp_path / cell_dir.name
     shutil.copytree(cell_dir / "link" / "logs", alone / "link" / "logs")
     drawn = timeline.load(alone, [root / "artifacts" / cell_dir.name, root / "dist"])
-    assert [j.name for j in drawn.jobs] == ["shard 1/2", "shard 2/2", "link"]
+    assert [j.name for j in drawn.jobs] == ["shard 1/3", "shard 2/3", "shard 3/3", "link"]
     shard_bars = [b for b in drawn.bars if b.job != "link"]
     assert len(shard_bars) == 11 and {b.outcome for b in shard_bars} == {"cold"}
     assert all(j.ok for j in drawn.jobs)

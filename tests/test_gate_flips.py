@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, REPO, expected_tu_values, wheel_tu_values
+from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values
 from cuw.jobs import archive
 from cuw.toolchain.cache import Ccache
 from cuw.base.errors import CuwError
@@ -27,18 +27,11 @@ from cuw.toolchain.toolkit import find_toolkit
 N = 3
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    """The example's three shard archives, built once for this module."""
-    root = tmp_path_factory.mktemp("shards")
-    recipes = root / "recipes"
-    shutil.copytree(REPO / "recipes", recipes, symlinks=True)
-    recipe = load_recipe("example", recipes)
-    paths = Paths(work=root / "work", artifacts=root / "artifacts", dist=root / "dist")
-    for i in range(1, N + 1):
-        assert run_shard(recipe, ShardSpec(i, N), paths, progress=None).verdict.ok
-    (cell_dir,) = paths.artifacts.iterdir()
-    return recipes, cell_dir
+@pytest.fixture
+def shards(example_cell):
+    """The example's three shard archives from the suite's one cold build (conftest.example_cell)."""
+    assert example_cell.count == N
+    return example_cell.recipes, example_cell.cell_artifacts
 
 
 def fresh(shards, tmp_path) -> tuple[Path, Paths, Path]:
