@@ -74,7 +74,7 @@ def paths(tmp_path: Path) -> Paths:
 class BuiltCell:
     """The example cell as one cold run left it: N shard archives and reports, the link's
     work folder and the finished wheel with its reports. Shared by every test that starts
-    from a built cell: read it, copy what a test changes (:meth:`copy_artifacts`)."""
+    from a built cell: tests read it and change only copies."""
 
     root: Path
     count: int
@@ -101,18 +101,12 @@ class BuiltCell:
     def link_report(self) -> dict:
         return json.loads(self.wheel.with_name(self.wheel.name + ".link.json").read_text())
 
-    def copy_artifacts(self, paths: Paths) -> Path:
-        """The shard archives and reports in ``paths.artifacts``; returns the cell's folder there."""
-        dest = paths.artifacts / self.cell_artifacts.name
-        shutil.copytree(self.cell_artifacts, dest)
-        return dest
-
 
 EXAMPLE_CELL_SHARDS = 3
 
 
 @pytest.fixture(scope="session")
-def example_cell(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> BuiltCell:
+def example_cell(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> BuiltCell:
     """The example built once per test run: 3 cold shards, then the link, finish and verify.
 
     Every xdist worker of a run shares the one build (the first to ask makes it under a lock):
@@ -121,7 +115,7 @@ def example_cell(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Bu
     from cuw.jobs.local import run_build
 
     base = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
+    if hasattr(request.config, "workerinput"):  # an xdist worker
         base = base.parent  # the run's folder, above each worker's own
     root = base / "example-cell"
     done = root / "built.json"
