@@ -22,6 +22,20 @@ def test_ci_lines_carry_rate_and_time_left_and_are_not_a_flood():
     assert lines[-1].startswith("shard 3/23: compiled 10/10 TUs, ") and "left" not in lines[-1]
 
 
+def test_a_count_standing_still_is_said_again_every_quiet_period(monkeypatch):
+    """One TU compiling for an hour: the CI log still gets a line every quiet_s, with the time run."""
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    lines: list[str] = []
+    meter = Meter("shard 30/40: compiled", 4, "TUs", say=lines.append, every_s=30, quiet_s=300, terminal=False)
+    meter.update(2)
+    for _ in range(20 * 60):  # 20 minutes of one-second polls, the count at 2
+        now[0] += 1
+        meter.update(2)
+    assert [line.split(", ")[2] for line in lines] == ["0:00 elapsed", "5:00 elapsed", "10:00 elapsed", "15:00 elapsed", "20:00 elapsed"]
+    assert all(line.startswith("shard 30/40: compiled 2/4 TUs") for line in lines)
+
+
 def test_a_terminal_gets_a_bar_with_rate():
     out = io.StringIO()
     meter = Meter("link: restored", 4, "archives", stream=out, terminal=True)

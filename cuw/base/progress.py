@@ -2,7 +2,9 @@
 
 On a terminal it is a ``tqdm`` bar; in a CI log (no TTY) it is a plain line at
 most every ``every_s`` seconds and at the end, so a 6-hour job's log says how far
-it is and when it will end without a line per second:
+it is and when it will end without a line per second. While the count stands
+still (one TU can compile for an hour), the line comes again every ``quiet_s``
+seconds, so the log shows the job is alive and for how long it has run:
 
     cuw: shard 3/23: compiled 5/7 TUs, 0.04 TUs/s, 2:05 elapsed, about 0:50 left
 """
@@ -35,10 +37,11 @@ class Meter:
         unit: str = "TUs",
         say: Optional[Say] = None,
         every_s: float = 30.0,
+        quiet_s: float = 300.0,
         stream: Optional[IO[str]] = None,
         terminal: Optional[bool] = None,
     ) -> None:
-        self.label, self.total, self.unit, self.every_s = label, total, unit, every_s
+        self.label, self.total, self.unit, self.every_s, self.quiet_s = label, total, unit, every_s, quiet_s
         self.stream = stream or sys.stderr
         self.say = say or (lambda line: print(f"cuw: {line}", file=self.stream, flush=True))
         self.started = time.monotonic()
@@ -69,7 +72,8 @@ class Meter:
         self.done = done
         now = time.monotonic()
         first = self._last_done is None
-        if (done != self._last_done and now - self._last_line >= self.every_s) or first:
+        since = now - self._last_line
+        if first or (done != self._last_done and since >= self.every_s) or since >= self.quiet_s:
             self.say(self.line())
             self._last_line, self._last_done = now, done
 
