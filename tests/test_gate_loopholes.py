@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from cuw.jobs import backends
 from cuw.config.policy import CacheChoice
 from cuw.jobs import process
@@ -25,7 +24,6 @@ from cuw.partition.assignment import recipe_assignment
 from cuw.jobs.backends import build_env
 from cuw.toolchain.cache import Ccache, open_cache
 from cuw.partition.rules import ShardSpec
-from cuw.config.paths import Paths
 from cuw.jobs.local import run_build
 from cuw.jobs.shard import run_shard
 from cuw.config.recipe import load_recipe
