@@ -15,12 +15,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 from cuw.base.errors import CuwError
 
@@ -145,3 +146,22 @@ def held(lock: Path) -> Iterator[None]:
 
             fcntl.flock(fh, fcntl.LOCK_EX)
         yield
+
+
+def json_record(line: bytes) -> Optional[dict]:
+    """One line of an append-only JSON-lines log as a dict; None for a line cut short (its
+    writer killed mid-write) or one that is not a JSON object."""
+    try:
+        entry = json.loads(line.decode("utf-8"))
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def json_records(path: Path) -> list[dict]:
+    """Every whole record of a JSON-lines log (none when it is missing); a line cut short is left out."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return [e for e in map(json_record, (line for line in data.splitlines() if line.strip())) if e is not None]

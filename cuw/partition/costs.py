@@ -34,7 +34,7 @@ from typing import Callable, Optional
 
 from cuw.base.errors import CuwError
 from cuw.toolchain import ninja
-from cuw.base.files import same_file, write_text
+from cuw.base.files import json_records, same_file, write_text
 from cuw.partition.rules import tu_key
 from cuw.config.recipe import Recipe, costs_path
 
@@ -173,20 +173,7 @@ def _replayed_or_stubbed(seat_log: Path) -> set[str]:
     """Keys whose ninja time measures a stub or a cache hit, not a compile."""
     if not seat_log.is_file():
         return set()
-    return {str(e.get("key")) for e in _log_entries(seat_log) if e.get("action") == "stubbed" or e.get("outcome") == "hit"}
-
-
-def _log_entries(seat_log: Path) -> list[dict]:
-    """A seat log's entries, skipping a line cut short by a killed job."""
-    entries = []
-    for line in seat_log.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError:
-            continue
-        if isinstance(entry, dict):
-            entries.append(entry)
-    return entries
+    return {str(e.get("key")) for e in json_records(seat_log) if e.get("action") == "stubbed" or e.get("outcome") == "hit"}
 
 
 def _job_report(path: Path, gate: str) -> Optional[dict]:
@@ -283,7 +270,7 @@ def shard_report(path: Path) -> Optional[tuple[float, Path]]:
     seat = Path(build_log).parent / "seat.jsonl"
     if not seat.is_file():
         raise CuwError(f"--from {path}: its seat log {seat} is gone (the shard's work folder): record on the machine that ran it")
-    return max(0.0, float(build_s) - compile_span(_log_entries(seat))), seat
+    return max(0.0, float(build_s) - compile_span(json_records(seat))), seat
 
 
 def read_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:

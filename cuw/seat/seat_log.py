@@ -3,10 +3,11 @@ progress lines, the planner and the cost tables read."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Optional
+
+from cuw.base.files import json_record, json_records
 
 
 def _is_cuda_compile(entry: dict) -> bool:
@@ -18,26 +19,9 @@ def compiled_count(path: Path) -> int:
     return sum(1 for e in read_log(path) if _is_cuda_compile(e))
 
 
-def _parse_line(line: bytes) -> Optional[dict]:
-    try:
-        entry = json.loads(line.decode("utf-8"))
-    except ValueError:  # a line cut short (a seat killed mid-write), or not the seat's
-        return None
-    return entry if isinstance(entry, dict) else None
-
-
 def read_log(path: Path) -> list[dict]:
     """Every whole entry of a seat log; a line that is not one (cut short) is left out."""
-    try:
-        data = open(path, "rb").read()
-    except FileNotFoundError:
-        return []
-    entries = []
-    for line in data.splitlines():
-        entry = _parse_line(line) if line.strip() else None
-        if entry is not None:
-            entries.append(entry)
-    return entries
+    return json_records(path)
 
 
 class LogReader:
@@ -68,7 +52,7 @@ class LogReader:
         self.offset += len(data)
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
-        entries = [e for e in map(_parse_line, (line for line in lines if line.strip())) if e is not None]
+        entries = [e for e in map(json_record, (line for line in lines if line.strip())) if e is not None]
         self.compiled += sum(1 for e in entries if _is_cuda_compile(e) or (self.count_host and e.get("action") == "compiled"))
         return entries
 
