@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cuw.toolchain.builder import current_builder
 from cuw.jobs import archive
 from cuw.toolchain import cache
 from cuw.config.cell import Cell
@@ -22,7 +23,7 @@ def manifest(**changes) -> archive.Manifest:
     base = archive.Manifest(
         format=archive.FORMAT, forge_version="0.1.0", cell=CELL.to_dict(), shard_index=1, shard_count=2,
         filter="seat", cache_tool="ccache", cache_version=cache.Ccache.pinned, cache_remote=None,
-        owned=["a.cu"], compiled=["a.cu"], counters={"misses": 1},
+        owned=["a.cu"], compiled=["a.cu"], counters={"misses": 1}, builder=current_builder().to_dict(),
     )  # fmt: skip
     return replace(base, **changes)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values
+from cuw.toolchain.builder import current_builder
 from cuw.jobs import archive
 from cuw.toolchain.cache import check_remote
 from cuw.base.errors import CuwError
@@ -63,7 +64,7 @@ def test_a_ccache_link_refuses_sccache_archives(recipes_dir, paths):
     cell = local_cell(recipe, find_toolkit())
     folder = paths.cell_artifacts(cell)
     (paths.work / "c").mkdir(parents=True)
-    manifest = archive.Manifest(1, "0.1.0", cell.to_dict(), 1, 2, "seat", "sccache", Sccache.pinned, None, [], [], {})
+    manifest = archive.Manifest(archive.FORMAT, "0.1.0", cell.to_dict(), 1, 2, "seat", "sccache", Sccache.pinned, None, [], [], {}, builder=current_builder().to_dict())
     archive.pack(Sccache(paths.work / "c", paths.work), manifest, folder / archive.archive_name(cell, 1, 2))
     with pytest.raises(CuwError, match=r"made with sccache 0.16.0; this link uses ccache"):
         run_link(recipe, paths, progress=None, cache=CacheChoice("ccache", None))

@@ -28,7 +28,7 @@ from cuw.config.cell import Cell
 from cuw.cli.cibw_backend import COMMAND_VAR, shard_receipt
 from cuw.base.errors import CuwError
 from cuw.partition.rules import ShardSpec
-from cuw.config.policy import CacheChoice, WheelPolicy
+from cuw.config.policy import BuildImage, CacheChoice, Policy
 from cuw.config.recipe import load_recipe
 
 try:
@@ -79,8 +79,9 @@ def test_selector_arch_and_image_per_lane(lane, recipes_dir, paths):
     if lane == "windows":
         assert images == {} and "container-engine" not in table
     else:
-        # recipes/defaults.yml: wheel.manylinux is manylinux_2_34_<arch>.
-        assert images == {f"manylinux-{arch}-image": "manylinux_2_34"}
+        # recipes/defaults.yml: images.<lane>.ref, the lane's manylinux_2_28 image pinned by digest.
+        ref = images[f"manylinux-{arch}-image"]
+        assert ref.startswith(f"quay.io/pypa/manylinux_2_28_{arch}@sha256:") and len(images) == 1
         assert table["container-engine"] == {"name": "docker", "disable-host-mount": False}
 
 
@@ -227,9 +228,11 @@ def test_a_cell_outside_the_grid_or_lane_is_refused(recipes_dir, paths):
 
 
 def test_manylinux_image_follows_the_policy():
-    assert cibw.manylinux_image(WheelPolicy(manylinux={"linux": "manylinux_2_28_x86_64"}), "linux") == "manylinux_2_28"
-    with pytest.raises(CuwError, match="wheel.manylinux.linux_aarch64"):
-        cibw.manylinux_image(WheelPolicy(manylinux={"linux_aarch64": "manylinux_2_34_x86_64"}), "linux_aarch64")
+    ref = "quay.io/pypa/manylinux_2_28_x86_64@sha256:" + "1" * 64
+    policy = Policy(images={"linux": BuildImage(ref, "manylinux_2_28_x86_64")})
+    assert cibw.manylinux_image(policy, "linux") == ref
+    with pytest.raises(CuwError, match="images.linux_aarch64"):
+        cibw.manylinux_image(policy, "linux_aarch64")
 
 
 def test_shard_receipt_is_a_platform_wheel(tmp_path):
@@ -314,7 +317,10 @@ def test_driver_build_runs_the_forge_jobs_and_their_gates(tmp_path, recipes_dir,
     link = _frontend_build(job.driver_dir, ["link", "example", *folders, "--dist", str(paths.dist)], out)
     assert link.returncode == 0, link.stdout[-3000:] + link.stderr[-3000:]
     shipped = sorted(paths.dist.glob("*.whl"))
-    assert len(shipped) == 1 and "+cu" in shipped[0].name and "manylinux_2_34" in shipped[0].name
+    # Built on this machine: the wheel's tag is this machine's floor, computed from its glibc.
+    from cuw.toolchain.builder import current_builder
+
+    assert len(shipped) == 1 and "+cu" in shipped[0].name and current_builder().floor in shipped[0].name
     assert (out / shipped[0].name).read_bytes() == shipped[0].read_bytes()
 
 

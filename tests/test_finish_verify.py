@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -205,11 +206,21 @@ def test_import_error_in_one_module_does_not_hide_the_others(built, tmp_path):
     assert checks["import"].details == ["cuw_example.broken: ImportError: broken on purpose"]
 
 
-def test_glibc_and_links_torch_follow_policy_and_recipe(built):
+def test_glibc_follows_the_tag_and_the_builder_and_links_torch_the_recipe(built, tmp_path):
     recipes, wheel = built
-    policy = replace(load_policy(recipes).wheel, max_glibc="2.17")
-    checks = {c.name: c for c in verify(wheel, load_recipe("example", recipes), CELL, find_toolkit(), policy, ["9.0"]).checks}
-    assert not checks["glibc"].ok and "policy allows 2.17" in checks["glibc"].details[0]
+    policy = load_policy(recipes).wheel
+    recipe = load_recipe("example", recipes)
+    tag = re.search(r"manylinux_\d+_\d+_x86_64", wheel.name).group(0)
+    # finish tagged it with the floor of the machine that built it: its symbols fit that tag.
+    checks = {c.name: c for c in verify(wheel, recipe, CELL, find_toolkit(), policy, ["9.0"], floor=tag).checks}
+    assert checks["glibc"].ok, checks["glibc"].details
+    # The same bytes claiming manylinux_2_17: the real symbol versions break that promise.
+    older = Path(shutil.copy(wheel, tmp_path / wheel.name.replace(tag, "manylinux_2_17_x86_64")))
+    checks = {c.name: c for c in verify(older, recipe, CELL, find_toolkit(), policy, ["9.0"]).checks}
+    assert not checks["glibc"].ok and "promises glibc 2.17" in checks["glibc"].details[0]
+    # A link job in an image of another floor refuses a tag that is not its own.
+    checks = {c.name: c for c in verify(wheel, recipe, CELL, find_toolkit(), policy, ["9.0"], floor="manylinux_2_28_x86_64").checks}
+    assert not checks["glibc"].ok and "not its builder's floor manylinux_2_28_x86_64" in checks["glibc"].details[-1]
     assert not _verify(wheel, recipes, links_torch=True)["links_torch"].ok
 
 

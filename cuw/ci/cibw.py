@@ -39,7 +39,7 @@ from cuw.config.grid import cell_archs, require_in_grid
 from cuw.partition.rules import ShardSpec, parse_shard_spec
 from cuw.config.paths import Paths
 from cuw.jobs.context import check_lane
-from cuw.config.policy import CacheChoice, WheelPolicy, load_policy
+from cuw.config.policy import CacheChoice, Policy, load_policy
 from cuw.config.recipe import Recipe
 from cuw.jobs.sources import mirror_from_env
 from cuw.jobs.workspace import Workspace
@@ -80,13 +80,13 @@ def build_identifier(cell: Cell) -> str:
     return f"cp{cell.python.replace('.', '')}-{lane_target(cell.lane).tag}"
 
 
-def manylinux_image(policy: WheelPolicy, lane: str) -> str:
-    """The image whose glibc is the policy's wheel tag: manylinux_2_34_x86_64 -> ``manylinux_2_34``."""
-    arch = lane_target(lane).arch
-    tag = policy.manylinux.get(lane, "")
-    if not tag.startswith("manylinux_") or not tag.endswith(f"_{arch}"):
-        raise CuwError(f"recipes/defaults.yml: wheel.manylinux.{lane} must be manylinux_X_Y_{arch}, got {tag!r}")
-    return tag[: -len(arch) - 1]
+def manylinux_image(policy: Policy, lane: str) -> str:
+    """The lane's build image (``images.<lane>.ref``, pinned by digest): the same image the pip
+    backend's ``--image`` and the workflow's ``container:`` run."""
+    image = policy.images.get(lane)
+    if image is None:
+        raise CuwError(f"recipes/defaults.yml: images has no build image for lane {lane} (images.{lane}.ref)")
+    return image.ref
 
 
 WHEEL_TOOLKITS_IN_CONTAINER = "/opt/cuw-toolkits"  # $CUW_TOOLKITS there: the pinned toolkit wheels
@@ -220,8 +220,7 @@ class CibwJob:
             "test-command": "",
         }
         if self.in_container:
-            wheel = load_policy(self.recipes_dir).wheel
-            table[f"manylinux-{target.arch}-image"] = manylinux_image(wheel, self.cell.lane)
+            table[f"manylinux-{target.arch}-image"] = manylinux_image(load_policy(self.recipes_dir), self.cell.lane)
             # The host mount carries the job folders, the cache and the archives: never disable it.
             table["container-engine"] = {"name": ENGINE, "disable-host-mount": False}
         return table
@@ -329,6 +328,10 @@ def run_job(job: CibwJob) -> bool:
         rc = proc.wait()
     if rc == _ENGINE_BROKEN_RC:
         raise _cannot_start(job, f"cibuildwheel could not start a {ENGINE} container (no daemon running? see {log_path})")
+    refused = next((line.strip() for line in log_path.read_text(errors="replace").splitlines()
+                    if line.lstrip().startswith("Error response from daemon")), None)  # fmt: skip
+    if rc != 0 and refused:  # the engine runs but cannot get the image (an unreachable registry)
+        raise _cannot_start(job, f"cibuildwheel could not start the {build_identifier(job.cell)} container: {refused}")
     if rc != 0:
         report.say(f"cibuildwheel {job.verb} failed (exit {rc}); log {log_path}")
         return False

@@ -46,8 +46,17 @@ def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
                         "manylinux container or Windows build")  # fmt: skip
     p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
                    help="with --backend cibuildwheel: the cell to build (default: this machine's)")
+    p.add_argument("--image", default=None, metavar="REF",
+                   help="run each job in a container of this build image (its /opt/python, compiler and glibc; "
+                        "the wheel gets its floor): a reference the engine has, e.g. the one `cuw image` prints")  # fmt: skip
+    _engine_option(p)
     _git_mirror(p)
     _toolkit_option(p)
+
+
+def _engine_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=("docker", "podman"), default=None,
+                   help="the container engine (default: $CUW_ENGINE, else docker, then podman on PATH)")
 
 
 def _toolkit_option(p: argparse.ArgumentParser) -> None:
@@ -173,6 +182,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("incoming", type=Path, help="folder of wheels and their .build.json records (searched recursively)")
     p.add_argument("index", type=Path, help="the index folder (created when new)")
     p.add_argument("--reports", type=Path, default=None, help="the links' gate reports: cells not published are named with why")
+
+    p = sub.add_parser("image", help="build the local stand-in build image from its recipe (once per recipe digest) "
+                                     "and print its reference")  # fmt: skip
+    p.add_argument("--from", dest="yml", type=Path, default=None, metavar="YML",
+                   help="the image recipe (default: images/standin-<this machine's arch>.yml)")
+    _engine_option(p)
 
     p = sub.add_parser("workflow", help="run .github/workflows/build.yml here with act (host mode) for a recipe's chunk")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")

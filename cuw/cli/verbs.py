@@ -213,7 +213,7 @@ def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
         local_version_label=local_label(cell),
         resolved_archs=cell_archs(recipe, policy.archs, cell),
         cache=dataclasses.asdict(cache_choice(policy, cell.lane)),
-        manylinux=policy.wheel.manylinux.get(cell.lane),
+        build_image=dataclasses.asdict(policy.images[cell.lane]) if cell.lane in policy.images else None,
     )
     print(json.dumps(shown, indent=2, sort_keys=True))
     return 0
@@ -288,6 +288,8 @@ def run(argv: list[str]) -> int:
         from cuw.ci.workflow_run import run_workflow
 
         return run_workflow(args)
+    if args.verb == "image":
+        return _image(args)
     if args.verb == "record":
         from cuw.wheel.publish import record
 
@@ -335,7 +337,14 @@ def run(argv: list[str]) -> int:
     from cuw.jobs.link import run_link# the build verbs only: the others start faster
     from cuw.jobs.shard import run_shard# the build verbs only: the others start faster
     if args.backend == "cibuildwheel":
+        if args.image is not None:
+            raise CuwError("--image goes with the pip backend; cibuildwheel runs its own image "
+                           "(images.<lane>.ref in recipes/defaults.yml)")  # fmt: skip
         return _cibuildwheel(args, recipe, recipes_dir)
+    if args.image is not None and getattr(args, "matrix", False):
+        raise CuwError("--image builds this machine's cell; build --matrix picks each cell's environment itself")
+    if args.image is None and args.engine is not None:
+        raise CuwError("--engine goes with --image (the engine that runs the build image)")
     # Every option is checked before an output folder is created.
     if args.cell:
         raise CuwError("--cell goes with --backend cibuildwheel; the pip backend builds this machine's cell")
@@ -356,6 +365,8 @@ def run(argv: list[str]) -> int:
             writable_dir(getattr(args, option), f"--{option}")
     if not getattr(args, "matrix", False):  # --matrix chooses each CUDA line's toolkit itself
         _use_toolkit(args, recipes_dir)
+    if args.image is not None:
+        return _in_image(args, recipe, recipes_dir, spec)
     if spec is not None:
         result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,
                            cache=cache)  # fmt: skip
@@ -369,8 +380,61 @@ def run(argv: list[str]) -> int:
             return _build_matrix(args, recipe, recipes_dir)
         outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=cache)
         _cell_report(recipe, _paths(args))
-        return 0 if link.ok and all(outcomes) else 1
+        return 0 if getattr(link, "ok", link) and all(outcomes) else 1
     raise AssertionError(args.verb)
+
+
+def _image(args: argparse.Namespace) -> int:
+    from cuw.toolchain.engine import find_engine
+    from cuw.toolchain.image_build import build_image, default_recipe, load_image_recipe
+
+    recipe = load_image_recipe(args.yml or default_recipe())
+    engine = find_engine(args.engine)
+    ref, cached = build_image(engine, recipe, report.say)
+    report.say(f"image: {ref} {'already built' if cached else 'built'} ({engine.name})")
+    print(f"image: {ref}")
+    return 0
+
+
+def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec) -> list[str]:
+    """The verb's own command line for the forge inside the image: absolute paths, no --image."""
+    argv = [verb, args.recipe] + ([str(spec)] if spec is not None else [])
+    argv += ["--work", str(args.work.resolve()), "--artifacts", str(args.artifacts.resolve()),
+             "--recipes", str(recipes_dir.resolve())]  # fmt: skip
+    if verb != "shard":
+        argv += ["--dist", str(args.dist.resolve())]
+    elif args.quiet:
+        argv.append("--quiet")
+    for flag, value in (("--jobs", args.jobs), ("--cache-tool", args.cache_tool), ("--cache-remote", args.cache_remote)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _in_image(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, spec) -> int:
+    """shard, link or build with ``--image``: each job in a container of the build image."""
+    import os
+
+    from cuw.jobs.container import open_image, run_verb
+    from cuw.jobs.sources import MIRROR_VAR
+
+    job = open_image(args.image, args.engine)
+    folders = [args.work, args.artifacts] + ([args.dist] if args.verb != "shard" else [])
+    read_only = [recipes_dir] + ([Path(os.environ[MIRROR_VAR])] if os.environ.get(MIRROR_VAR) else [])
+    if args.verb in ("shard", "link"):
+        rc = run_verb(job, _inner_argv(args, args.verb, recipes_dir, spec), folders, read_only, args.verb, report.say)
+        if args.verb == "link" and rc in (0, 1):
+            _cell_report(recipe, _paths(args))
+        return rc
+    from cuw.jobs.local import run_build
+
+    def link() -> bool:
+        return run_verb(job, _inner_argv(args, "link", recipes_dir, None), folders, read_only, "link", report.say) == 0
+
+    shard_args = ["--image", job.id, "--engine", job.engine.name]
+    outcomes, linked = run_build(recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link)
+    _cell_report(recipe, _paths(args))
+    return 0 if linked and all(outcomes) else 1
 
 
 def _use_toolkit(args: argparse.Namespace, recipes_dir: Path) -> None:

@@ -30,10 +30,16 @@ class CachePolicy:
 
 
 @dataclass(frozen=True)
+class BuildImage:
+    ref: str
+    """The image every shard and link job of the lane runs in, pinned by digest (``name@sha256:…``)."""
+    floor: str
+    """The manylinux tag that image yields (``manylinux_2_28_x86_64``): what its glibc allows, which
+    a job inside it computes and checks against this (:mod:`cuw.toolchain.builder`)."""
+
+
+@dataclass(frozen=True)
 class WheelPolicy:
-    manylinux: dict[str, str] = field(default_factory=dict)
-    """The platform tag auditwheel repairs to, per lane."""
-    max_glibc: Optional[str] = None
     exclude: list[str] = field(default_factory=list)
     """Libraries never grafted into a wheel (the CUDA runtime and driver, torch)."""
     max_size_mb: dict[str, int] = field(default_factory=dict)
@@ -58,6 +64,8 @@ class Policy:
     from ``toolkit_wheels``) or the path of a toolkit folder (holding ``bin/nvcc``)."""
     toolkit_wheels: dict[str, list[str]] = field(default_factory=dict)
     """Per CUDA line (13 and later), the exact pins of NVIDIA's wheels that make its toolkit."""
+    images: dict[str, BuildImage] = field(default_factory=dict)
+    """Per Linux lane, the build image its jobs run in and the floor it yields."""
 
 
 def load_policy(recipes_dir: Path) -> Policy:
@@ -98,6 +106,8 @@ def load_policy(recipes_dir: Path) -> Policy:
             if not folder or folder.startswith(("/", "$")) or ".." in parts or ":" in folder:
                 raise CuwError(f"{path}: wheel.cuda_runtime_rpath.{line}: {folder!r} must be a folder relative to "
                                "site-packages, like nvidia/cu13/lib (no '..', no absolute path, no $ORIGIN)")  # fmt: skip
+    for lane, image in policy.images.items():
+        check_image_policy(lane, image, f"{path}: images.{lane}")
     for lane, tool in policy.cache.tool.items():
         try:
             tool_class(tool)
@@ -140,6 +150,22 @@ def check_remote_url(url: str, source: str) -> None:
         raise CuwError(f"{source} {url!r}: {exc} (a port is 1..65535)") from None
     if parsed.scheme != "file" and not parsed.hostname:
         raise CuwError(f"{source} {url!r}: no host (for example redis://localhost:6379)")
+
+
+def check_image_policy(lane: str, image: BuildImage, source: str) -> None:
+    """A Linux lane, an image pinned by digest, and a floor of that lane's architecture."""
+    import re
+
+    from cuw.config.lanes import lane as lane_of
+
+    known = lane_of(lane)
+    if known.os != "linux":
+        raise CuwError(f"{source}: only Linux lanes run in a build image (lane {lane} is {known.os})")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._\-/:]*@sha256:[0-9a-f]{64}", image.ref):
+        raise CuwError(f"{source}.ref {image.ref!r}: pin the image by digest (name@sha256:<64 hex digits>): "
+                       "a tag can move under the farm")  # fmt: skip
+    if not re.fullmatch(rf"manylinux_\d+_\d+_{re.escape(known.wheel_platform)}", image.floor):
+        raise CuwError(f"{source}.floor {image.floor!r}: a manylinux_X_Y_{known.wheel_platform} tag")
 
 
 def check_toolkit_choice(choice: str, source: str) -> None:

@@ -26,8 +26,9 @@ from cuw import __version__
 from cuw.toolchain.cache import Cache
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.toolchain.builder import Builder, current_builder
 
-FORMAT = 1
+FORMAT = 2  # 2: the builder (image, glibc, compiler) that made the cache
 MANIFEST = "manifest.json"
 CACHE_PREFIX = "cache"
 SUFFIX = ".tar"
@@ -53,6 +54,9 @@ class Manifest:
     counters: dict[str, int]
     timeline: list[list[Any]] = field(default_factory=list)
     """The shard's compiles as [key, start (epoch s), seconds, outcome]: the link draws them."""
+    builder: Optional[dict[str, Any]] = None
+    """Where the shard compiled (:class:`cuw.toolchain.builder.Builder`): the link refuses a
+    cache made in another image or on another host toolchain."""
 
     @staticmethod
     def from_json(data: dict[str, Any], where: str) -> "Manifest":
@@ -348,3 +352,21 @@ def expect(manifest: Manifest, path: Path, cell: Cell, job_cache: Cache, count: 
         raise CuwError(f"{path}: archive is shard {manifest.shard_index}/{manifest.shard_count}, others are of {count}")
     if manifest.format != FORMAT:
         raise CuwError(f"{path}: archive format {manifest.format}, this forge reads {FORMAT} (forge {__version__})")
+    check_builder(manifest, path, current_builder())
+
+
+def check_builder(manifest: Manifest, path: Path, here: Builder) -> None:
+    """A cache compiled in another image (or on the host, for a link in an image) is refused:
+    its objects carry that builder's glibc and compiler, and the wheel gets this builder's floor."""
+    theirs = Builder.from_dict(manifest.builder, str(path))
+    if not here.same_as(theirs):
+        raise CuwError(f"{path}: shard {manifest.shard_index}/{manifest.shard_count} was compiled in {theirs.describe()}; "
+                       f"this link runs in {here.describe()}: run shards and link in one image (--image)")  # fmt: skip
+
+
+def check_builders(folder: Path, here: Builder) -> None:
+    """Every archive in ``folder`` made by this builder, checked before the link prepares anything."""
+    for path in shard_archives(folder):
+        manifest = read_manifest(path)
+        if manifest.format == FORMAT:
+            check_builder(manifest, path, here)

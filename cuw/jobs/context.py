@@ -40,6 +40,20 @@ def cell_archs_in_grid(recipe: Recipe, cell: Cell) -> list[str]:
     return cell_archs(recipe, policy.archs, cell)
 
 
+def check_floor(recipe: Recipe, cell: Cell) -> None:
+    """In the lane's own build image, the floor the image computes must be the one the policy
+    names (images.<lane>.floor): a policy that says 2_28 over an image that yields 2_31 is refused."""
+    from cuw.toolchain.builder import current_builder
+
+    builder = current_builder()
+    image = policy_for(recipe).images.get(cell.lane)
+    if image is None or builder.image is None or builder.image.rsplit("@", 1)[0] != image.ref:
+        return
+    if builder.floor != image.floor:
+        raise CuwError(f"recipes/defaults.yml: images.{cell.lane}.floor is {image.floor}, but {image.ref} "
+                       f"has glibc {builder.glibc}, whose floor is {builder.floor}: correct the policy")  # fmt: skip
+
+
 def resolve_cache(recipe: Recipe, cell: Cell, choice: Optional[CacheChoice]) -> CacheChoice:
     """The cell's cache tool and remote: given, or from the policy beside the recipes."""
     if choice is not None:

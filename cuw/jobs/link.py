@@ -31,12 +31,14 @@ from cuw.config.recipe import Recipe
 from cuw.toolchain.cache import Cache, Sccache, check_remote, tool_class
 from cuw.wheel.finish import CudaRuntime, dist_versions, repair, retag
 from cuw.toolchain.toolkit import Toolkit, find_toolkit
+from cuw.toolchain.builder import current_builder
+from cuw.config import lanes
 from cuw.wheel.verify import Check, verify, write_verify_reports
 from cuw.wheel.verify import Report as VerifyReport
 from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare
 
 
-from cuw.jobs.context import Progress, cell_archs_in_grid, resolve_cache
+from cuw.jobs.context import Progress, check_floor, cell_archs_in_grid, resolve_cache
 from cuw.jobs.process import build
 
 
@@ -121,9 +123,12 @@ def run_link(
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     archs = cell_archs_in_grid(recipe, cell)
+    check_floor(recipe, cell)
     choice = resolve_cache(recipe, cell, cache)
     if choice.remote:
         check_remote(choice.remote)
+    # Archives from another builder are refused before the link's folder is touched.
+    archive.check_builders(paths.cell_artifacts(cell), current_builder())
     ws = Workspace.for_job(paths.cell_work(cell), "link", tool_class(choice.tool).shared_tree)
     leftovers.stop_orphans(ws.cuda_home, "link")  # a killed link's build, still running in the job folder
     link_patch = PatchContext(ws.src, cell, archs, None, recipe.key)
@@ -232,12 +237,12 @@ def _finish_and_verify(
     try:
         retagged = retag(wheel, cell, recipe, out / "retagged", dist_versions(paths.dist, cell, recipes_dir),
                          CudaRuntime.for_cell(policy, recipe, cell))  # fmt: skip
-        final = repair(retagged, cell.lane, policy, recipe, out / "repaired")
+        final = repair(retagged, cell.lane, policy, recipe, out / "repaired", current_builder().floor)
     except CuwError as exc:
         failed = VerifyReport(str(wheel), [Check("finish", False, [str(exc)])])
         report.say(f"verify gate FAIL: finish: {exc}")
         return failed, wheel
-    checked = verify(final, recipe, cell, toolkit, policy, archs)
+    checked = verify(final, recipe, cell, toolkit, policy, archs, floor=current_builder().floor if lanes.lane(cell.lane).os == "linux" else None)
     report.say(checked.line)
     report.append_summary(checked.to_markdown())
     return checked, final

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, Sequence, Union
 
 from cuw.gates import report
 from cuw.seat import seat_log
@@ -40,10 +40,14 @@ def run_build(
     recipes_dir: Optional[Path] = None,
     progress: Progress = report.say,
     cache: Optional[CacheChoice] = None,
-) -> tuple[list[Optional[bool]], LinkResult]:
+    shard_args: Sequence[str] = (),
+    link: Optional[Callable[[], bool]] = None,
+) -> tuple[list[Optional[bool]], Union[LinkResult, bool]]:
     """A whole cell here: every shard as a parallel process, then the link.
 
-    With a tool whose jobs share one tree (sccache), shards run one at a time.
+    With a tool whose jobs share one tree (sccache), shards run one at a time. ``shard_args`` go
+    to every shard's command line (``--image REF``: each shard in its own container) and ``link``
+    replaces the link in this process (a link in a fresh container); it returns whether it passed.
     """
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
@@ -78,6 +82,7 @@ def run_build(
                 if recipes_dir:
                     cmd += ["--recipes", str(recipes_dir)]
                 cmd += ["--cache-tool", choice.tool] + (["--cache-remote", choice.remote] if choice.remote else [])
+                cmd += list(shard_args)
                 ws = Workspace.for_job(paths.cell_work(cell), f"shard-{spec.tag}", shared_tree)
                 owned = None
                 if recipe.source.path is not None:
@@ -105,5 +110,7 @@ def run_build(
     failed = [f"{i}/{n}" for i, ok in enumerate(outcomes, 1) if not ok]
     if failed:
         progress(f"shards that failed their gate: {', '.join(failed)}; linking what arrived")
+    if link is not None:
+        return outcomes, link()
     result = run_link(recipe, paths, jobs=default_jobs(), progress=progress, cache=choice)
     return outcomes, result

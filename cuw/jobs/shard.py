@@ -29,10 +29,11 @@ from cuw.config.policy import CacheChoice
 from cuw.config.recipe import Recipe
 from cuw.toolchain.cache import check_remote, tool_class
 from cuw.toolchain.toolkit import find_toolkit
+from cuw.toolchain.builder import current_builder
 from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare, real_objects
 
 
-from cuw.jobs.context import Progress, check_lane, cell_archs_in_grid, describe_cache, resolve_cache
+from cuw.jobs.context import Progress, check_floor, check_lane, cell_archs_in_grid, describe_cache, resolve_cache
 from cuw.jobs.process import build
 
 
@@ -91,6 +92,7 @@ def run_shard(
     cell = local_cell(recipe, toolkit)
     check_lane(recipe, cell, spec)
     archs = cell_archs_in_grid(recipe, cell)
+    check_floor(recipe, cell)
     choice = resolve_cache(recipe, cell, cache)
     if choice.remote:
         check_remote(choice.remote)
@@ -201,6 +203,7 @@ def run_shard(
             counters=stats.summary(),
             timeline=[[e["key"], round(e["at"] - e["seconds"], 3), e["seconds"], e.get("outcome")] for e in compiles
                       if isinstance(e.get("at"), (int, float)) and isinstance(e.get("seconds"), (int, float))],
+            builder=current_builder().to_dict(),
         )
         try:
             written = archive.pack(job_cache, manifest, target)

@@ -3,7 +3,8 @@
 The cell's local version label goes into the filename, the dist-info folder
 and METADATA's ``Version:`` header (nothing else in METADATA is touched but
 the curated Requires-Dist), RECORD is rebuilt by the ``wheel`` tooling, and on
-Linux auditwheel repairs the wheel to the policy's manylinux tag without
+Linux auditwheel repairs the wheel to its builder's floor (the manylinux tag the
+glibc of the image that built it allows, :mod:`cuw.toolchain.builder`) without
 grafting the CUDA runtime, the driver or torch.
 """
 
@@ -216,13 +217,14 @@ class CudaRuntime:
 _NOT_RUNTIME = ("libcuda.so", "libtorch", "libc10", "libshm")  # the driver, and torch's own
 
 
-def repair(wheel: Path, lane: str, policy: WheelPolicy, recipe: Recipe, out_dir: Path) -> Path:
-    """auditwheel repair to the lane's manylinux tag; only allowed libraries may be grafted."""
+def repair(wheel: Path, lane: str, policy: WheelPolicy, recipe: Recipe, out_dir: Path, floor: Optional[str]) -> Path:
+    """auditwheel repair to ``floor``, the builder's manylinux tag; only allowed libraries may be grafted."""
     if lanes.lane(lane).os != "linux":
         return wheel
-    plat = policy.manylinux.get(lane)
-    if not plat:
-        raise CuwError(f"recipes/defaults.yml: wheel.manylinux has no tag for lane {lane}")
+    if not floor or not floor.endswith("_" + lanes.lane(lane).wheel_platform):
+        raise CuwError(f"lane {lane}: this builder's floor is {floor or 'unknown (no glibc)'}; "
+                       f"a {lane} wheel is built on a glibc Linux of that machine")  # fmt: skip
+    plat = floor
     auditwheel = shutil.which("auditwheel") or str(Path(sys.executable).parent / "auditwheel")
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [auditwheel, "repair", "--plat", plat, "-w", str(out_dir)]

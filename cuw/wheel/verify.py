@@ -226,8 +226,11 @@ def verify(
     archs: list[str],
     import_check: bool = True,
     torch_patches: Optional[TorchPatches] = None,
+    floor: Optional[str] = None,
 ) -> Report:
-    """``torch_patches``: also import the wheel under every patch release of the cell's torch line."""
+    """``torch_patches``: also import the wheel under every patch release of the cell's torch line.
+    ``floor``: the manylinux tag of the builder that made the wheel (the link job passes its own);
+    the wheel's tag must be it. Without one, the wheel's own tag is what its symbols are held to."""
     checks: list[Check] = []
     try:
         name, version, _, tags = parse_wheel_filename(wheel.name)
@@ -248,6 +251,7 @@ def verify(
         problems.append(f"platform tags {sorted({t.platform for t in tags})} are not {target.wheel_platform}")
     checks.append(Check("filename", not problems, problems or [f"{name} {version} for {cell.id}"]))
     checks.append(python_tag_check(recipe, cell, tags))
+    linux_tag = next((t.platform for t in sorted(tags, key=str) if t.platform.startswith("manylinux_")), None)
 
     try:
         record_problems: list[str] = _record_lines(wheel)
@@ -284,7 +288,7 @@ def verify(
         checks.append(Check("compiled", bool(elves), [e.path for e in elves] or ["no compiled code in the wheel"]))
 
         allowed = (
-            C_RUNTIME + manylinux_whitelist(policy.manylinux.get(cell.lane)) + TORCH_LIBS
+            C_RUNTIME + manylinux_whitelist(linux_tag) + TORCH_LIBS
             + tuple(policy.exclude) + tuple(recipe.verify.allowed_needed)
         )  # fmt: skip
         foreign = [f for e in elves for f in _foreign_needed(e, shipped, allowed, cell.python)]
@@ -293,10 +297,7 @@ def verify(
         bad_rpath = [f"{e.path}: {p}" for e in elves for p in e.rpaths if not p.startswith("$ORIGIN")]
         checks.append(Check("rpath", not bad_rpath, bad_rpath or ["every RPATH starts with $ORIGIN"]))
 
-        newest = max((v for e in elves for v in e.glibc), key=version_key, default="GLIBC_0")
-        max_glibc = policy.max_glibc
-        too_new = bool(max_glibc) and version_key(newest) > version_key(max_glibc or "0")
-        checks.append(Check("glibc", not too_new, [f"needs {newest}, policy allows {max_glibc or 'any'}"]))
+        checks.append(glibc_check(elves, linux_tag, floor))
 
         links = [f"{e.path}: {n}" for e in elves for n in _torch_needed(e)]
         if recipe.links_torch and not links:
@@ -314,6 +315,22 @@ def verify(
     if torch_patches is not None:
         checks.append(_torch_patch_check(wheel, members, elves, recipe, cell, torch_patches))
     return Report(str(wheel), checks)
+
+
+def glibc_check(elves: list, linux_tag: Optional[str], floor: Optional[str]) -> Check:
+    """Every GLIBC symbol version within what the wheel's manylinux tag promises; and, where the
+    builder is known (the link job), the tag is the builder's floor and no lower."""
+    newest = max((v for e in elves for v in e.glibc), key=version_key, default=None)
+    if linux_tag is None:
+        return Check("glibc", not newest, [f"needs {newest} but has no manylinux tag" if newest else "no glibc symbols"])
+    promised = version_key(linux_tag)[:2]
+    problems = []
+    if newest and version_key(newest)[:2] > promised:
+        problems.append(f"needs {newest}, its tag {linux_tag} promises glibc {'.'.join(map(str, promised))}")
+    if floor and linux_tag != floor:
+        problems.append(f"tag {linux_tag} is not its builder's floor {floor}")
+    return Check("glibc", not problems, problems or [f"needs {newest or 'no GLIBC symbol'}, within {linux_tag}"
+                                                      + (f", the builder's floor" if floor else "")])  # fmt: skip
 
 
 def python_tag_check(recipe: Recipe, cell: Cell, tags) -> Check:

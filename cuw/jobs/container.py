@@ -1,0 +1,194 @@
+"""A job run inside a build image: the same ``cuw`` verb, in a container of that image.
+
+``cuw shard example 2/4 --image REF`` starts a container of REF and runs ``cuw shard example 2/4``
+in it with the image's own Python (``/opt/python/<abi>``), compiler and glibc. Nothing of the
+host's Python, compilers or site-packages goes in. What is mounted, each at the path it has on
+the host (so every path a report, a seat log or the cache names means the same inside and out):
+
+* the forge's checkout, read-only (on ``PYTHONPATH``: the forge runs from source);
+* the job folders (``--work``, ``--artifacts``, ``--dist``), read-write;
+* the recipes folder and a git mirror when given, and the CUDA toolkit, read-only;
+* a venv made once per image and Python from the image's interpreter, holding the forge's
+  pinned requirements (the same ccache, CMake and build backends as every other job);
+* a home folder per image (pip's and the forge's caches), and the host's CA bundle.
+
+The container is on the host network, runs as the caller's user, and is stopped with the
+job: Ctrl-C or SIGTERM reach the forge inside (``--init`` forwards them), which stops its build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import ssl
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import cuw
+from cuw.base.errors import CuwError
+from cuw.base.files import held
+from cuw.jobs.cell_env import forge_requirements
+from cuw.toolchain.builder import IMAGE_VAR
+from cuw.toolchain.engine import Engine, find_engine, require_image
+
+FORGE_ROOT = Path(cuw.FORGE_ROOT)
+READY = ".cuw-image-env.json"
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    engine: Engine
+    ref: str  # as the user gave it
+    id: str  # sha256:… (what a shard's archive records, and what the link compares)
+
+    @property
+    def short(self) -> str:
+        return self.id.split(":", 1)[-1][:12]
+
+    @property
+    def identity(self) -> str:
+        return f"{self.ref}@{self.id}"
+
+
+def open_image(ref: str, engine: Optional[str] = None) -> ImageJob:
+    """The image a job will run in; refused in one line when the engine or the image is missing."""
+    found = find_engine(engine)
+    return ImageJob(found, ref, require_image(found, ref))
+
+
+def _state_root() -> Path:
+    return Path(os.environ.get("CUW_IMAGE_STATE") or Path.home() / ".cache" / "cuw" / "image-jobs")
+
+
+def _ca_bundle() -> Optional[Path]:
+    """The CA bundle pip uses here ($PIP_CERT, else Python's default): TLS inside goes through it."""
+    for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile,
+                      "/etc/ssl/certs/ca-certificates.crt"):  # fmt: skip
+        if candidate and Path(candidate).is_file():
+            return Path(candidate).resolve()
+    return None
+
+
+def _user() -> list[str]:
+    return [] if os.name != "posix" or os.geteuid() == 0 else ["--user", f"{os.getuid()}:{os.getgid()}"]
+
+
+def _run_args(job: ImageJob, name: str, mounts: dict[Path, bool], env: dict[str, str]) -> list[str]:
+    args = ["run", "--rm", "--init", "--network", "host", "--name", name, *_user()]
+    ca = _ca_bundle()
+    if ca is not None:
+        args += ["-v", f"{ca}:/etc/cuw-ca.pem:ro"]
+        env = {**env, "PIP_CERT": "/etc/cuw-ca.pem", "SSL_CERT_FILE": "/etc/cuw-ca.pem"}
+    for path, writable in sorted(mounts.items()):
+        args += ["-v", f"{path}:{path}:{'rw' if writable else 'ro'}"]
+    for key, value in sorted(env.items()):
+        args += ["-e", f"{key}={value}"]
+    return args
+
+
+def _abi() -> str:
+    """The cell's Python as the image names it: this forge's own version (``cp311-cp311``)."""
+    return f"cp3{sys.version_info.minor}-cp3{sys.version_info.minor}"
+
+
+def _container_name(label: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_.-]+", "-", f"cuw-{os.getpid()}-{label}")[:120]
+
+
+def _run(job: ImageJob, name: str, argv: list[str], what: str) -> int:
+    """Runs the container in the foreground; on Ctrl-C or SIGTERM it is stopped, not left behind."""
+    cmd = job.engine.cmd(*argv)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum, frame):  # a CI cancel: the container's forge stops its build first
+        raise KeyboardInterrupt
+
+    try:
+        if previous is signal.SIG_DFL or previous is signal.default_int_handler:
+            signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        subprocess.run(job.engine.cmd("stop", "--time", "30", name), capture_output=True, timeout=90)
+        proc.wait()
+        raise
+    finally:
+        if previous is not None:
+            try:
+                signal.signal(signal.SIGTERM, previous)
+            except ValueError:
+                pass
+
+
+def image_env(job: ImageJob, say: Say) -> Path:
+    """A venv of the image's Python holding the forge's pinned requirements, made once per image,
+    Python and requirements under a lock (two shards starting at once: one makes it)."""
+    abi = _abi()
+    requirements = forge_requirements()
+    key = hashlib.sha256(json.dumps([job.id, abi, requirements]).encode()).hexdigest()[:12]
+    venv = _state_root() / "envs" / f"{job.short}-{abi}-{key}"
+    if (venv / READY).is_file():
+        return venv
+    with held(venv.parent / f"{venv.name}.lock"):
+        if (venv / READY).is_file():
+            return venv
+        say(f"image: making the forge's environment for {job.ref} ({abi}, {len(requirements)} requirements) in {venv}")
+        log = venv.parent / f"{venv.name}.log"
+        python = f"/opt/python/{abi}/bin/python"
+        script = (f'test -x {python} || {{ echo "no {python} in the image; it has: $(ls /opt/python 2>/dev/null)"; exit 3; }}; '
+                  f"rm -rf {venv} && {python} -m venv {venv} && {venv}/bin/python -m pip install --quiet "
+                  "--disable-pip-version-check " + " ".join(f"'{r}'" for r in requirements))  # fmt: skip
+        env = {"HOME": str(_home(job)), "PIP_NO_INPUT": "1"}
+        mounts = {venv.parent: True, _home(job): True}
+        _home(job).mkdir(parents=True, exist_ok=True)
+        argv = _run_args(job, _container_name("env"), mounts, env) + [job.ref, "sh", "-c", script]
+        with open(log, "wb") as out:
+            rc = subprocess.run(job.engine.cmd(*argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        if rc != 0:
+            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
+            raise CuwError(f"image {job.ref}: the forge's environment could not be made (exit {rc}): {tail}; log {log}")
+        (venv / READY).write_text(json.dumps({"image": job.identity, "abi": abi, "requirements": requirements}, indent=2))
+    return venv
+
+
+def _home(job: ImageJob) -> Path:
+    return _state_root() / "home" / job.short
+
+
+def run_verb(job: ImageJob, argv: list[str], folders: list[Path], read_only: list[Path], label: str, say: Say) -> int:
+    """``cuw <argv>`` inside the image; returns its exit code. ``folders`` are mounted read-write
+    (made first), ``read_only`` read-only; both at their host paths."""
+    venv = image_env(job, say)
+    from cuw.toolchain.toolkit import find_toolkit
+
+    toolkit = find_toolkit()
+    mounts: dict[Path, bool] = {FORGE_ROOT: False, venv: False, toolkit.home: False, _home(job): True}
+    for folder in read_only:
+        mounts.setdefault(folder.resolve(), False)
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        mounts[folder.resolve()] = True
+    env = {
+        IMAGE_VAR: job.identity,
+        "PYTHONPATH": str(FORGE_ROOT),
+        "HOME": str(_home(job)),
+        "CUW_CUDA_HOME": str(toolkit.home),
+        "PYTHONUNBUFFERED": "1",
+        **{k: v for k, v in os.environ.items() if k in ("CUW_CACHE_TOOL", "CUW_CACHE_REMOTE", "GITHUB_STEP_SUMMARY")
+           and not k.startswith("GITHUB")},  # fmt: skip
+    }
+    name = _container_name(label)
+    say(f"{label}: in image {job.ref} ({job.engine.name}, container {name})")
+    cwd = folders[0].resolve() if folders else _home(job)
+    argv = _run_args(job, name, mounts, env) + ["-w", str(cwd), job.ref, str(venv / "bin" / "python"), "-m", "cuw", *argv]
+    return _run(job, name, argv, label)

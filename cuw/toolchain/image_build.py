@@ -1,0 +1,235 @@
+"""The local stand-in build image: a manylinux-shaped image built from Debian's registry.
+
+Where ``quay.io/pypa/manylinux_2_28_*`` cannot be pulled, ``cuw image`` builds an image with
+the same layout from an image recipe (``images/standin-<arch>.yml``): a Debian root made by
+``debootstrap`` (imported as the base layer), then CPython compiled from pinned, checksummed
+tarballs into ``/opt/python/<abi>``. The image is tagged with the digest of its recipe, so it
+is built once and again only when the recipe (or this builder) changes. Its floor is not
+written down anywhere: jobs compute it inside the image (:mod:`cuw.toolchain.builder`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
+
+import cuw
+from cuw.base.errors import CuwError
+from cuw.base.files import held, sha256_of
+from cuw.toolchain.engine import Engine, image_id
+
+IMAGES_DIR = Path(cuw.FORGE_ROOT) / "images"
+_ABI = re.compile(r"^cp3\d{1,2}-cp3\d{1,2}t?$")
+_KEYS = {"name", "arch", "suite", "mirror", "packages", "python"}
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PythonSource:
+    abi: str  # cp311-cp311
+    url: str
+    sha256: str
+
+    @property
+    def file_name(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class ImageRecipe:
+    path: Path
+    name: str
+    arch: str
+    suite: str
+    mirror: str
+    packages: tuple[str, ...]
+    pythons: tuple[PythonSource, ...]
+
+    def digest(self) -> str:
+        """What the image is a function of: the recipe's bytes and the steps that build from it."""
+        h = hashlib.sha256(self.path.read_bytes())
+        h.update("".join(_python_step(p) for p in self.pythons).encode())
+        return h.hexdigest()
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}-{self.arch}:{self.digest()[:16]}"
+
+
+def _need(data: dict, key: str, kind: type, where: Path):
+    value = data.get(key)
+    if not isinstance(value, kind) or (isinstance(value, (str, list, dict)) and not value):
+        raise CuwError(f"{where}: {key} must be a non-empty {kind.__name__}")
+    return value
+
+
+def load_image_recipe(path: Path) -> ImageRecipe:
+    """An image recipe, strictly: unknown keys, wrong types and unpinned sources are refused."""
+    if not path.is_file():
+        raise CuwError(f"image recipe {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise CuwError(f"image recipe {path}: not YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(data, dict):
+        raise CuwError(f"image recipe {path}: a mapping of {', '.join(sorted(_KEYS))} expected")
+    unknown = sorted(set(map(str, data)) - _KEYS)
+    if unknown:
+        raise CuwError(f"image recipe {path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
+    for key in ("name", "arch", "suite"):
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_.\-]*", str(_need(data, key, str, path))):
+            raise CuwError(f"image recipe {path}: {key} {data[key]!r} must be lowercase letters, digits, '.', '_' or '-'")
+    packages = _need(data, "packages", list, path)
+    if not all(isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.\-]*", p) for p in packages):
+        raise CuwError(f"image recipe {path}: packages must be Debian package names")
+    pythons = []
+    for abi, source in _need(data, "python", dict, path).items():
+        if not _ABI.match(str(abi)) or not isinstance(source, dict) or set(source) != {"url", "sha256"}:
+            raise CuwError(f"image recipe {path}: python.{abi} must be cpXY-cpXY with url and sha256")
+        if not re.fullmatch(r"[0-9a-f]{64}", str(source["sha256"])) or not str(source["url"]).startswith(("http://", "https://")):
+            raise CuwError(f"image recipe {path}: python.{abi}: an http(s) url and a sha256 of 64 hex digits")
+        pythons.append(PythonSource(str(abi), str(source["url"]), str(source["sha256"])))
+    return ImageRecipe(path, data["name"], data["arch"], data["suite"], _need(data, "mirror", str, path),
+                       tuple(packages), tuple(pythons))  # fmt: skip
+
+
+def default_recipe(arch: Optional[str] = None) -> Path:
+    import platform
+
+    machine = arch or {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
+    path = IMAGES_DIR / f"standin-{machine}.yml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem.removeprefix("standin-") for p in IMAGES_DIR.glob("standin-*.yml")))
+        raise CuwError(f"no stand-in image recipe for {machine} ({path}); recipes exist for: {known or 'none'}")
+    return path
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("CUW_IMAGE_CACHE") or Path.home() / ".cache" / "cuw" / "images")
+
+
+def fetch_source(source: PythonSource, folder: Path, say: Say) -> Path:
+    """The tarball, downloaded once into ``folder`` through a temp file and checked against its sha256."""
+    target = folder / source.file_name
+    if target.is_file() and sha256_of(target) == source.sha256:
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    say(f"image: fetching {source.url}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{source.file_name}.", suffix=".partial", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(source.url, timeout=120) as response:
+            shutil.copyfileobj(response, out, 1 << 20)
+        got = sha256_of(Path(tmp))
+        if got != source.sha256:
+            raise CuwError(f"{source.url}: sha256 {got}, the image recipe pins {source.sha256}; refusing it")
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise CuwError(f"cannot fetch {source.url}: {exc}") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return target
+
+
+def _python_step(source: PythonSource) -> str:
+    """One Dockerfile step per CPython (its own layer: a changed 3.13 pin keeps the 3.11 layer)."""
+    prefix = f"/opt/python/{source.abi}"
+    return (
+        f"COPY {source.file_name} /tmp/src/\n"
+        "RUN set -e; mkdir /tmp/build; cd /tmp/build; "
+        f"tar -xf /tmp/src/{source.file_name} --strip-components=1; "
+        f"./configure --prefix={prefix} --with-ensurepip=install > /tmp/configure.log 2>&1 "
+        "|| { tail -40 /tmp/configure.log; exit 1; }; "
+        'make -j"$(nproc)" > /tmp/make.log 2>&1 || { tail -60 /tmp/make.log; exit 1; }; '
+        "make install > /tmp/install.log 2>&1 || { tail -40 /tmp/install.log; exit 1; }; "
+        f"cd /; rm -rf /tmp/build /tmp/src /tmp/*.log; ln -sf python3 {prefix}/bin/python; "
+        f"{prefix}/bin/python -c 'import ssl, zlib, bz2, lzma, ctypes, sqlite3, uuid, venv'\n"
+    )
+
+
+def dockerfile(recipe: ImageRecipe, base: str) -> str:
+    steps = "".join(_python_step(p) for p in recipe.pythons)
+    return (
+        f"FROM {base}\n"
+        f"LABEL org.cuda-wheels-forge.image-recipe={recipe.digest()}\n"
+        "ENV LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+        f"{steps}"
+    )
+
+
+def _run_logged(cmd: list[str], log_path: Path, what: str, say: Say, stdin=None) -> None:
+    started = time.monotonic()
+    with open(log_path, "ab") as log:
+        log.write(f"$ {' '.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=stdin if stdin is not None else subprocess.DEVNULL)
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-3:]
+        raise CuwError(f"image: {what} failed (exit {proc.returncode}): {' | '.join(tail)}; whole log: {log_path}")
+    say(f"image: {what}: {time.monotonic() - started:.0f} s")
+
+
+def _base_layer(engine: Engine, recipe: ImageRecipe, folder: Path, log: Path, say: Say) -> str:
+    """The Debian root (debootstrap, as root) imported as the image's first layer."""
+    base = f"{recipe.name}-{recipe.arch}-base:{recipe.digest()[:16]}"
+    if image_id(engine, base):
+        return base
+    if not shutil.which("debootstrap"):
+        raise CuwError("image: debootstrap is not installed (apt-get install debootstrap)")
+    if os.geteuid() != 0:
+        raise CuwError("image: debootstrap makes the Debian root as root; run `cuw image` as root")
+    root = folder / "rootfs"
+    if root.exists():
+        shutil.rmtree(root)
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(recipe.arch, recipe.arch)
+    say(f"image: debootstrap {recipe.suite} ({arch}, {len(recipe.packages)} packages) from {recipe.mirror}")
+    _run_logged(["debootstrap", "--variant=minbase", f"--arch={arch}", f"--include={','.join(recipe.packages)}",
+                 recipe.suite, str(root), recipe.mirror], log, f"debootstrap {recipe.suite}", say)  # fmt: skip
+    for cached in (root / "var" / "cache" / "apt" / "archives").glob("*.deb"):
+        cached.unlink()
+    tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
+    try:
+        _run_logged(engine.cmd("import", "-", base), log, "import the root as the base layer", say, stdin=tar.stdout)
+    finally:
+        if tar.stdout:
+            tar.stdout.close()
+        tar.wait()
+    shutil.rmtree(root)
+    return base
+
+
+def build_image(engine: Engine, recipe: ImageRecipe, say: Say) -> tuple[str, bool]:
+    """The stand-in's reference and whether it was already built (its tag is its recipe's digest)."""
+    ref = recipe.ref
+    if image_id(engine, ref):
+        return ref, True
+    folder = cache_root() / recipe.digest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    with held(folder / "lock"):  # two builds of one recipe: the second waits and reuses
+        if image_id(engine, ref):
+            return ref, True
+        log = folder / "build.log"
+        log.write_bytes(b"")
+        say(f"image: building {ref} from {recipe.path} (log {log})")
+        base = _base_layer(engine, recipe, folder, log, say)
+        context = folder / "context"
+        if context.exists():
+            shutil.rmtree(context)
+        context.mkdir()
+        for source in recipe.pythons:
+            shutil.copy2(fetch_source(source, cache_root() / "sources", say), context / source.file_name)
+        (context / "Dockerfile").write_text(dockerfile(recipe, base))
+        _run_logged(engine.cmd("build", "--network", "host", "-t", ref, str(context)), log,
+                    f"CPython {', '.join(p.abi for p in recipe.pythons)} into /opt/python", say)  # fmt: skip
+        shutil.rmtree(context)
+    return ref, False
