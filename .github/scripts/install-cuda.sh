@@ -10,27 +10,40 @@ case "$line" in
   13.0) full=13.0.2 nvcc_ver=13.0.88 ;;
   *) echo "install-cuda.sh: no pinned release for CUDA $line" >&2; exit 2 ;;
 esac
+arch=$(uname -m); [ "$arch" = aarch64 ] && repo=sbsa || repo=x86_64
+pkg="${line/./-}"
+env_out() { [ -n "${GITHUB_ENV:-}" ] && echo "$1" >> "$GITHUB_ENV"; return 0; }
+path_out() { [ -n "${GITHUB_PATH:-}" ] && echo "$1" >> "$GITHUB_PATH"; return 0; }
+if command -v dnf >/dev/null; then
+  # The host compiler of the line, paired on every run (also when the toolkit below is
+  # already there): torch's headers cap g++ below 14 on CUDA 12.x lines, so 12.x builds
+  # with gcc-toolset-13; the manylinux image's default toolset serves CUDA 13.
+  case "$line" in
+    12.*) dnf install -y -q gcc-toolset-13-gcc-c++
+          path_out /opt/rh/gcc-toolset-13/root/usr/bin
+          export PATH="/opt/rh/gcc-toolset-13/root/usr/bin:$PATH" ;;
+  esac
+fi
 # Idempotent: a machine that already has the pinned release (a self-hosted runner, a
 # second call, a local run of this workflow) keeps it; any other nvcc gets the install.
 for home in "${CUDA_HOME:-}" "/usr/local/cuda-$line"; do
   if [ -n "$home" ] && [ -x "$home/bin/nvcc" ] && "$home/bin/nvcc" --version 2>/dev/null | grep -q "V$nvcc_ver\b"; then
     echo "install-cuda.sh: CUDA $full (nvcc V$nvcc_ver) is already installed at $home; nothing to do"
-    if [ -n "${GITHUB_ENV:-}" ]; then
-      echo "CUDA_HOME=$home" >> "$GITHUB_ENV"
-      echo "$home/bin" >> "$GITHUB_PATH"
-    fi
+    env_out "CUDA_HOME=$home"
+    path_out "$home/bin"
     exit 0
   fi
 done
-arch=$(uname -m); [ "$arch" = aarch64 ] && repo=sbsa || repo=x86_64
-pkg="${line/./-}"
 if command -v dnf >/dev/null; then
-  # A manylinux container (cibuildwheel's before-all): RHEL family, root, no runner files.
-  # The cuda-compiler meta package carries the release number, so it takes the pin.
+  # A manylinux build image (the workflow's container, cibuildwheel's before-all): RHEL
+  # family, root, NVIDIA's rhel repository. The cuda-compiler meta package carries the
+  # release number, so it takes the pin; cuda-driver-devel is the -lcuda stub.
   rhel="rhel$(. /etc/os-release; echo "${VERSION_ID%%.*}")"
   curl -fsSLo "/etc/yum.repos.d/cuda-$rhel.repo" "https://developer.download.nvidia.com/compute/cuda/repos/$rhel/$repo/cuda-$rhel.repo"
-  dnf install -y -q "cuda-compiler-$pkg-$full" "cuda-cudart-devel-$pkg" "cuda-cuobjdump-$pkg" "cuda-nvrtc-devel-$pkg" \
-    "libcublas-devel-$pkg" "libcusparse-devel-$pkg"
+  dnf install -y -q "cuda-compiler-$pkg-$full" "cuda-cudart-devel-$pkg" "cuda-driver-devel-$pkg" "cuda-cuobjdump-$pkg" \
+    "cuda-nvrtc-devel-$pkg" "libcublas-devel-$pkg" "libcusparse-devel-$pkg"
+  env_out "CUDA_HOME=/usr/local/cuda-$line"
+  path_out "/usr/local/cuda-$line/bin"
   exit 0
 fi
 . /etc/os-release

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 from cuw.jobs.archive import archive_name
 from cuw.config.cell import Cell
@@ -44,11 +44,13 @@ class Job:
     cell: str
     shard: str  # "3/23", "" for link/build
     artifact: str  # the archive a shard uploads, or the pattern a link downloads
+    image: str = ""  # the lane's build image (the job's `container:`); "" runs on the runner itself
 
 
-def jobs_for_cell(recipe: Recipe, cell: Cell) -> list[Job]:
+def jobs_for_cell(recipe: Recipe, cell: Cell, images: Optional[Mapping[str, str]] = None) -> list[Job]:
     n = recipe.sharding.count if cell.lane in recipe.sharding.platforms else 1
-    base = dict(recipe=recipe.key, lane=cell.lane, python=cell.python, cuda=cell.cuda, torch=cell.torch or "", cell=cell.id)
+    base = dict(recipe=recipe.key, lane=cell.lane, python=cell.python, cuda=cell.cuda, torch=cell.torch or "", cell=cell.id,
+                image=(images or {}).get(cell.lane, ""))  # fmt: skip
     if n == 1:
         return [Job(kind="build", shard="", artifact="", **base)]
     shards = [Job(kind="shard", shard=f"{i}/{n}", artifact=archive_name(cell, i, n), **base) for i in range(1, n + 1)]
@@ -122,8 +124,9 @@ def _size(jobs: list[Job]) -> int:
     return len(json.dumps({"include": [asdict(j) for j in jobs]}, sort_keys=True, separators=(",", ":")))
 
 
-def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters) -> dict:
-    """The chunk plan: deterministic (same input, same bytes)."""
+def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Mapping[str, str]] = None) -> dict:
+    """The chunk plan: deterministic (same input, same bytes). ``images``: per lane, the build
+    image its jobs run in (recipes/defaults.yml images.<lane>.ref); a lane without one runs on the runner."""
     jobs: list[Job] = []
     chosen = sorted(recipes, key=lambda r: r.key)
     skipped: dict[str, str] = {}
@@ -137,7 +140,7 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters) -> dict:
             skipped[recipe.key] = str(exc)  # with several packages, one that cannot match is skipped
             continue
         for cell in selected:
-            jobs.extend(jobs_for_cell(recipe, cell))
+            jobs.extend(jobs_for_cell(recipe, cell, images))
         if collapses_python(recipe):
             collapsed[recipe.key] = collapse_note(recipe, grid)
     if not jobs:

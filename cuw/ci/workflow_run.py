@@ -294,7 +294,8 @@ def run_workflow(args: argparse.Namespace) -> int:
     local_repos = local_repositories(text, offline) if offline else []
     report.say(f"workflow: actions {'from ' + str(offline) if offline else 'fetched by act (online)'}")
 
-    inputs = {"package": recipe.key, "chunk": chunk["id"], **{f: ",".join(v) for f, v in filters.items()}}
+    # act in host mode runs no job containers: every job on this machine, not in its lane's image.
+    inputs = {"package": recipe.key, "chunk": chunk["id"], "on_host": "true", **{f: ",".join(v) for f, v in filters.items()}}
     if args.fail_shard:
         inputs["fail_shard"] = args.fail_shard
     cmd = [_act_binary(), "workflow_dispatch", "-W", str(WORKFLOW), "--json",

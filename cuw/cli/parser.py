@@ -117,6 +117,9 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{flag}", action="append", default=[], help=f"only these {flag} values (repeat or comma-separate)")
     p.add_argument("--chunk", default=None, help="print only this chunk (its id from the plan)")
     p.add_argument("--output", type=Path, default=None, help="write the JSON here instead of stdout")
+    p.add_argument("--on-host", action="store_true",
+                   help="jobs run on the runner itself, not in their lane's build image (images.<lane> in "
+                        "recipes/defaults.yml): for a local run of the workflow in act's host mode")  # fmt: skip
     p.add_argument("--recipes", type=Path, default=None)
 
     p = sub.add_parser("recipes", help="list the recipes: source, torch axis, sharding, platforms, cells")

@@ -179,7 +179,9 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
     recipes = [load_recipe(k, recipes_dir) for k in keys]
     filters = _filters(args)
-    result = matrix.plan(recipes, load_policy(recipes_dir).grid, filters)
+    policy = load_policy(recipes_dir)
+    images = {} if args.on_host else {lane: image.ref for lane, image in policy.images.items()}
+    result = matrix.plan(recipes, policy.grid, filters, images)
     text = matrix.dumps(matrix.chunk(result, args.chunk))  # an unknown chunk fails before any output
     if args.output:
         write_text(args.output, text, "--output")
@@ -421,11 +423,8 @@ def _in_image(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, spec)
     job = open_image(args.image, args.engine)
     folders = [args.work, args.artifacts] + ([args.dist] if args.verb != "shard" else [])
     read_only = [recipes_dir] + ([Path(os.environ[MIRROR_VAR])] if os.environ.get(MIRROR_VAR) else [])
-    if args.verb in ("shard", "link"):
-        rc = run_verb(job, _inner_argv(args, args.verb, recipes_dir, spec), folders, read_only, args.verb, report.say)
-        if args.verb == "link" and rc in (0, 1):
-            _cell_report(recipe, _paths(args))
-        return rc
+    if args.verb in ("shard", "link"):  # the forge inside writes the timeline report after a link
+        return run_verb(job, _inner_argv(args, args.verb, recipes_dir, spec), folders, read_only, args.verb, report.say)
     from cuw.jobs.local import run_build
 
     def link() -> bool:
@@ -433,7 +432,6 @@ def _in_image(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, spec)
 
     shard_args = ["--image", job.id, "--engine", job.engine.name]
     outcomes, linked = run_build(recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link)
-    _cell_report(recipe, _paths(args))
     return 0 if linked and all(outcomes) else 1
 
 

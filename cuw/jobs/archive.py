@@ -360,8 +360,8 @@ def check_builder(manifest: Manifest, path: Path, here: Builder) -> None:
     its objects carry that builder's glibc and compiler, and the wheel gets this builder's floor."""
     theirs = Builder.from_dict(manifest.builder, str(path))
     if not here.same_as(theirs):
-        raise CuwError(f"{path}: shard {manifest.shard_index}/{manifest.shard_count} was compiled in {theirs.describe()}; "
-                       f"this link runs in {here.describe()}: run shards and link in one image (--image)")  # fmt: skip
+        raise CuwError(f"{path}: shard {manifest.shard_index}/{manifest.shard_count} was compiled {theirs.describe()}; "
+                       f"this link runs {here.describe()}: run shards and link in one image (--image)")  # fmt: skip
 
 
 def check_builders(folder: Path, here: Builder) -> None:

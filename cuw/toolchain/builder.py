@@ -39,7 +39,7 @@ class Builder:
 
     @property
     def where(self) -> str:
-        return f"image {self.image}" if self.image else "the host"
+        return f"in image {self.image}" if self.image else "on the host"
 
     @property
     def floor(self) -> Optional[str]:

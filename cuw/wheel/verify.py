@@ -251,7 +251,8 @@ def verify(
         problems.append(f"platform tags {sorted({t.platform for t in tags})} are not {target.wheel_platform}")
     checks.append(Check("filename", not problems, problems or [f"{name} {version} for {cell.id}"]))
     checks.append(python_tag_check(recipe, cell, tags))
-    linux_tag = next((t.platform for t in sorted(tags, key=str) if t.platform.startswith("manylinux_")), None)
+    linux_tags = sorted({t.platform for t in tags if t.platform.startswith("manylinux_")}, key=version_key)
+    linux_tag = linux_tags[0] if linux_tags else None
 
     try:
         record_problems: list[str] = _record_lines(wheel)
@@ -297,7 +298,7 @@ def verify(
         bad_rpath = [f"{e.path}: {p}" for e in elves for p in e.rpaths if not p.startswith("$ORIGIN")]
         checks.append(Check("rpath", not bad_rpath, bad_rpath or ["every RPATH starts with $ORIGIN"]))
 
-        checks.append(glibc_check(elves, linux_tag, floor))
+        checks.append(glibc_check(elves, linux_tags, floor))
 
         links = [f"{e.path}: {n}" for e in elves for n in _torch_needed(e)]
         if recipe.links_torch and not links:
@@ -317,20 +318,23 @@ def verify(
     return Report(str(wheel), checks)
 
 
-def glibc_check(elves: list, linux_tag: Optional[str], floor: Optional[str]) -> Check:
-    """Every GLIBC symbol version within what the wheel's manylinux tag promises; and, where the
-    builder is known (the link job), the tag is the builder's floor and no lower."""
+def glibc_check(elves: list, linux_tags: list[str], floor: Optional[str]) -> Check:
+    """Every GLIBC symbol version within what the wheel's lowest manylinux tag promises (auditwheel
+    adds the lowest tag the symbols allow to the one it repairs to); and, where the builder is known
+    (the link job), its floor is the highest tag: no tag claims more than the image that built it."""
     newest = max((v for e in elves for v in e.glibc), key=version_key, default=None)
-    if linux_tag is None:
+    if not linux_tags:
         return Check("glibc", not newest, [f"needs {newest} but has no manylinux tag" if newest else "no glibc symbols"])
-    promised = version_key(linux_tag)[:2]
+    ordered = sorted(linux_tags, key=version_key)
+    lowest, highest = ordered[0], ordered[-1]
+    promised = version_key(lowest)[:2]
     problems = []
     if newest and version_key(newest)[:2] > promised:
-        problems.append(f"needs {newest}, its tag {linux_tag} promises glibc {'.'.join(map(str, promised))}")
-    if floor and linux_tag != floor:
-        problems.append(f"tag {linux_tag} is not its builder's floor {floor}")
-    return Check("glibc", not problems, problems or [f"needs {newest or 'no GLIBC symbol'}, within {linux_tag}"
-                                                      + (f", the builder's floor" if floor else "")])  # fmt: skip
+        problems.append(f"needs {newest}, its tag {lowest} promises glibc {'.'.join(map(str, promised))}")
+    if floor and highest != floor:
+        problems.append(f"tags {', '.join(ordered)}: the highest is not its builder's floor {floor}")
+    where = f"{lowest}" + (f" (built at {highest}, the builder's floor)" if floor and not problems else "")
+    return Check("glibc", not problems, problems or [f"needs {newest or 'no GLIBC symbol'}, within {where}"])
 
 
 def python_tag_check(recipe: Recipe, cell: Cell, tags) -> Check:
