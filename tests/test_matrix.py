@@ -152,3 +152,21 @@ def test_the_cli_summary_shows_the_collapse(recipes_dir):
     out = subprocess.run(args, capture_output=True, text=True, check=True)
     assert "collapsed example: Python axis collapsed (wheel_python: py3, a py3-none wheel)" in out.stderr
     assert "serving 3.10, 3.11, 3.12, 3.13" in out.stderr
+
+
+def test_linux_jobs_carry_their_lanes_build_image_and_on_host_drops_it(recipes_dir, tmp_path):
+    """The workflow's `container:` comes from the matrix: images.<lane>.ref for Linux lanes, none for
+    Windows; `--on-host` (a local act host-mode run) leaves every job on its runner."""
+    images = load_policy(recipes_dir).images
+    out = tmp_path / "m.json"
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "cuw", "matrix", "--package", "example", "--cuda", "13.0", "--python", "3.11",
+         "--recipes", str(recipes_dir), "--output", str(out), *extra], capture_output=True, text=True)  # fmt: skip
+    assert run().returncode == 0
+    jobs = _jobs(json.loads(out.read_text()))
+    assert {j["lane"] for j in jobs} == {"linux", "linux_aarch64", "windows"}
+    for job in jobs:
+        assert job["image"] == (images[job["lane"]].ref if job["lane"] in images else ""), job
+    assert all("@sha256:" in j["image"] for j in jobs if j["lane"] != "windows")
+    assert run("--on-host").returncode == 0
+    assert {j["image"] for j in _jobs(json.loads(out.read_text()))} == {""}

@@ -74,6 +74,20 @@ def test_shape_of_the_build_workflow():
             assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", uses), f"{path.name}: {uses} is not pinned by SHA"
 
 
+def test_linux_compile_and_link_jobs_run_in_the_lanes_image_with_its_python():
+    """container: is the matrix's image (images.<lane>.ref); in it Python comes from /opt/python,
+    never setup-python (the tool cache's builds need a newer glibc and would raise the floor)."""
+    jobs = yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())["jobs"]
+    for name in ("compile", "link"):
+        job = jobs[name]
+        assert job["container"] == "${{ matrix.image }}" and job["env"]["CUW_BUILD_IMAGE"] == "${{ matrix.image }}"
+        setup = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/setup-python@")]
+        assert [s.get("if") for s in setup] == ["matrix.image == ''"], name
+        image_python = [s for s in job["steps"] if s.get("name") == "Python from the build image (/opt/python)"]
+        assert len(image_python) == 1 and image_python[0]["if"] == "matrix.image != ''"
+        assert "/opt/python/cp" in image_python[0]["run"]
+
+
 def test_ci_workflow_runs_the_readme_test_command():
     readme = (REPO / "README.md").read_text()
     assert "nox -s tests" in readme

@@ -71,7 +71,8 @@ def find_engine(name: Optional[str] = None) -> Engine:
             hint = " (start it as root: dockerd &)" if candidate == "docker" else ""
             raise CuwError(f"{candidate} is installed but its engine does not answer: {why}{hint}")
     tried = wanted or " or ".join(ENGINES)
-    raise CuwError(f"no container engine: {tried} is not on PATH (apt-get install docker.io, then start dockerd as root)")
+    raise CuwError(f"no container engine: {tried} is not on PATH (install docker.io and start dockerd as root, "
+                   f"or install podman)")  # fmt: skip
 
 
 def image_id(engine: Engine, ref: str) -> Optional[str]:

@@ -76,6 +76,8 @@ def _need(data: dict, key: str, kind: type, where: Path):
 
 def load_image_recipe(path: Path) -> ImageRecipe:
     """An image recipe, strictly: unknown keys, wrong types and unpinned sources are refused."""
+    if path.is_dir():
+        raise CuwError(f"image recipe {path} is a folder; give the recipe's .yml file (images/standin-x86_64.yml)")
     if not path.is_file():
         raise CuwError(f"image recipe {path}: no such file")
     try:

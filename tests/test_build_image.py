@@ -1,0 +1,197 @@
+"""Jobs in a build image: the stand-in built by `cuw image`, the example's shards and link each in
+a container of it, the floor the wheel gets, and a handoff across builders refused.
+
+Needs a container engine that answers (`.ci/run` installs docker.io and starts dockerd) and the
+stand-in image (`.ci/run` builds it before the tests; the fixture builds it when missing, once
+per run under a lock). Without an engine the container cases are skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, expected_tu_values
+from cuw.base.errors import CuwError
+from cuw.base.files import held
+from cuw.config.policy import BuildImage, check_image_policy
+from cuw.toolchain.builder import Builder, current_builder, floor_for
+from cuw.toolchain.engine import check_ref, find_engine
+from cuw.toolchain.image_build import default_recipe, load_image_recipe
+
+
+def _engine_or_skip():
+    try:
+        return find_engine()
+    except CuwError as exc:
+        pytest.skip(f"no container engine: {exc}")
+
+
+def _cuw(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cuw", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The stand-in's reference, from `cuw image` (cached by its recipe's digest)."""
+    _engine_or_skip()
+    with held(tmp_path_factory.getbasetemp().parent / "standin-image.lock"):
+        proc = _cuw("image", timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("image: "), proc.stdout
+    return last.split(" ", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def built_in_image(standin: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    root = tmp_path_factory.mktemp("in-image")
+    folders = ["--work", str(root / "work"), "--artifacts", str(root / "artifacts"), "--dist", str(root / "dist")]
+    proc = _cuw("build", "example", "--shards", "3", "--image", standin, *folders, "--jobs", "2")
+    return root, proc
+
+
+def test_the_example_builds_in_the_image_each_job_in_its_own_container(built_in_image, standin):
+    root, proc = built_in_image
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    # Three shards and the link, each in a container of its own (named by the process that ran it).
+    containers = re.findall(r"(shard|link): in image \S+ \(\w+, container (\S+)\)", out)
+    assert sorted(kind for kind, _ in containers) == ["link", "shard", "shard", "shard"], out[-3000:]
+    assert len({name for _, name in containers}) == 4
+    (wheel,) = (root / "dist").glob("*.whl")
+    link = json.loads(wheel.with_name(wheel.name + ".link.json").read_text())
+    assert link["ok"] and link["facts"]["misses"] == 0 and link["facts"]["total"] > 0
+    # Every shard compiled in the image: its glibc and compiler, not this machine's.
+    for report in (root / "artifacts").glob("*/cuw-shard-*.tar"):
+        manifest = json.loads(subprocess.run(["tar", "-xOf", str(report), "manifest.json"], capture_output=True,
+                                             check=True).stdout)  # fmt: skip
+        builder = manifest["builder"]
+        assert builder["image"].startswith(standin + "@sha256:") and builder["glibc"] == "2.31"
+        assert builder["floor"] == "manylinux_2_31_x86_64" and "10." in builder["compiler"]
+        assert builder["compiler"] != current_builder().compiler
+
+
+def test_the_wheel_is_at_the_image_floor_and_auditwheel_agrees(built_in_image):
+    root, _ = built_in_image
+    (wheel,) = (root / "dist").glob("*.whl")
+    tags = wheel.name[:-4].rsplit("-", 1)[1].split(".")
+    assert tags[-1] == "manylinux_2_31_x86_64"  # the builder's floor, the highest tag it claims
+    lowest = min(tags, key=lambda t: [int(n) for n in re.findall(r"\d+", t)])
+    shown = subprocess.run([str(Path(sys.executable).parent / "auditwheel"), "show", str(wheel)], capture_output=True,
+                           text=True, check=True).stdout  # fmt: skip
+    assert f'consistent with the following platform tag: "{lowest}"' in " ".join(shown.split()), shown
+
+
+def test_the_wheel_installs_and_imports_in_a_clean_container_of_the_image(built_in_image, standin):
+    root, _ = built_in_image
+    (wheel,) = (root / "dist").glob("*.whl")
+    engine = _engine_or_skip()
+    script = (f"/opt/python/cp311-cp311/bin/python -m pip install -q --no-deps --no-index /dist/{wheel.name} && "
+              "cd / && /opt/python/cp311-cp311/bin/python -c 'import json, cuw_example as m; print(json.dumps(m.tu_values()))'")  # fmt: skip
+    proc = subprocess.run([engine.path, "run", "--rm", "--network", "host", "-e", "CUDA_VISIBLE_DEVICES=",
+                           "-v", f"{root / 'dist'}:/dist:ro", standin, "sh", "-c", script],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected_tu_values()
+
+
+def test_a_shard_built_on_the_host_is_refused_by_a_link_in_the_image(built_in_image, example_cell, standin, tmp_path):
+    root, _ = built_in_image
+    artifacts = tmp_path / "artifacts"
+    shutil.copytree(root / "artifacts", artifacts)
+    (cell,) = [p.name for p in artifacts.iterdir()]
+    host_archive = example_cell.paths.artifacts / cell / f"cuw-shard-{cell}-2of3.tar"
+    shutil.copy(host_archive, artifacts / cell / host_archive.name)  # shard 2 now comes from the host
+    work = tmp_path / "work"
+    proc = _cuw("link", "example", "--image", standin, "--work", str(work), "--artifacts", str(artifacts),
+                "--dist", str(tmp_path / "dist"))  # fmt: skip
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "shard 2/3 was compiled on the host (glibc " in last and f"this link runs in image {standin}" in last, last
+    assert "Traceback" not in proc.stderr
+    assert not (work / cell / "link").exists()  # refused before the link's folder was made
+    # And the other way round: the image's shards refused by a link on the host.
+    proc = _cuw("link", "example", "--work", str(work), "--artifacts", str(root / "artifacts"), "--dist", str(tmp_path / "d2"))
+    assert proc.returncode == 2 and "was compiled in image" in proc.stderr and "this link runs on the host" in proc.stderr
+
+
+def test_image_verb_is_cached_by_its_recipe_digest(standin):
+    proc = _cuw("image")
+    assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == f"image: {standin}"
+    assert "already built" in proc.stderr
+    assert standin.endswith(":" + load_image_recipe(default_recipe()).digest()[:16])
+
+
+def test_a_missing_image_or_engine_is_one_line(tmp_path):
+    _engine_or_skip()
+    proc = _cuw("shard", "example", "1/3", "--image", "cuw-no-such-image:0", "--work", str(tmp_path / "w"),
+                "--artifacts", str(tmp_path / "a"))  # fmt: skip
+    assert proc.returncode == 2 and "has no such image" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cuw("shard", "example", "1/3", "--image", "--bad", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"))
+    assert proc.returncode == 2
+    proc = _cuw("shard", "example", "1/3", "--engine", "podman", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"))
+    assert proc.returncode == 2 and "--engine goes with --image" in proc.stderr
+
+
+# What needs no engine: the floor rule, the policy, the image recipe, the builder comparison.
+
+
+def test_the_floor_is_the_builders_glibc():
+    assert floor_for("2.31", "x86_64") == "manylinux_2_31_x86_64"
+    assert floor_for("2.28", "aarch64") == "manylinux_2_28_aarch64"
+    assert floor_for("2.36", "x86_64") == "manylinux_2_36_x86_64"
+    assert floor_for("2.30", "x86_64") == "manylinux_2_31_x86_64"  # no 2_30 policy: the next one up
+    here = current_builder()
+    assert here.image is None and here.floor == floor_for(here.glibc, here.arch)
+
+
+def test_builders_compare_by_image_id_or_by_host_toolchain():
+    a = Builder("cuw-standin:1@sha256:" + "a" * 64, "x86_64", "2.31", "3.4.28", "g++ 10")
+    same_id = Builder("sha256:" + "a" * 64 + "@sha256:" + "a" * 64, "x86_64", "2.31", "3.4.28", "g++ 10")
+    other = Builder("cuw-standin:2@sha256:" + "b" * 64, "x86_64", "2.31", "3.4.28", "g++ 10")
+    host = Builder(None, "x86_64", "2.36", "3.4.30", "g++ 12")
+    assert a.same_as(same_id) and not a.same_as(other) and not a.same_as(host) and not host.same_as(a)
+    assert host.same_as(Builder(None, "x86_64", "2.36", "3.4.30", "g++ 12"))
+    assert not host.same_as(Builder(None, "x86_64", "2.36", "3.4.30", "g++ 13"))
+    assert Builder.from_dict(a.to_dict(), "x") == a
+    with pytest.raises(CuwError, match="builder record is missing"):
+        Builder.from_dict(None, "an archive")
+
+
+def test_the_policy_pins_each_lane_image_by_digest():
+    good = "quay.io/pypa/manylinux_2_28_x86_64@sha256:" + "1" * 64
+    check_image_policy("linux", BuildImage(good, "manylinux_2_28_x86_64"), "images.linux")
+    with pytest.raises(CuwError, match="pin the image by digest"):
+        check_image_policy("linux", BuildImage("quay.io/pypa/manylinux_2_28_x86_64:latest", "manylinux_2_28_x86_64"), "i")
+    with pytest.raises(CuwError, match="manylinux_X_Y_aarch64"):
+        check_image_policy("linux_aarch64", BuildImage(good, "manylinux_2_28_x86_64"), "i")
+    with pytest.raises(CuwError, match="only Linux lanes"):
+        check_image_policy("windows", BuildImage(good, "manylinux_2_28_x86_64"), "i")
+
+
+def test_an_image_recipe_is_read_strictly(tmp_path):
+    text = default_recipe().read_text()
+    bad = tmp_path / "bad.yml"
+    bad.write_text(text + "platforms: [x]\n")
+    with pytest.raises(CuwError, match="unknown key"):
+        load_image_recipe(bad)
+    bad.write_text(text.replace("sha256: 2411", "sha256: zz11"))
+    with pytest.raises(CuwError, match="sha256 of 64 hex digits"):
+        load_image_recipe(bad)
+    bad.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(CuwError, match="not YAML"):
+        load_image_recipe(bad)
+    with pytest.raises(CuwError, match="no such file"):
+        load_image_recipe(tmp_path / "missing.yml")
+    for ref in ("--rm", "a b", "", "UPPER:case"):
+        with pytest.raises(CuwError, match="not an image reference"):
+            check_ref(ref)
+    assert check_ref("cuw-standin-x86_64:9c5af190a04c1042") and check_ref("sha256:" + "0" * 64)
