@@ -102,32 +102,35 @@ def _container_name(label: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_.-]+", "-", f"cuw-{os.getpid()}-{label}")[:120]
 
 
-def _run(job: ImageJob, name: str, argv: list[str], what: str) -> int:
-    """Runs the container in the foreground; on Ctrl-C or SIGTERM it is stopped, not left behind."""
-    cmd = job.engine.cmd(*argv)
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
-    previous = signal.getsignal(signal.SIGTERM)
+class _Terminated(Exception):
+    """SIGTERM (a CI cancel, ``cuw build`` stopping its shards) while the container runs."""
 
-    def on_term(signum, frame):  # a CI cancel: the container's forge stops its build first
-        raise KeyboardInterrupt
+
+def _run(job: ImageJob, name: str, argv: list[str]) -> int:
+    """Runs the container in the foreground. On Ctrl-C or SIGTERM the container is stopped (the
+    forge inside gets SIGTERM through ``--init`` and stops its build) before this returns:
+    Ctrl-C goes on as KeyboardInterrupt (exit 130), SIGTERM ends with 143."""
+    proc = subprocess.Popen(job.engine.cmd(*argv), stdin=subprocess.DEVNULL)
+
+    def on_term(signum, frame):
+        raise _Terminated
 
     try:
-        if previous is signal.SIG_DFL or previous is signal.default_int_handler:
-            signal.signal(signal.SIGTERM, on_term)
-    except ValueError:  # not the main thread
+        previous = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: the caller stops the container
         previous = None
     try:
         return proc.wait()
-    except KeyboardInterrupt:
-        subprocess.run(job.engine.cmd("stop", "--time", "30", name), capture_output=True, timeout=90)
+    except (KeyboardInterrupt, _Terminated) as exc:
+        subprocess.run(job.engine.cmd("stop", "--time", "30", name), capture_output=True, timeout=120)
         proc.wait()
+        if isinstance(exc, _Terminated):
+            print(f"cuw: terminated; container {name} stopped", file=sys.stderr)
+            raise SystemExit(128 + signal.SIGTERM) from None
         raise
     finally:
         if previous is not None:
-            try:
-                signal.signal(signal.SIGTERM, previous)
-            except ValueError:
-                pass
+            signal.signal(signal.SIGTERM, previous)
 
 
 def image_env(job: ImageJob, say: Say) -> Path:
@@ -184,6 +187,8 @@ def run_verb(job: ImageJob, argv: list[str], folders: list[Path], read_only: lis
         "HOME": str(_home(job)),
         "CUW_CUDA_HOME": str(toolkit.home),
         "PYTHONUNBUFFERED": "1",
+        # An internal error's traceback lands where the host can read it, not in the container's /tmp.
+        "CUW_LOG_DIR": str((folders[0] if folders else _home(job)).resolve()),
         **{k: v for k, v in os.environ.items() if k in ("CUW_CACHE_TOOL", "CUW_CACHE_REMOTE", "GITHUB_STEP_SUMMARY")
            and not k.startswith("GITHUB")},  # fmt: skip
     }
@@ -191,4 +196,4 @@ def run_verb(job: ImageJob, argv: list[str], folders: list[Path], read_only: lis
     say(f"{label}: in image {job.ref} ({job.engine.name}, container {name})")
     cwd = folders[0].resolve() if folders else _home(job)
     argv = _run_args(job, name, mounts, env) + ["-w", str(cwd), job.ref, str(venv / "bin" / "python"), "-m", "cuw", *argv]
-    return _run(job, name, argv, label)
+    return _run(job, name, argv)

@@ -133,7 +133,9 @@ def unpack(archive: Path, dest: Path) -> Path:
                                 raise CuwError(f"{archive}: link {member.name!r} -> {member.linkname!r} points out of the tree")
                         elif not (member.isfile() or member.isdir()):
                             raise CuwError(f"{archive}: member {member.name!r} is not a file or folder")
-                    tar.extractall(staging, filter="data")
+                    # The checks above are the rule; tarfile's "data" filter (3.11.4+, 3.10.12+) checks again
+                    # where the interpreter has it (a build image's Python may be an older patch release).
+                    tar.extractall(staging, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
             except (tarfile.TarError, EOFError, OSError) as exc:
                 raise CuwError(f"{archive}: corrupted or truncated archive ({exc})") from None
         entries = list(staging.iterdir())

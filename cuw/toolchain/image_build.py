@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -169,15 +171,40 @@ def dockerfile(recipe: ImageRecipe, base: str) -> str:
     )
 
 
-def _run_logged(cmd: list[str], log_path: Path, what: str, say: Say, stdin=None) -> None:
+def _run_logged(cmd: list[str], log_path: Path, what: str, say: Say, stdin=None, every_s: float = 60.0) -> None:
+    """Runs a step with its output in the log; says how long it has run every ``every_s`` (a
+    CPython build is minutes of silence) and each ``Step i/n`` an image build starts."""
     started = time.monotonic()
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=stdin if stdin is not None else subprocess.DEVNULL)
-    if proc.returncode != 0:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=stdin if stdin is not None else subprocess.DEVNULL)  # fmt: skip
+        assert proc.stdout is not None
+        lines: queue.Queue[Optional[bytes]] = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout] + [lines.put(None)], daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        last_said = started
+        while True:
+            try:
+                line = lines.get(timeout=5.0)
+            except queue.Empty:
+                line = b""
+            if line is None:
+                break
+            log.write(line)
+            step = re.match(rb"Step (\d+/\d+) : (\S+)", line)
+            if step:
+                say(f"image: {what}: step {step.group(1).decode()} ({step.group(2).decode()}), "
+                    f"{time.monotonic() - started:.0f} s in")  # fmt: skip
+                last_said = time.monotonic()
+            elif time.monotonic() - last_said >= every_s:
+                say(f"image: {what}: {time.monotonic() - started:.0f} s in")
+                last_said = time.monotonic()
+        rc = proc.wait()
+    if rc != 0:
         tail = log_path.read_text(errors="replace").splitlines()[-3:]
-        raise CuwError(f"image: {what} failed (exit {proc.returncode}): {' | '.join(tail)}; whole log: {log_path}")
+        raise CuwError(f"image: {what} failed (exit {rc}): {' | '.join(tail)}; whole log: {log_path}")
     say(f"image: {what}: {time.monotonic() - started:.0f} s")
 
 
