@@ -38,14 +38,15 @@ def farm(session: nox.Session) -> None:
 
 @nox.session
 def e2e(session: nox.Session) -> None:
-    """Real packages from their sdists, sharded, linked and verified: nox -s e2e -- [<recipe> ...].
+    """Real packages from their sdists, sharded, linked and verified: nox -s e2e -- [<recipe> ...] [--e2e-image=<ref>].
 
     Without recipes it also builds both examples as 1 and as 12 shards, imports a torch wheel under every
     patch release of its line, builds the example with the CUDA toolkit from NVIDIA's pinned wheels where
     the system one is hidden, and example_torch for two Pythons, each with torch 2.14 in its own environment."""
-    recipes = [f"--e2e-recipe={name}" for name in session.posargs]
+    recipes = [f"--e2e-recipe={name}" for name in session.posargs if not name.startswith("-")]
+    options = [arg for arg in session.posargs if arg.startswith("-")]  # --e2e-image=<ref>: every job in that image
     files = ["tests/test_real_packages.py", *([] if recipes else ["tests/test_e2e.py", "tests/test_torch_patches.py", "tests/test_toolkit_wheels.py", "tests/test_matrix_build.py"])]
-    session.run(sys.executable, "-m", "pytest", "-m", "e2e", "-v", "-s", *files, *recipes)
+    session.run(sys.executable, "-m", "pytest", "-m", "e2e", "-v", "-s", *files, *recipes, *options)
 
 
 @nox.session

@@ -155,3 +155,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--e2e-recipe", action="append", default=[], help="end-to-end tier: only this recipe (repeatable)"
     )
+    parser.addoption(
+        "--e2e-image", default=None, help="end-to-end tier: every job in a container of this build image (cuw image)"
+    )

@@ -63,8 +63,8 @@ def test_the_example_builds_in_the_image_each_job_in_its_own_container(built_in_
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     # Three shards and the link, each in a container of its own (named by the process that ran it).
-    containers = re.findall(r"(shard|link): in image \S+ \(\w+, container (\S+)\)", out)
-    assert sorted(kind for kind, _ in containers) == ["link", "shard", "shard", "shard"], out[-3000:]
+    containers = re.findall(r"(shard \d/3|link): in image \S+ \(\w+, container (\S+)\)", out)
+    assert sorted(kind for kind, _ in containers) == ["link", "shard 1/3", "shard 2/3", "shard 3/3"], out[-3000:]
     assert len({name for _, name in containers}) == 4
     (wheel,) = (root / "dist").glob("*.whl")
     link = json.loads(wheel.with_name(wheel.name + ".link.json").read_text())
@@ -88,6 +88,11 @@ def test_the_wheel_is_at_the_image_floor_and_auditwheel_agrees(built_in_image):
     shown = subprocess.run([str(Path(sys.executable).parent / "auditwheel"), "show", str(wheel)], capture_output=True,
                            text=True, check=True).stdout  # fmt: skip
     assert f'consistent with the following platform tag: "{lowest}"' in " ".join(shown.split()), shown
+    # The build record carries the builder and its floor.
+    proc = _cuw("record", "example", "--dist", str(root / "dist"), "--artifacts", str(root / "artifacts"))
+    assert proc.returncode == 0, proc.stderr
+    body = json.loads(wheel.with_name(wheel.name + ".build.json").read_text())
+    assert body["builder"]["floor"] == "manylinux_2_31_x86_64" and body["builder"]["glibc"] == "2.31"
 
 
 def test_the_wheel_installs_and_imports_in_a_clean_container_of_the_image(built_in_image, standin):
@@ -121,6 +126,21 @@ def test_a_shard_built_on_the_host_is_refused_by_a_link_in_the_image(built_in_im
     # And the other way round: the image's shards refused by a link on the host.
     proc = _cuw("link", "example", "--work", str(work), "--artifacts", str(root / "artifacts"), "--dist", str(tmp_path / "d2"))
     assert proc.returncode == 2 and "was compiled in image" in proc.stderr and "this link runs on the host" in proc.stderr
+
+
+def test_a_second_run_of_the_same_job_in_an_image_is_refused(built_in_image, standin, tmp_path):
+    """Inside, the forge cannot see another container's pid: the host's lock refuses the second run."""
+    import fcntl
+
+    root, _ = built_in_image
+    (cell,) = [p.name for p in (root / "artifacts").iterdir()]
+    lock = root / "work" / cell / ".shard-2of3.image.lock"
+    with open(lock, "a+b") as held_lock:
+        fcntl.flock(held_lock, fcntl.LOCK_EX)
+        proc = _cuw("shard", "example", "2/3", "--image", standin, "--work", str(root / "work"),
+                    "--artifacts", str(tmp_path / "a"))  # fmt: skip
+    assert proc.returncode == 2 and "already running in a container" in proc.stderr, proc.stderr
+    assert not (tmp_path / "a" / cell).exists()
 
 
 def test_image_verb_is_cached_by_its_recipe_digest(standin):

@@ -423,12 +423,19 @@ def _in_image(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, spec)
     job = open_image(args.image, args.engine)
     folders = [args.work, args.artifacts] + ([args.dist] if args.verb != "shard" else [])
     read_only = [recipes_dir] + ([Path(os.environ[MIRROR_VAR])] if os.environ.get(MIRROR_VAR) else [])
+    from cuw.config.cell import local_cell
+    from cuw.toolchain.toolkit import find_toolkit
+
+    cell_work = _paths(args).cell_work(local_cell(recipe, find_toolkit()))
     if args.verb in ("shard", "link"):  # the forge inside writes the timeline report after a link
-        return run_verb(job, _inner_argv(args, args.verb, recipes_dir, spec), folders, read_only, args.verb, report.say)
+        label = f"shard {spec}" if spec is not None else "link"
+        lock = cell_work / f".{'shard-' + spec.tag if spec is not None else 'link'}.image.lock"
+        return run_verb(job, _inner_argv(args, args.verb, recipes_dir, spec), folders, read_only, label, report.say, lock)
     from cuw.jobs.local import run_build
 
     def link() -> bool:
-        return run_verb(job, _inner_argv(args, "link", recipes_dir, None), folders, read_only, "link", report.say) == 0
+        argv = _inner_argv(args, "link", recipes_dir, None)
+        return run_verb(job, argv, folders, read_only, "link", report.say, cell_work / ".link.image.lock") == 0
 
     shard_args = ["--image", job.id, "--engine", job.engine.name]
     outcomes, linked = run_build(recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link)

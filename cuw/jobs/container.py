@@ -26,9 +26,10 @@ import signal
 import ssl
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import cuw
 from cuw.base.errors import CuwError
@@ -168,9 +169,30 @@ def _home(job: ImageJob) -> Path:
     return _state_root() / "home" / job.short
 
 
-def run_verb(job: ImageJob, argv: list[str], folders: list[Path], read_only: list[Path], label: str, say: Say) -> int:
+@contextmanager
+def _only_one(lock: Path, what: str) -> Iterator[None]:
+    """One container per job at a time. Inside, the forge's own "already running" check reads
+    pids of its own namespace and cannot see a second container: the host holds this lock instead."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+b") as fh:
+        if os.name == "posix":
+            import fcntl
+
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise CuwError(f"{what} is already running in a container (lock {lock}); wait for it or stop it") from None
+        yield
+
+
+def run_verb(job: ImageJob, argv: list[str], folders: list[Path], read_only: list[Path], label: str, say: Say,
+             lock: Optional[Path] = None) -> int:  # fmt: skip
     """``cuw <argv>`` inside the image; returns its exit code. ``folders`` are mounted read-write
-    (made first), ``read_only`` read-only; both at their host paths."""
+    (made first), ``read_only`` read-only; both at their host paths. ``lock``: held while it runs
+    (a second run of the same job is refused)."""
+    if lock is not None:
+        with _only_one(lock, label):
+            return run_verb(job, argv, folders, read_only, label, say)
     venv = image_env(job, say)
     from cuw.toolchain.toolkit import find_toolkit
 

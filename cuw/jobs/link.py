@@ -191,7 +191,7 @@ def run_link(
     verdict = link_gate(obs)
     context = {"cell": cell.to_dict(), "shard_count": count, "build_log": str(ws.build_log), "wheel": obs.wheel, "build_s": build_s,
                "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote},
-               "phases": phases}  # fmt: skip
+               "phases": phases, "builder": current_builder().to_dict()}  # fmt: skip
     report.step_summary(f"{recipe.key} link", verdict)
     report.say(verdict.line)
     shipped: Optional[Path] = None

@@ -108,6 +108,8 @@ def build_record(recipe: Any, wheel: Path, link_report: dict[str, Any], shard_re
         "policy_digest": sha256_file(policy) if policy.is_file() else None,
         "toolkit": {"cuda": toolkit.version, "nvcc": _nvcc_version(toolkit.nvcc)},
         "cache": link_report.get("cache"),
+        # Where the wheel was linked (image, glibc, compiler) and the floor that follows from it.
+        "builder": link_report.get("builder"),
         "forge": {"version": __version__, "commit": _forge_commit()},
         "shards": shards,
         "link": {k: facts.get(k) for k in ("total", "hits", "misses", "uncacheable", "cuda_tus")}
