@@ -437,7 +437,8 @@ def _in_image(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, spec)
         argv = _inner_argv(args, "link", recipes_dir, None)
         return run_verb(job, argv, folders, read_only, "link", report.say, cell_work / ".link.image.lock") == 0
 
-    shard_args = ["--image", job.id, "--engine", job.engine.name]
+    # The reference as given (the records name it); a tag moved meanwhile is caught by the id the link compares.
+    shard_args = ["--image", job.ref, "--engine", job.engine.name]
     outcomes, linked = run_build(recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link)
     return 0 if linked and all(outcomes) else 1
 
