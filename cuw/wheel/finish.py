@@ -238,7 +238,7 @@ def repair(wheel: Path, lane: str, policy: WheelPolicy, recipe: Recipe, out_dir:
         raise CuwError(f"auditwheel could not repair {wheel.name} to {plat}: {reason[0]}")
     repaired = sorted(out_dir.glob("*.whl"), key=lambda p: p.stat().st_mtime)[-1]
     with zipfile.ZipFile(repaired) as zf:
-        grafted = sorted({Path(n).name for n in zf.namelist() if ".libs/" in n})
+        grafted = sorted({Path(n).name for n in zf.namelist() if ".libs/" in n and not n.endswith("/")})
     foreign = [g for g in grafted if not any(fnmatch.fnmatch(g, pat) for pat in recipe.verify.allowed_grafts)]
     if foreign:
         raise CuwError(
