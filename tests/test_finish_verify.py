@@ -178,7 +178,7 @@ def test_a_torch_free_wheel_finds_the_cuda_runtime_of_nvidias_wheels_through_its
     recipe = load_recipe("example", recipes)
     policy = load_policy(recipes).wheel
     runtime = CudaRuntime.for_cell(policy, recipe, CELL)
-    assert runtime is not None and runtime.folders == ("nvidia/cu13/lib",)
+    assert runtime is not None and runtime.folders == ("nvidia/cu13/lib", "nvidia/nccl/lib")
     assert CudaRuntime.for_cell(policy, replace(recipe, links_torch=True), CELL) is None  # torch loads them itself
     cell = replace(CELL, cuda="13.0")
     with_rpath = retag(raw, cell, recipe, tmp_path / "with", {}.get, runtime)
