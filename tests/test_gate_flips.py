@@ -149,6 +149,26 @@ def test_a_real_compile_error_fails_the_shard_that_owns_the_tu(recipes_dir, path
     assert any(r.startswith(f"a real compile error ({key})") and "cuw_no_such_symbol" in r for r in result.verdict.reasons)
 
 
+def test_an_owned_compile_the_cache_cannot_store_fails_the_shard_and_the_link(recipes_dir, paths, shards, tmp_path):
+    """nvcc's --save-temps compiles fine, but ccache refuses to cache a call that carries it
+    (unsupported_compiler_option): the shard fails at once instead of a link miss hours later,
+    and a link whose replays carry it fails on its uncacheable count."""
+    with open(recipes_dir / "example" / "recipe.yml", "a") as fh:
+        fh.write('nvcc_flags: ["--save-temps"]\n')
+    recipe = load_recipe("example", recipes_dir)
+    key = "csrc/kernels/k04_scan.cu"
+    result = run_shard(recipe, ShardSpec(owner(key, N), N), paths, progress=None)
+    assert not result.verdict.ok and result.archive is None
+    (reason,) = [r for r in result.verdict.reasons if "the cache could not store them" in r]
+    assert "(unsupported_compiler_option)" in reason and key in reason, result.verdict.reasons
+    assert "a real compile error" not in result.verdict.line  # the compiles themselves succeeded
+
+    _, link_paths, _ = fresh(shards, tmp_path / "link")
+    linked = run_link(recipe, link_paths, progress=None)
+    assert not linked.verdict.ok and linked.verdict.facts["uncacheable"] == EXAMPLE_CUDA_TUS
+    assert any(r.startswith(f"uncacheable compiles: {EXAMPLE_CUDA_TUS}") for r in linked.verdict.reasons), linked.verdict.reasons
+
+
 def _rewrite_manifest(path: Path, **changes) -> None:
     manifest = archive.read_manifest(path)
     staging = path.parent / "rewrite"

@@ -82,6 +82,9 @@ class ShardObservation:
     """Host compiles that reached the seat (the host seat: -ccbin, CC/CXX)."""
     device_code: bool = True
     """The recipe's ``device_code``: false, a host compile shows the build compiled from source."""
+    uncacheable: dict[str, str] = field(default_factory=dict)
+    """TU key -> the cache's reason, for owned compiles that succeeded but that the cache could not
+    store (``unsupported_compiler_option``, ``multiple_source_files``, …): the link would miss them."""
 
 
 def _listing(keys: list[str], limit: int = 5) -> str:
@@ -139,6 +142,14 @@ def shard_gate(obs: ShardObservation) -> Verdict:
         )
     if outside and obs.build_rc != 0:
         v.reasons.append(f"note: {len(outside)} TUs of its slice are not in the build's compile database: {_listing(outside)}")
+    if obs.uncacheable:
+        v.ok = False
+        v.facts["uncacheable"] = sorted(obs.uncacheable)
+        why = ", ".join(sorted(set(obs.uncacheable.values())))
+        v.reasons.append(
+            f"{len(obs.uncacheable)} of its TUs compiled but the cache could not store them ({why}): the link "
+            f"would miss them; drop the flag that makes the cache refuse them: {_listing(sorted(obs.uncacheable))}"
+        )
     if obs.compiled and obs.cache_files == 0:
         v.ok = False
         v.reasons.append("the cache is empty after compiling: nothing to hand over")

@@ -171,6 +171,8 @@ def run_shard(
         build_tus=compdb.compiled_sources(ws.tree, ws.src),
         host_compiles_seen=sum(1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") == "host"),
         device_code=recipe.device_code,
+        uncacheable={e["key"]: str(e["outcome"]).split(":", 1)[-1] for e in compiles
+                     if e.get("rc") == 0 and str(e.get("outcome", "")).startswith("uncacheable")},  # fmt: skip
     )
     verdict = shard_gate(obs)
     written: Optional[Path] = None
