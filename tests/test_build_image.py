@@ -155,6 +155,7 @@ def test_a_missing_image_or_engine_is_one_line(tmp_path):
     proc = _cuw("shard", "example", "1/3", "--image", "cuw-no-such-image:0", "--work", str(tmp_path / "w"),
                 "--artifacts", str(tmp_path / "a"))  # fmt: skip
     assert proc.returncode == 2 and "has no such image" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "w").exists() and not (tmp_path / "a").exists()  # refused before any folder
     proc = _cuw("shard", "example", "1/3", "--image", "--bad", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"))
     assert proc.returncode == 2
     proc = _cuw("shard", "example", "1/3", "--engine", "podman", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"))

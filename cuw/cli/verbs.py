@@ -21,6 +21,7 @@ from cuw.partition.rules import parse_shard_spec
 
 if TYPE_CHECKING:
     from cuw.ci import matrix
+    from cuw.jobs.container import ImageJob
 
 
 def _paths(args: argparse.Namespace) -> Paths:
@@ -362,13 +363,18 @@ def run(argv: list[str]) -> int:
     remote = (cache or cache_choice(load_policy(recipes_dir), local_lane())).remote
     if remote:
         check_remote(remote)  # an unreachable remote fails before any folder is made
+    image_job = None
+    if args.image is not None:  # the engine and the image, before any folder is made
+        from cuw.jobs.container import open_image
+
+        image_job = open_image(args.image, args.engine)
     for option in ("work", "artifacts", "dist"):
         if hasattr(args, option):
             writable_dir(getattr(args, option), f"--{option}")
     if not getattr(args, "matrix", False):  # --matrix chooses each CUDA line's toolkit itself
         _use_toolkit(args, recipes_dir)
-    if args.image is not None:
-        return _in_image(args, recipe, recipes_dir, spec)
+    if image_job is not None:
+        return _in_image(args, image_job, recipe, recipes_dir, spec)
     if spec is not None:
         result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,
                            cache=cache)  # fmt: skip
@@ -413,14 +419,13 @@ def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec) ->
     return argv
 
 
-def _in_image(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, spec) -> int:
+def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes_dir: Path, spec) -> int:
     """shard, link or build with ``--image``: each job in a container of the build image."""
     import os
 
-    from cuw.jobs.container import open_image, run_verb
+    from cuw.jobs.container import run_verb
     from cuw.jobs.sources import MIRROR_VAR
 
-    job = open_image(args.image, args.engine)
     folders = [args.work, args.artifacts] + ([args.dist] if args.verb != "shard" else [])
     read_only = [recipes_dir] + ([Path(os.environ[MIRROR_VAR])] if os.environ.get(MIRROR_VAR) else [])
     from cuw.config.cell import local_cell
