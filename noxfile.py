@@ -6,6 +6,7 @@ the build backends, torch and the pinned ccache installed there are the ones
 every shard and link must share.
 """
 
+import subprocess
 import sys
 
 import nox
@@ -18,7 +19,11 @@ nox.options.sessions = ["tests"]
 
 def _verb_session(verb: VerbSpec) -> None:
     def session_fn(session: nox.Session) -> None:
-        session.run(sys.executable, "-m", "cuw", verb.name, *session.posargs)
+        # The verb's own exit code, not nox's 1 for any failure: 1 a gate refused, 2 bad input,
+        # 130/143 interrupted (README, "Exit codes and errors"); the verb has said why in one line.
+        rc = subprocess.call([sys.executable, "-m", "cuw", verb.name, *session.posargs])
+        if rc != 0:
+            raise SystemExit(rc)
 
     usage = " ".join(o.flag if o.required else f"[{o.flag}]" for o in verb.options if o.positional)
     session_fn.__doc__ = f"{verb.help[:1].upper()}{verb.help[1:]}: nox -s {verb.name.replace('-', '_')} -- {usage + ' ' if usage else ''}[options]"

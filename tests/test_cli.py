@@ -117,3 +117,13 @@ def test_recipes_listing_counts_cells(tmp_path, recipes_dir):
     rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:]}
     # example builds one py3 wheel per lane x CUDA line (wheel_python: py3): 2 lanes x 3 lines.
     assert rows["example"][-1] == "6" and rows["example_torch"][-1] == "48"
+
+
+def test_a_nox_session_ends_with_the_verbs_own_exit_code(tmp_path):
+    """nox alone turns every failure into 1: the sessions pass the verb's code on (2: bad input)."""
+    proc = subprocess.run([sys.executable, "-m", "nox", "-s", "shard", "--", "example", "1/0"], cwd=REPO,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count("cuw: error:") == 1 and "Traceback" not in proc.stderr
+    ok = subprocess.run([sys.executable, "-m", "nox", "-s", "recipes"], cwd=REPO, capture_output=True, text=True)
+    assert ok.returncode == 0 and "example" in ok.stdout
