@@ -211,8 +211,7 @@ def run_verb(job: ImageJob, argv: list[str], folders: list[Path], read_only: lis
         "PYTHONUNBUFFERED": "1",
         # An internal error's traceback lands where the host can read it, not in the container's /tmp.
         "CUW_LOG_DIR": str((folders[0] if folders else _home(job)).resolve()),
-        **{k: v for k, v in os.environ.items() if k in ("CUW_CACHE_TOOL", "CUW_CACHE_REMOTE", "GITHUB_STEP_SUMMARY")
-           and not k.startswith("GITHUB")},  # fmt: skip
+        **{k: v for k, v in os.environ.items() if k in ("CUW_CACHE_TOOL", "CUW_CACHE_REMOTE")},
     }
     name = _container_name(label)
     say(f"{label}: in image {job.ref} ({job.engine.name}, container {name})")
