@@ -149,7 +149,8 @@ def _raw_archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Pa
     return path
 
 
-@pytest.mark.parametrize("name", ["../evil", "cache/../../evil", "/tmp/evil", "C:/evil", "elsewhere/x"])
+@pytest.mark.parametrize("name", ["../evil", "cache/../../evil", "/tmp/evil", "C:/evil", "elsewhere/x",
+                                  "cache/C:/Windows/x", "cache\\..\\..\\evil", "//host/share/x"])
 def test_members_outside_the_cache_are_refused(tmp_path, name):
     info = tarfile.TarInfo(name)
     info.size = 4
@@ -219,3 +220,44 @@ def test_pinned_versions_match_the_project_pins(tool):
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     assert f'"{tool.package}=={tool.pinned}"' in pyproject
     assert tool.version() == tool.pinned
+
+
+def _archive_with_manifest(path: Path, body) -> Path:
+    with tarfile.open(path, "w") as tar:
+        data = json.dumps(body).encode()
+        info = tarfile.TarInfo(archive.MANIFEST)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m.update(shard_index=7), r"says shard 7 of 2; a shard index runs from 1 to the count"),
+        (lambda m: m.update(shard_index=0), r"says shard 0 of 2"),
+        (lambda m: m.update(shard_index="1x"), r"field 'shard_index' is \"1x\", not an integer"),
+        (lambda m: m.update(shard_count=True), r"field 'shard_count' is true, not an integer"),
+        (lambda m: m.update(owned="a.cu"), r"field 'owned' is \"a.cu\", not a list of strings"),
+        (lambda m: m.update(counters={"misses": "1"}), r"field 'counters' .* not an object of integers"),
+        (lambda m: m.update(cache_tool="ccache; rm"), r"not ccache or sccache"),
+        (lambda m: m.update(cell="example"), r"field 'cell' is \"example\", not an object"),
+        (lambda m: m.update(cell={**CELL.to_dict(), "lane": "../x"}), r"is not a cell"),
+        (lambda m: m.update(cell={**CELL.to_dict(), "extra": "x"}), r"is not a cell"),
+        (lambda m: m.update(surprise=1), r"unknown field\(s\) surprise"),
+        (lambda m: m.pop("owned"), r"missing owned"),
+        (lambda m: m.clear(), r"missing"),
+    ],
+)
+def test_a_malformed_manifest_is_a_refusal_naming_the_field(tmp_path, edit, message):
+    body = asdict(manifest())
+    edit(body)
+    bad = _archive_with_manifest(tmp_path / f"bad{archive.SUFFIX}", body)
+    with pytest.raises(CuwError, match=message):
+        archive.read_manifest(bad)
+    with pytest.raises(CuwError, match="not a JSON object"):
+        archive.read_manifest(_archive_with_manifest(tmp_path / f"list{archive.SUFFIX}", [1, 2]))
+
+
+def test_the_manifest_schema_covers_every_field():
+    assert set(archive._FIELDS) == set(archive.Manifest.__dataclass_fields__)

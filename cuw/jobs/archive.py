@@ -18,9 +18,9 @@ import shutil
 import stat
 import tarfile
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO, Optional
+from typing import Any, BinaryIO, Callable, Optional
 
 from cuw import __version__
 from cuw.toolchain.cache import Cache
@@ -59,11 +59,62 @@ class Manifest:
     cache made in another image or on another host toolchain."""
 
     @staticmethod
-    def from_json(data: dict[str, Any], where: str) -> "Manifest":
-        try:
-            return Manifest(**data)
-        except TypeError as exc:
-            raise CuwError(f"{where}: manifest does not match format {FORMAT}: {exc}") from None
+    def from_json(data: Any, where: str) -> "Manifest":
+        """The manifest, read through its schema: a missing, unknown, mistyped or out-of-range field
+        is a refusal naming it (a tampered or foreign manifest must never reach the merge)."""
+        if not isinstance(data, dict):
+            raise CuwError(f"{where}: manifest is not a JSON object; not a shard archive of this forge")
+        unknown = sorted(set(data) - set(_FIELDS))
+        missing = sorted(k for k, f in Manifest.__dataclass_fields__.items()
+                         if k not in data and f.default is MISSING and f.default_factory is MISSING)  # fmt: skip
+        if unknown or missing:
+            raise CuwError(f"{where}: manifest does not match format {FORMAT} "
+                           f"({'unknown field(s) ' + ', '.join(unknown) if unknown else 'missing ' + ', '.join(missing)})")  # fmt: skip
+        for key, value in data.items():
+            check, what = _FIELDS[key]
+            if not check(value):
+                raise CuwError(f"{where}: manifest field {key!r} is {json.dumps(value)[:80]}, not {what}")
+        if not 1 <= data["shard_index"] <= data["shard_count"]:
+            raise CuwError(f"{where}: manifest says shard {data['shard_index']} of {data['shard_count']}; "
+                           "a shard index runs from 1 to the count")  # fmt: skip
+        cell = data["cell"]
+        if set(cell) != _CELL_KEYS or not all(isinstance(cell[k], str) and _safe_name(cell[k]) for k in _CELL_KEYS - {"torch"}) \
+                or not (cell["torch"] is None or (isinstance(cell["torch"], str) and _safe_name(cell["torch"]))):
+            raise CuwError(f"{where}: manifest cell {json.dumps(cell)[:160]} is not a cell "
+                           f"({', '.join(sorted(_CELL_KEYS))}: names of letters, digits, '.', '_', '-')")  # fmt: skip
+        return Manifest(**data)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _safe_name(text: str) -> bool:
+    return bool(text) and len(text) <= 100 and all(c.isalnum() or c in "._-" for c in text)
+
+
+_CELL_KEYS = set(Cell.__dataclass_fields__)
+_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # every Manifest field: its check, and what it must be
+    "format": (_is_int, "an integer"),
+    "forge_version": (lambda v: isinstance(v, str), "a string"),
+    "cell": (lambda v: isinstance(v, dict), "an object"),
+    "shard_index": (_is_int, "an integer"),
+    "shard_count": (_is_int, "an integer"),
+    "filter": (lambda v: isinstance(v, str), "a string"),
+    "cache_tool": (lambda v: v in ("ccache", "sccache"), "ccache or sccache"),
+    "cache_version": (lambda v: isinstance(v, str), "a string"),
+    "cache_remote": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "owned": (_strings, "a list of strings"),
+    "compiled": (_strings, "a list of strings"),
+    "counters": (lambda v: isinstance(v, dict) and all(isinstance(k, str) and _is_int(n) for k, n in v.items()),
+                 "an object of integers"),
+    "timeline": (lambda v: isinstance(v, list) and all(isinstance(row, list) for row in v), "a list of rows"),
+    "builder": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+}
 
 
 def archive_name(cell: Cell, index: int, count: int) -> str:
@@ -179,7 +230,9 @@ class Restored:
 def _check_member(member: tarfile.TarInfo, where: Path) -> None:
     name = member.name.replace("\\", "/")  # a Windows-made name must not smuggle "..\\"
     parts = PurePosixPath(name).parts
-    if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+    # A drive letter or a stream name in any component ("cache/C:/Windows/x") joins to a path
+    # outside the staging folder on Windows; "//host/share" is caught as absolute.
+    if name.startswith(("/", "\\")) or ".." in parts or any(":" in part for part in parts):
         raise CuwError(f"{where}: member {name!r} would land outside the cache directory; refusing the archive")
     if not (member.isfile() or member.isdir()):
         raise CuwError(f"{where}: member {name!r} is a link or device, not a cache file; refusing the archive")
