@@ -23,7 +23,9 @@ from cuw.base.files import held
 from cuw.config.policy import BuildImage, check_image_policy
 from cuw.toolchain.builder import Builder, current_builder, floor_for
 from cuw.toolchain.engine import check_ref, find_engine
-from cuw.toolchain.image_build import default_recipe, load_image_recipe
+from cuw.config.lanes import linux_lane
+from cuw.jobs.container import open_image
+from cuw.toolchain.image_build import default_recipe, dockerfile, load_image_recipe
 
 
 def _engine_or_skip():
@@ -139,7 +141,7 @@ def test_a_second_run_of_the_same_job_in_an_image_is_refused(built_in_image, sta
         fcntl.flock(held_lock, fcntl.LOCK_EX)
         proc = _cuw("shard", "example", "2/3", "--image", standin, "--work", str(root / "work"),
                     "--artifacts", str(tmp_path / "a"))  # fmt: skip
-    assert proc.returncode == 2 and "already running in a container" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "in a container is already running" in proc.stderr, proc.stderr
     assert not (tmp_path / "a" / cell).exists()
 
 
@@ -148,6 +150,8 @@ def test_image_verb_is_cached_by_its_recipe_digest(standin):
     assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == f"image: {standin}"
     assert "already built" in proc.stderr
     assert standin.endswith(":" + load_image_recipe(default_recipe()).digest()[:16])
+    job = open_image(standin)  # the machine its programs run on, from the engine
+    assert job.machine == "x86_64" and job.lane == "linux" and not job.foreign
 
 
 def test_a_missing_image_or_engine_is_one_line(tmp_path):
@@ -216,3 +220,26 @@ def test_an_image_recipe_is_read_strictly(tmp_path):
         with pytest.raises(CuwError, match="not an image reference"):
             check_ref(ref)
     assert check_ref("cuw-standin-x86_64:9c5af190a04c1042") and check_ref("sha256:" + "0" * 64)
+
+
+def test_an_image_recipe_may_take_debians_own_python(tmp_path):
+    arm = load_image_recipe(REPO / "images" / "standin-aarch64.yml")
+    (python,) = arm.pythons
+    assert arm.arch == "aarch64" and python.debian == "python3.11" and not python.url
+    assert "ln -s /usr/bin/python3.11 /opt/python/cp311-cp311/bin/python3" in dockerfile(arm, "base")
+    text = (REPO / "images" / "standin-aarch64.yml").read_text()
+    bad = tmp_path / "bad.yml"
+    bad.write_text(text.replace("debian: python3.11", "debian: python3.12"))
+    with pytest.raises(CuwError, match=r"python.cp311-cp311.debian must be python3.11"):
+        load_image_recipe(bad)
+    bad.write_text(text.replace("python3.11, ", ""))
+    with pytest.raises(CuwError, match="listed in packages"):
+        load_image_recipe(bad)
+    bad.write_text(text.replace("debian: python3.11", "debian: python3.11\n    url: http://x/y.tgz"))
+    with pytest.raises(CuwError, match="with url and sha256, or with debian"):
+        load_image_recipe(bad)
+
+
+def test_lanes_follow_the_machine_an_image_runs_on():
+    assert linux_lane("aarch64") == linux_lane("arm64") == "linux_aarch64"
+    assert linux_lane("x86_64") == linux_lane("amd64") == "linux"

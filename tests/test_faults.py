@@ -180,20 +180,56 @@ def test_orphans_of_a_killed_job_are_found_by_its_cuda_home_and_stopped(tmp_path
             proc.wait()
 
 
-def test_a_second_run_of_a_running_shard_is_refused(built, tmp_path):
+def _holding(lock: Path) -> subprocess.Popen:
+    """Another process holding ``lock`` as a running job does (flock, released when it dies)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    code = ("import fcntl, sys, time; fh = open(sys.argv[1], 'a+b'); fcntl.flock(fh, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(120)")  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def _cuw(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cuw", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def test_runs_of_a_running_shard_or_link_are_refused_and_touch_nothing(built, tmp_path):
+    """Four of each started together while one holds the job: every one refused in one line, exit 2,
+    and the holder's folders, archives and build left as they were."""
     artifacts = built.copy_artifacts(tmp_path / "artifacts")
-    report = built.report(artifacts, 1)
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        report.write_text(json.dumps({"ok": False, "state": "running", "pid": live.pid}))
-        paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
-        with pytest.raises(CuwError, match=rf"shard 1/{N} of {built.cell.id} is already running \(pid {live.pid}\)"):
-            run_shard(built.recipe, ShardSpec(1, N), paths, progress=None)
-        assert sha(built.archive(artifacts, 1)) == sha(built.archive(built.artifacts, 1))
-        assert not (tmp_path / "work").exists(), "refused before anything was prepared"
-    finally:
-        live.kill()
-        live.wait()
+    work = tmp_path / "work"
+    cell_work = work / built.cell.id
+    before = {p.name: sha(p) for p in (artifacts / built.cell.id).iterdir()}
+    for lock, argv in ((cell_work / f".shard-{ShardSpec(1, N).tag}.lock", ["shard", "example", f"1/{N}"]),
+                       (cell_work / ".link.lock", ["link", "example", "--dist", str(tmp_path / "dist")])):  # fmt: skip
+        holder = _holding(lock)
+        try:
+            runs = [_cuw(*argv, "--work", str(work), "--artifacts", str(artifacts)) for _ in range(4)]
+            for run in runs:
+                out, err = run.communicate(timeout=300)
+                assert run.returncode == 2, out[-1000:] + err[-2000:]
+                assert err.strip().splitlines()[-1].endswith("wait for it or stop it") and "already running" in err
+                assert "Traceback" not in err
+        finally:
+            holder.kill()
+            holder.wait()
+    assert sorted(p.name for p in cell_work.iterdir()) == sorted([".link.lock", f".shard-{ShardSpec(1, N).tag}.lock"])
+    assert {p.name: sha(p) for p in (artifacts / built.cell.id).iterdir()} == before
+    assert not any((tmp_path / "dist").glob("*"))
+
+
+def test_two_shards_started_together_one_builds_and_one_is_refused(built, tmp_path):
+    artifacts = built.copy_artifacts(tmp_path / "artifacts")
+    folders = ["--work", str(tmp_path / "work"), "--artifacts", str(artifacts)]
+    runs = [_cuw("shard", "example", f"2/{N}", *folders, "--jobs", "1") for _ in range(2)]
+    results = [(run.communicate(timeout=900), run.returncode) for run in runs]
+    codes = sorted(rc for _, rc in results)
+    assert codes == [0, 2], [err[-1500:] for (_, err), _ in results]
+    ((_, refused),) = [(out, err) for (out, err), rc in results if rc == 2]
+    assert f"shard 2/{N} of {built.cell.id} is already running" in refused and "Traceback" not in refused
+    assert archive.read_manifest(built.archive(artifacts, 2)).shard_index == 2  # the run that built handed over
 
 
 def test_a_partial_archive_left_by_a_killed_pack_is_invisible_and_cleared(built, tmp_path):

@@ -148,6 +148,28 @@ def held(lock: Path) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def only_one(lock: Path, what: str) -> Iterator[None]:
+    """``what`` runs here alone: an exclusive lock on ``lock`` held for the block, taken at once or
+    refused in one line (never waited for). Atomic, unlike a check of a "running" report followed
+    by a write: of several runs started together exactly one gets it, and the others touch nothing.
+    The lock dies with its process, so a killed run never blocks the next."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+b") as fh:
+        try:
+            if os.name == "nt":
+                import msvcrt
+
+                msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
+            else:
+                import fcntl
+
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # BlockingIOError on POSIX, PermissionError from msvcrt
+            raise CuwError(f"{what} is already running (lock {lock}); wait for it or stop it") from None
+        yield
+
+
 def json_record(line: bytes) -> Optional[dict]:
     """One line of an append-only JSON-lines log as a dict; None for a line cut short (its
     writer killed mid-write) or one that is not a JSON object."""

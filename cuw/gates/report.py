@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from cuw.base.errors import CuwError
 from cuw.gates.conditions import Verdict
@@ -58,16 +58,6 @@ def begin(gate: str, path: Path, context: dict[str, Any]) -> Path:
     body = {**context, "state": "running", "started_at": started, "pid": os.getpid(), "previous": previous}
     written = write(marker, path, body)
     return written
-
-
-def running_pid(path: Path) -> Optional[int]:
-    """The pid of the run a "running" report names (None when the report is finished or absent)."""
-    try:
-        body = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    pid = body.get("pid") if isinstance(body, dict) and body.get("state") == "running" else None
-    return pid if isinstance(pid, int) else None
 
 
 def append_summary(markdown: str) -> None:

@@ -21,22 +21,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import signal
 import ssl
 import subprocess
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import cuw
 from cuw.base.errors import CuwError
-from cuw.base.files import held
+from cuw.base.files import held, only_one
 from cuw.jobs.cell_env import forge_requirements
 from cuw.toolchain.builder import IMAGE_VAR
-from cuw.toolchain.engine import Engine, find_engine, require_image
+from cuw.config.lanes import linux_lane
+from cuw.toolchain.engine import Engine, find_engine, image_machine, require_image
 
 FORGE_ROOT = Path(cuw.FORGE_ROOT)
 READY = ".cuw-image-env.json"
@@ -48,6 +49,17 @@ class ImageJob:
     engine: Engine
     ref: str  # as the user gave it
     id: str  # sha256:… (what a shard's archive records, and what the link compares)
+    machine: str  # what its programs run on: x86_64, aarch64
+
+    @property
+    def lane(self) -> str:
+        return linux_lane(self.machine)
+
+    @property
+    def foreign(self) -> bool:
+        """Another machine than this one's (run under emulation): the host's CUDA toolkit cannot run
+        in it, so its jobs install NVIDIA's pinned wheels for its machine (``--toolkit wheels``)."""
+        return self.machine != platform.machine()
 
     @property
     def short(self) -> str:
@@ -61,7 +73,7 @@ class ImageJob:
 def open_image(ref: str, engine: Optional[str] = None) -> ImageJob:
     """The image a job will run in; refused in one line when the engine or the image is missing."""
     found = find_engine(engine)
-    return ImageJob(found, ref, require_image(found, ref))
+    return ImageJob(found, ref, require_image(found, ref), image_machine(found, ref))
 
 
 def _state_root() -> Path:
@@ -169,45 +181,33 @@ def _home(job: ImageJob) -> Path:
     return _state_root() / "home" / job.short
 
 
-@contextmanager
-def _only_one(lock: Path, what: str) -> Iterator[None]:
-    """One container per job at a time. Inside, the forge's own "already running" check reads
-    pids of its own namespace and cannot see a second container: the host holds this lock instead."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a+b") as fh:
-        if os.name == "posix":
-            import fcntl
-
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise CuwError(f"{what} is already running in a container (lock {lock}); wait for it or stop it") from None
-        yield
-
-
 def run_verb(job: ImageJob, argv: list[str], folders: list[Path], read_only: list[Path], label: str, say: Say,
              lock: Optional[Path] = None) -> int:  # fmt: skip
     """``cuw <argv>`` inside the image; returns its exit code. ``folders`` are mounted read-write
     (made first), ``read_only`` read-only; both at their host paths. ``lock``: held while it runs
     (a second run of the same job is refused)."""
     if lock is not None:
-        with _only_one(lock, label):
+        with only_one(lock, f"{label} in a container"):
             return run_verb(job, argv, folders, read_only, label, say)
     venv = image_env(job, say)
-    from cuw.toolchain.toolkit import find_toolkit
+    mounts: dict[Path, bool] = {FORGE_ROOT: False, venv: False, _home(job): True}
+    env: dict[str, str] = {}
+    if not job.foreign:
+        from cuw.toolchain.toolkit import find_toolkit
 
-    toolkit = find_toolkit()
-    mounts: dict[Path, bool] = {FORGE_ROOT: False, venv: False, toolkit.home: False, _home(job): True}
+        toolkit = find_toolkit()
+        mounts[toolkit.home] = False
+        env["CUW_CUDA_HOME"] = str(toolkit.home)
     for folder in read_only:
         mounts.setdefault(folder.resolve(), False)
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)
         mounts[folder.resolve()] = True
     env = {
+        **env,
         IMAGE_VAR: job.identity,
         "PYTHONPATH": str(FORGE_ROOT),
         "HOME": str(_home(job)),
-        "CUW_CUDA_HOME": str(toolkit.home),
         "PYTHONUNBUFFERED": "1",
         # An internal error's traceback lands where the host can read it, not in the container's /tmp.
         "CUW_LOG_DIR": str((folders[0] if folders else _home(job)).resolve()),

@@ -20,6 +20,7 @@ from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
 from cuw.config.cell import Cell, local_cell
 from cuw.base.errors import CuwError
+from cuw.base.files import only_one
 from cuw.gates.conditions import LinkObservation, Verdict, link_gate
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.rules import shard_listing
@@ -115,11 +116,19 @@ def run_link(
     zero_stats: bool = True,
     cache: Optional[CacheChoice] = None,
 ) -> LinkResult:
-    """Restores every shard archive, re-runs the full build and gates it.
+    """Restores every shard archive, re-runs the full build and gates it; alone: a second link of
+    the cell here is refused before it touches the first one's folder or build.
 
     ``zero_stats=False`` exists so a test can show the gate catching counters
     that still carry the shards' history.
     """
+    cell = local_cell(recipe, find_toolkit())
+    with only_one(paths.cell_work(cell) / ".link.lock", f"the link of {cell.id}"):
+        return _run_link(recipe, paths, jobs, progress, zero_stats, cache)
+
+
+def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optional[Progress], zero_stats: bool,
+              cache: Optional[CacheChoice]) -> LinkResult:  # fmt: skip
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     archs = cell_archs_in_grid(recipe, cell)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
 from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
+from cuw.base.files import only_one
 from cuw.gates.conditions import ShardObservation, Verdict, shard_gate
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, is_cuda, rest_keys, seat_rest, source_filter_files, unfiltered_keys
@@ -88,6 +88,14 @@ def run_shard(
     progress: Optional[Progress] = report.say,
     cache: Optional[CacheChoice] = None,
 ) -> ShardResult:
+    """One shard, alone: a second run of the same shard here is refused before it touches anything."""
+    cell = local_cell(recipe, find_toolkit())
+    with only_one(paths.cell_work(cell) / f".shard-{spec.tag}.lock", f"shard {spec} of {cell.id}"):
+        return _run_shard(recipe, spec, paths, jobs, progress, cache)
+
+
+def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int], progress: Optional[Progress],
+               cache: Optional[CacheChoice]) -> ShardResult:  # fmt: skip
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     check_lane(recipe, cell, spec)
@@ -102,10 +110,6 @@ def run_shard(
     report_path = out_dir / name.replace(archive.SUFFIX, ".report.json")
     source_filter = recipe.sharding.filter == "source"
     ws = Workspace.for_job(paths.cell_work(cell), f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
-    earlier = report.running_pid(report_path)
-    if earlier is not None and earlier != os.getpid() and leftovers.pid_alive(earlier):
-        raise CuwError(f"shard {spec} of {cell.id} is already running (pid {earlier}); wait for it or stop it "
-                       f"(or remove {report_path} if that process is not a forge run)")  # fmt: skip
     # A run killed with SIGKILL leaves its build running in the job folder: stopped before the wipe.
     leftovers.stop_orphans(ws.cuda_home, f"shard {spec}")
     # The previous archive stays until this run's replaces it (or its gate fails); its
