@@ -31,6 +31,36 @@ def test_sdist_is_fetched_verified_cached_and_unpacked(tmp_path):
     assert (project / "six.py").is_file() and (project / "setup.py").is_file()
 
 
+def test_a_cached_sdist_is_checked_on_every_use(tmp_path, capfd):
+    """The cache is trusted by content: an altered or truncated file under the pinned name is
+    removed and fetched again, never built as it is."""
+    archive = fetch_sdist(*SIX)
+    good = archive.read_bytes()
+    for bad in (good[: len(good) // 2], good + b"injected.cu"):
+        archive.write_bytes(bad)
+        assert fetch_sdist(*SIX) == archive and archive.read_bytes() == good
+        assert "does not match its sha256" in capfd.readouterr().err
+    empty = tmp_path / "cwd"
+    empty.mkdir()
+    import os
+
+    os.environ["CUW_SOURCE_CACHE"] = ""  # set but empty: the default cache, not the current folder
+    try:
+        from cuw.jobs.sources import cache_root
+
+        assert cache_root() == Path.home() / ".cache" / "cuw" / "sources"
+    finally:
+        os.environ["CUW_SOURCE_CACHE"] = str(tmp_path / "source-cache")
+
+
+def test_git_reaches_the_url_after_the_end_of_options(tmp_path):
+    """Even a URL that starts with "-" (the recipe check refuses it first) reaches git as a repository."""
+    marker = tmp_path / "pwned"
+    with pytest.raises(CuwError, match="cannot read"):
+        checkout_git(f"--upload-pack=touch {marker}", "v1", False, tmp_path / "src")
+    assert not marker.exists()
+
+
 def test_sdist_with_the_wrong_hash_is_refused(tmp_path):
     with pytest.raises(CuwError, match=r"has sha256 1e61c374.*the recipe pins 0000"):
         fetch_sdist(SIX[0], "0" * 64)
@@ -122,6 +152,9 @@ def test_git_branch_is_refused(bare_repo, tmp_path):
         ("{pypi: 'six==1.16.0'}", "needs source.sha256"),
         ("{pypi: six, sha256: " + "a" * 64 + "}", "must pin a version"),
         ("{git: 'file:///x.git'}", "needs source.tag"),
+        ("{git: '--upload-pack=touch /tmp/pwned', tag: v1}", "is not a repository URL"),
+        ("{git: 'ext::sh -c touch% /tmp/pwned', tag: v1}", "is not a repository URL"),
+        ("{git: 'file:///x.git', tag: '--help'}", "needs source.tag"),
         ("{path: package, pypi: 'six==1.16.0'}", "exactly one of path, pypi, git (got path, pypi)"),
         ("{path: package, tag: v1}", "go with source.git"),
         ("{}", "exactly one of path, pypi, git (got none)"),

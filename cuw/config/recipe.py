@@ -268,7 +268,11 @@ def _validate_source(source: Source, path: Path) -> None:
             raise CuwError(f"{path}: source.pypi needs source.sha256, the sdist's sha256 (64 hex digits)")
     elif source.sha256 is not None:
         raise CuwError(f"{path}: source.sha256 goes with source.pypi")
-    if source.git is not None and not source.tag:
+    if source.git is not None and not re.fullmatch(r"(https?|ssh|git|file)://[^\s]+", source.git):
+        # git reads "--upload-pack=<command>" and "ext::<command>" as commands to run: only a URL passes.
+        raise CuwError(f"{path}: source.git {source.git!r} is not a repository URL "
+                       "(https://, http://, ssh://, git:// or file://)")  # fmt: skip
+    if source.git is not None and (not source.tag or source.tag.startswith("-")):
         raise CuwError(f"{path}: source.git needs source.tag (a release tag; a branch is refused)")
     if source.git is None and (source.tag is not None or source.recursive or source.archive_sha256 is not None):
         raise CuwError(f"{path}: source.tag, source.recursive and source.archive_sha256 go with source.git")

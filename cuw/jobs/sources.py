@@ -31,18 +31,26 @@ from cuw.base.errors import CuwError
 from cuw.base.files import copy_into, sha256_of
 from cuw.base.progress import Meter
 from cuw.config.recipe import Recipe
+from cuw.gates import report
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("CUW_SOURCE_CACHE", Path.home() / ".cache" / "cuw" / "sources"))
+    return Path(os.environ.get("CUW_SOURCE_CACHE") or Path.home() / ".cache" / "cuw" / "sources")  # set but empty: the default
 
 
 def fetch_sdist(requirement: str, sha256: str) -> Path:
     """The sdist ``name==version`` from the package index pip is configured for,
     verified and kept under its hash."""
-    cached = sorted(cache_root().glob(f"{sha256}-*"))
-    if cached:
-        return cached[0]
+    for cached in sorted(cache_root().glob(f"{sha256}-*")):
+        # Checked on every use, not only when downloaded: the cache is trusted by content, never by name.
+        if cached.is_file() and sha256_of(cached) == sha256:
+            return cached
+        report.say(f"source cache: {cached} does not match its sha256 {sha256[:12]}… (truncated or altered); "
+                   "removing it and downloading again")  # fmt: skip
+        if cached.is_dir():
+            shutil.rmtree(cached, ignore_errors=True)
+        else:
+            cached.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="cuw-sdist-") as tmp:
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
@@ -148,7 +156,7 @@ def unpack(archive: Path, dest: Path) -> Path:
 
 def checkout_git(url: str, tag: str, recursive: bool, dest: Path) -> Path:
     """A shallow clone of ``tag``; a branch name is refused (a build must be a function of the pin)."""
-    refs = subprocess.run(["git", "ls-remote", url, f"refs/tags/{tag}", f"refs/heads/{tag}"],
+    refs = subprocess.run(["git", "ls-remote", "--", url, f"refs/tags/{tag}", f"refs/heads/{tag}"],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     if refs.returncode != 0:
         raise CuwError(f"cannot read {url}: {refs.stderr.strip()}")
@@ -159,7 +167,7 @@ def checkout_git(url: str, tag: str, recursive: bool, dest: Path) -> Path:
     cmd = ["git", "clone", "--quiet", "--depth", "1", "--branch", tag, "-c", "advice.detachedHead=false"]
     if recursive:
         cmd += ["--recurse-submodules", "--shallow-submodules"]
-    proc = subprocess.run([*cmd, url, str(dest)], capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run([*cmd, "--", url, str(dest)], capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise CuwError(f"git clone of {url} at {tag} failed: {proc.stderr.strip()}")
     shutil.rmtree(dest / ".git", ignore_errors=True)
