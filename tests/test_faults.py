@@ -32,7 +32,6 @@ from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
 from cuw.config.paths import Paths
 from cuw.jobs.link import run_link
-from cuw.jobs.shard import run_shard
 from cuw.partition.rules import ShardSpec
 from cuw.config.recipe import load_recipe
 from cuw.toolchain.toolkit import find_toolkit
@@ -270,12 +269,44 @@ def _flip_one_result(src: Path, dest: Path) -> str:
     return flipped
 
 
+def _record_digest(target: Path) -> None:
+    report_file = archive.report_path(target)
+    body = json.loads(report_file.read_text())
+    report_file.write_text(json.dumps({**body, "archive_sha256": sha(target)}))
+
+
+def test_an_archive_altered_after_its_shard_is_refused_before_the_link_starts(built, tmp_path):
+    """One cache entry replaced inside a shard's archive after the shard made it (ccache reads it as a
+    good entry: it checks an entry is intact, not what built it), a truncated copy, and an archive
+    whose report was left behind: each refused naming the archive and its shard, nothing prepared."""
+    artifacts = built.copy_artifacts(tmp_path / "artifacts")
+    target = built.archive(artifacts, 1)
+    pristine = target.read_bytes()
+    altered = tmp_path / f"altered{archive.SUFFIX}"
+    _flip_one_result(target, altered)
+    for bad, message in ((altered.read_bytes(), rf"is not the [0-9a-f]{{16}}… shard 1/{N} recorded when it made the archive"),
+                         (pristine[:-1024], r"altered, cut short or replaced since")):  # fmt: skip
+        target.write_bytes(bad)
+        paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
+        with pytest.raises(CuwError, match=message):
+            run_link(built.recipe, paths, progress=None)
+        assert not (tmp_path / "work" / built.cell.id / "link").exists()
+    target.write_bytes(pristine)
+    archive.report_path(target).unlink()
+    proc = subprocess.run([sys.executable, "-m", "cuw", "link", "example", "--work", str(tmp_path / "work"),
+                           "--artifacts", str(artifacts), "--dist", str(tmp_path / "dist")],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith("hand over the shard's archive and report together")
+
+
 def test_a_corrupted_cache_entry_is_a_miss_the_link_gate_names(built, tmp_path):
     artifacts = built.copy_artifacts(tmp_path / "artifacts")
     target = built.archive(artifacts, 1)
     corrupted = tmp_path / f"corrupted{archive.SUFFIX}"
     _flip_one_result(target, corrupted)
     os.replace(corrupted, target)
+    _record_digest(target)  # corrupted before its shard packed it: the digest check has nothing to say
     owned_by_1 = set(archive.read_manifest(target).compiled)
 
     paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")

@@ -150,7 +150,7 @@ def test_offline_actions_cover_every_pin_of_the_workflow():
         "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683",
         "actions/setup-python@0b93645e9fea7318ecaed2b359559ac225c90a2b",
         "actions/upload-artifact@65c4c4a1ddee5b72f698fdd19549f0f0fb45cf08",
-        "actions/download-artifact@fa0a91b85d4f404e444e00e005971372dc801d16",
+        "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093",
     }
     with pytest.raises(CuwError, match="holds no action.yml"):
         workflow_run.local_repositories("uses: actions/cache@" + "0" * 40, folder)

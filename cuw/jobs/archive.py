@@ -26,6 +26,7 @@ from cuw import __version__
 from cuw.toolchain.cache import Cache
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.base.files import sha256_of
 from cuw.toolchain.builder import Builder, current_builder
 
 FORMAT = 2  # 2: the builder (image, glibc, compiler) that made the cache
@@ -120,6 +121,34 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # every Manifest fiel
 def archive_name(cell: Cell, index: int, count: int) -> str:
     """Carries package, lane, Python, CUDA, torch and i-of-N (artifact names must not collide)."""
     return f"cuw-shard-{cell.id}-{index}of{count}{SUFFIX}"
+
+
+def report_path(archive_path: Path) -> Path:
+    """The shard's report beside its archive (it records the archive's SHA-256)."""
+    return archive_path.with_name(archive_path.name.removesuffix(SUFFIX) + ".report.json")
+
+
+def check_digest(path: Path) -> None:
+    """The archive is the one its shard made: its SHA-256 is the one the shard recorded in its report
+    when it packed it. Corruption, a truncated copy, an archive swapped in from another run, or one
+    whose entries were replaced after the shard, are refused here, before anything is unpacked."""
+    recorded_in = report_path(path)
+    try:
+        body = json.loads(recorded_in.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CuwError(f"{path}: its shard's report {recorded_in.name} is missing, so the archive cannot be checked "
+                       "against the digest its shard recorded: hand over the shard's archive and report together") from None  # fmt: skip
+    except (OSError, ValueError) as exc:
+        raise CuwError(f"{recorded_in}: unreadable shard report ({exc}); run that shard again") from None
+    recorded = body.get("archive_sha256") if isinstance(body, dict) else None
+    shard = body.get("shard") if isinstance(body, dict) else None
+    if not (isinstance(recorded, str) and len(recorded) == 64 and all(c in "0123456789abcdef" for c in recorded)):
+        raise CuwError(f"{recorded_in}: records no archive_sha256 for {path.name} (a shard that did not finish, or an "
+                       f"older forge's): run shard {shard or 'i/N'} again")  # fmt: skip
+    got = sha256_of(path)
+    if got != recorded:
+        raise CuwError(f"{path}: SHA-256 {got[:16]}… is not the {recorded[:16]}… shard {shard} recorded when it made "
+                       "the archive: it was altered, cut short or replaced since; run that shard again")  # fmt: skip
 
 
 def _partial_prefix(dest: Path) -> str:

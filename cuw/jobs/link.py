@@ -136,7 +136,10 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
     choice = resolve_cache(recipe, cell, cache)
     if choice.remote:
         check_remote(choice.remote)
-    # Archives from another builder are refused before the link's folder is touched.
+    # Archives that are not the ones their shards made, or from another builder, are refused
+    # before the link's folder is touched.
+    for path in archive.shard_archives(paths.cell_artifacts(cell)):
+        archive.check_digest(path)
     archive.check_builders(paths.cell_artifacts(cell), current_builder())
     ws = Workspace.for_job(paths.cell_work(cell), "link", tool_class(choice.tool).shared_tree)
     leftovers.stop_orphans(ws.cuda_home, "link")  # a killed link's build, still running in the job folder

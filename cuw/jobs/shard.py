@@ -18,7 +18,7 @@ from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
 from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
-from cuw.base.files import only_one
+from cuw.base.files import only_one, sha256_of
 from cuw.gates.conditions import ShardObservation, Verdict, shard_gate
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, is_cuda, rest_keys, seat_rest, source_filter_files, unfiltered_keys
@@ -107,7 +107,7 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
     out_dir = paths.cell_artifacts(cell)
     name = archive.archive_name(cell, spec.index, spec.count)
     target = out_dir / name
-    report_path = out_dir / name.replace(archive.SUFFIX, ".report.json")
+    report_path = archive.report_path(target)
     source_filter = recipe.sharding.filter == "source"
     ws = Workspace.for_job(paths.cell_work(cell), f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
     # A run killed with SIGKILL leaves its build running in the job folder: stopped before the wipe.
@@ -221,6 +221,7 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
                 pass  # the disk that refused the archive may refuse the report too; the marker says "not ok"
             raise CuwError(f"shard {spec}: {exc}") from None
         context["archive"] = str(written)
+        context["archive_sha256"] = sha256_of(written)  # the link refuses an archive that is not this one
     else:
         target.unlink(missing_ok=True)  # a finished run that failed its gate: no older archive stands in for it
     report.write(verdict, report_path, context)  # after the archive: an ok report always has its archive
