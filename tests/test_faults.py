@@ -460,3 +460,18 @@ def test_two_links_into_one_dist_leave_no_torn_wheel(built, tmp_path):
     assert json.loads((dist / f"{wheels[0].name}.link.json").read_text())["ok"] is True
     assert json.loads((dist / f"{wheels[0].name}.verify.json").read_text())
     assert partials(dist) == []
+
+
+def test_the_build_record_holds_only_the_shards_of_its_link(built, tmp_path):
+    """A report of an earlier run with another N, left in the artifacts folder, is not this wheel's history."""
+    artifacts = built.copy_artifacts(tmp_path / "artifacts")
+    dist = tmp_path / "dist"
+    shutil.copytree(built.root / "dist", dist)
+    stale = built.folder(artifacts) / archive.archive_name(built.cell, 5, 7).replace(archive.SUFFIX, ".report.json")
+    stale.write_text(json.dumps({"ok": True, "shard": "5/7", "state": "finished", "counters": {}}))
+    proc = subprocess.run(built.cuw("record", "example", "--dist", str(dist), "--artifacts", str(artifacts)),
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (record,) = dist.glob("*.build.json")
+    shards = json.loads(record.read_text())["shards"]
+    assert sorted(s["shard"] for s in shards) == [f"{i}/{N}" for i in range(1, N + 1)], shards

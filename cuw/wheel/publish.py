@@ -141,7 +141,9 @@ def record(recipe: Any, dist: Path, artifacts: Path) -> Path:
     if not wheel.is_file():
         raise CuwError(f"{path} names {wheel.name}, which is not in {dist}")
     cell_dir = artifacts / cell.id
-    shard_reports = [_read_json(p) for p in sorted(cell_dir.glob("*.report.json")) if p.name != "link.report.json"]
+    # The shards of this link only: reports of another N left in the folder by earlier runs are not its history.
+    suffix = f"of{link_rep.get('shard_count')}.report.json"
+    shard_reports = [_read_json(p) for p in sorted(cell_dir.glob(f"cuw-shard-*{suffix}"))]
     verify_path = dist / f"{wheel.name}.verify.json"
     verify_rep = _read_json(verify_path) if verify_path.is_file() else None
     body = build_record(recipe, wheel, link_rep, shard_reports, verify_rep, toolkit)
