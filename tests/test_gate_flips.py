@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -182,6 +183,7 @@ def _rewrite_manifest(path: Path, **changes) -> None:
 @pytest.mark.parametrize(
     "damage, message",
     [
+        ("altered", r"is not the [0-9a-f]{16}… shard 1/3 recorded when it made the archive"),
         ("truncate", "corrupted or truncated"),
         ("recipe", "is for recipe 'example_torch', not 'example'"),
         ("cell", "is for cell example-linux-py3.10-"),
@@ -205,7 +207,15 @@ def test_bad_archives_stop_the_link_before_anything_is_merged(shards, tmp_path, 
     elif damage == "escape":
         _craft_escape(target, manifest)
     elif damage == "duplicate":
-        shutil.copy(target, folder / f"cuw-shard-copy-of-1{archive.SUFFIX}")
+        copy = folder / f"cuw-shard-copy-of-1{archive.SUFFIX}"
+        shutil.copy(target, copy)
+        shutil.copy(archive.report_path(target), archive.report_path(copy))
+    if damage != "altered":  # each check behind the digest: as if the shard itself had made the archive so
+        report_file = archive.report_path(target)
+        report_file.write_text(json.dumps({**json.loads(report_file.read_text()),
+                                           "archive_sha256": hashlib.sha256(target.read_bytes()).hexdigest()}))  # fmt: skip
+    else:
+        _rewrite_manifest(target, cache_version="4.7.5")
     with pytest.raises(CuwError, match=message):
         run_link(load_recipe("example", recipes), paths, progress=None)
     link_cache = next(paths.work.glob("*/link/ccache"), None)
@@ -272,3 +282,36 @@ def test_pre_build_runs_inside_the_seat_and_cache_environment(recipes_dir, paths
     (seat_log,) = paths.work.glob("*/shard-1of1/logs/seat.jsonl")
     entries = [json.loads(line) for line in seat_log.read_text().splitlines()]
     assert any(e.get("key") == "gen/pre.cu" and e["action"] == "compiled" for e in entries)
+
+
+def test_no_real_objects_fires_for_a_real_cmake_tree_that_compiled_nothing_of_its_own(tmp_path):
+    """CMake's compiler identification leaves object files in every configured CUDA tree; a build
+    that stopped there has compiled none of the project's TUs, and the gate must say so."""
+    import subprocess
+
+    from cuw.gates.conditions import ShardObservation, shard_gate
+    from cuw.jobs.workspace import Workspace, real_objects
+
+    ws = Workspace(tmp_path / "conftest-named-job", tmp_path / "conftest-named-job")  # a probe marker in the job path
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "k.cu").write_text("__global__ void k() {}\n")
+    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX CUDA)\n"
+                                        "add_library(p SHARED k.cu)\nmessage(FATAL_ERROR \"configure stops here\")\n")  # fmt: skip
+    nvcc = find_toolkit().nvcc
+    proc = subprocess.run(["cmake", "-S", str(src), "-B", str(ws.tree / "build"), f"-DCMAKE_CUDA_COMPILER={nvcc}",
+                           "-DCMAKE_CUDA_ARCHITECTURES=90"], capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode != 0 and "configure stops here" in proc.stderr
+    probes = [p for p in ws.tree.rglob("*.o")]
+    assert probes, "CMake's compiler identification left no object file: the check below would prove nothing"
+    assert real_objects(ws) == 0
+    # ... while a real object of the project's own counts, wherever the job folder is.
+    own = ws.tree / "build" / "CMakeFiles" / "p.dir" / "k.cu.o"
+    own.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(probes[0], own)
+    assert real_objects(ws) == 1
+    own.unlink()
+    verdict = shard_gate(ShardObservation(build_rc=1, log=proc.stderr, real_objects=real_objects(ws), seat_compiles_seen=0,
+                                          compiled=[], failed=[], expected_owned=[], cache_files=0, build_tus=[],
+                                          host_compiles_seen=0, device_code=True))  # fmt: skip
+    assert not verdict.ok and "no real object files were built" in verdict.reasons

@@ -187,11 +187,16 @@ def partition_for_seat(
 
 def real_objects(ws: Workspace) -> int:
     """Object files (``*.o``, and MSVC's ``*.obj``) under the job's tree that are not the
-    seat's empty stub."""
+    seat's empty stub, nor a build system's probe (CMake's compiler identification leaves
+    ``CompilerIdCUDA/…/a_dlink.o`` behind in every configured tree: counted, a build that compiled
+    nothing of its own would still look like one that did)."""
     stub = ws.empty_object.read_bytes() if ws.empty_object.exists() else b""
     count = 0
     # gcc/nvcc write .o on Linux; MSVC (cl, and nvcc's host side) writes .obj on Windows.
     for path in (p for suffix in (".o", ".obj") for p in ws.tree.rglob("*" + suffix)):
+        folders = path.relative_to(ws.tree).parts[:-1]  # within the tree: the job folder's own name never counts
+        if any(marker in part for part in folders for marker in runtime.PROBE_MARKERS):
+            continue
         try:
             size = path.stat().st_size
         except OSError:
