@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values
 from cuw.toolchain.builder import current_builder
@@ -31,6 +32,13 @@ N = 3
 
 
 def test_sccache_handoff_passes_every_gate_and_attributes_a_missing_shard(recipes_dir, paths, tmp_path):
+    # Per-job paths on every CUDA compile line, as torch extensions (-I$CUDA_HOME/include) and recipes
+    # with ${CUW_EXTRA_DEPS} have them: each job's shadow CUDA_HOME and deps folder are its own.
+    recipe_file = recipes_dir / "example" / "recipe.yml"
+    data = yaml.safe_load(recipe_file.read_text())
+    data["extra_deps"] = ["six==1.16.0"]
+    data["env"] = {"CMAKE_ARGS": "-DCMAKE_CUDA_FLAGS='-I${CUDA_HOME}/include -I${CUW_EXTRA_DEPS}'"}
+    recipe_file.write_text(yaml.safe_dump(data))
     recipe = load_recipe("example", recipes_dir)
     choice = CacheChoice("sccache", None)
     outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir, cache=choice)

@@ -241,7 +241,9 @@ class Sccache(Cache):
             raise CuwError(f"sccache for {self.cache_dir} was not prepared (no server port)")
         return {
             "SCCACHE_DIR": str(self.cache_dir),
-            "SCCACHE_BASEDIRS": str(self.base_dir),
+            # The cell's shared tree and this job's own folder: the shadow CUDA_HOME and the extra deps
+            # live in the job folder, so -I<job>/cuda/include must key the same in every job.
+            "SCCACHE_BASEDIRS": os.pathsep.join(dict.fromkeys([str(self.base_dir), str(job)])),
             "SCCACHE_SERVER_PORT": str(port),
             "SCCACHE_IDLE_TIMEOUT": "0",
             "SCCACHE_CACHE_SIZE": "100G",
