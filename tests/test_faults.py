@@ -214,7 +214,17 @@ def test_runs_of_a_running_shard_or_link_are_refused_and_touch_nothing(built, tm
         finally:
             holder.kill()
             holder.wait()
-    assert sorted(p.name for p in cell_work.iterdir()) == sorted([".link.lock", f".shard-{ShardSpec(1, N).tag}.lock"])
+    # sccache's jobs share the cell's build tree: while one runs, no other job of the cell starts.
+    holder = _holding(cell_work / ".tree.lock")
+    try:
+        run = _cuw("shard", "example", f"2/{N}", "--cache-tool", "sccache", "--work", str(work), "--artifacts", str(artifacts))
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 2 and "another job of" in err and "on its shared build tree (sccache) is already running" in err, err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(p.name for p in cell_work.iterdir()) == sorted([".link.lock", f".shard-{ShardSpec(1, N).tag}.lock",
+                                                                  f".shard-{ShardSpec(2, N).tag}.lock", ".tree.lock"])  # fmt: skip
     assert {p.name: sha(p) for p in (artifacts / built.cell.id).iterdir()} == before
     assert not any((tmp_path / "dist").glob("*"))
 

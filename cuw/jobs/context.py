@@ -4,8 +4,9 @@ cache tool and remote, whether its lane shards.
 
 from __future__ import annotations
 
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
@@ -13,7 +14,9 @@ from cuw.partition.rules import ShardSpec
 from cuw.config.grid import cell_archs, require_in_grid
 from cuw.config.policy import CacheChoice, Policy, cache_choice, load_policy
 from cuw.config.recipe import Recipe
-from cuw.toolchain.cache import Cache
+from cuw.base.files import only_one
+from cuw.config.paths import Paths
+from cuw.toolchain.cache import Cache, tool_class
 
 
 
@@ -59,6 +62,19 @@ def resolve_cache(recipe: Recipe, cell: Cell, choice: Optional[CacheChoice]) -> 
     if choice is not None:
         return choice
     return cache_choice(policy_for(recipe), cell.lane)
+
+
+@contextmanager
+def alone(recipe: Recipe, cell: Cell, paths: Paths, job: str, what: str, cache: Optional[CacheChoice]) -> Iterator[None]:
+    """The job runs alone here: no second run of it, and with a cache tool whose jobs share the
+    cell's build tree (sccache), no other job of the cell either. Refused at once, never waited for."""
+    cell_work = paths.cell_work(cell)
+    with ExitStack() as held:
+        held.enter_context(only_one(cell_work / f".{job}.lock", what))
+        tool = resolve_cache(recipe, cell, cache).tool
+        if tool_class(tool).shared_tree:
+            held.enter_context(only_one(cell_work / ".tree.lock", f"another job of {cell.id} on its shared build tree ({tool})"))
+        yield
 
 
 def check_lane(recipe: Recipe, cell: Cell, spec: ShardSpec) -> None:

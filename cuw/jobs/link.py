@@ -20,7 +20,6 @@ from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
 from cuw.config.cell import Cell, local_cell
 from cuw.base.errors import CuwError
-from cuw.base.files import only_one
 from cuw.gates.conditions import LinkObservation, Verdict, link_gate
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.rules import shard_listing
@@ -39,7 +38,7 @@ from cuw.wheel.verify import Report as VerifyReport
 from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare
 
 
-from cuw.jobs.context import Progress, check_floor, cell_archs_in_grid, resolve_cache
+from cuw.jobs.context import Progress, alone, check_floor, cell_archs_in_grid, resolve_cache
 from cuw.jobs.process import build
 
 
@@ -123,7 +122,7 @@ def run_link(
     that still carry the shards' history.
     """
     cell = local_cell(recipe, find_toolkit())
-    with only_one(paths.cell_work(cell) / ".link.lock", f"the link of {cell.id}"):
+    with alone(recipe, cell, paths, "link", f"the link of {cell.id}", cache):
         return _run_link(recipe, paths, jobs, progress, zero_stats, cache)
 
 

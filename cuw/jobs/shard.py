@@ -18,7 +18,7 @@ from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
 from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
-from cuw.base.files import only_one, sha256_of
+from cuw.base.files import sha256_of
 from cuw.gates.conditions import ShardObservation, Verdict, shard_gate
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, is_cuda, rest_keys, seat_rest, source_filter_files, unfiltered_keys
@@ -33,7 +33,7 @@ from cuw.toolchain.builder import current_builder
 from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare, real_objects
 
 
-from cuw.jobs.context import Progress, check_floor, check_lane, cell_archs_in_grid, describe_cache, resolve_cache
+from cuw.jobs.context import Progress, alone, check_floor, check_lane, cell_archs_in_grid, describe_cache, resolve_cache
 from cuw.jobs.process import build
 
 
@@ -90,7 +90,7 @@ def run_shard(
 ) -> ShardResult:
     """One shard, alone: a second run of the same shard here is refused before it touches anything."""
     cell = local_cell(recipe, find_toolkit())
-    with only_one(paths.cell_work(cell) / f".shard-{spec.tag}.lock", f"shard {spec} of {cell.id}"):
+    with alone(recipe, cell, paths, f"shard-{spec.tag}", f"shard {spec} of {cell.id}", cache):
         return _run_shard(recipe, spec, paths, jobs, progress, cache)
 
 
