@@ -42,6 +42,12 @@ def farm(session: nox.Session) -> None:
 
 
 @nox.session
+def arm(session: nox.Session) -> None:
+    """The ARM lane under emulation: the example built for linux_aarch64 in the ARM stand-in (pytest -m arm)."""
+    session.run(sys.executable, "-m", "pytest", "-m", "arm", "-v", "-s", "tests/test_arm_lane.py", *session.posargs)
+
+
+@nox.session
 def e2e(session: nox.Session) -> None:
     """Real packages from their sdists, sharded, linked and verified: nox -s e2e -- [<recipe> ...] [--e2e-image=<ref>].
 

@@ -404,9 +404,11 @@ def _image(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec) -> list[str]:
+def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec, job: "ImageJob") -> list[str]:
     """The verb's own command line for the forge inside the image: absolute paths, no --image."""
     argv = [verb, args.recipe] + ([str(spec)] if spec is not None else [])
+    if job.foreign:  # the host's toolkit cannot run there: NVIDIA's pinned wheels for its machine
+        argv += ["--toolkit", "wheels"]
     argv += ["--work", str(args.work.resolve()), "--artifacts", str(args.artifacts.resolve()),
              "--recipes", str(recipes_dir.resolve())]  # fmt: skip
     if verb != "shard":
@@ -422,6 +424,9 @@ def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec) ->
 def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes_dir: Path, spec) -> int:
     """shard, link or build with ``--image``: each job in a container of the build image."""
     import os
+    import platform
+
+    from cuw.config import toolkits
 
     from cuw.jobs.container import run_verb
     from cuw.jobs.sources import MIRROR_VAR
@@ -431,20 +436,25 @@ def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes
     from cuw.config.cell import local_cell
     from cuw.toolchain.toolkit import find_toolkit
 
-    cell_work = _paths(args).cell_work(local_cell(recipe, find_toolkit()))
+    if job.foreign and toolkits.requested(getattr(args, "toolkit", None))[0] not in (None, "wheels"):
+        raise CuwError(f"--image {job.ref} runs on {job.machine}, this machine on {platform.machine()}: its jobs use "
+                       "NVIDIA's pinned wheels for its machine (--toolkit wheels), not a toolkit of this one")  # fmt: skip
+    cell_work = _paths(args).cell_work(local_cell(recipe, find_toolkit(), job.lane))
     if args.verb in ("shard", "link"):  # the forge inside writes the timeline report after a link
         label = f"shard {spec}" if spec is not None else "link"
         lock = cell_work / f".{'shard-' + spec.tag if spec is not None else 'link'}.image.lock"
-        return run_verb(job, _inner_argv(args, args.verb, recipes_dir, spec), folders, read_only, label, report.say, lock)
+        return run_verb(job, _inner_argv(args, args.verb, recipes_dir, spec, job), folders, read_only, label,
+                        report.say, lock)  # fmt: skip
     from cuw.jobs.local import run_build
 
     def link() -> bool:
-        argv = _inner_argv(args, "link", recipes_dir, None)
+        argv = _inner_argv(args, "link", recipes_dir, None, job)
         return run_verb(job, argv, folders, read_only, "link", report.say, cell_work / ".link.image.lock") == 0
 
     # The reference as given (the records name it); a tag moved meanwhile is caught by the id the link compares.
     shard_args = ["--image", job.ref, "--engine", job.engine.name]
-    outcomes, linked = run_build(recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link)
+    outcomes, linked = run_build(recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link,
+                                 lane=job.lane)  # fmt: skip
     return 0 if linked and all(outcomes) else 1
 
 

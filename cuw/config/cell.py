@@ -42,8 +42,8 @@ def installed_torch() -> Optional[str]:
     return f"{version.major}.{version.minor}"
 
 
-def local_cell(recipe: Recipe, toolkit: Toolkit) -> Cell:
-    """The cell this machine builds for ``recipe``."""
+def local_cell(recipe: Recipe, toolkit: Toolkit, lane: Optional[str] = None) -> Cell:
+    """The cell this machine builds for ``recipe`` (``lane``: a build image's, where it differs)."""
     torch: Optional[str] = None
     if recipe.links_torch:
         torch = installed_torch()
@@ -53,7 +53,7 @@ def local_cell(recipe: Recipe, toolkit: Toolkit) -> Cell:
                 f"(pip install torch built for CUDA {toolkit.version})"
             )
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return Cell(recipe.key, local_lane(), python, toolkit.version, torch)
+    return Cell(recipe.key, lane or local_lane(), python, toolkit.version, torch)
 
 
 def parse_cell(recipe: Recipe, text: str) -> Cell:

@@ -50,9 +50,13 @@ def lane(name: str) -> Lane:
         raise CuwError(f"unknown lane {name!r} (lanes: {', '.join(LANE_NAMES)})") from None
 
 
+def linux_lane(machine: str) -> str:
+    """The Linux lane of a machine name as Linux (``aarch64``) or a container engine (``arm64``) says it."""
+    return "linux_aarch64" if machine.lower() in ("aarch64", "arm64") else "linux"
+
+
 def local_lane() -> str:
     """The lane of this machine."""
     if sys.platform.startswith("win"):
         return "windows"
-    machine = platform.machine().lower()
-    return "linux_aarch64" if machine in ("aarch64", "arm64") else "linux"
+    return linux_lane(platform.machine())

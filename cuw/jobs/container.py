@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import re
 import signal
 import ssl
@@ -35,7 +34,7 @@ import cuw
 from cuw.base.errors import CuwError
 from cuw.base.files import held, only_one
 from cuw.jobs.cell_env import forge_requirements
-from cuw.toolchain.builder import IMAGE_VAR
+from cuw.toolchain.builder import IMAGE_VAR, linux_machine
 from cuw.config.lanes import linux_lane
 from cuw.toolchain.engine import Engine, find_engine, image_machine, require_image
 
@@ -59,7 +58,7 @@ class ImageJob:
     def foreign(self) -> bool:
         """Another machine than this one's (run under emulation): the host's CUDA toolkit cannot run
         in it, so its jobs install NVIDIA's pinned wheels for its machine (``--toolkit wheels``)."""
-        return self.machine != platform.machine()
+        return self.machine != linux_machine()
 
     @property
     def short(self) -> str:

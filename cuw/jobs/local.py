@@ -42,15 +42,17 @@ def run_build(
     cache: Optional[CacheChoice] = None,
     shard_args: Sequence[str] = (),
     link: Optional[Callable[[], bool]] = None,
+    lane: Optional[str] = None,
 ) -> tuple[list[Optional[bool]], Union[LinkResult, bool]]:
     """A whole cell here: every shard as a parallel process, then the link.
 
     With a tool whose jobs share one tree (sccache), shards run one at a time. ``shard_args`` go
     to every shard's command line (``--image REF``: each shard in its own container) and ``link``
     replaces the link in this process (a link in a fresh container); it returns whether it passed.
+    ``lane``: the build image's, where it is another machine's.
     """
     toolkit = find_toolkit()
-    cell = local_cell(recipe, toolkit)
+    cell = local_cell(recipe, toolkit, lane)
     cell_archs_in_grid(recipe, cell)
     choice = resolve_cache(recipe, cell, cache)
     n = recipe.sharding.count if count is None else count

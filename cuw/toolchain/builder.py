@@ -118,6 +118,17 @@ def _compiler() -> tuple[Optional[str], str]:
     return None, ""
 
 
+# Linux's machine names and the ones Debian and the container engines give the same machines.
+PLATFORM_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def linux_machine(name: Optional[str] = None) -> str:
+    """A machine as Linux names it (``aarch64``), from an engine's or Debian's name (``arm64``);
+    without a name, this machine."""
+    name = name or platform.machine()
+    return {v: k for k, v in PLATFORM_ARCH.items()}.get(name.lower(), name)
+
+
 @lru_cache(maxsize=None)
 def current_builder() -> Builder:
     """This process's builder: the image named by ``$CUW_BUILD_IMAGE`` (set by the launcher), or the host."""
@@ -127,5 +138,4 @@ def current_builder() -> Builder:
     except (AttributeError, ValueError, OSError, IndexError):
         pass
     path, line = _compiler()
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
-    return Builder(os.environ.get(IMAGE_VAR) or None, arch, glibc, _glibcxx(path), line)
+    return Builder(os.environ.get(IMAGE_VAR) or None, linux_machine(), glibc, _glibcxx(path), line)

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Optional
 
 from cuw.base.errors import CuwError
+from cuw.toolchain.builder import linux_machine
 
 ENGINES = ("docker", "podman")
 ENGINE_VAR = "CUW_ENGINE"
@@ -86,6 +87,22 @@ def image_id(engine: Engine, ref: str) -> Optional[str]:
     except ValueError:
         return None
     return found if isinstance(found, str) and found.startswith("sha256:") else None
+
+
+def image_machine(engine: Engine, ref: str) -> str:
+    """The machine an image's programs run on, as Linux names it (``x86_64``, ``aarch64``): asked
+    of the image itself (its metadata can name the engine's machine instead: an imported root)."""
+    try:
+        out = subprocess.run(engine.cmd("run", "--rm", "--network", "host", "--entrypoint", "uname", ref, "-m"),
+                             capture_output=True, text=True, errors="replace", timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise CuwError(f"--image {ref}: `uname -m` in a container of it did not answer in 120 s") from None
+    machine = out.stdout.strip()
+    if out.returncode != 0 or not re.fullmatch(r"[a-z0-9_]+", machine):
+        why = (out.stderr.strip().splitlines() or ["no answer"])[-1]
+        raise CuwError(f"--image {ref}: cannot run `uname -m` in it ({why}); an image of another machine needs "
+                       "qemu-user-static with binfmt_misc (apt-get install qemu-user-static binfmt-support)")  # fmt: skip
+    return linux_machine(machine)
 
 
 def require_image(engine: Engine, ref: str) -> str:

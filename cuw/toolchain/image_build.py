@@ -29,6 +29,7 @@ import yaml
 import cuw
 from cuw.base.errors import CuwError
 from cuw.base.files import held, sha256_of
+from cuw.toolchain.builder import PLATFORM_ARCH, linux_machine
 from cuw.toolchain.engine import Engine, image_id
 
 IMAGES_DIR = Path(cuw.FORGE_ROOT) / "images"
@@ -39,9 +40,14 @@ Say = Callable[[str], None]
 
 @dataclass(frozen=True)
 class PythonSource:
+    """A CPython compiled from a pinned tarball (url, sha256), or the distribution's own
+    interpreter (``debian``: its package, linked into /opt/python): an image under emulation
+    cannot afford hours of compiling CPython, and it proves a lane, not a floor."""
+
     abi: str  # cp311-cp311
-    url: str
-    sha256: str
+    url: str = ""
+    sha256: str = ""
+    debian: str = ""  # python3.11
 
     @property
     def file_name(self) -> str:
@@ -99,8 +105,14 @@ def load_image_recipe(path: Path) -> ImageRecipe:
         raise CuwError(f"image recipe {path}: packages must be Debian package names")
     pythons = []
     for abi, source in _need(data, "python", dict, path).items():
-        if not _ABI.match(str(abi)) or not isinstance(source, dict) or set(source) != {"url", "sha256"}:
-            raise CuwError(f"image recipe {path}: python.{abi} must be cpXY-cpXY with url and sha256")
+        if not _ABI.match(str(abi)) or not isinstance(source, dict) or set(source) not in ({"url", "sha256"}, {"debian"}):
+            raise CuwError(f"image recipe {path}: python.{abi} must be cpXY-cpXY with url and sha256, or with debian")
+        if "debian" in source:
+            version = f"{str(abi)[2]}.{str(abi).split('-')[0][3:]}"
+            if source["debian"] != f"python{version}" or source["debian"] not in packages:
+                raise CuwError(f"image recipe {path}: python.{abi}.debian must be python{version}, listed in packages")
+            pythons.append(PythonSource(str(abi), debian=str(source["debian"])))
+            continue
         if not re.fullmatch(r"[0-9a-f]{64}", str(source["sha256"])) or not str(source["url"]).startswith(("http://", "https://")):
             raise CuwError(f"image recipe {path}: python.{abi}: an http(s) url and a sha256 of 64 hex digits")
         pythons.append(PythonSource(str(abi), str(source["url"]), str(source["sha256"])))
@@ -109,9 +121,7 @@ def load_image_recipe(path: Path) -> ImageRecipe:
 
 
 def default_recipe(arch: Optional[str] = None) -> Path:
-    import platform
-
-    machine = arch or {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
+    machine = arch or linux_machine()
     path = IMAGES_DIR / f"standin-{machine}.yml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem.removeprefix("standin-") for p in IMAGES_DIR.glob("standin-*.yml")))
@@ -148,6 +158,12 @@ def fetch_source(source: PythonSource, folder: Path, say: Say) -> Path:
 def _python_step(source: PythonSource) -> str:
     """One Dockerfile step per CPython (its own layer: a changed 3.13 pin keeps the 3.11 layer)."""
     prefix = f"/opt/python/{source.abi}"
+    if source.debian:
+        return (
+            f"RUN set -e; mkdir -p {prefix}/bin; ln -s /usr/bin/{source.debian} {prefix}/bin/python3; "
+            f"ln -s python3 {prefix}/bin/python; "
+            f"{prefix}/bin/python -c 'import ssl, zlib, bz2, lzma, ctypes, sqlite3, uuid, venv, ensurepip'\n"
+        )
     return (
         f"COPY {source.file_name} /tmp/src/\n"
         "RUN set -e; mkdir /tmp/build; cd /tmp/build; "
@@ -220,7 +236,7 @@ def _base_layer(engine: Engine, recipe: ImageRecipe, folder: Path, log: Path, sa
     root = folder / "rootfs"
     if root.exists():
         shutil.rmtree(root)
-    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(recipe.arch, recipe.arch)
+    arch = PLATFORM_ARCH.get(recipe.arch, recipe.arch)
     say(f"image: debootstrap {recipe.suite} ({arch}, {len(recipe.packages)} packages) from {recipe.mirror}")
     _run_logged(["debootstrap", "--variant=minbase", f"--arch={arch}", f"--include={','.join(recipe.packages)}",
                  recipe.suite, str(root), recipe.mirror], log, f"debootstrap {recipe.suite}", say)  # fmt: skip
@@ -228,6 +244,8 @@ def _base_layer(engine: Engine, recipe: ImageRecipe, folder: Path, log: Path, sa
         cached.unlink()
     tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
     try:
+        # The image metadata then names the engine's machine (docker 20.10 honours `import --platform`
+        # only in experimental mode); jobs ask the image itself (`uname -m`, engine.image_machine).
         _run_logged(engine.cmd("import", "-", base), log, "import the root as the base layer", say, stdin=tar.stdout)
     finally:
         if tar.stdout:
@@ -256,6 +274,8 @@ def build_image(engine: Engine, recipe: ImageRecipe, say: Say) -> tuple[str, boo
             shutil.rmtree(context)
         context.mkdir()
         for source in recipe.pythons:
+            if source.debian:
+                continue
             shutil.copy2(fetch_source(source, cache_root() / "sources", say), context / source.file_name)
         (context / "Dockerfile").write_text(dockerfile(recipe, base))
         _run_logged(engine.cmd("build", "--network", "host", "-t", ref, str(context)), log,
