@@ -242,3 +242,40 @@ def test_the_dispatcher_sends_one_build_dispatch_per_chunk(tmp_path):
     dry = subprocess.run([sys.executable, str(REPO / ".github/scripts/dispatch_chunks.py"), str(plan), "--ref", "main",
                           "--dry-run"], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})  # fmt: skip
     assert dry.returncode == 0 and dry.stdout.count("would dispatch") == len(chunks)
+
+
+def test_eight_publishes_at_once_into_one_index_lose_nothing(tmp_path):
+    index = tmp_path / "index"
+    names = [f"cuw_example-0.1.{i}+cu130-cp311-cp311-manylinux_2_34_x86_64.whl" for i in range(8)]
+    for i, name in enumerate(names):
+        _wheel(tmp_path / f"in{i}", name, f"wheel {i}".encode())
+    runs = [subprocess.Popen([sys.executable, "-m", "cuw", "publish", str(tmp_path / f"in{i}"), str(index)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i in range(8)]  # fmt: skip
+    for run in runs:
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err[-2000:]
+    assert set(json.loads((index / MARKER).read_text())["files"]) == set(names)
+    page = (index / "cu130" / "cuw-example" / "index.html").read_text()
+    assert all(name in page for name in names)
+    assert all((index / "files" / f"{name}{RECORD_SUFFIX}").is_file() for name in names)
+
+
+def test_two_different_wheels_under_one_name_are_both_refused(tmp_path):
+    _wheel(tmp_path / "in" / "link-a", W311, b"one")
+    _wheel(tmp_path / "in" / "link-b", W311, b"another")
+    _wheel(tmp_path / "in" / "link-c", W312, b"two")
+    outcome = publish(tmp_path / "in", tmp_path / "index")
+    assert "2 different wheels arrived under this name" in outcome.refused[W311]
+    assert outcome.published == [W312] and W311 not in json.loads((tmp_path / "index" / MARKER).read_text())["files"]
+
+
+def test_pages_a_killed_publish_left_behind_the_marker_are_brought_up_to_it(tmp_path):
+    index = tmp_path / "index"
+    _wheel(tmp_path / "in", W311, b"one")
+    _wheel(tmp_path / "in", W312, b"two")
+    publish(tmp_path / "in", index)
+    page = index / "cu130" / "cuw-example" / "index.html"
+    page.write_text(page.read_text().replace(W312, "gone"))  # killed after the marker, before this page
+    again = publish(tmp_path / "in", index)
+    assert sorted(again.already) == [W311, W312] and W312 in page.read_text()

@@ -166,19 +166,6 @@ class Outcome:
         return bool(self.published or self.already) and not self.refused
 
 
-def _published_index(index: Path) -> dict[str, str]:
-    from cuw.wheel.index import MARKER
-
-    marker = index / MARKER
-    if not marker.is_file():
-        return {}
-    try:
-        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise CuwError(f"{marker}: unreadable index record; restore it from the published copy") from None
-    return dict(files)
-
-
 def _failed_cells(reports: Optional[Path]) -> dict[str, str]:
     """Cells whose link report says it failed: cell id -> the gate's reasons (missing shards named)."""
     out: dict[str, str] = {}
@@ -200,14 +187,46 @@ def _failed_cells(reports: Optional[Path]) -> dict[str, str]:
 
 def publish(incoming: Path, index: Path, reports: Optional[Path] = None) -> Outcome:
     """Adds every wheel under ``incoming`` that has its build record to the index at ``index``."""
-    from cuw.wheel.index import build_index
+    from cuw.wheel.index import MARKER, add_to_index, index_lock, published_files, write_pages
 
     if not incoming.is_dir():
         raise CuwError(f"publish: {incoming} is not a folder (the wheels the links uploaded)")
+    # Sorted once without touching the index (a run with nothing to add, or refused, writes nothing)...
+    outcome, accepted = _sort(incoming, published_files(index) if (index / MARKER).is_file() else {}, reports)
+    if not accepted and not outcome.already:
+        return outcome
+    published_files(index)  # a folder that is not an index is refused before the lock file is made in it
+    with index_lock(index):  # ...and again under the lock: another publish may have added meanwhile
+        published = published_files(index)
+        outcome, accepted = _sort(incoming, published, reports)
+        if accepted:
+            (index / "files").mkdir(parents=True, exist_ok=True)
+            for _, rec_path in accepted:  # each record before its wheel is listed: a listed wheel has its record
+                copy_into(rec_path, index / "files" / rec_path.name, "build record")
+            with tempfile.TemporaryDirectory(prefix="cuw-publish-") as tmp:
+                for wheel, _ in accepted:
+                    shutil.copy2(wheel, Path(tmp) / wheel.name)
+                add_to_index(Path(tmp), index)
+            outcome.published += [wheel.name for wheel, _ in accepted]
+        elif published:
+            write_pages(index, published)  # pages a killed run left behind the marker are brought up to it
+    return outcome
+
+
+def _sort(incoming: Path, published: dict[str, str], reports: Optional[Path]) -> tuple[Outcome, list[tuple[Path, Path]]]:
+    """What arrived, sorted into refused, already published and accepted (wheel, record) pairs."""
     outcome = Outcome(failed_cells=_failed_cells(reports))
-    published = _published_index(index)
     accepted: list[tuple[Path, Path]] = []
+    arrived: dict[str, list[Path]] = {}
     for wheel in sorted(incoming.rglob("*.whl")):
+        arrived.setdefault(wheel.name, []).append(wheel)
+    for name, copies in arrived.items():
+        if len({sha256_file(w) for w in copies}) > 1:  # two links made one name with other bytes: neither is it
+            outcome.refused[name] = (f"{len(copies)} different wheels arrived under this name "
+                                     f"({', '.join(str(w.relative_to(incoming)) for w in copies)}); none is published")  # fmt: skip
+    for wheel in sorted(copies[0] for copies in arrived.values()):
+        if wheel.name in outcome.refused:
+            continue
         rec_path = wheel.with_name(wheel.name + RECORD_SUFFIX)
         if not rec_path.is_file():
             outcome.refused[wheel.name] = f"no build record ({rec_path.name}): not from a passed link"
@@ -225,17 +244,7 @@ def publish(incoming: Path, index: Path, reports: Optional[Path] = None) -> Outc
                                                "(a published wheel is never replaced: bump the version)")  # fmt: skip
             continue
         accepted.append((wheel, rec_path))
-    if accepted:
-        with tempfile.TemporaryDirectory(prefix="cuw-publish-") as tmp:
-            for wheel, _ in accepted:
-                shutil.copy2(wheel, Path(tmp) / wheel.name)
-            build_index(Path(tmp), index)
-        for wheel, rec_path in accepted:
-            dest = index / "files" / rec_path.name
-            if not dest.exists():
-                copy_into(rec_path, dest, "build record")
-            outcome.published.append(wheel.name)
-    return outcome
+    return outcome, accepted
 
 
 def summarize(outcome: Outcome, index: Path) -> str:
