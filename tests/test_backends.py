@@ -50,3 +50,19 @@ def test_extra_deps_folder_goes_first_on_the_build_pythonpath(recipes_dir, tmp_p
     env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 2, None,
                     base={"PATH": "/usr/bin", "PYTHONPATH": "/x"}, deps_dir=tmp_path / "deps")  # fmt: skip
     assert env["PYTHONPATH"] == f"{tmp_path / 'deps'}:/x" and env["CUW_EXTRA_DEPS"] == str(tmp_path / "deps")
+
+
+def test_the_host_compilers_are_the_seats_names_not_the_interpreters_own(recipes_dir, tmp_path):
+    """Debian's CPython says CXX=aarch64-linux-gnu-g++ in sysconfig; scikit-build-core and setuptools
+    use it when CXX is unset, and no host seat has that name. Measured: in the ARM stand-in every host
+    TU went around the seat and the shard gate failed. The build names the seat's g++ and gcc."""
+    recipe = load_recipe("example", recipes_dir)
+    (tmp_path / "cuda" / "bin").mkdir(parents=True)
+    for name in ("gcc", "g++"):
+        (tmp_path / "cuda" / "bin" / name).symlink_to("/nonexistent/host-cc")
+    env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 2, None, base={"PATH": "/usr/bin"})
+    assert (env["CC"], env["CXX"]) == ("gcc", "g++")
+    mine = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 2, None, base={"PATH": "/usr/bin", "CXX": "clang++"})
+    assert mine["CXX"] == "clang++", "a compiler the caller chose stays"
+    bare = build_env(recipe, tmp_path / "none", tmp_path / "build", 2, None, base={"PATH": "/usr/bin"})
+    assert "CXX" not in bare, "no seat of that name: nothing named"

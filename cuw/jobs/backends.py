@@ -65,6 +65,12 @@ def build_env(
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
     )
+    for var, name in (("CC", "gcc"), ("CXX", "g++")):
+        # Unset, scikit-build-core and setuptools take the compiler the interpreter was built with
+        # (sysconfig): Debian's own CPython names aarch64-linux-gnu-g++, a name the host seat does
+        # not stand in for, so every host compile would go around it. The seat's own name instead.
+        if not env.get(var) and os.path.lexists(shadow_home / "bin" / name):
+            env[var] = name
     if archs:
         env["CUDAARCHS"] = cmake_archs(archs)
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
