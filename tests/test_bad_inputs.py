@@ -285,6 +285,10 @@ CASES: list[Case] = [
     C("yaml/invalid", "show", "invalidyaml", *B, expect="not valid YAML"),
     C("yaml/python-tag", "show", "pytagyaml", *B, expect="not valid YAML"),
     C("yaml/unknown-key", "show", "unknownkey", *B, expect="unknown key 'bakend'"),
+    C("yaml/duplicate-key", "show", "dupkey", *B, expect="the key 'backend' appears twice in one mapping (line 3 and line 6)"),
+    C("yaml/alias-bomb", "show", "aliasbomb", *B, expect="anchors and aliases are not read here"),
+    C("yaml/deep-nesting", "show", "deepyaml", *B, expect="nesting deeper than 32 levels"),
+    C("yaml/oversized", "show", "hugeyaml", *B, expect="larger than 1024 KiB"),
     C("yaml/env-number", "show", "envnumber", *B, expect="env.A"),
     C("yaml/int-keys", "show", "intkeys", *B, expect="unknown key"),
     C("yaml/max-jobs-zero", "show", "maxjobs0", *B, expect="max_jobs"),
@@ -397,6 +401,11 @@ def build_world(W: Path) -> Path:
     _recipe(bad, "invalidyaml", "name: [unclosed\n\tbackend: x\n")
     _recipe(bad, "pytagyaml", "name: !!python/object/apply:os.system ['true']\n")
     _recipe(bad, "unknownkey", example.replace("backend:", "bakend:"), example=True)
+    _recipe(bad, "dupkey", MINIMAL + "max_jobs: 2\nbackend: scikit-build-core\n")
+    _recipe(bad, "aliasbomb", "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+            + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)))
+    _recipe(bad, "deepyaml", "name: " + "[" * 200 + "]" * 200 + "\n")
+    _recipe(bad, "hugeyaml", MINIMAL + "# " + "x" * (1 << 20) + "\n")
     _recipe(bad, "envnumber", MINIMAL + "env: {A: 1}\n")
     _recipe(bad, "intkeys", MINIMAL + "1: 2\n")
     _recipe(bad, "maxjobs0", MINIMAL + "max_jobs: 0\n")

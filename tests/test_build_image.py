@@ -212,7 +212,7 @@ def test_an_image_recipe_is_read_strictly(tmp_path):
     with pytest.raises(CuwError, match="sha256 of 64 hex digits"):
         load_image_recipe(bad)
     bad.write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(CuwError, match="not YAML"):
+    with pytest.raises(CuwError, match="not a text file"):
         load_image_recipe(bad)
     with pytest.raises(CuwError, match="no such file"):
         load_image_recipe(tmp_path / "missing.yml")

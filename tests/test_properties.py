@@ -267,3 +267,30 @@ def test_any_recipe_text_loads_or_is_a_cuw_error(text: str | bytes, recipes_root
 def test_the_committed_recipes_still_load() -> None:
     for folder in sorted((REPO / "recipes").glob("*/recipe.yml")):
         assert load_recipe(folder.parent.name, REPO / "recipes").key == folder.parent.name
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(st.binary(max_size=400), st.text(alphabet="ab:-[]{}&*!|>#'\" \n\t,.?%@`", max_size=200).map(str.encode)))
+def test_the_yaml_reader_answers_any_bytes_with_data_or_one_refusal(tmp_path, data):
+    """Random bytes and YAML-ish punctuation: parsed, or a CuwError naming the file; never another exception."""
+    from cuw.base.errors import CuwError
+    from cuw.base.yamlfile import read_yaml
+
+    path = tmp_path / "recipe.yml"
+    path.write_bytes(data)
+    try:
+        read_yaml(path, "recipe")
+    except CuwError as exc:
+        assert str(exc).startswith(str(path)) and "\n" not in str(exc)
+
+
+def test_the_yaml_reader_refuses_a_fifo_without_blocking(tmp_path):
+    import os
+
+    from cuw.base.errors import CuwError
+    from cuw.base.yamlfile import read_yaml
+
+    fifo = tmp_path / "defaults.yml"
+    os.mkfifo(fifo)
+    with pytest.raises(CuwError, match="not a regular file"):
+        read_yaml(fifo, "farm policy")

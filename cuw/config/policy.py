@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
-import yaml
 
 from cuw.toolchain.cache import tool_class
 from cuw.config.grid import Archs, Grid
 from cuw.base.errors import CuwError
+from cuw.base.yamlfile import read_yaml
 from cuw.config.lanes import LANES
 from cuw.config.schema import load_dataclass
 from cuw.toolchain.provision import NO_NVCC_WHEEL, check_pins
@@ -70,16 +70,9 @@ class Policy:
 
 def load_policy(recipes_dir: Path) -> Policy:
     path = recipes_dir / "defaults.yml"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return Policy()
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError:
-        raise CuwError(f"{path}: not a text file (the farm policy, UTF-8 YAML, expected)") from None
-    except yaml.YAMLError as exc:
-        from cuw.config.recipe import yaml_problem
-
-        raise CuwError(yaml_problem(path, exc)) from None
+    data = read_yaml(path, "farm policy") or {}
     policy = load_dataclass(Policy, data, str(path))
     from cuw.config.recipe import check_arch
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
-import yaml
 
 import cuw
 from cuw.base.errors import CuwError
+from cuw.base.yamlfile import read_yaml
 from cuw.config.lanes import LANE_NAMES
 from cuw.config.limits import check_count
 from cuw.config.schema import SchemaError, load_dataclass
@@ -224,12 +224,7 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
         known = known_recipes(recipes_dir)
         listing = ", ".join(known) if known else "none"
         raise CuwError(f"unknown recipe {key!r} (in {recipes_dir}); known recipes: {listing}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise CuwError(f"{path}: not a text file (UTF-8 YAML expected)") from None
-    except yaml.YAMLError as exc:
-        raise CuwError(f"{yaml_problem(path, exc)}") from None
+    data = read_yaml(path, "recipe")
     if isinstance(data, dict):
         for reserved in LOADER_ONLY:
             if reserved in data:
@@ -241,14 +236,6 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
     recipe = _with(recipe, key=key, folder=str(path.parent.resolve()))
     _validate(recipe, path)
     return recipe
-
-
-def yaml_problem(path: Path, exc: "yaml.YAMLError") -> str:
-    """A YAML error as one line: the file, line and column, and what is wrong there."""
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    problem = getattr(exc, "problem", None) or str(exc)
-    return f"{path}: not valid YAML{where}: " + " ".join(str(problem).split())
 
 
 def _with(recipe: Recipe, **changes: str) -> Recipe:

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-import yaml
 
 import cuw
 from cuw.base.errors import CuwError
+from cuw.base.yamlfile import read_yaml
 from cuw.base.files import held, sha256_of
 from cuw.toolchain.builder import PLATFORM_ARCH, linux_machine
 from cuw.toolchain.engine import Engine, image_id
@@ -86,12 +86,7 @@ def load_image_recipe(path: Path) -> ImageRecipe:
     """An image recipe, strictly: unknown keys, wrong types and unpinned sources are refused."""
     if path.is_dir():
         raise CuwError(f"image recipe {path} is a folder; give the recipe's .yml file (images/standin-x86_64.yml)")
-    if not path.is_file():
-        raise CuwError(f"image recipe {path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise CuwError(f"image recipe {path}: not YAML ({' '.join(str(exc).split())})") from None
+    data = read_yaml(path, "image recipe")
     if not isinstance(data, dict):
         raise CuwError(f"image recipe {path}: a mapping of {', '.join(sorted(_KEYS))} expected")
     unknown = sorted(set(map(str, data)) - _KEYS)

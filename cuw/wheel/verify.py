@@ -27,6 +27,7 @@ from wheel.wheelfile import WheelError, WheelFile
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.base.files import write_text
 from cuw.base.versions import version_key
 from cuw.config import lanes
 from cuw.wheel.binaries import Binary, read_binary
@@ -506,6 +507,7 @@ def write_verify_reports(checked: Report, wheel_path: Path) -> tuple[Path, Path]
     """``<wheel>.verify.json`` and ``<wheel>.verify.md`` beside the wheel."""
     as_json = wheel_path.with_name(wheel_path.name + ".verify.json")
     as_md = wheel_path.with_name(wheel_path.name + ".verify.md")
-    as_json.write_text(checked.to_json() + "\n")
-    as_md.write_text(checked.to_markdown())
+    # Through a temp file and a rename, as every report: a reader (or a second verify) never sees half.
+    write_text(as_json, checked.to_json() + "\n", "verify report")
+    write_text(as_md, checked.to_markdown(), "verify report")
     return as_json, as_md
