@@ -292,6 +292,7 @@ CASES: list[Case] = [
     C("yaml/env-number", "show", "envnumber", *B, expect="env.A"),
     C("yaml/int-keys", "show", "intkeys", *B, expect="unknown key"),
     C("yaml/max-jobs-zero", "show", "maxjobs0", *B, expect="max_jobs"),
+    C("yaml/max-jobs-huge", "show", "maxjobshuge", *B, expect="max_jobs must be from 1 to 1024"),
     C("yaml/bad-arch", "show", "badarch", *B, expect="archs"),
     # -- grid --check and the plan's formats ------------------------------------------------------
     C("grid/index-no-url", "grid", "--check", *R, "--index", "13.0=", expect="--index '13.0='"),
@@ -409,6 +410,7 @@ def build_world(W: Path) -> Path:
     _recipe(bad, "envnumber", MINIMAL + "env: {A: 1}\n")
     _recipe(bad, "intkeys", MINIMAL + "1: 2\n")
     _recipe(bad, "maxjobs0", MINIMAL + "max_jobs: 0\n")
+    _recipe(bad, "maxjobshuge", MINIMAL + "max_jobs: 99999999999999999999999\n")
     _recipe(bad, "badarch", example.replace('["9.0"]', '["sm_90"]'), example=True)
     _recipe(bad, "count0", MINIMAL + "sharding: {count: 0}\n")
     _recipe(bad, "counthuge", MINIMAL + "sharding: {count: 99999999999999999999}\n")

@@ -178,3 +178,23 @@ def test_file_remote_must_exist(tmp_path):
     with pytest.raises(CuwError, match=r"is not a folder"):
         check_remote(f"file://{tmp_path}/missing")
     check_remote(f"file://{tmp_path}")
+
+
+def test_a_named_cache_tool_is_never_replaced_and_a_hung_one_is_named(tmp_path, monkeypatch):
+    from cuw.toolchain import cache
+
+    cache._binary.cache_clear()
+    monkeypatch.setenv("CUW_CCACHE", str(tmp_path / "no-such-ccache"))
+    with pytest.raises(CuwError, match=r"CUW_CCACHE=.*no-such-ccache: no executable file there"):
+        cache._binary("ccache", cache.Ccache.pinned, cache.Ccache.package)
+    hung = tmp_path / "ccache"
+    hung.write_text("#!/bin/sh\nsleep 30\n")
+    hung.chmod(0o755)
+    monkeypatch.setenv("CUW_CCACHE", str(hung))
+    monkeypatch.setattr(cache, "VERSION_TIMEOUT_S", 1.0)
+    cache._binary.cache_clear()
+    cache._version.cache_clear()
+    with pytest.raises(CuwError, match=r"--version did not answer in 1 s"):
+        cache._binary("ccache", cache.Ccache.pinned, cache.Ccache.package)
+    cache._binary.cache_clear()
+    cache._version.cache_clear()

