@@ -127,3 +127,19 @@ def test_a_nox_session_ends_with_the_verbs_own_exit_code(tmp_path):
     assert proc.stderr.count("cuw: error:") == 1 and "Traceback" not in proc.stderr
     ok = subprocess.run([sys.executable, "-m", "nox", "-s", "recipes"], cwd=REPO, capture_output=True, text=True)
     assert ok.returncode == 0 and "example" in ok.stdout
+
+
+@pytest.mark.parametrize("verb", [["recipes"], ["grid"], ["show", "example"], ["matrix", "--package", "example"]])
+def test_a_closed_or_full_stdout_is_one_line_and_exit_2(verb):
+    """A result with nowhere to go is not a success: fd 1 closed, or a full disk behind it."""
+    import subprocess
+    import sys
+
+    closed = subprocess.run([sys.executable, "-m", "cuw", *verb], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, pass_fds=(), preexec_fn=lambda: __import__("os").close(1))  # fmt: skip
+    assert closed.returncode == 2 and "Traceback" not in closed.stderr, closed.stderr
+    assert closed.stderr.strip().splitlines()[-1] == "cuw: error: standard output is closed; the result had nowhere to go"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "cuw", *verb], stdout=full, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "cuw: error: cannot write to standard output (No space left on device)"

@@ -32,14 +32,52 @@ def _crash_log(exc: BaseException) -> Optional[Path]:
     return path
 
 
+class _NamedOutput:
+    """Standard output whose failures say they are standard output's (a full disk behind a
+    redirect, a closed pipe), and, when the process started without one, a write that says so
+    instead of vanishing (Python drops every print when fd 1 was closed)."""
+
+    def __init__(self, stream) -> None:  # type: ignore[no-untyped-def]
+        self._stream = stream
+
+    def _named(self, call, *args):  # type: ignore[no-untyped-def]
+        if self._stream is None:
+            raise OSError(9, "standard output is closed; the result had nowhere to go")
+        try:
+            return call(*args)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot write to standard output ({exc.strerror or exc})") from None
+
+    def write(self, text: str) -> int:
+        return self._named(lambda t: self._stream.write(t), text)
+
+    def flush(self) -> None:
+        if self._stream is not None:
+            self._named(self._stream.flush)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._stream, name)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """The one error boundary: exit 0 pass, 1 a gate refused the result, 2 bad input or environment.
 
     Whatever goes wrong ends in one line on stderr; an internal bug says so and leaves its
     traceback in a log file instead of on the terminal.
     """
+    plain = sys.stdout
+    sys.stdout = _NamedOutput(plain)  # type: ignore[assignment]
     try:
-        return run(sys.argv[1:] if argv is None else argv)
+        return _run_once(argv)
+    finally:
+        sys.stdout = plain
+
+
+def _run_once(argv: Optional[list[str]]) -> int:
+    try:
+        code = run(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()  # a full or broken stdout must not pass for a written result
+        return code
     except CuwError as exc:
         print(f"cuw: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
