@@ -306,6 +306,19 @@ def read_manifest(path: Path) -> Manifest:
         raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
 
 
+def check_archive(path: Path) -> Manifest:
+    """The whole archive checked without unpacking anything: every member's name and kind, its
+    end, its manifest. What :func:`unpack` checks again before it writes."""
+    try:
+        with _open(path) as tar:
+            for member in tar.getmembers():
+                _check_member(member, path)
+            _check_complete(tar, path)
+            return _manifest_in(tar, path)
+    except _CORRUPT as exc:
+        raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
+
+
 def _manifest_in(tar: tarfile.TarFile, path: Path) -> Manifest:
     try:
         member = tar.getmember(MANIFEST)

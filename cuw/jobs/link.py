@@ -28,7 +28,7 @@ from cuw.config.paths import Paths
 from cuw.jobs.patching import PatchContext
 from cuw.config.policy import CacheChoice, load_policy
 from cuw.config.recipe import Recipe
-from cuw.toolchain.cache import Cache, Sccache, check_remote, tool_class
+from cuw.toolchain.cache import Cache, Sccache, check_remote, open_cache, tool_class
 from cuw.wheel.finish import CudaRuntime, dist_versions, repair, retag
 from cuw.toolchain.toolkit import Toolkit, find_toolkit
 from cuw.toolchain.builder import current_builder
@@ -58,11 +58,10 @@ class LinkResult:
 RESTORE_THREADS = 4
 
 
-def _restore(
-    recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache: Cache
-) -> tuple[int, list[int], set[str]]:
-    """Validates every archive, then merges them into the link's cache; returns (N, missing shards,
-    the TUs the arrived shards compiled: what the link will replay)."""
+def _checked_archives(recipe: Recipe, cell: Cell, paths: Paths, job_cache: Cache, whole: bool = False):  # type: ignore[no-untyped-def]
+    """Every archive's manifest read and held against this link (cell, tool, N, no shard twice):
+    (archives, manifests, N, shard index -> archive). Reads only: the link calls it (``whole``: every
+    member's name too) before it touches its folder, and again when it merges."""
     folder = paths.cell_artifacts(cell)
     archives = archive.shard_archives(folder)
     if not archives:
@@ -70,7 +69,7 @@ def _restore(
             f"no shard archives for {cell.id} in {folder}: run the shards first "
             f"(nox -s shard -- {recipe.key} 1/N, ... N/N)"
         )
-    manifests = [archive.read_manifest(a) for a in archives]
+    manifests = [archive.check_archive(a) if whole else archive.read_manifest(a) for a in archives]
     count = manifests[0].shard_count
     seen: dict[int, Path] = {}
     for path, manifest in zip(archives, manifests):
@@ -78,6 +77,15 @@ def _restore(
         if manifest.shard_index in seen:
             raise CuwError(f"{path} and {seen[manifest.shard_index]} are both shard {manifest.shard_index}/{count}")
         seen[manifest.shard_index] = path
+    return archives, manifests, count, seen
+
+
+def _restore(
+    recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache: Cache
+) -> tuple[int, list[int], set[str]]:
+    """Validates every archive, then merges them into the link's cache; returns (N, missing shards,
+    the TUs the arrived shards compiled: what the link will replay)."""
+    archives, manifests, count, seen = _checked_archives(recipe, cell, paths, job_cache)
     staging = ws.root / "staging"
     staging.mkdir()
     try:
@@ -141,6 +149,7 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
         archive.check_digest(path)
     archive.check_builders(paths.cell_artifacts(cell), current_builder())
     ws = Workspace.for_job(paths.cell_work(cell), "link", tool_class(choice.tool).shared_tree)
+    _checked_archives(recipe, cell, paths, open_cache(choice.tool, ws.cache_dir, ws.tree, choice.remote), whole=True)
     leftovers.stop_orphans(ws.cuda_home, "link")  # a killed link's build, still running in the job folder
     link_patch = PatchContext(ws.src, cell, archs, None, recipe.key)
     # Where the link's time goes (the planner's link estimate reads it from the report).
