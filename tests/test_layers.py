@@ -59,3 +59,20 @@ def test_every_module_says_what_it_owns():
     missing = [str(p.relative_to(REPO)) for p in sorted((REPO / "cuw").rglob("*.py"))
                if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]  # fmt: skip
     assert missing == [], f"modules without a docstring: {missing}"
+
+
+def test_the_code_lints_clean():
+    """ruff's rules in pyproject.toml ([tool.ruff.lint]) over the package, the tests and the front ends."""
+    ruff = Path(sys.executable).parent / "ruff"
+    proc = subprocess.run([str(ruff), "check", "--no-cache", "cuw", "tests", "noxfile.py", "tasks.py"], cwd=REPO,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_lint_can_fail(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\n\ndef f(x=[]):\n    return undefined_name\n")
+    ruff = Path(sys.executable).parent / "ruff"
+    proc = subprocess.run([str(ruff), "check", "--no-cache", "--config", str(REPO / "pyproject.toml"), str(bad)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 1 and all(code in proc.stdout for code in ("F401", "B006", "F821")), proc.stdout
