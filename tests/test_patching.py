@@ -22,7 +22,7 @@ def _digest(root: Path) -> str:
 
 
 def _ctx(recipe, src: Path) -> PatchContext:
-    return PatchContext(src, Cell(recipe.key, "linux", "3.11", "13.0", None), ["9.0"], None, recipe.key)
+    return PatchContext(src, Cell(recipe.key, "linux", "3.11", "13.0", None), ["9.0"], recipe.key)
 
 
 # The tagged snapshots of the git-source recipes (spconv, cumm), where this machine has them.
@@ -67,7 +67,7 @@ def test_a_patch_without_a_patch_function(recipes_dir, tmp_path):
 
 def test_an_insertion_that_keeps_its_anchor_is_idempotent(tmp_path):
     (tmp_path / "CMakeLists.txt").write_text("project(x)\nadd_library(x a.c)\n")
-    ctx = PatchContext(tmp_path, Cell("x", "linux", "3.11", "13.0", None), ["9.0"], None, "x")
+    ctx = PatchContext(tmp_path, Cell("x", "linux", "3.11", "13.0", None), ["9.0"], "x")
     inserted = "add_library(x a.c)\nif(TARGET y)\n  add_dependencies(x y)\nendif()\n"
     assert ctx.replace("CMakeLists.txt", "add_library(x a.c)\n", inserted)
     assert not ctx.replace("CMakeLists.txt", "add_library(x a.c)\n", inserted)

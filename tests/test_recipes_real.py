@@ -142,7 +142,7 @@ def _fetch(recipe: Recipe, tmp_path: Path) -> Path:
 def _context(recipe: Recipe, source: Path) -> PatchContext:
     policy = load_policy(RECIPES_DIR)
     cell = cells(recipe, policy.grid)[0]
-    return PatchContext(source, cell, cell_archs(recipe, policy.archs, cell), None, recipe.key)
+    return PatchContext(source, cell, cell_archs(recipe, policy.archs, cell), recipe.key)
 
 
 @pytest.mark.parametrize("key", _patched_pypi_recipes())

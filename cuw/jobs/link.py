@@ -151,7 +151,7 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
     ws = Workspace.for_job(paths.cell_work(cell), "link", tool_class(choice.tool).shared_tree)
     _checked_archives(recipe, cell, paths, open_cache(choice.tool, ws.cache_dir, ws.tree, choice.remote), whole=True)
     leftovers.stop_orphans(ws.cuda_home, "link")  # a killed link's build, still running in the job folder
-    link_patch = PatchContext(ws.src, cell, archs, None, recipe.key)
+    link_patch = PatchContext(ws.src, cell, archs, recipe.key)
     # Where the link's time goes (the planner's link estimate reads it from the report).
     phases: dict[str, float] = {}
     clock = time.monotonic()

@@ -17,7 +17,6 @@ from typing import Optional
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
-from cuw.partition.rules import ShardSpec
 from cuw.config.recipe import Recipe
 
 
@@ -26,9 +25,9 @@ class PatchContext:
     source_dir: Path
     cell: Cell
     archs: list[str]
-    shard: Optional[ShardSpec]
-    """This job's shard, or None for the link job and unsharded builds."""
     recipe: str
+    # No shard here: a patch that knew its job could make a shard's source differ from the link's,
+    # and the link would then replay compiles no shard made.
 
     def replace(self, relpath: str, old: str, new: str, count: int = 1) -> bool:
         """Replaces ``old`` by ``new`` in one file; True if it changed anything.

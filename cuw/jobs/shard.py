@@ -117,7 +117,7 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
     archive.remove_partials(target)
     report.begin("shard", report_path, {"cell": cell.to_dict(), "shard": str(spec), "archive": None})
     try:
-        patch_ctx = PatchContext(ws.src, cell, archs, spec if spec.count > 1 else None, recipe.key)
+        patch_ctx = PatchContext(ws.src, cell, archs, recipe.key)
         # Under the source filter the seat partitions the rest (seat_rest), or nothing.
         seat_spec = spec if not source_filter or (seat_rest(recipe) and spec.count > 1) else None
         job_cache = prepare(ws, recipe, toolkit, seat_spec, choice.tool, choice.remote, patch_ctx, lane=cell.lane)

@@ -146,7 +146,7 @@ def prepare_tree(recipe: Recipe, dest: Path) -> Path:
         archs = cell_archs(recipe, policy.archs, cell)
     except CuwError:
         archs = []
-    apply_patch(recipe, PatchContext(dest, cell, archs, None, recipe.key))
+    apply_patch(recipe, PatchContext(dest, cell, archs, recipe.key))
     return dest
 
 
