@@ -23,7 +23,8 @@ def manifest(**changes) -> archive.Manifest:
     base = archive.Manifest(
         format=archive.FORMAT, forge_version="0.1.0", cell=CELL.to_dict(), shard_index=1, shard_count=2,
         filter="seat", cache_tool="ccache", cache_version=cache.Ccache.pinned, cache_remote=None,
-        owned=["a.cu"], compiled=["a.cu"], counters={"misses": 1}, builder=current_builder().to_dict(),
+        owned=["a.cu"], compiled=["a.cu"], counters={"misses": 1}, fingerprint={"source": "0123456789abcdef"},
+        builder=current_builder().to_dict(),
     )  # fmt: skip
     return replace(base, **changes)
 
@@ -245,6 +246,8 @@ def _archive_with_manifest(path: Path, body) -> Path:
         (lambda m: m.update(cell={**CELL.to_dict(), "lane": "../x"}), r"is not a cell"),
         (lambda m: m.update(cell={**CELL.to_dict(), "extra": "x"}), r"is not a cell"),
         (lambda m: m.update(surprise=1), r"unknown field\(s\) surprise"),
+        (lambda m: m.update(format=2), r"archive format 2, this forge reads 3 .*run the shards again"),
+        (lambda m: m.update(fingerprint={"source": 7}), r"field 'fingerprint' .* not an object of strings"),
         (lambda m: m.pop("owned"), r"missing owned"),
         (lambda m: m.clear(), r"missing"),
     ],

@@ -24,6 +24,7 @@ from cuw.config.policy import BuildImage, check_image_policy
 from cuw.toolchain.builder import Builder, current_builder, floor_for
 from cuw.toolchain.engine import check_ref, find_engine
 from cuw.config.lanes import linux_lane
+from cuw.jobs import archive
 from cuw.jobs.container import open_image
 from cuw.toolchain.image_build import default_recipe, dockerfile, load_image_recipe
 
@@ -116,7 +117,8 @@ def test_a_shard_built_on_the_host_is_refused_by_a_link_in_the_image(built_in_im
     shutil.copytree(root / "artifacts", artifacts)
     (cell,) = [p.name for p in artifacts.iterdir()]
     host_archive = example_cell.paths.artifacts / cell / f"cuw-shard-{cell}-2of3.tar"
-    shutil.copy(host_archive, artifacts / cell / host_archive.name)  # shard 2 now comes from the host
+    shutil.copy(host_archive, artifacts / cell / host_archive.name)  # shard 2 now comes from the host,
+    shutil.copy(archive.report_path(host_archive), archive.report_path(artifacts / cell / host_archive.name))  # its report too
     work = tmp_path / "work"
     proc = _cuw("link", "example", "--image", standin, "--work", str(work), "--artifacts", str(artifacts),
                 "--dist", str(tmp_path / "dist"))  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import socket
 import subprocess
@@ -72,8 +73,11 @@ def test_a_ccache_link_refuses_sccache_archives(recipes_dir, paths):
     cell = local_cell(recipe, find_toolkit())
     folder = paths.cell_artifacts(cell)
     (paths.work / "c").mkdir(parents=True)
-    manifest = archive.Manifest(archive.FORMAT, "0.1.0", cell.to_dict(), 1, 2, "seat", "sccache", Sccache.pinned, None, [], [], {}, builder=current_builder().to_dict())
-    archive.pack(Sccache(paths.work / "c", paths.work), manifest, folder / archive.archive_name(cell, 1, 2))
+    manifest = archive.Manifest(archive.FORMAT, "0.1.0", cell.to_dict(), 1, 2, "seat", "sccache", Sccache.pinned, None, [], [], {},
+                                fingerprint={}, builder=current_builder().to_dict())  # fmt: skip
+    made = archive.pack(Sccache(paths.work / "c", paths.work), manifest, folder / archive.archive_name(cell, 1, 2))
+    # As its shard leaves it: the report beside it records its digest.
+    archive.report_path(made).write_text(json.dumps({"shard": "1/2", "archive_sha256": hashlib.sha256(made.read_bytes()).hexdigest()}))
     with pytest.raises(CuwError, match=r"made with sccache 0.16.0; this link uses ccache"):
         run_link(recipe, paths, progress=None, cache=CacheChoice("ccache", None))
 

@@ -485,3 +485,26 @@ def test_the_build_record_holds_only_the_shards_of_its_link(built, tmp_path):
     (record,) = dist.glob("*.build.json")
     shards = json.loads(record.read_text())["shards"]
     assert sorted(s["shard"] for s in shards) == [f"{i}/{N}" for i in range(1, N + 1)], shards
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda r: (r / "example/package/csrc/kernels/k00_saxpy.cu").write_text(
+        (r / "example/package/csrc/kernels/k00_saxpy.cu").read_text() + "\n// one line more\n"), "source"),
+    (lambda r: (r / "example/recipe.yml").write_text((r / "example/recipe.yml").read_text().replace(
+        "  filter: seat\n", "  filter: seat\n  rule: cost\n")), "ownership"),
+    (lambda r: (r / "example/recipe.yml").write_text((r / "example/recipe.yml").read_text() + "max_jobs: 7\n"), "recipe"),
+])  # fmt: skip
+def test_an_archive_from_another_source_recipe_or_rule_is_refused_before_the_link_compiles(built, tmp_path, change, field):
+    """The shards' fingerprint against the link's: what the link would otherwise spend a build on
+    and then blame, through today's assignment, on the wrong shard."""
+    recipes = tmp_path / "recipes"
+    shutil.copytree(built.recipes, recipes)
+    before = (recipes / "example/recipe.yml").read_text() + (recipes / "example/package/csrc/kernels/k00_saxpy.cu").read_text()
+    change(recipes)
+    assert (recipes / "example/recipe.yml").read_text() + (recipes / "example/package/csrc/kernels/k00_saxpy.cu").read_text() != before
+    artifacts = built.copy_artifacts(tmp_path / "artifacts")
+    paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
+    with pytest.raises(CuwError, match=rf"shard \d/{N} was built with another {field} \("):
+        run_link(load_recipe("example", recipes), paths, progress=None)
+    seat_log = tmp_path / "work" / built.cell.id / "link" / "logs" / "seat.jsonl"
+    assert not seat_log.exists() or not seat_log.read_text().strip(), "refused before anything compiled"

@@ -69,7 +69,8 @@ def test_archives_round_trip_through_folders_with_spaces(tmp_path):
     (folder / "0" / "1").mkdir(parents=True)
     (folder / "0" / "1" / "entryR").write_bytes(b"entry")
     cell = Cell("example", "windows", "3.11", "13.0", None)
-    manifest = archive.Manifest(archive.FORMAT, "0.1.0", cell.to_dict(), 1, 2, "seat", "sccache", "0.16.0", None, [], [], {}, builder=current_builder().to_dict())
+    manifest = archive.Manifest(archive.FORMAT, "0.1.0", cell.to_dict(), 1, 2, "seat", "sccache", "0.16.0", None, [], [], {},
+                                fingerprint={"source": "0" * 16}, builder=current_builder().to_dict())  # fmt: skip
     dest = archive.pack(Ccache(folder, folder.parent), manifest, tmp_path / "out dir" / archive.archive_name(cell, 1, 2))
     assert dest.name == "cuw-shard-example-windows-py3.11-cu13.0-notorch-1of2.tar"
     (tmp_path / "staging area").mkdir()

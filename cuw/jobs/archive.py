@@ -29,7 +29,7 @@ from cuw.base.errors import CuwError
 from cuw.base.files import sha256_of
 from cuw.toolchain.builder import Builder, current_builder
 
-FORMAT = 2  # 2: the builder (image, glibc, compiler) that made the cache
+FORMAT = 3  # 2: the builder (image, glibc, compiler) that made the cache; 3: the handoff fingerprint
 MANIFEST = "manifest.json"
 CACHE_PREFIX = "cache"
 SUFFIX = ".tar"
@@ -53,6 +53,8 @@ class Manifest:
     owned: list[str]
     compiled: list[str]
     counters: dict[str, int]
+    fingerprint: dict[str, str]
+    """What the cache is a function of (:mod:`cuw.jobs.fingerprint`): the link compares it with its own."""
     timeline: list[list[Any]] = field(default_factory=list)
     """The shard's compiles as [key, start (epoch s), seconds, outcome]: the link draws them."""
     builder: Optional[dict[str, Any]] = None
@@ -65,6 +67,9 @@ class Manifest:
         is a refusal naming it (a tampered or foreign manifest must never reach the merge)."""
         if not isinstance(data, dict):
             raise CuwError(f"{where}: manifest is not a JSON object; not a shard archive of this forge")
+        if _is_int(data.get("format")) and data["format"] != FORMAT:
+            raise CuwError(f"{where}: archive format {data['format']}, this forge reads {FORMAT} (forge {__version__}): "
+                           "run the shards again with this forge")  # fmt: skip
         unknown = sorted(set(data) - set(_FIELDS))
         missing = sorted(k for k, f in Manifest.__dataclass_fields__.items()
                          if k not in data and f.default is MISSING and f.default_factory is MISSING)  # fmt: skip
@@ -113,6 +118,8 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # every Manifest fiel
     "compiled": (_strings, "a list of strings"),
     "counters": (lambda v: isinstance(v, dict) and all(isinstance(k, str) and _is_int(n) for k, n in v.items()),
                  "an object of integers"),
+    "fingerprint": (lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+                    "an object of strings"),
     "timeline": (lambda v: isinstance(v, list) and all(isinstance(row, list) for row in v), "a list of rows"),
     "builder": (lambda v: v is None or isinstance(v, dict), "an object or null"),
 }

@@ -25,6 +25,7 @@ from cuw.partition.assignment import recipe_assignment
 from cuw.partition.rules import shard_listing
 from cuw.base.progress import Meter
 from cuw.config.paths import Paths
+from cuw.jobs.fingerprint import check_fingerprint, handoff_fingerprint
 from cuw.jobs.patching import PatchContext
 from cuw.config.policy import CacheChoice, load_policy
 from cuw.config.recipe import Recipe
@@ -157,6 +158,11 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
     clock = time.monotonic()
     job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, lane=cell.lane)
     phases["prepare_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
+    # What every shard's cache is a function of, against this link's own: before anything is built.
+    archives, manifests, count, _ = _checked_archives(recipe, cell, paths, job_cache)
+    fingerprint = handoff_fingerprint(recipe, ws.src, archs, toolkit, count, cell.lane)
+    for path, manifest in zip(archives, manifests):
+        check_fingerprint(manifest.fingerprint, fingerprint, path, f"{manifest.shard_index}/{manifest.shard_count}")
     count, missing, replays = _restore(recipe, cell, paths, ws, job_cache)
     phases["restore_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
     merged_at = int(time.time())
@@ -209,7 +215,7 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
         log=log,
     )
     verdict = link_gate(obs)
-    context = {"cell": cell.to_dict(), "shard_count": count, "build_log": str(ws.build_log), "wheel": obs.wheel, "build_s": build_s,
+    context = {"cell": cell.to_dict(), "shard_count": count, "fingerprint": fingerprint, "build_log": str(ws.build_log), "wheel": obs.wheel, "build_s": build_s,
                "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote},
                "phases": phases, "builder": current_builder().to_dict()}  # fmt: skip
     report.step_summary(f"{recipe.key} link", verdict)

@@ -24,6 +24,7 @@ from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, is_cuda, rest_keys, seat_rest, source_filter_files, unfiltered_keys
 from cuw.partition.rules import Assignment, ShardSpec, tu_key
 from cuw.config.paths import Paths
+from cuw.jobs.fingerprint import handoff_fingerprint
 from cuw.jobs.patching import PatchContext
 from cuw.config.policy import CacheChoice
 from cuw.config.recipe import Recipe
@@ -121,6 +122,8 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
         # Under the source filter the seat partitions the rest (seat_rest), or nothing.
         seat_spec = spec if not source_filter or (seat_rest(recipe) and spec.count > 1) else None
         job_cache = prepare(ws, recipe, toolkit, seat_spec, choice.tool, choice.remote, patch_ctx, lane=cell.lane)
+        # Before the source filter trims this shard's copy: the tree every job of the cell starts from.
+        fingerprint = handoff_fingerprint(recipe, ws.src, archs, toolkit, spec.count, cell.lane)
         if source_filter:
             owned, will_compile = shard_workload(recipe, ws.src, spec, cell.lane)
             rule = recipe_assignment(recipe, spec.count, ws.src, cell.lane)
@@ -207,6 +210,7 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
             owned=owned,
             compiled=obs.compiled,
             counters=stats.summary(),
+            fingerprint=fingerprint,
             timeline=[[e["key"], round(e["at"] - e["seconds"], 3), e["seconds"], e.get("outcome")] for e in compiles
                       if isinstance(e.get("at"), (int, float)) and isinstance(e.get("seconds"), (int, float))],
             builder=current_builder().to_dict(),
