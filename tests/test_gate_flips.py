@@ -99,11 +99,16 @@ def _bypass(recipes: Path) -> None:
     path.write_text(yaml.safe_dump(data))
 
 
-def test_seat_bypassed_by_an_absolute_nvcc_path_fails_the_link(shards, tmp_path):
+def test_seat_bypassed_by_an_absolute_nvcc_path_fails_the_link(shards, tmp_path, monkeypatch):
     recipes, paths, _ = fresh(shards, tmp_path)
     private = tmp_path / "recipes"
     shutil.copytree(recipes, private, symlinks=True)
     _bypass(private)
+    # The shards were built from the recipe before the change: the fingerprint refuses first...
+    with pytest.raises(CuwError, match=r"shard 1/3 was built with another recipe \("):
+        run_link(load_recipe("example", private), paths, progress=None)
+    # ...and behind it the link gate holds on its own (a handoff whose fingerprints agree).
+    monkeypatch.setattr("cuw.jobs.link.check_fingerprint", lambda *args: None)
     result = run_link(load_recipe("example", private), paths, progress=None)
     assert not result.verdict.ok
     line = result.verdict.line
@@ -150,7 +155,8 @@ def test_a_real_compile_error_fails_the_shard_that_owns_the_tu(recipes_dir, path
     assert any(r.startswith(f"a real compile error ({key})") and "cuw_no_such_symbol" in r for r in result.verdict.reasons)
 
 
-def test_an_owned_compile_the_cache_cannot_store_fails_the_shard_and_the_link(recipes_dir, paths, shards, tmp_path):
+def test_an_owned_compile_the_cache_cannot_store_fails_the_shard_and_the_link(recipes_dir, paths, shards, tmp_path,
+                                                                             monkeypatch):  # fmt: skip
     """nvcc's --save-temps compiles fine, but ccache refuses to cache a call that carries it
     (unsupported_compiler_option): the shard fails at once instead of a link miss hours later,
     and a link whose replays carry it fails on its uncacheable count."""
@@ -165,6 +171,9 @@ def test_an_owned_compile_the_cache_cannot_store_fails_the_shard_and_the_link(re
     assert "a real compile error" not in result.verdict.line  # the compiles themselves succeeded
 
     _, link_paths, _ = fresh(shards, tmp_path / "link")
+    with pytest.raises(CuwError, match=r"was built with another recipe \("):  # the shards had no --save-temps
+        run_link(recipe, link_paths, progress=None)
+    monkeypatch.setattr("cuw.jobs.link.check_fingerprint", lambda *args: None)  # the link gate's own count, behind it
     linked = run_link(recipe, link_paths, progress=None)
     assert not linked.verdict.ok and linked.verdict.facts["uncacheable"] == EXAMPLE_CUDA_TUS
     assert any(r.startswith(f"uncacheable compiles: {EXAMPLE_CUDA_TUS}") for r in linked.verdict.reasons), linked.verdict.reasons
