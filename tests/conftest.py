@@ -25,6 +25,23 @@ EXAMPLE_CUDA_TUS = 9
 EXAMPLE_HOST_TUS = {"example": 2, "example_torch": 3}
 
 
+def engine_or_skip():
+    """The container engine that answers, or a skip saying why there is none."""
+    from cuw.base.errors import CuwError
+    from cuw.toolchain.engine import find_engine
+
+    try:
+        return find_engine()
+    except CuwError as exc:
+        pytest.skip(f"no container engine: {exc}")
+
+
+def run_cuw(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """``python -m cuw <args>`` as a user runs it: its own process, no stdin, output captured."""
+    return subprocess.run([sys.executable, "-m", "cuw", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
 def expected_tu_values() -> dict[str, int]:
     """What each example TU's host function must return: id * 1000 + weight."""
     values = {}

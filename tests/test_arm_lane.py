@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import zipfile
 from io import BytesIO
 from pathlib import Path
@@ -21,10 +20,8 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from conftest import REPO, expected_tu_values
-from cuw.base.errors import CuwError
+from conftest import REPO, engine_or_skip, expected_tu_values, run_cuw
 from cuw.base.files import held
-from cuw.toolchain.engine import find_engine
 
 pytestmark = pytest.mark.arm
 RECIPE = REPO / "images" / "standin-aarch64.yml"
@@ -33,15 +30,11 @@ RECIPE = REPO / "images" / "standin-aarch64.yml"
 def _engine_or_skip():
     if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").is_file():
         pytest.skip("binfmt_misc has no qemu-aarch64 (apt-get install qemu-user-static binfmt-support)")
-    try:
-        return find_engine()
-    except CuwError as exc:
-        pytest.skip(f"no container engine: {exc}")
+    return engine_or_skip()
 
 
-def _cuw(*args: str, timeout: int = 5400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cuw", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+def _cuw(*args: str) -> subprocess.CompletedProcess:
+    return run_cuw(*args, timeout=5400)  # an emulated build: an hour is possible
 
 
 @pytest.fixture(scope="module")

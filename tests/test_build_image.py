@@ -17,36 +17,24 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, expected_tu_values
+from conftest import REPO, engine_or_skip, expected_tu_values, run_cuw
 from cuw.base.errors import CuwError
 from cuw.base.files import held
 from cuw.config.policy import BuildImage, check_image_policy
 from cuw.toolchain.builder import Builder, current_builder, floor_for
-from cuw.toolchain.engine import check_ref, find_engine
+from cuw.toolchain.engine import check_ref
 from cuw.config.lanes import linux_lane
 from cuw.jobs import archive
 from cuw.jobs.container import open_image
 from cuw.toolchain.image_build import default_recipe, dockerfile, load_image_recipe
 
 
-def _engine_or_skip():
-    try:
-        return find_engine()
-    except CuwError as exc:
-        pytest.skip(f"no container engine: {exc}")
-
-
-def _cuw(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cuw", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
-
-
 @pytest.fixture(scope="session")
 def standin(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The stand-in's reference, from `cuw image` (cached by its recipe's digest)."""
-    _engine_or_skip()
+    engine_or_skip()
     with held(tmp_path_factory.getbasetemp().parent / "standin-image.lock"):
-        proc = _cuw("image", timeout=3600)
+        proc = run_cuw("image", timeout=3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("image: "), proc.stdout
@@ -57,7 +45,7 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> str:
 def built_in_image(standin: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
     root = tmp_path_factory.mktemp("in-image")
     folders = ["--work", str(root / "work"), "--artifacts", str(root / "artifacts"), "--dist", str(root / "dist")]
-    proc = _cuw("build", "example", "--shards", "3", "--image", standin, *folders, "--jobs", "2")
+    proc = run_cuw("build", "example", "--shards", "3", "--image", standin, *folders, "--jobs", "2")
     return root, proc
 
 
@@ -92,7 +80,7 @@ def test_the_wheel_is_at_the_image_floor_and_auditwheel_agrees(built_in_image):
                            text=True, check=True).stdout  # fmt: skip
     assert f'consistent with the following platform tag: "{lowest}"' in " ".join(shown.split()), shown
     # The build record carries the builder and its floor.
-    proc = _cuw("record", "example", "--dist", str(root / "dist"), "--artifacts", str(root / "artifacts"))
+    proc = run_cuw("record", "example", "--dist", str(root / "dist"), "--artifacts", str(root / "artifacts"))
     assert proc.returncode == 0, proc.stderr
     body = json.loads(wheel.with_name(wheel.name + ".build.json").read_text())
     assert body["builder"]["floor"] == "manylinux_2_31_x86_64" and body["builder"]["glibc"] == "2.31"
@@ -101,7 +89,7 @@ def test_the_wheel_is_at_the_image_floor_and_auditwheel_agrees(built_in_image):
 def test_the_wheel_installs_and_imports_in_a_clean_container_of_the_image(built_in_image, standin):
     root, _ = built_in_image
     (wheel,) = (root / "dist").glob("*.whl")
-    engine = _engine_or_skip()
+    engine = engine_or_skip()
     script = (f"/opt/python/cp311-cp311/bin/python -m pip install -q --no-deps --no-index /dist/{wheel.name} && "
               "cd / && /opt/python/cp311-cp311/bin/python -c 'import json, cuw_example as m; print(json.dumps(m.tu_values()))'")  # fmt: skip
     proc = subprocess.run([engine.path, "run", "--rm", "--network", "host", "-e", "CUDA_VISIBLE_DEVICES=",
@@ -120,7 +108,7 @@ def test_a_shard_built_on_the_host_is_refused_by_a_link_in_the_image(built_in_im
     shutil.copy(host_archive, artifacts / cell / host_archive.name)  # shard 2 now comes from the host,
     shutil.copy(archive.report_path(host_archive), archive.report_path(artifacts / cell / host_archive.name))  # its report too
     work = tmp_path / "work"
-    proc = _cuw("link", "example", "--image", standin, "--work", str(work), "--artifacts", str(artifacts),
+    proc = run_cuw("link", "example", "--image", standin, "--work", str(work), "--artifacts", str(artifacts),
                 "--dist", str(tmp_path / "dist"))  # fmt: skip
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -128,7 +116,7 @@ def test_a_shard_built_on_the_host_is_refused_by_a_link_in_the_image(built_in_im
     assert "Traceback" not in proc.stderr
     assert not (work / cell / "link").exists()  # refused before the link's folder was made
     # And the other way round: the image's shards refused by a link on the host.
-    proc = _cuw("link", "example", "--work", str(work), "--artifacts", str(root / "artifacts"), "--dist", str(tmp_path / "d2"))
+    proc = run_cuw("link", "example", "--work", str(work), "--artifacts", str(root / "artifacts"), "--dist", str(tmp_path / "d2"))
     assert proc.returncode == 2 and "was compiled in image" in proc.stderr and "this link runs on the host" in proc.stderr
 
 
@@ -141,14 +129,14 @@ def test_a_second_run_of_the_same_job_in_an_image_is_refused(built_in_image, sta
     lock = root / "work" / cell / ".shard-2of3.image.lock"
     with open(lock, "a+b") as held_lock:
         fcntl.flock(held_lock, fcntl.LOCK_EX)
-        proc = _cuw("shard", "example", "2/3", "--image", standin, "--work", str(root / "work"),
+        proc = run_cuw("shard", "example", "2/3", "--image", standin, "--work", str(root / "work"),
                     "--artifacts", str(tmp_path / "a"))  # fmt: skip
     assert proc.returncode == 2 and "in a container is already running" in proc.stderr, proc.stderr
     assert not (tmp_path / "a" / cell).exists()
 
 
 def test_image_verb_is_cached_by_its_recipe_digest(standin):
-    proc = _cuw("image")
+    proc = run_cuw("image")
     assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == f"image: {standin}"
     assert "already built" in proc.stderr
     assert standin.endswith(":" + load_image_recipe(default_recipe()).digest()[:16])
@@ -157,14 +145,14 @@ def test_image_verb_is_cached_by_its_recipe_digest(standin):
 
 
 def test_a_missing_image_or_engine_is_one_line(tmp_path):
-    _engine_or_skip()
-    proc = _cuw("shard", "example", "1/3", "--image", "cuw-no-such-image:0", "--work", str(tmp_path / "w"),
+    engine_or_skip()
+    proc = run_cuw("shard", "example", "1/3", "--image", "cuw-no-such-image:0", "--work", str(tmp_path / "w"),
                 "--artifacts", str(tmp_path / "a"))  # fmt: skip
     assert proc.returncode == 2 and "has no such image" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "w").exists() and not (tmp_path / "a").exists()  # refused before any folder
-    proc = _cuw("shard", "example", "1/3", "--image", "--bad", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"))
+    proc = run_cuw("shard", "example", "1/3", "--image", "--bad", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"))
     assert proc.returncode == 2
-    proc = _cuw("shard", "example", "1/3", "--engine", "podman", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"))
+    proc = run_cuw("shard", "example", "1/3", "--engine", "podman", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"))
     assert proc.returncode == 2 and "--engine goes with --image" in proc.stderr
 
 
