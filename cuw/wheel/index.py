@@ -92,12 +92,16 @@ def _write_channel(root: Path, depth: int, entries: list[Entry]) -> None:
     write_text(root / "index.html", _page("Simple index", [(f"{p}/", p) for p in sorted(by_project)]), "index page")
 
 
+def _check_index_folder(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise CuwError(f"index folder {out} is a file; give a folder (new, or an index made by `cuw index`)")
+
+
 def published_files(out: Path) -> dict[str, str]:
     """The index already at ``out`` (file -> sha256); refuses a folder that is not one."""
     if not out.exists():
         return {}
-    if not out.is_dir():
-        raise CuwError(f"index folder {out} is a file; give a folder (new, or an index made by `cuw index`)")
+    _check_index_folder(out)
     marker = out / MARKER
     if not marker.is_file():
         if any(p.name not in ("files", LOCK) for p in out.iterdir()):  # files/ alone: a first run's staged files
@@ -121,8 +125,7 @@ def index_lock(out: Path) -> Iterator[None]:
     """One writer of the index at ``out`` at a time (on this machine, or on a shared disk that honours
     locks): a read-merge-write without it loses the other writer's wheels. Waits for the other.
     The lock file lives inside the index folder (made here), so a refused run leaves nothing beside it."""
-    if out.exists() and not out.is_dir():
-        raise CuwError(f"index folder {out} is a file; give a folder (new, or an index made by `cuw index`)")
+    _check_index_folder(out)
     out.mkdir(parents=True, exist_ok=True)
     with held(out / LOCK):
         yield
@@ -148,8 +151,7 @@ def _check_wheel_dir(wheel_dir: Path, out: Path) -> list[Path]:
     wheels = sorted(w for w in wheel_dir.glob("*.whl") if w.is_file())
     if not wheels:
         raise CuwError(f"no wheels in {wheel_dir}")
-    if out.exists() and not out.is_dir():
-        raise CuwError(f"index folder {out} is a file; give a folder (new, or an index made by `cuw index`)")
+    _check_index_folder(out)
     return wheels
 
 
