@@ -81,12 +81,10 @@ def _checked_archives(recipe: Recipe, cell: Cell, paths: Paths, job_cache: Cache
     return archives, manifests, count, seen
 
 
-def _restore(
-    recipe: Recipe, cell: Cell, paths: Paths, ws: Workspace, job_cache: Cache
-) -> tuple[int, list[int], set[str]]:
-    """Validates every archive, then merges them into the link's cache; returns (N, missing shards,
-    the TUs the arrived shards compiled: what the link will replay)."""
-    archives, manifests, count, seen = _checked_archives(recipe, cell, paths, job_cache)
+def _restore(ws: Workspace, checked) -> tuple[int, list[int], set[str]]:  # type: ignore[no-untyped-def]
+    """Merges the archives :func:`_checked_archives` held against this link into its cache; returns
+    (N, missing shards, the TUs the arrived shards compiled: what the link will replay)."""
+    archives, manifests, count, seen = checked
     staging = ws.root / "staging"
     staging.mkdir()
     try:
@@ -159,11 +157,12 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
     job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, lane=cell.lane)
     phases["prepare_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
     # What every shard's cache is a function of, against this link's own: before anything is built.
-    archives, manifests, count, _ = _checked_archives(recipe, cell, paths, job_cache)
+    checked = _checked_archives(recipe, cell, paths, job_cache)
+    archives, manifests, count, _ = checked
     fingerprint = handoff_fingerprint(recipe, ws.src, archs, toolkit, count, cell.lane)
     for path, manifest in zip(archives, manifests):
         check_fingerprint(manifest.fingerprint, fingerprint, path, f"{manifest.shard_index}/{manifest.shard_count}")
-    count, missing, replays = _restore(recipe, cell, paths, ws, job_cache)
+    count, missing, replays = _restore(ws, checked)
     phases["restore_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
     merged_at = int(time.time())
     if progress:
