@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLE_CELL_SHARDS
+from cuw.base.ports import free_port
 from cuw.jobs import archive
 from cuw.jobs import leftovers
 from cuw.config.cell import local_cell
@@ -334,15 +335,9 @@ def test_a_corrupted_cache_entry_is_a_miss_the_link_gate_names(built, tmp_path):
 # -- 3. the Redis remote stopped in the middle of a shard --------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (apt-get install redis-server)")
 def test_redis_stopped_mid_shard_fails_clearly_and_hands_nothing_over(built, tmp_path):
-    port = _free_port()
+    port = free_port()
     redis = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,

@@ -80,7 +80,8 @@ def test_linux_compile_and_link_jobs_run_in_the_lanes_image_with_its_python():
     jobs = yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())["jobs"]
     for name in ("compile", "link"):
         job = jobs[name]
-        assert job["container"] == "${{ matrix.image }}" and job["env"]["CUW_BUILD_IMAGE"] == "${{ matrix.image }}"
+        assert job["container"] == {"image": "${{ matrix.image }}", "options": "${{ vars.CUW_CONTAINER_OPTIONS }}"}
+        assert job["env"]["CUW_BUILD_IMAGE"] == "${{ matrix.image }}"
         setup = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/setup-python@")]
         assert [s.get("if") for s in setup] == ["matrix.image == ''"], name
         image_python = [s for s in job["steps"] if s.get("name") == "Python from the build image (/opt/python)"]

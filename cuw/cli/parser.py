@@ -120,6 +120,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--on-host", action="store_true",
                    help="jobs run on the runner itself, not in their lane's build image (images.<lane> in "
                         "recipes/defaults.yml): for a local run of the workflow in act's host mode")  # fmt: skip
+    p.add_argument("--image", action="append", default=[], metavar="LANE=REF",
+                   help="the jobs of this Linux lane run in REF (pinned by digest) instead of images.<lane>.ref: "
+                        "a local run's stand-in (repeat or comma-separate)")  # fmt: skip
     p.add_argument("--recipes", type=Path, default=None)
 
     p = sub.add_parser("recipes", help="list the recipes: source, torch axis, sharding, platforms, cells")
@@ -192,7 +195,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the image recipe (default: images/standin-<this machine's arch>.yml)")
     _engine_option(p)
 
-    p = sub.add_parser("workflow", help="run .github/workflows/build.yml here with act (host mode) for a recipe's chunk")
+    p = sub.add_parser("workflow", help="run .github/workflows/build.yml here with act for a recipe's chunk: host mode, "
+                                        "or with --engine docker every job in a container of its own")  # fmt: skip
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     for flag in ("platform", "cuda", "pytorch", "python"):
         p.add_argument(f"--{flag}", action="append", default=[], help=f"only these {flag} values (repeat or comma-separate)")
@@ -201,6 +205,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-shard", default=None, metavar="CELL:I/N",
                    help="fault switch: make this shard job fail (for example example-linux-py3.11-cu13.0-notorch:2/4)")
     p.add_argument("--jobs", type=int, default=None, help="act's concurrent jobs (default: act's, the number of CPUs)")
+    p.add_argument("--engine", choices=("docker",), default=None,
+                   help="act in docker mode: the plan and publish jobs in the runner image (images/runner-<arch>.yml), "
+                        "the Linux build jobs in the stand-in build image pinned through a registry on 127.0.0.1, "
+                        "each job in its own container (default: host mode, every job a process tree here)")  # fmt: skip
     p.add_argument("--recipes", type=Path, default=None)
     return top
 

@@ -14,7 +14,7 @@ from cuw.cli.parser import parser
 from cuw.config.grid import cell_archs
 from cuw.config.limits import check_count
 from cuw.config.paths import Paths
-from cuw.config.policy import CacheChoice, cache_choice, load_policy
+from cuw.config.policy import CacheChoice, cache_choice, image_overrides, load_policy
 from cuw.config.recipe import Recipe, default_recipes_dir, known_recipes, load_recipe
 from cuw.gates import report
 from cuw.partition.rules import parse_shard_spec
@@ -181,7 +181,9 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     recipes = [load_recipe(k, recipes_dir) for k in keys]
     filters = _filters(args)
     policy = load_policy(recipes_dir)
-    images = {} if args.on_host else {lane: image.ref for lane, image in policy.images.items()}
+    if args.on_host and args.image:
+        raise CuwError("--on-host runs every job on its runner; --image names the image a lane's jobs run in: give one")
+    images = {} if args.on_host else image_overrides(args.image, policy)
     result = matrix.plan(recipes, policy.grid, filters, images)
     text = matrix.dumps(matrix.chunk(result, args.chunk))  # an unknown chunk fails before any output
     if args.output:

@@ -154,11 +154,37 @@ def check_image_policy(lane: str, image: BuildImage, source: str) -> None:
     known = lane_of(lane)
     if known.os != "linux":
         raise CuwError(f"{source}: only Linux lanes run in a build image (lane {lane} is {known.os})")
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._\-/:]*@sha256:[0-9a-f]{64}", image.ref):
-        raise CuwError(f"{source}.ref {image.ref!r}: pin the image by digest (name@sha256:<64 hex digits>): "
-                       "a tag can move under the farm")  # fmt: skip
+    check_pinned(image.ref, f"{source}.ref")
     if not re.fullmatch(rf"manylinux_\d+_\d+_{re.escape(known.wheel_platform)}", image.floor):
         raise CuwError(f"{source}.floor {image.floor!r}: a manylinux_X_Y_{known.wheel_platform} tag")
+
+
+def check_pinned(ref: str, source: str) -> None:
+    """An image reference pinned by digest (``name@sha256:<64 hex>``): a tag can move under the farm."""
+    import re
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._\-/:]*@sha256:[0-9a-f]{64}", ref):
+        raise CuwError(f"{source} {ref!r}: pin the image by digest (name@sha256:<64 hex digits>): a tag can move under the farm")
+
+
+def image_overrides(values: list[str], policy: "Policy", source: str = "--image") -> dict[str, str]:
+    """``LANE=REF`` (repeated or comma-separated): the build image of each named Linux lane for this
+    plan instead of images.<lane>.ref; pinned by digest like the policy's own (a local stand-in
+    pushed to a registry here)."""
+    from cuw.config.lanes import lane as lane_of
+
+    out: dict[str, str] = {}
+    for item in (v.strip() for value in values for v in value.split(",")):
+        lane, sep, ref = item.partition("=")
+        if not sep or not lane or not ref:
+            raise CuwError(f"{source} {item!r}: LANE=REF (for example linux=registry/image@sha256:<digest>)")
+        if lane_of(lane).os != "linux":
+            raise CuwError(f"{source} {item!r}: only Linux lanes run in a build image")
+        if lane in out:
+            raise CuwError(f"{source}: lane {lane} is given twice")
+        check_pinned(ref, f"{source} for lane {lane}:")
+        out[lane] = ref
+    return {**{lane: image.ref for lane, image in policy.images.items()}, **out}
 
 
 def check_toolkit_choice(choice: str, source: str) -> None:

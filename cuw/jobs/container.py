@@ -40,6 +40,7 @@ from cuw.toolchain.engine import Engine, find_engine, image_machine, require_ima
 
 FORGE_ROOT = Path(cuw.FORGE_ROOT)
 READY = ".cuw-image-env.json"
+CA_IN_CONTAINER = "/etc/cuw-ca.pem"  # where a container finds the host's CA bundle
 Say = Callable[[str], None]
 
 
@@ -79,7 +80,7 @@ def _state_root() -> Path:
     return Path(os.environ.get("CUW_IMAGE_STATE") or Path.home() / ".cache" / "cuw" / "image-jobs")
 
 
-def _ca_bundle() -> Optional[Path]:
+def ca_bundle() -> Optional[Path]:
     """The CA bundle pip uses here ($PIP_CERT, else Python's default): TLS inside goes through it."""
     for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile,
                       "/etc/ssl/certs/ca-certificates.crt"):  # fmt: skip
@@ -94,10 +95,10 @@ def _user() -> list[str]:
 
 def _run_args(job: ImageJob, name: str, mounts: dict[Path, bool], env: dict[str, str]) -> list[str]:
     args = ["run", "--rm", "--init", "--network", "host", "--name", name, *_user()]
-    ca = _ca_bundle()
+    ca = ca_bundle()
     if ca is not None:
-        args += ["-v", f"{ca}:/etc/cuw-ca.pem:ro"]
-        env = {**env, "PIP_CERT": "/etc/cuw-ca.pem", "SSL_CERT_FILE": "/etc/cuw-ca.pem"}
+        args += ["-v", f"{ca}:{CA_IN_CONTAINER}:ro"]
+        env = {**env, "PIP_CERT": CA_IN_CONTAINER, "SSL_CERT_FILE": CA_IN_CONTAINER}
     for path, writable in sorted(mounts.items()):
         args += ["-v", f"{path}:{path}:{'rw' if writable else 'ro'}"]
     for key, value in sorted(env.items()):

@@ -28,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from cuw.base.ports import free_port
 from cuw.base.errors import CuwError
 
 TOOLS = ("ccache", "sccache")
@@ -256,7 +257,7 @@ class Sccache(Cache):
     def prepare(self) -> None:
         super().prepare()
         (self.cache_dir.parent / "sccache.conf").write_text("")
-        self._write_state({"port": _free_port()})
+        self._write_state({"port": free_port()})
 
     def start(self) -> None:
         self._run("--stop-server", check=False)
@@ -350,12 +351,6 @@ def _version(path: str) -> str:
         raise CuwError(f"{path} --version cannot run ({exc.strerror or exc})") from None
     first = out.splitlines()[0] if out else ""
     return first.rsplit(" ", 1)[-1] if first.split(" ")[0] in ("ccache", "sccache") else "unknown"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- remote storage (ccache) ---------------------------------------------------

@@ -34,7 +34,7 @@ from cuw.toolchain.engine import Engine, image_id
 
 IMAGES_DIR = Path(cuw.FORGE_ROOT) / "images"
 _ABI = re.compile(r"^cp3\d{1,2}-cp3\d{1,2}t?$")
-_KEYS = {"name", "arch", "suite", "mirror", "packages", "python"}
+_KEYS = {"name", "arch", "suite", "mirror", "packages", "python", "tool_cache"}
 Say = Callable[[str], None]
 
 
@@ -63,11 +63,12 @@ class ImageRecipe:
     mirror: str
     packages: tuple[str, ...]
     pythons: tuple[PythonSource, ...]
+    tool_cache: str = ""  # a runner image: each /opt/python linked where actions/setup-python looks
 
     def digest(self) -> str:
         """What the image is a function of: the recipe's bytes and the steps that build from it."""
         h = hashlib.sha256(self.path.read_bytes())
-        h.update("".join(_python_step(p) for p in self.pythons).encode())
+        h.update(_steps(self).encode())
         return h.hexdigest()
 
     @property
@@ -111,8 +112,11 @@ def load_image_recipe(path: Path) -> ImageRecipe:
         if not re.fullmatch(r"[0-9a-f]{64}", str(source["sha256"])) or not str(source["url"]).startswith(("http://", "https://")):
             raise CuwError(f"image recipe {path}: python.{abi}: an http(s) url and a sha256 of 64 hex digits")
         pythons.append(PythonSource(str(abi), str(source["url"]), str(source["sha256"])))
+    tool_cache = data.get("tool_cache", "")
+    if tool_cache and not (isinstance(tool_cache, str) and re.fullmatch(r"(/[a-zA-Z0-9_.\-]+)+", tool_cache)):
+        raise CuwError(f"image recipe {path}: tool_cache must be an absolute folder path (/opt/hostedtoolcache)")
     return ImageRecipe(path, data["name"], data["arch"], data["suite"], _need(data, "mirror", str, path),
-                       tuple(packages), tuple(pythons))  # fmt: skip
+                       tuple(packages), tuple(pythons), tool_cache)  # fmt: skip
 
 
 def default_recipe(arch: Optional[str] = None) -> Path:
@@ -172,8 +176,24 @@ def _python_step(source: PythonSource) -> str:
     )
 
 
-def dockerfile(recipe: ImageRecipe, base: str) -> str:
+def _tool_cache_step(folder: str) -> str:
+    """Each /opt/python interpreter where actions/setup-python finds a cached one:
+    ``<folder>/Python/<X.Y.Z>/x64`` and its ``x64.complete`` marker (what a hosted runner has)."""
+    return (
+        "RUN set -e; for py in /opt/python/*/bin/python; do "
+        "v=$($py -c 'import platform; print(platform.python_version())'); "
+        f'mkdir -p {folder}/Python/$v; ln -s "${{py%/bin/python}}" {folder}/Python/$v/x64; '
+        f"touch {folder}/Python/$v/x64.complete; done\n"
+    )
+
+
+def _steps(recipe: ImageRecipe) -> str:
     steps = "".join(_python_step(p) for p in recipe.pythons)
+    return steps + (_tool_cache_step(recipe.tool_cache) if recipe.tool_cache else "")
+
+
+def dockerfile(recipe: ImageRecipe, base: str) -> str:
+    steps = _steps(recipe)
     return (
         f"FROM {base}\n"
         f"LABEL org.cuda-wheels-forge.image-recipe={recipe.digest()}\n"
