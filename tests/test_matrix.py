@@ -170,3 +170,18 @@ def test_linux_jobs_carry_their_lanes_build_image_and_on_host_drops_it(recipes_d
     assert all("@sha256:" in j["image"] for j in jobs if j["lane"] != "windows")
     assert run("--on-host").returncode == 0
     assert {j["image"] for j in _jobs(json.loads(out.read_text()))} == {""}
+
+
+def test_a_lane_image_can_be_replaced_for_one_plan_pinned_like_the_policys(recipes_dir):
+    from cuw.config.policy import image_overrides
+
+    policy = load_policy(recipes_dir)
+    local = "127.0.0.1:5000/cuw-standin-x86_64@sha256:" + "a" * 64
+    images = image_overrides([f"linux={local}"], policy)
+    assert images["linux"] == local and images["linux_aarch64"] == policy.images["linux_aarch64"].ref
+    assert image_overrides([], policy) == {lane: image.ref for lane, image in policy.images.items()}
+    for value, message in [("linux=cuw-standin:tag", "pin the image by digest"), ("junk", "LANE=REF"),
+                           (f"windows={local}", "only Linux lanes"), (f"linux={local},linux={local}", "given twice"),
+                           (f"mars={local}", "unknown lane")]:  # fmt: skip
+        with pytest.raises(CuwError, match=message):
+            image_overrides([value], policy)

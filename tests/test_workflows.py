@@ -143,3 +143,17 @@ def test_every_input_a_workflow_passes_is_one_the_pinned_action_declares():
                 declared = yaml.safe_load((folder / f"{owner_name.replace('/', '-')}@{sha}" / "action.yml").read_text())
                 unknown = set(step.get("with", {})) - set(declared.get("inputs", {}))
                 assert not unknown, f"{path.name}: {step['uses']} has no input {sorted(unknown)}"
+
+
+def test_act_reads_the_workflow_less_only_the_keys_its_schema_refuses():
+    """act 0.2.89 refuses `concurrency.queue`; the copy act reads drops that line and nothing else."""
+    from cuw.ci.workflow_run import act_readable
+
+    text = (REPO / ".github/workflows/build.yml").read_text()
+    readable, dropped = act_readable(text)
+    assert dropped == ["concurrency.queue"]
+    kept = [line for line in text.splitlines() if line.strip() != "queue: max"]
+    assert readable.splitlines() == kept
+    assert yaml.safe_load(readable)["jobs"]["publish"]["concurrency"] == {"group": "publish-index", "cancel-in-progress": False}
+    same = "on: push\njobs:\n  a:\n    steps:\n      - with:\n          queue: 3\n"  # a `queue` elsewhere stays
+    assert act_readable(same) == (same, [])

@@ -50,6 +50,7 @@ from cuw.base.files import writable_dir
 WORKFLOW = Path(".github/workflows/build.yml")
 ACT_PLATFORMS = ("ubuntu-24.04", "ubuntu-24.04-arm", "windows-2022")
 _VERDICT = re.compile(r"gate (PASS|FAIL)|^cuw: publish:|^fault switch:|^cuw: error:")
+_CREATED = re.compile(r"docker create image=(\S+)")  # act starting a job's container
 _USES = re.compile(r"uses:\s*([\w.-]+)/([\w.-]+)@([0-9a-f]{40})")
 
 
@@ -197,7 +198,7 @@ def _node_binary() -> Path:
 
 
 @contextmanager
-def docker_mode(farm: Path, index: Path, lane: str) -> Iterator[tuple[list[str], dict[str, str]]]:
+def docker_mode(index: Path, lane: str) -> Iterator[tuple[list[str], dict[str, str]]]:
     """act's arguments and the workflow's inputs for a run with every job in a container of its own.
 
     The plan and publish jobs run in the runner image (``images/runner-<arch>.yml``: a hosted
@@ -209,7 +210,7 @@ def docker_mode(farm: Path, index: Path, lane: str) -> Iterator[tuple[list[str],
     from cuw.jobs.container import CA_IN_CONTAINER, ca_bundle
     from cuw.toolchain.builder import linux_machine
     from cuw.toolchain.engine import find_engine
-    from cuw.toolchain.image_build import IMAGES_DIR, build_image, default_recipe, load_image_recipe
+    from cuw.toolchain.image_build import IMAGES_DIR, build_image, cache_root, default_recipe, load_image_recipe
     from cuw.toolchain.registry import local_registry, pin
 
     engine = find_engine("docker")
@@ -226,7 +227,7 @@ def docker_mode(farm: Path, index: Path, lane: str) -> Iterator[tuple[list[str],
         mounts += f" -v {ca}:{CA_IN_CONTAINER}:ro"
         for key in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
             env += ["--env", f"{key}={CA_IN_CONTAINER}"]
-    with local_registry(farm / "registry", report.say) as registry:
+    with local_registry(cache_root() / "registry", report.say) as registry:  # layers pushed once, kept
         pinned = pin(engine, registry, standin, report.say)
         report.say(f"workflow: docker mode: plan and publish in {runner}, {lane} jobs in {pinned} ({standin})")
         args = ["--pull=false", "--network", "host", "-P", f"{RUNNER_PLATFORM}={runner}",
@@ -264,6 +265,7 @@ class Job:
     step: str = ""
     failed_step: str = ""
     last_cuw: str = ""
+    image: str = ""  # docker mode: the image act started the job's container from
     summary: list[str] = field(default_factory=list)
 
     def verdict(self) -> str:
@@ -272,7 +274,8 @@ class Job:
         detail = self.last_cuw.removeprefix("cuw: ")
         if self.result == "failure" and self.failed_step:
             detail = f"failed at '{self.failed_step}'" + (f": {detail}" if detail else "")
-        return f"{mark} {self.result or 'unfinished':8} {self.name} ({took})" + (f": {detail}" if detail else "")
+        where = f" [in {self.image}]" if self.image else ""
+        return f"{mark} {self.result or 'unfinished':8} {self.name} ({took}){where}" + (f": {detail}" if detail else "")
 
 
 class Progress:
@@ -313,6 +316,10 @@ class Progress:
                         job.last_cuw = text  # a gate's verdict, publish's count, the fault switch
                     self.say(name, text)
             return
+        created = _CREATED.search(msg)
+        if created:
+            job.image = created.group(1)
+            self.say(name, f"container of {job.image}")
         step = str(ev.get("step", ""))
         result = ev.get("stepResult")
         if msg.startswith("⭐ Run ") and step and step not in ("Set up job", "Complete job"):
@@ -384,7 +391,7 @@ def run_workflow(args: argparse.Namespace) -> int:
         writable_dir(index, "--index")  # mounted into the publish job's container: it must exist first
     # Host mode runs no job containers: every job on this machine, not in its lane's image.
     mode: ContextManager[tuple[list[str], dict[str, str]]] = (
-        docker_mode(farm, index, lanes[0]) if args.engine else nullcontext(([], {"on_host": "true"})))  # fmt: skip
+        docker_mode(index, lanes[0]) if args.engine else nullcontext(([], {"on_host": "true"})))  # fmt: skip
     with mode as (mode_args, mode_inputs):
         return _run_act(repo, run_dir, act_home, index, chunk, recipe.key, filters, args, local_repos, mode_args, mode_inputs)
 
