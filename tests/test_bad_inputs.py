@@ -415,7 +415,7 @@ def build_world(W: Path) -> Path:
     _recipe(bad, "count0", MINIMAL + "sharding: {count: 0}\n")
     _recipe(bad, "counthuge", MINIMAL + "sharding: {count: 99999999999999999999}\n")
     _recipe(bad, "countstr", MINIMAL + "sharding: {count: abc}\n")
-    git_source = "source: {git: 'https://git.example.invalid/o/%s', tag: v1%s}"
+    git_source = "source: {git: 'https://git.example.invalid/o/%s', tag: v1, commit: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa%s}"
     no_pypi = MINIMAL.replace("source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}", "%s")
     _recipe(bad, "gitdots", no_pypi % (git_source % ("..", "")))
     _recipe(bad, "gitnopin", no_pypi % (git_source % ("x", "")))

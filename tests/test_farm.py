@@ -60,7 +60,7 @@ def _copy_repo(dest: Path) -> Path:
 def _commit(repo: Path, message: str) -> None:
     git = ["git", "-c", "user.name=farm", "-c", "user.email=farm@localhost"]
     subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-qm", message], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", message], cwd=repo, check=True)  # nothing new: still a commit
 
 
 def _bump(repo: Path, version: str, per_interpreter: bool = False) -> None:

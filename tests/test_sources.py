@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -57,7 +58,7 @@ def test_git_reaches_the_url_after_the_end_of_options(tmp_path):
     """Even a URL that starts with "-" (the recipe check refuses it first) reaches git as a repository."""
     marker = tmp_path / "pwned"
     with pytest.raises(CuwError, match="cannot read"):
-        checkout_git(f"--upload-pack=touch {marker}", "v1", False, tmp_path / "src")
+        checkout_git(f"--upload-pack=touch {marker}", "v1", "0" * 40, False, tmp_path / "src")
     assert not marker.exists()
 
 
@@ -134,16 +135,37 @@ def bare_repo(tmp_path) -> str:
     return bare.as_uri()
 
 
+def _tag_commit(url: str, tag: str) -> str:
+    return subprocess.run(["git", "--git-dir", url.removeprefix("file://"), "rev-parse", f"{tag}^{{commit}}"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+
+
 def test_git_tag_checkout(bare_repo, tmp_path):
-    src = checkout_git(bare_repo, "v1.0", False, tmp_path / "src")
+    src = checkout_git(bare_repo, "v1.0", _tag_commit(bare_repo, "v1.0"), False, tmp_path / "src")
     assert (src / "setup.py").read_text() == "print('v1')\n" and not (src / ".git").exists()
 
 
 def test_git_branch_is_refused(bare_repo, tmp_path):
     with pytest.raises(CuwError, match=r"source.tag 'main' is a branch, not a tag"):
-        checkout_git(bare_repo, "main", False, tmp_path / "src")
+        checkout_git(bare_repo, "main", "0" * 40, False, tmp_path / "src")
     with pytest.raises(CuwError, match=r"'v9' is not a tag of that repository"):
-        checkout_git(bare_repo, "v9", False, tmp_path / "src")
+        checkout_git(bare_repo, "v9", "0" * 40, False, tmp_path / "src")
+
+
+def test_a_tag_that_moved_since_the_pin_is_refused_before_cloning(bare_repo, tmp_path):
+    """Shards cloning at different times must build one tree: the tag must still name the pinned commit."""
+    pinned = _tag_commit(bare_repo, "v1.0")
+    bare = bare_repo.removeprefix("file://")
+    subprocess.run(["git", "--git-dir", bare, "tag", "-f", "v1.0", "main"], check=True, capture_output=True)  # moved
+    moved = _tag_commit(bare_repo, "v1.0")
+    with pytest.raises(CuwError, match=rf"names commit {moved}, but the recipe pins source.commit {pinned}: the tag moved"):
+        checkout_git(bare_repo, "v1.0", pinned, False, tmp_path / "src")
+    assert not (tmp_path / "src").exists()
+    # An annotated tag is compared by the commit it names (its peeled ref), not the tag object.
+    subprocess.run(["git", "--git-dir", bare, "-c", "user.email=t@t", "-c", "user.name=t", "tag", "-f", "-a", "-m", "x",
+                    "v1.0", pinned], check=True, capture_output=True)  # fmt: skip
+    src = checkout_git(bare_repo, "v1.0", pinned, False, tmp_path / "src")
+    assert (src / "setup.py").read_text() == "print('v1')\n"
 
 
 @pytest.mark.parametrize(
@@ -157,6 +179,10 @@ def test_git_branch_is_refused(bare_repo, tmp_path):
         ("{git: 'file:///x.git', tag: '--help'}", "needs source.tag"),
         ("{path: package, pypi: 'six==1.16.0'}", "exactly one of path, pypi, git (got path, pypi)"),
         ("{path: package, tag: v1}", "go with source.git"),
+        ("{path: package, commit: " + "a" * 40 + "}", "go with source.git"),
+        ("{git: 'file:///x.git', tag: v1}", "source.commit None must be the commit source.tag names"),
+        ("{git: 'file:///x.git', tag: v1, commit: v1}", "source.commit 'v1' must be the commit"),
+        ("{git: 'file:///x.git', tag: v1, commit: " + "A" * 40 + "}", "must be the commit source.tag names"),
         ("{}", "exactly one of path, pypi, git (got none)"),
     ],
 )
@@ -183,11 +209,16 @@ def test_a_recipe_with_a_pypi_source_materializes(recipes_dir, tmp_path):
 # -- git sources from a local mirror (--git-mirror, $CUW_GIT_MIRROR) ------------------------
 
 PKG_URL = "https://git.example.invalid/someone/pkg.git"
+V1_COMMIT = "2631aee0fcf0e0beefa5bd4eb50ede39fe5d715e"  # the upstream fixture's v1.0 (fixed names and dates)
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args], check=True,
-                   capture_output=True)  # fmt: skip
+_DATES = {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+
+
+def _git(repo: Path, *args: str) -> str:
+    """git in ``repo`` with fixed names and dates: the upstream's commits have the same ids every run."""
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args], check=True,
+                          capture_output=True, text=True, env={**os.environ, **_DATES}).stdout.strip()  # fmt: skip
 
 
 @pytest.fixture
@@ -214,11 +245,11 @@ def _archive(repo: Path, dest: Path, tag: str = "v1.0", prefix: str = "pkg-1.0/"
     return dest
 
 
-def _git_recipe(recipes_dir: Path, pin: str | None, extra: str = "", url: str = PKG_URL) -> str:
+def _git_recipe(recipes_dir: Path, pin: str | None, extra: str = "", url: str = PKG_URL, commit: str = "") -> str:
     folder = recipes_dir / "pkg"
     folder.mkdir(exist_ok=True)
     pinned = f", archive_sha256: '{pin}'" if pin else ""
-    source = f"{{git: '{url}', tag: v1.0{pinned}{extra}}}"
+    source = f"{{git: '{url}', tag: v1.0, commit: {commit or V1_COMMIT}{pinned}{extra}}}"
     (folder / "recipe.yml").write_text(f"name: pkg\nlinks_torch: false\nbackend: setuptools\nsource: {source}\n")
     return "pkg"
 
@@ -344,6 +375,19 @@ def test_mirror_without_the_tag_is_refused(upstream, recipes_dir, tmp_path, monk
         _materialize(recipes_dir, upstream, tmp_path / "src", monkeypatch)
 
 
+def test_a_mirror_whose_tag_moved_and_a_tarball_of_another_commit_are_refused(upstream, recipes_dir, tmp_path, monkeypatch):
+    assert _git(upstream, "rev-parse", "v1.0^{commit}") == V1_COMMIT
+    _git_recipe(recipes_dir, None)
+    _git(upstream, "tag", "-f", "v1.0", "main")  # the tag now names the later commit
+    with pytest.raises(CuwError, match=rf"names commit [0-9a-f]{{40}}, but the recipe pins source.commit {V1_COMMIT}"):
+        _materialize(recipes_dir, upstream, tmp_path / "src", monkeypatch)
+    tarball = _archive(upstream, tmp_path / "mirrors" / "pkg-1.0.tar.gz")  # `git archive` of the moved tag
+    _git_recipe(recipes_dir, _sha(tarball))  # its sha256 pinned, but the commit it names is not the pinned one
+    with pytest.raises(CuwError, match=rf"is a `git archive` of commit [0-9a-f]{{40}}, but .* pins source.commit {V1_COMMIT}"):
+        _materialize(recipes_dir, tmp_path / "mirrors", tmp_path / "src", monkeypatch)
+    assert not (tmp_path / "src").exists()
+
+
 def test_dotdot_repository_name_is_refused(recipes_dir, tmp_path, monkeypatch):
     (tmp_path / "mirrors").mkdir()
     _git_recipe(recipes_dir, None, url="https://git.example.invalid/someone/..")
@@ -361,8 +405,9 @@ def test_tarball_cannot_carry_submodules(upstream, recipes_dir, tmp_path, monkey
 @pytest.mark.parametrize(
     "source, message",
     [
-        ("{git: 'file:///x.git', tag: v1, archive_sha256: abc}", "archive_sha256 'abc' is not a sha256"),
-        ("{git: 'file:///x.git', tag: v1, archive_sha256: " + "A" * 64 + "}", "is not a sha256 (64 lowercase"),
+        ("{git: 'file:///x.git', tag: v1, commit: " + "a" * 40 + ", archive_sha256: abc}", "archive_sha256 'abc' is not a sha256"),
+        ("{git: 'file:///x.git', tag: v1, commit: " + "a" * 40 + ", archive_sha256: " + "A" * 64 + "}",
+         "is not a sha256 (64 lowercase"),
         ("{pypi: 'six==1.16.0', sha256: " + "a" * 64 + ", archive_sha256: " + "a" * 64 + "}", "go with source.git"),
     ],
 )

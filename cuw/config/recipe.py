@@ -42,6 +42,10 @@ class Source:
     archive_sha256: Optional[str] = None
     """With git: the sha256 of the tag's ``git archive`` tarball, checked when the source comes from a
     tarball through ``--git-mirror`` or ``$CUW_GIT_MIRROR`` (offline builds); a tarball without it is refused."""
+    commit: Optional[str] = None
+    """With git (required): the commit the tag names, 40 hex digits (``git rev-parse <tag>^{commit}``).
+    Every job checks out exactly this commit: a tag that moved since the recipe was written is
+    refused, so shards cloning at different times cannot build different trees."""
 
 
 @dataclass(frozen=True)
@@ -261,8 +265,12 @@ def _validate_source(source: Source, path: Path) -> None:
                        "(https://, http://, ssh://, git:// or file://)")  # fmt: skip
     if source.git is not None and (not source.tag or source.tag.startswith("-")):
         raise CuwError(f"{path}: source.git needs source.tag (a release tag; a branch is refused)")
-    if source.git is None and (source.tag is not None or source.recursive or source.archive_sha256 is not None):
-        raise CuwError(f"{path}: source.tag, source.recursive and source.archive_sha256 go with source.git")
+    if source.git is None and (source.tag is not None or source.recursive or source.archive_sha256 is not None
+                               or source.commit is not None):  # fmt: skip
+        raise CuwError(f"{path}: source.tag, source.commit, source.recursive and source.archive_sha256 go with source.git")
+    if source.git is not None and not (source.commit and re.fullmatch(r"[0-9a-f]{40}", source.commit)):
+        raise CuwError(f"{path}: source.commit {source.commit!r} must be the commit source.tag names (40 lowercase hex "
+                       f"digits: `git ls-remote {source.git} 'refs/tags/{source.tag}^{{}}'`): every job checks out that commit")  # fmt: skip
     pin = source.archive_sha256
     if pin is not None and not (len(pin) == 64 and all(c in "0123456789abcdef" for c in pin)):
         raise CuwError(f"{path}: source.archive_sha256 {pin!r} is not a sha256 (64 lowercase hex digits): "

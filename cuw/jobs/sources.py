@@ -13,6 +13,7 @@ outside the source folder, and no link may point out of it.
 
 from __future__ import annotations
 
+import gzip
 import html
 import os
 import re
@@ -154,24 +155,49 @@ def unpack(archive: Path, dest: Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def checkout_git(url: str, tag: str, recursive: bool, dest: Path) -> Path:
-    """A shallow clone of ``tag``; a branch name is refused (a build must be a function of the pin)."""
-    refs = subprocess.run(["git", "ls-remote", "--", url, f"refs/tags/{tag}", f"refs/heads/{tag}"],
+def checkout_git(url: str, tag: str, commit: str, recursive: bool, dest: Path) -> Path:
+    """A shallow clone of ``tag``, which must name ``commit``: a branch name is refused, and so is a
+    tag that moved since the recipe pinned it (a build must be a function of the pin)."""
+    refs = subprocess.run(["git", "ls-remote", "--", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}", f"refs/heads/{tag}"],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     if refs.returncode != 0:
         raise CuwError(f"cannot read {url}: {refs.stderr.strip()}")
-    kinds = {line.split("\t")[1] for line in refs.stdout.splitlines() if "\t" in line}
-    if f"refs/tags/{tag}" not in kinds:
-        what = "a branch, not a tag" if f"refs/heads/{tag}" in kinds else "not a tag of that repository"
+    found = dict(reversed(line.split("\t", 1)) for line in refs.stdout.splitlines() if "\t" in line)
+    if f"refs/tags/{tag}" not in found:
+        what = "a branch, not a tag" if f"refs/heads/{tag}" in found else "not a tag of that repository"
         raise CuwError(f"source.tag {tag!r} is {what}: pin a release tag")
+    named = found.get(f"refs/tags/{tag}^{{}}", found[f"refs/tags/{tag}"])  # an annotated tag's commit is its peeled ref
+    if named != commit:
+        raise CuwError(f"source.tag {tag!r} of {url} names commit {named}, but the recipe pins source.commit {commit}: "
+                       "the tag moved; check the new commit and pin it, or keep the old one")  # fmt: skip
     cmd = ["git", "clone", "--quiet", "--depth", "1", "--branch", tag, "-c", "advice.detachedHead=false"]
     if recursive:
         cmd += ["--recurse-submodules", "--shallow-submodules"]
     proc = subprocess.run([*cmd, "--", url, str(dest)], capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise CuwError(f"git clone of {url} at {tag} failed: {proc.stderr.strip()}")
+    head = subprocess.run(["git", "-C", str(dest), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60)
+    if head.stdout.strip() != commit:  # the tag moved between ls-remote and the clone
+        shutil.rmtree(dest, ignore_errors=True)
+        raise CuwError(f"git clone of {url} at {tag} checked out {head.stdout.strip() or 'nothing'}, not the pinned "
+                       f"source.commit {commit}: the tag moved while it was cloned")  # fmt: skip
     shutil.rmtree(dest / ".git", ignore_errors=True)
     return dest
+
+
+def tarball_commit(tarball: Path) -> Optional[str]:
+    """The commit a ``git archive`` tarball was made from (its pax header; ``git get-tar-commit-id``),
+    or None when it names none."""
+    try:
+        with open(tarball, "rb") as fh:
+            gzipped = fh.read(2) == b"\x1f\x8b"
+        with (gzip.open(tarball, "rb") if gzipped else open(tarball, "rb")) as raw:
+            head = raw.read(1024)
+        out = subprocess.run(["git", "get-tar-commit-id"], input=head, capture_output=True, timeout=60)
+    except (OSError, EOFError, subprocess.SubprocessError):
+        return None
+    found = out.stdout.decode(errors="replace").strip()
+    return found if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", found) else None
 
 
 # -- git sources from a local mirror ------------------------------------------------
@@ -280,6 +306,10 @@ def _from_tarball(recipe: Recipe, tarball: Path, dest: Path) -> Path:
         raise CuwError(f"{tarball} has sha256 {got}, but {recipe_file} pins source.archive_sha256 "
                        f"{source.archive_sha256}: replace the file with the `git archive` tarball of {source.tag} "
                        f"of {source.git}, or correct the pin")  # fmt: skip
+    named = tarball_commit(tarball)
+    if named is not None and named != source.commit:
+        raise CuwError(f"{tarball} is a `git archive` of commit {named}, but {recipe_file} pins source.commit "
+                       f"{source.commit}: replace the tarball or correct the pins")  # fmt: skip
     return unpack(tarball, dest)
 
 
@@ -292,16 +322,16 @@ def materialize(recipe: Recipe, dest: Path) -> Path:
     if source.pypi is not None:
         assert source.sha256 is not None  # the loader requires it
         return unpack(fetch_sdist(source.pypi, source.sha256), dest)
-    assert source.git is not None and source.tag is not None
+    assert source.git is not None and source.tag is not None and source.commit is not None
     location = mirror_from_env()
     if location is None:
-        return checkout_git(source.git, source.tag, source.recursive, dest)
+        return checkout_git(source.git, source.tag, source.commit, source.recursive, dest)
     mirror = resolve_mirror(source.git, source.tag, check_mirror(location))
     if mirror.kind == "tarball":
         _from_tarball(recipe, mirror.path, dest)
     else:
         try:
-            checkout_git(mirror.path.as_uri(), source.tag, source.recursive, dest)
+            checkout_git(mirror.path.as_uri(), source.tag, source.commit, source.recursive, dest)
         except CuwError as exc:
             raise CuwError(f"git mirror {mirror.path} (for {source.git}): {exc}") from None
     print(f"cuw: source of {recipe.key}: {source.git} {source.tag} from the {mirror.kind} {mirror.path}",
