@@ -41,6 +41,7 @@ class Seat:
             log=str(self.log),
             partition=partition,
             extra_args=extra_args or [],
+            tree=str(root),
         )
         self.exe = install.install(root / "seat", config)
         self.empty = empty
@@ -104,6 +105,22 @@ def test_probe_tus_always_compile_for_real_and_uncached(tmp_path):
     assert src.with_suffix(".o").read_bytes() != s.empty.read_bytes()
     assert [e["action"] for e in s.entries()] == ["probe"]
     assert s.cache.stats().total == 0
+
+
+def test_a_work_folder_named_like_a_probe_above_the_tree_is_not_a_probe(tmp_path):
+    """Markers count in path components below the job's tree: a farm whose work folder is
+    ``.../conftest/...`` still stubs foreign TUs and caches owned ones."""
+    s = Seat(tmp_path / "conftest" / "job", runtime.SeatPartition(1, 2))
+    foreign, owned = _source(s, _key_owned_by(2, 2)), _source(s, _key_owned_by(1, 2))
+    assert s.run("-c", str(foreign), "-o", "f.o", *ARCH).returncode == 0
+    assert s.run("-c", str(owned), "-o", "o.o", *ARCH).returncode == 0
+    assert [e["action"] for e in s.entries()] == ["stubbed", "compiled"]
+    call = runtime.parse(["-c", "/w/conftest/job/src/a.cu", "-o", "a.o"])
+    assert not runtime.is_probe(call, "/w/conftest/job/build", "/w/conftest/job")
+    assert runtime.is_probe(call, "/w/conftest/job/build", "")  # without the tree, every component counts
+    scratch = "/w/conftest/job/build/CMakeFiles/CMakeScratch/TryCompile-x"
+    assert runtime.is_probe(runtime.parse(["-c", f"{scratch}/src.cu", "-o", "a.o"]), scratch, "/w/conftest/job")
+    assert runtime.is_probe(runtime.parse(["-c", "conftest.cu", "-o", "conftest.o"]), "/tmp/x", "/w/conftest/job")
 
 
 def test_non_compiles_pass_through_untouched(tmp_path):

@@ -184,6 +184,7 @@ class Job:
             extra_args=EXTRA_ARGS,
             real_compilers=install.find_host_compilers(),
             partition_host=partition_host,
+            tree=str(root),
         )
         self.nvcc = install.install(root / "seat", self.config)
         self.native = native and seat_native.install_native(root / "seat", self.config, note=root / "note.log")
@@ -284,6 +285,25 @@ LINK_CASES = [
 @pytest.mark.parametrize("case", LINK_CASES, ids=lambda c: c.name)
 def test_the_link_jobs_native_seat_matches_the_python_seat(link_jobs, case):
     _compare(*link_jobs, case)
+
+
+CONFTEST_CASES = [
+    Case("foreign TU, the job below a folder named conftest", ["-c", F_CU, "-o", "c_f.o", *ARCH], True),
+    Case("owned TU there: compiled, cached", ["-c", O_CU, "-o", "c_o.o", *ARCH], True, action="compiled", outcome="miss"),
+    Case("a probe inside the tree is still one", ["-c", F_CU, "-o", "cmTC_3.o"], False),
+]
+
+
+@pytest.fixture(scope="module")
+def conftest_jobs(tmp_path_factory) -> tuple[Job, Job]:
+    """Jobs whose folder lies below one named ``conftest`` (a probe marker): above the tree, it is not a probe."""
+    base = tmp_path_factory.mktemp("work") / "conftest"
+    return Job(base / "a", native=True), Job(base / "b", native=False)
+
+
+@pytest.mark.parametrize("case", CONFTEST_CASES, ids=lambda c: c.name)
+def test_probe_markers_count_only_below_the_jobs_tree(conftest_jobs, case):
+    _compare(*conftest_jobs, case)
 
 
 def test_the_foreign_table_is_the_partition_rule(jobs):

@@ -122,6 +122,7 @@ def prepare(
         real_compilers=install.find_host_compilers(),
         # Windows shards keep every host source: the module-init symbol must link in each.
         partition_host=lane != "windows",
+        tree=str(ws.tree),
     )
     script = install.install(ws.seat_dir, config)
     # A shard's foreign TUs stubbed without a Python start (no C compiler: the scripts stay).

@@ -69,6 +69,7 @@ def seat_table(config: SeatConfig) -> Optional[str]:
         f"empty\t{config.empty_object}",
         f"log\t{config.log}",
         f"host_partitioned\t{int(config.partition_host)}",
+        *([f"tree\t{os.path.normpath(config.tree)}"] if config.tree else []),
         f"host_tools\t {' '.join(sorted(config.real_compilers))} ",
         *([f"partition\t{part.index}/{part.count}"] if part else []),
         # Beside the source filter: the filter's keys are left out below, so the stub may stub

@@ -106,6 +106,8 @@ class SeatConfig:
     """Host compiler name -> the real executable behind the host seat."""
     partition_host: bool = True
     """Whether host TUs are partitioned too (False on Windows lanes)."""
+    tree: str = ""
+    """The folder holding the job's source and build trees: probe markers count below it only."""
 
     @staticmethod
     def read(path: str) -> "SeatConfig":
@@ -115,9 +117,16 @@ class SeatConfig:
         return SeatConfig(partition=SeatPartition(**part) if part else None, **data)
 
 
-def is_probe(call: NvccCall, cwd: str) -> bool:
-    haystack = " ".join(filter(None, [call.source, call.output, cwd]))
-    return any(marker in haystack for marker in PROBE_MARKERS)
+def is_probe(call: NvccCall, cwd: str, tree: str = "") -> bool:
+    """A build-system probe: a marker in a path component of the source, the output or the working
+    folder, below the job's tree when the path is under it (a work folder named ``conftest`` above
+    the tree is not a probe; ``build/CMakeFiles/CMakeScratch/TryCompile-x`` is)."""
+    for path in filter(None, [call.source, call.output, cwd]):
+        if tree and (path == tree or path.startswith(tree.rstrip("/") + "/")):
+            path = path[len(tree.rstrip("/")) + 1:]
+        if any(marker in part for part in path.replace("\\", "/").split("/") for marker in PROBE_MARKERS):
+            return True
+    return False
 
 
 def _log(config: SeatConfig, **entry: object) -> None:
@@ -264,7 +273,7 @@ def run(argv: list[str], config: SeatConfig) -> int:
     if not call.is_compile or call.source is None:
         _log(config, action="passthrough", argv=argv[:6])
         return _call(real)
-    if is_probe(call, cwd):
+    if is_probe(call, cwd, config.tree):
         _log(config, action="probe", source=call.source)
         return _call(real)
     args = _unseated_ccbin(call.cache_safe_args(), config)
@@ -291,7 +300,7 @@ def run_host(argv: list[str], config: SeatConfig, tool: str) -> int:
         or "tmpxft" in call.source
         or "tmpxft" in os.path.basename(call.output or "")
         or os.path.basename(call.source) in SOURCE_SUFFIXES
-        or is_probe(call, cwd)
+        or is_probe(call, cwd, config.tree)
     ):
         # Links, preprocessing, nvcc's intermediates (its tmpxft files, the nameless ``.c`` of
         # ggml's ``nvcc .c -Xcompiler --version`` probe), build-tree files, probes: not the build's TUs.

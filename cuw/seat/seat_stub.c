@@ -269,6 +269,7 @@ static char *json_string(const char *s) {
 
 struct table {
     const char *root, *empty, *log;
+    const char *tree; /* the job's source and build trees: probe markers count below it only */
     int host_partitioned;
     const char *host_tools; /* " gcc g++ " : the host compilers the seat has a real one for */
     const char *source_filter; /* "I/N" when the table was written beside the source filter (its keys left out) */
@@ -323,6 +324,7 @@ static int read_table(struct table *t) {
         if (strcmp(p, "root") == 0) t->root = value;
         else if (strcmp(p, "empty") == 0) t->empty = value;
         else if (strcmp(p, "log") == 0) t->log = value;
+        else if (strcmp(p, "tree") == 0) t->tree = value;
         else if (strcmp(p, "host_partitioned") == 0) t->host_partitioned = strcmp(value, "1") == 0;
         else if (strcmp(p, "host_tools") == 0) t->host_tools = value;
         else if (strcmp(p, "source_filter") == 0) t->source_filter = value;
@@ -372,9 +374,23 @@ static const char *find_key(const char *section, const char *key, const char **j
     return NULL;
 }
 
-static int probe(const char *s) {
-    for (const char *const *m = PROBE_MARKERS; *m; ++m)
-        if (s && strstr(s, *m)) return 1;
+/* cuw/seat/runtime.py is_probe(): a marker inside a path component, below the job's tree when
+   the path is under it (a work folder named "conftest" above the tree is not a probe). */
+static int probe(const char *s, const char *tree) {
+    if (!s) return 0;
+    size_t tree_len = tree ? strlen(tree) : 0;
+    if (tree_len && strncmp(s, tree, tree_len) == 0 && (s[tree_len] == '/' || !s[tree_len]))
+        s += s[tree_len] ? tree_len + 1 : tree_len;
+    while (*s) {
+        size_t len = strcspn(s, "/");
+        for (const char *const *m = PROBE_MARKERS; *m; ++m) {
+            size_t mlen = strlen(*m);
+            for (size_t i = 0; mlen <= len && i + mlen <= len; ++i)
+                if (memcmp(s + i, *m, mlen) == 0) return 1;
+        }
+        s += len;
+        if (*s == '/') ++s;
+    }
     return 0;
 }
 
@@ -704,7 +720,7 @@ int main(int argc, char **argv) {
 
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd)) fallback();
-    if (probe(source) || probe(output) || probe(cwd)) fallback();
+    if (probe(source, t.tree) || probe(output, t.tree) || probe(cwd, t.tree)) fallback();
 #if SEAT_HOST
     /* nvcc's own intermediates (tmpxft files, the nameless ".c" of ggml's probe): never the
        build's TUs; the Python seat runs them untouched. */
