@@ -206,6 +206,45 @@ def test_import_error_in_one_module_does_not_hide_the_others(built, tmp_path):
     assert checks["import"].details == ["cuw_example.broken: ImportError: broken on purpose"]
 
 
+def test_a_library_named_like_a_module_without_pyinit_fails_unless_the_recipe_loads_it(built, tmp_path):
+    """Python cannot import an ``.so`` named like a module that exports no ``PyInit_``: verify fails it,
+    unless ``verify.load_libraries`` lists it (a torch op library); then verify loads it instead."""
+    recipes, wheel = built
+    name = "cuw_example/_ops.cpython-311-x86_64-linux-gnu.so"
+
+    def add_library(needs_missing: bool):
+        def mutate(tree: Path) -> None:
+            src = tree.parent / "ops.c"
+            src.write_text("int cuw_ops_answer(void) { return 42; }\n")
+            extra = ["-L", str(tree.parent), "-lcuwmissing"] if needs_missing else []
+            if needs_missing:  # a library it needs, present at link time only
+                (tree.parent / "dep.c").write_text("int cuw_dep(void) { return 1; }\n")
+                subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tree.parent / "libcuwmissing.so"),
+                                str(tree.parent / "dep.c")], check=True)  # fmt: skip
+            subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tree / name), str(src), *extra], check=True)
+
+        return mutate
+
+    checks = _verify(_rebuild(wheel, tmp_path / "a", add_library(False)), recipes)
+    assert not checks["pyinit"].ok
+    assert checks["pyinit"].details == [f"{name}: named like an extension module but exports no PyInit__ops: Python "
+                                        "cannot import it; if torch.ops.load_library or ctypes loads it, list it in "
+                                        "the recipe's verify.load_libraries"]  # fmt: skip
+    allowed = replace(load_recipe("example", recipes).verify, load_libraries=["cuw_example/_ops.*.so"])
+    listed = _verify(_rebuild(wheel, tmp_path / "b", add_library(False)), recipes, verify=allowed)
+    assert listed["pyinit"].ok and f"{name}: no PyInit_*, loaded as a library (verify.load_libraries)" in listed["pyinit"].details
+    # Loaded in the import check: one that cannot load (a library it needs is not in the wheel) fails there.
+    rebuilt = _rebuild(wheel, tmp_path / "c", add_library(True))
+    recipe = replace(load_recipe("example", recipes), verify=replace(allowed, allowed_needed=["libcuwmissing.so"]))
+    checks = {c.name: c for c in verify(rebuilt, recipe, CELL, find_toolkit(), load_policy(recipes).wheel, ["9.0"],
+                                        import_check=True).checks}  # fmt: skip
+    assert not checks["import"].ok
+    assert any(d.startswith(f"{name} (verify.load_libraries): OSError: libcuwmissing.so") for d in checks["import"].details), checks["import"].details
+    checks = {c.name: c for c in verify(_rebuild(wheel, tmp_path / "d", add_library(False)), replace(recipe, verify=allowed),
+                                        CELL, find_toolkit(), load_policy(recipes).wheel, ["9.0"], import_check=True).checks}  # fmt: skip
+    assert checks["import"].ok and checks["pyinit"].ok, checks["import"].details
+
+
 def test_glibc_follows_the_tag_and_the_builder_and_links_torch_the_recipe(built, tmp_path):
     recipes, wheel = built
     policy = load_policy(recipes).wheel

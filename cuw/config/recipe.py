@@ -91,6 +91,11 @@ class Verify:
     """Libraries (globs) auditwheel may copy into the wheel."""
     skip_import: list[str] = field(default_factory=list)
     """Modules not to import in the verify gate (with a README line saying why)."""
+    load_libraries: list[str] = field(default_factory=list)
+    """Wheel paths (globs) of libraries named like extension modules but without ``PyInit_``: torch
+    operator libraries that ``torch.ops.load_library`` loads, or ``ctypes`` libraries. Verify loads
+    each in a clean process instead of importing it; any other such file fails verify (Python could
+    not import it)."""
     import_requires: list[str] = field(default_factory=list)
     """Pinned pip requirements installed beside the wheel for the import check: its runtime
     dependencies that the forge's environment lacks (the wheel itself installs without its own)."""

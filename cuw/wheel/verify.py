@@ -162,20 +162,31 @@ def _torch_needed(binary: Binary) -> list[str]:
 EXTENSION_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\.(cpython|cp|abi3|pypy)[^/]*)?\.(pyd|so)")
 
 
-def _pyinit_check(binaries: list[Binary]) -> Check:
+def loaded_libraries(binaries: list[Binary], patterns: list[str]) -> list[str]:
+    """The wheel paths of ``verify.load_libraries``: libraries named like modules, loaded, not imported."""
+    return [b.path for b in binaries if any(fnmatch.fnmatchcase(b.path, p) for p in patterns)]
+
+
+def _pyinit_check(binaries: list[Binary], load_libraries: Optional[list[str]] = None) -> Check:
     """Every extension module (``name.pyd``, ``name.cp311-win_amd64.pyd``,
     ``name.cpython-311-x86_64-linux-gnu.so``, ``name.abi3.so``) exports ``PyInit_<name>``:
-    the import check's evidence where the wheel cannot be imported (a Windows wheel here)."""
+    the import check's evidence where the wheel cannot be imported (a Windows wheel here). A file
+    named like a module without any ``PyInit_`` fails unless the recipe lists it in
+    ``verify.load_libraries`` (a torch operator library, loaded by ``torch.ops.load_library``)."""
     problems, notes, modules = [], [], 0
+    listed = set(loaded_libraries(binaries, load_libraries or []))
     for b in binaries:
         base = Path(b.path).name
         match = EXTENSION_NAME.fullmatch(base)
         if ".libs/" in b.path or not match or (base.endswith(".so") and not match.group(2)):
             continue  # a plain shared library (libfoo.so, foo.dll), not a module
-        if b.exports_pyinit is None and b.kind == "elf":
-            # torch's extension builder names op libraries like modules (``_kernels.cpython-311-…so``);
-            # torch.ops.load_library loads them without PyInit, and the import check covers the rest.
-            notes.append(f"{b.path}: no PyInit_* (a library loaded by torch.ops.load_library or ctypes)")
+        if b.exports_pyinit is None and b.path in listed:
+            notes.append(f"{b.path}: no PyInit_*, loaded as a library (verify.load_libraries)")
+            continue
+        if b.exports_pyinit is None:
+            problems.append(f"{b.path}: named like an extension module but exports no PyInit_{match.group(1)}: Python "
+                            "cannot import it; if torch.ops.load_library or ctypes loads it, list it in the recipe's "
+                            "verify.load_libraries")  # fmt: skip
             continue
         modules += 1
         if b.exports_pyinit != match.group(1):
@@ -309,7 +320,7 @@ def verify(
         else:
             checks.append(Check("links_torch", True, links[:3] or ["torch-free, as the recipe says"]))
 
-        checks.append(_pyinit_check(elves))
+        checks.append(_pyinit_check(elves, recipe.verify.load_libraries))
         checks.append(_arch_check(elves, scratch, archs, toolkit, recipe.device_code))
 
     if import_check:
@@ -456,6 +467,15 @@ def import_requirements(recipe: Recipe, cell: Cell) -> list[str]:
     return [*recipe.verify.import_requires, *recipe.verify.import_requires_cuda.get(cell.cuda, [])]
 
 
+def _clean_env(target: Path, home: str) -> dict[str, str]:
+    """A clean process's environment: the wheel's folder on the path, GPUs hidden, nothing else."""
+    env = {"PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "HOME": home}
+    if sys.platform == "win32":  # Python needs SYSTEMROOT; DLLs resolve from System32
+        root = os.environ.get("SYSTEMROOT", "C:\\Windows")
+        env.update(SYSTEMROOT=root, PATH=os.path.join(root, "System32"), USERPROFILE=home)
+    return env
+
+
 def _import_check(
     wheel: Path, members: dict[str, bytes], elves: list[Binary], recipe: Recipe, python: str = sys.executable,
     requires: Optional[list[str]] = None,
@@ -485,22 +505,31 @@ def _import_check(
                 return Check("import", False, [f"pip could not install verify.import_requires "
                                                f"{requires}: {proc.stderr.strip()[-300:]}"])  # fmt: skip
         failures, passed = [], 0
+        for library in loaded_libraries(elves, recipe.verify.load_libraries):
+            # A torch operator library registers its ops with torch when loaded; any other, through ctypes.
+            how = "import torch; torch.ops.load_library(p)" if recipe.links_torch else "import ctypes; ctypes.CDLL(p)"
+            code = f"import sys; p = sys.argv[1]; {how}"
+            child = subprocess.run([python, "-c", code, str(target / library)], cwd=empty, env=_clean_env(target, tmp),
+                                   capture_output=True, text=True, timeout=300)  # fmt: skip
+            if child.returncode != 0:
+                last = (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1]
+                failures.append(f"{library} (verify.load_libraries): {last}")
+            else:
+                passed += 1
         for module in _modules(members, elves):
             if module in recipe.verify.skip_import:
                 continue
-            env = {"PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "HOME": tmp}
-            if sys.platform == "win32":  # Python needs SYSTEMROOT; DLLs resolve from System32
-                root = os.environ.get("SYSTEMROOT", "C:\\Windows")
-                env.update(SYSTEMROOT=root, PATH=os.path.join(root, "System32"), USERPROFILE=tmp)
             child = subprocess.run(
-                [python, "-c", f"import {module}"], cwd=empty, env=env, capture_output=True, text=True, timeout=300
-            )
+                [python, "-c", f"import {module}"], cwd=empty, env=_clean_env(target, tmp), capture_output=True,
+                text=True, timeout=300,
+            )  # fmt: skip
             if child.returncode != 0:
                 last = (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1]
                 failures.append(f"{module}: {last}")
             else:
                 passed += 1
-        return Check("import", not failures, failures or [f"{passed} modules import in a clean process, GPUs hidden"])
+        return Check("import", not failures, failures or [f"{passed} modules import (or libraries load) in a clean process, "
+                                                          "GPUs hidden"])  # fmt: skip
 
 
 def write_verify_reports(checked: Report, wheel_path: Path) -> tuple[Path, Path]:
