@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--package", default="all")
     for flag in ("platform", "cuda", "pytorch", "python"):
         p.add_argument(f"--{flag}", default="")
+    p.add_argument("--rebuild", choices=("missing", "stale", "all"), default="stale",
+                   help="passed on to each build.yml run (its plan leaves out what the index holds)")
     p.add_argument("--dry-run", action="store_true", help="list the dispatches, send nothing")
     p.add_argument("--pause", type=float, default=1.0, help="seconds between dispatches (default 1)")
     args = p.parse_args(argv)
@@ -65,9 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     failed: dict[str, str] = {}
     rows = ["| chunk | jobs | dispatched |", "|---|---|---|"]
+    empty = [c["id"] for c in chunks if not c["jobs"]]  # every cell already published (cuw matrix --published)
+    for chunk_id in empty:
+        print(f"nothing to build in {chunk_id}: every cell is published with today's inputs", flush=True)
+        rows.append(f"| {chunk_id} | 0 | up to date, not dispatched |")
+    chunks = [c for c in chunks if c["jobs"]]
     for i, chunk in enumerate(chunks):
         inputs = {"package": args.package, "chunk": chunk["id"], "platform": args.platform, "cuda": args.cuda,
-                  "pytorch": args.pytorch, "python": args.python}  # fmt: skip
+                  "pytorch": args.pytorch, "python": args.python, "rebuild": args.rebuild}  # fmt: skip
         if args.dry_run:
             print(f"would dispatch build.yml@{args.ref} {json.dumps(inputs, sort_keys=True)}", flush=True)
             rows.append(f"| {chunk['id']} | {chunk['jobs']} | dry run |")

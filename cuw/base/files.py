@@ -118,6 +118,22 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def tree_digest(root: Path) -> str:
+    """sha256 over every file under ``root`` by relative path and the content a compiler reads there,
+    in sorted order: a link to a file counts as that file (a copy that resolved the link is the same
+    tree); a link to a folder, or a dangling one, by its target. ``__pycache__`` is left out."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if "__pycache__" in path.parts:
+            continue
+        if path.is_file():
+            h.update(f"F {rel} ".encode() + bytes.fromhex(sha256_of(path)) + b"\n")
+        elif path.is_symlink():
+            h.update(f"L {rel} -> {os.readlink(path)}\n".encode())
+    return h.hexdigest()
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -159,6 +159,27 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Map
     return {"total_jobs": len(jobs), "chunks": chunks, "skipped": skipped, "collapsed": collapsed}
 
 
+def keep_cells(result: dict, keep: set[str], published: dict) -> dict:
+    """The plan with only the jobs of ``keep``'s cells; chunk ids stay (a workflow dispatches one by
+    its id), a chunk may end up empty. ``published``: what the index holds, for the summary."""
+    chunks = []
+    for c in result["chunks"]:
+        compile_jobs = [j for j in c["compile"]["include"] if j["cell"] in keep]
+        link_jobs = [j for j in c["link"]["include"] if j["cell"] in keep]
+        chunks.append({**c, "jobs": len(compile_jobs) + len(link_jobs), "compile": {"include": compile_jobs},
+                       "link": {"include": link_jobs}})  # fmt: skip
+    return {**result, "chunks": chunks, "total_jobs": sum(c["jobs"] for c in chunks), "published": published}
+
+
+def planned_cells(result: dict) -> list[tuple[str, str, str, str, str, str]]:
+    """(recipe, lane, python, cuda, torch, image) of every cell the plan holds, once each."""
+    seen: dict[str, tuple[str, str, str, str, str, str]] = {}
+    for c in result["chunks"]:
+        for j in c["compile"]["include"] + c["link"]["include"]:
+            seen.setdefault(j["cell"], (j["recipe"], j["lane"], j["python"], j["cuda"], j["torch"], j["image"]))
+    return [seen[k] for k in sorted(seen)]
+
+
 def dumps(result: dict) -> str:
     return json.dumps(result, sort_keys=True, separators=(",", ":")) + "\n"
 
@@ -190,6 +211,14 @@ def summary(result: dict) -> str:
     lines += [f"  chunk {c['id']:40} {c['jobs']:4} jobs" for c in result["chunks"]]
     lines += [f"  skipped {key}: {why}" for key, why in sorted(result.get("skipped", {}).items())]
     lines += [f"  collapsed {key}: {note}" for key, note in sorted(result.get("collapsed", {}).items())]
+    published = result.get("published")
+    if published:
+        lines.append(f"  published at {published['from']}: {len(published['current'])} cell(s) up to date, "
+                     f"{len(published['stale'])} stale, {len(published['missing'])} missing; --rebuild "
+                     f"{published['rebuild']}: {published['building']} cell(s) planned")  # fmt: skip
+        lines += [f"    up to date, left out: {cell}" for cell in published["current"] if cell not in published["built"]]
+        lines += [f"    stale: {cell}: {why}" + ("" if cell in published["built"] else " (not rebuilt: --rebuild stale or all)")
+                  for cell, why in sorted(published["stale"].items())]  # fmt: skip
     return "\n".join(lines)
 
 

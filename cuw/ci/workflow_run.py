@@ -387,8 +387,8 @@ def run_workflow(args: argparse.Namespace) -> int:
     local_repos = local_repositories(text, offline) if offline else []
     report.say(f"workflow: actions {'from ' + str(offline) if offline else 'fetched by act (online)'}")
 
-    if args.engine:
-        writable_dir(index, "--index")  # mounted into the publish job's container: it must exist first
+    # The plan reads it (cells published with today's inputs are left out); docker mode mounts it.
+    writable_dir(index, "--index")
     # Host mode runs no job containers: every job on this machine, not in its lane's image.
     mode: ContextManager[tuple[list[str], dict[str, str]]] = (
         docker_mode(index, lanes[0]) if args.engine else nullcontext(([], {"on_host": "true"})))  # fmt: skip
@@ -446,5 +446,5 @@ def _run_act(repo: Path, run_dir: Path, act_home: Path, index: Path, chunk: dict
     for job in progress.jobs.values():
         print(job.verdict(), flush=True)
     print(f"index: {index}", flush=True)
-    failed = [j for j in progress.jobs.values() if j.result != "success"]
+    failed = [j for j in progress.jobs.values() if j.result not in ("success", "skipped")]  # skipped: nothing to build
     return 0 if rc == 0 and not failed and progress.jobs else 1

@@ -120,6 +120,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--on-host", action="store_true",
                    help="jobs run on the runner itself, not in their lane's build image (images.<lane> in "
                         "recipes/defaults.yml): for a local run of the workflow in act's host mode")  # fmt: skip
+    p.add_argument("--published", default=None, metavar="FOLDER|URL",
+                   help="the published index (a folder, or the URL it is served at): cells whose build record there "
+                        "names today's inputs (recipe, source, archs, image, toolkit, wheel policy) are left out")  # fmt: skip
+    p.add_argument("--rebuild", choices=("missing", "stale", "all"), default=None,
+                   help="with --published: plan the missing cells only, the stale ones too (default), or all")
     p.add_argument("--image", action="append", default=[], metavar="LANE=REF",
                    help="the jobs of this Linux lane run in REF (pinned by digest) instead of images.<lane>.ref: "
                         "a local run's stand-in (repeat or comma-separate)")  # fmt: skip

@@ -185,6 +185,10 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
         raise CuwError("--on-host runs every job on its runner; --image names the image a lane's jobs run in: give one")
     images = {} if args.on_host else image_overrides(args.image, policy)
     result = matrix.plan(recipes, policy.grid, filters, images)
+    if args.published is not None:
+        result = _drop_published(result, recipes, policy, args.published, args.rebuild)
+    elif args.rebuild is not None:
+        raise CuwError("--rebuild chooses among the cells --published finds; give --published too")
     text = matrix.dumps(matrix.chunk(result, args.chunk))  # an unknown chunk fails before any output
     if args.output:
         write_text(args.output, text, "--output")
@@ -192,6 +196,23 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     if not args.output:
         sys.stdout.write(text)
     return 0
+
+
+def _drop_published(result: dict, recipes: list[Recipe], policy, location: str, rebuild: Optional[str]) -> dict:
+    """The plan less the cells the published index holds with today's inputs (cuw/ci/published.py)."""
+    from cuw.ci import matrix
+    from cuw.ci.published import cell_status, read_records
+    from cuw.config.cell import Cell
+
+    by_key = {r.key: r for r in recipes}
+    cells = [(by_key[key], Cell(key, lane, python, cuda, torch or None), image)
+             for key, lane, python, cuda, torch, image in matrix.planned_cells(result)]  # fmt: skip
+    status = cell_status(cells, policy, read_records(location))
+    mode = rebuild or "stale"
+    keep = status.to_build(mode)
+    return matrix.keep_cells(result, keep, {"from": location, "rebuild": mode, "current": status.current,
+                                            "stale": status.stale, "missing": status.missing,
+                                            "building": len(keep), "built": sorted(keep)})  # fmt: skip
 
 
 def _show(args: argparse.Namespace, recipes_dir: Path) -> int:

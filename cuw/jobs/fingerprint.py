@@ -18,6 +18,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from cuw.base import files
 from cuw.base.errors import CuwError
 from cuw.config.recipe import Recipe
 from cuw.jobs.cell_env import forge_digest
@@ -41,19 +42,7 @@ def _digest(data: bytes) -> str:
 
 
 def tree_digest(root: Path) -> str:
-    """Every file under ``root`` by relative path and the content a compiler reads there, in sorted
-    order: a link to a file counts as that file (a copy that resolved the link is the same source);
-    a link to a folder, or a dangling one, by its target."""
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if "__pycache__" in path.parts:
-            continue
-        if path.is_file():
-            h.update(f"F {rel} ".encode() + hashlib.sha256(path.read_bytes()).digest() + b"\n")
-        elif path.is_symlink():
-            h.update(f"L {rel} -> {path.readlink()}\n".encode())
-    return h.hexdigest()[:16]
+    return files.tree_digest(root)[:16]
 
 
 def _nvcc_version(toolkit: Toolkit) -> str:

@@ -16,7 +16,6 @@ wheels of the chunk are still published.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,19 +29,11 @@ from cuw import __version__
 from cuw.gates import report
 from cuw.base.errors import CuwError
 from cuw.base.files import copy_into, write_text
-from cuw.base.files import sha256_of as sha256_file
+from cuw.base.files import sha256_of as sha256_file, tree_digest
+from cuw.config.inputs import cell_inputs, inputs_digest
 
 RECORD_SUFFIX = ".build.json"
-FORMAT = 1
-
-
-def tree_digest(root: Path, skip: tuple[str, ...] = ("__pycache__",)) -> str:
-    """sha256 over every file under ``root``: relative path and content, in sorted order."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and not any(s in p.parts for s in skip)):
-        rel = path.relative_to(root).as_posix()
-        h.update(rel.encode() + b"\0" + sha256_file(path).encode() + b"\n")
-    return h.hexdigest()
+FORMAT = 2  # 2: the cell's inputs and their digest (cuw/config/inputs.py)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -86,8 +77,9 @@ def _nvcc_version(nvcc: Path) -> Optional[str]:
 
 
 def build_record(recipe: Any, wheel: Path, link_report: dict[str, Any], shard_reports: list[dict[str, Any]],
-                 verify_report: Optional[dict[str, Any]], toolkit: Any) -> dict[str, Any]:  # fmt: skip
-    """The record of one wheel (pure: everything it says comes from the arguments)."""
+                 verify_report: Optional[dict[str, Any]], toolkit: Any, inputs: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """The record of one wheel (pure: everything it says comes from the arguments). ``inputs``: what
+    the wheel is a function of (:func:`cuw.config.inputs.cell_inputs`), which the plan compares."""
     recipes_dir = Path(recipe.folder).parent
     policy = recipes_dir / "defaults.yml"
     facts = link_report.get("facts", {})
@@ -100,6 +92,8 @@ def build_record(recipe: Any, wheel: Path, link_report: dict[str, Any], shard_re
     return {
         "format": FORMAT,
         "wheel": wheel.name,
+        "inputs": inputs,
+        "inputs_digest": inputs_digest(inputs),
         "sha256": sha256_file(wheel),
         "recipe": recipe.key,
         "cell": link_report.get("cell"),
@@ -146,7 +140,11 @@ def record(recipe: Any, dist: Path, artifacts: Path) -> Path:
     shard_reports = [_read_json(p) for p in sorted(cell_dir.glob(f"cuw-shard-*{suffix}"))]
     verify_path = dist / f"{wheel.name}.verify.json"
     verify_rep = _read_json(verify_path) if verify_path.is_file() else None
-    body = build_record(recipe, wheel, link_rep, shard_reports, verify_rep, toolkit)
+    from cuw.config.policy import load_policy
+    from cuw.toolchain.builder import current_builder
+
+    inputs = cell_inputs(recipe, load_policy(Path(recipe.folder).parent), cell, current_builder().image or "")
+    body = build_record(recipe, wheel, link_rep, shard_reports, verify_rep, toolkit, inputs)
     out = dist / f"{wheel.name}{RECORD_SUFFIX}"
     write_text(out, json.dumps(body, indent=2, sort_keys=True) + "\n", "build record")
     report.say(f"build record: {out} ({len(shard_reports)} shard reports, link {body['link']['hits']}/"
@@ -157,7 +155,8 @@ def record(recipe: Any, dist: Path, artifacts: Path) -> Path:
 @dataclass
 class Outcome:
     published: list[str] = field(default_factory=list)  # wheel names added by this run
-    already: list[str] = field(default_factory=list)  # same bytes were already in the index
+    already: list[str] = field(default_factory=list)  # same bytes, or the same inputs, already in the index
+    same_inputs: list[str] = field(default_factory=list)  # of those: rebuilt from the same inputs, other bytes
     refused: dict[str, str] = field(default_factory=dict)  # wheel name -> why
     failed_cells: dict[str, str] = field(default_factory=dict)  # cell id -> why it has no wheel
 
@@ -192,13 +191,13 @@ def publish(incoming: Path, index: Path, reports: Optional[Path] = None) -> Outc
     if not incoming.is_dir():
         raise CuwError(f"publish: {incoming} is not a folder (the wheels the links uploaded)")
     # Sorted once without touching the index (a run with nothing to add, or refused, writes nothing)...
-    outcome, accepted = _sort(incoming, published_files(index) if (index / MARKER).is_file() else {}, reports)
+    outcome, accepted = _sort(incoming, published_files(index) if (index / MARKER).is_file() else {}, reports, index)
     if not accepted and not outcome.already:
         return outcome
     published_files(index)  # a folder that is not an index is refused before the lock file is made in it
     with index_lock(index):  # ...and again under the lock: another publish may have added meanwhile
         published = published_files(index)
-        outcome, accepted = _sort(incoming, published, reports)
+        outcome, accepted = _sort(incoming, published, reports, index)
         if accepted:
             (index / "files").mkdir(parents=True, exist_ok=True)
             for _, rec_path in accepted:  # each record before its wheel is listed: a listed wheel has its record
@@ -213,7 +212,19 @@ def publish(incoming: Path, index: Path, reports: Optional[Path] = None) -> Outc
     return outcome
 
 
-def _sort(incoming: Path, published: dict[str, str], reports: Optional[Path]) -> tuple[Outcome, list[tuple[Path, Path]]]:
+def _same_inputs(index: Path, name: str, rec: dict[str, Any]) -> bool:
+    """Whether the published record of ``name`` names the same inputs as ``rec`` (a rebuild of a cell
+    that is already published: builds are not byte-reproducible, the published wheel stands)."""
+    published = index / "files" / f"{name}{RECORD_SUFFIX}"
+    try:
+        theirs = json.loads(published.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(theirs, dict) and bool(rec.get("inputs_digest")) and theirs.get("inputs_digest") == rec.get("inputs_digest")
+
+
+def _sort(incoming: Path, published: dict[str, str], reports: Optional[Path],
+          index: Path) -> tuple[Outcome, list[tuple[Path, Path]]]:  # fmt: skip
     """What arrived, sorted into refused, already published and accepted (wheel, record) pairs."""
     outcome = Outcome(failed_cells=_failed_cells(reports))
     accepted: list[tuple[Path, Path]] = []
@@ -239,6 +250,9 @@ def _sort(incoming: Path, published: dict[str, str], reports: Optional[Path]) ->
         if wheel.name in published:
             if published[wheel.name] == digest:
                 outcome.already.append(wheel.name)
+            elif _same_inputs(index, wheel.name, rec):
+                outcome.already.append(wheel.name)
+                outcome.same_inputs.append(wheel.name)
             else:
                 outcome.refused[wheel.name] = (f"the index already publishes {wheel.name} with other bytes "
                                                "(a published wheel is never replaced: bump the version)")  # fmt: skip
@@ -253,7 +267,9 @@ def summarize(outcome: Outcome, index: Path) -> str:
             f"{len(outcome.refused)} refused, {len(outcome.failed_cells)} cell(s) not published", "",
             "| | what | detail |", "|---|---|---|"]  # fmt: skip
     rows += [f"| ✅ | {name} | published with {name}{RECORD_SUFFIX} |" for name in outcome.published]
-    rows += [f"| ✅ | {name} | already published (same sha256) |" for name in outcome.already]
+    rows += [f"| ✅ | {name} | already published ("
+             + ("same inputs, the published bytes stand" if name in outcome.same_inputs else "same sha256") + ") |"
+             for name in outcome.already]  # fmt: skip
     rows += [f"| ❌ | {name} | refused: {why} |" for name, why in outcome.refused.items()]
     rows += [f"| ❌ | cell {cell} | not published: link failed: {why} |" for cell, why in outcome.failed_cells.items()]
     return "\n".join(rows)
@@ -264,7 +280,8 @@ def run_publish(incoming: Path, index: Path, reports: Optional[Path]) -> int:
     for name in outcome.published:
         report.say(f"published {name}")
     for name in outcome.already:
-        report.say(f"already published {name} (same bytes)")
+        why = "rebuilt from the same inputs; the published bytes stand" if name in outcome.same_inputs else "same bytes"
+        report.say(f"already published {name} ({why})")
     for name, why in outcome.refused.items():
         report.say(f"refused {name}: {why}")
     for cell, why in outcome.failed_cells.items():

@@ -1,0 +1,162 @@
+"""Incremental farming: the plan leaves out cells the published index holds with today's inputs.
+
+No build here: build records are written as the link job's ``cuw record`` writes them (the same
+``cell_inputs``), into a real folder index made by ``publish``, read from the folder and over a
+real HTTP server.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from cuw.base.errors import CuwError
+from cuw.ci import matrix
+from cuw.ci.published import cell_status, read_records
+from cuw.config.cell import Cell
+from cuw.config.inputs import cell_inputs, inputs_digest
+from cuw.config.policy import load_policy
+from cuw.config.recipe import load_recipe
+from cuw.wheel.publish import RECORD_SUFFIX, publish, sha256_file
+
+CELL = Cell("example", "linux", "3.11", "13.0", None)
+WHEEL = "cuw_example-0.1.0+cu130-py3-none-manylinux_2_31_x86_64.whl"
+
+
+def _recipes(tmp_path: Path) -> Path:
+    dest = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes", dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def _published(recipes: Path, index: Path, payload: bytes = b"one", image: str = "", name: str = WHEEL) -> Path:
+    """A wheel of CELL with the record `cuw record` would write for it, published into ``index``."""
+    incoming = index.parent / f"incoming-{len(list(index.parent.glob('incoming-*')))}"
+    incoming.mkdir(parents=True)
+    wheel = incoming / name
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(zipfile.ZipInfo("payload.txt", (2020, 1, 1, 0, 0, 0)), payload)
+    inputs = cell_inputs(load_recipe("example", recipes), load_policy(recipes), CELL, image)
+    record = {"format": 2, "wheel": name, "sha256": sha256_file(wheel), "cell": CELL.to_dict(), "inputs": inputs,
+              "inputs_digest": inputs_digest(inputs)}  # fmt: skip
+    (incoming / f"{name}{RECORD_SUFFIX}").write_text(json.dumps(record))
+    return incoming
+
+
+def _status(recipes: Path, location: str, image: str = ""):
+    return cell_status([(load_recipe("example", recipes), CELL, image)], load_policy(recipes), read_records(location))
+
+
+def test_the_inputs_follow_what_the_wheel_is_a_function_of(tmp_path):
+    recipes = _recipes(tmp_path)
+    recipe, policy = load_recipe("example", recipes), load_policy(recipes)
+    base = inputs_digest(cell_inputs(recipe, policy, CELL, ""))
+    assert base == inputs_digest(cell_inputs(recipe, policy, CELL, "")), "deterministic"
+    assert base != inputs_digest(cell_inputs(recipe, policy, CELL, "registry/img@sha256:" + "a" * 64)), "the image"
+    assert base != inputs_digest(cell_inputs(recipe, policy, replace(CELL, python="3.12"), "")), "the cell"
+    assert base != inputs_digest(cell_inputs(replace(recipe, archs={"13.0": ["8.0"]}), policy, CELL, "")), "the archs"
+    kernel = next((recipes / "example" / "package").rglob("*.cu"))
+    kernel.write_text(kernel.read_text() + "\n// one more line\n")
+    assert base != inputs_digest(cell_inputs(load_recipe("example", recipes), policy, CELL, "")), "a source file"
+    (recipes / "example" / "__pycache__").mkdir(exist_ok=True)
+    edited = inputs_digest(cell_inputs(load_recipe("example", recipes), policy, CELL, ""))
+    (recipes / "example" / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    assert edited == inputs_digest(cell_inputs(load_recipe("example", recipes), policy, CELL, "")), "not __pycache__"
+
+
+def test_a_cell_is_current_stale_or_missing_against_the_folder_index(tmp_path):
+    recipes = _recipes(tmp_path)
+    index = tmp_path / "index"
+    index.mkdir()
+    assert _status(recipes, str(index)).missing == [CELL.id], "an empty folder: nothing published"
+    assert publish(_published(recipes, index), index).published == [WHEEL]
+    status = _status(recipes, str(index))
+    assert status.current == [CELL.id] and not status.stale and not status.missing
+    assert status.to_build("missing") == status.to_build("stale") == set() and status.to_build("all") == {CELL.id}
+    # The recipe changes: the published wheel is stale, and the record says which input changed.
+    with open(recipes / "example" / "recipe.yml", "a") as fh:
+        fh.write("# a comment is an input too: the recipe folder's every byte\n")
+    status = _status(recipes, str(index))
+    assert status.stale == {CELL.id: f"{WHEEL}: recipe changed"}
+    assert status.to_build("missing") == set() and status.to_build("stale") == {CELL.id}
+    # Another image: stale for the image.
+    assert _status(recipes, str(index), image="r/i@sha256:" + "b" * 64).stale[CELL.id].endswith("image, recipe changed")
+
+
+def test_a_rebuild_of_the_same_inputs_publishes_as_a_no_op_and_other_inputs_are_refused(tmp_path):
+    recipes = _recipes(tmp_path)
+    index = tmp_path / "index"
+    publish(_published(recipes, index, b"one"), index)
+    again = publish(_published(recipes, index, b"rebuilt: other bytes"), index)  # not byte-reproducible
+    assert again.ok and again.already == [WHEEL] and again.same_inputs == [WHEEL] and not again.refused
+    assert zipfile.ZipFile(index / "files" / WHEEL).read("payload.txt") == b"one", "the published bytes stand"
+    other = publish(_published(recipes, index, b"three", image="r/i@sha256:" + "c" * 64), index)
+    assert WHEEL in other.refused and "never replaced" in other.refused[WHEEL]
+
+
+def test_the_index_is_read_the_same_over_http_and_an_unreadable_one_is_an_error(tmp_path):
+    recipes = _recipes(tmp_path)
+    index = tmp_path / "index"
+    publish(_published(recipes, index), index)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(index))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert _status(recipes, url).current == [CELL.id]
+        assert read_records(url) == read_records(str(index))
+        (index / "files" / f"{WHEEL}{RECORD_SUFFIX}").write_text("{not json")
+        with pytest.raises(CuwError, match=r"is not JSON; restore the index"):
+            read_records(url)
+        with pytest.raises(CuwError, match=r"cannot read .*/nowhere/cuw-index.json .*an index that cannot be read is an error"):
+            read_records(f"{url}/nowhere")
+    finally:
+        server.shutdown()
+    with pytest.raises(CuwError, match="no such index folder"):
+        read_records(str(tmp_path / "missing"))
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "x.txt").write_text("x")
+    with pytest.raises(CuwError, match="not an index"):
+        read_records(str(tmp_path / "junk"))
+
+
+def test_the_plan_leaves_out_published_cells_and_keeps_its_chunk_ids(tmp_path):
+    recipes = _recipes(tmp_path)
+    index = tmp_path / "index"
+    publish(_published(recipes, index), index)
+    args = ["--package", "example", "--platform", "linux", "--cuda", "13.0", "--python", "3.11", "--on-host",
+            "--recipes", str(recipes)]  # fmt: skip
+
+    def plan(*extra: str) -> tuple[dict, str]:
+        out = tmp_path / "plan.json"
+        proc = subprocess.run([sys.executable, "-m", "cuw", "matrix", *args, "--output", str(out), *extra], cwd=REPO,
+                              capture_output=True, text=True)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(out.read_text()), proc.stderr
+
+    full, _ = plan()
+    assert full["chunks"][0]["jobs"] == 5
+    nothing, said = plan("--published", str(index))
+    [chunk] = nothing["chunks"]
+    assert chunk["id"] == full["chunks"][0]["id"] and chunk["jobs"] == 0 and nothing["total_jobs"] == 0
+    assert f"published at {index}: 1 cell(s) up to date, 0 stale, 0 missing; --rebuild stale: 0 cell(s) planned" in said
+    everything, _ = plan("--published", str(index), "--rebuild", "all")
+    assert everything["chunks"][0] == full["chunks"][0]
+    # The workflow's outputs for the empty chunk: nothing after the plan runs.
+    (tmp_path / "chunk.json").write_text(json.dumps(matrix.chunk(nothing, chunk["id"])))
+    outputs = subprocess.run([sys.executable, str(REPO / ".github/scripts/chunk_outputs.py"), str(tmp_path / "chunk.json")],
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "has_compile=false" in outputs and "has_link=false" in outputs
+    proc = subprocess.run([sys.executable, "-m", "cuw", "matrix", *args, "--rebuild", "stale"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and "give --published too" in proc.stderr
