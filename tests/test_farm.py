@@ -134,6 +134,15 @@ def test_the_real_workflow_publishes_and_pip_installs(tmp_path):
     assert record["source"]["kind"] == "path" and len(record["recipe_digest"]) == 64
     assert _pip_install(index, tmp_path, "cuw-example") == wheel.name.split("-")[1]
 
+    # Nothing changed: the plan finds the cell published with today's inputs; nothing runs after it.
+    marker_before = (index / "cuw-index.json").read_bytes()
+    idle, wall_idle = _workflow(repo, index, "--python", "3.11")
+    assert idle.returncode == 0, "a run with nothing to build passes"
+    ran = {name: line for name, line in _verdicts(idle.stdout).items() if " skipped " not in line}
+    assert list(ran) == ["build/plan"], idle.stdout[-3000:]
+    assert "1 cell(s) up to date, 0 stale, 0 missing; --rebuild stale: 0 cell(s) planned" in idle.stdout + idle.stderr
+    assert (index / "cuw-index.json").read_bytes() == marker_before, "nothing new published"
+
     _bump(repo, "0.1.1", per_interpreter=True)
     second, wall2 = _workflow(repo, index, "--python", "3.11,3.12", "--fail-shard", f"{CELL_311}:2/4")
     assert second.returncode == 1, "the faulted shard and its cell's link fail the run"
@@ -154,7 +163,19 @@ def test_the_real_workflow_publishes_and_pip_installs(tmp_path):
     assert page.count("#sha256=") == len(names)
     assert _pip_install(index, tmp_path, "cuw-example", "3.12") == "0.1.1+cu130"  # the cp312 wheel
     assert _pip_install(index, tmp_path, "cuw-example==0.1.0", "3.12") == "0.1.0+cu130"  # the py3 wheel
-    print(f"farm: wall times: first run {wall1:.0f} s (5 matrix jobs), second run {wall2:.0f} s (10 matrix jobs, one faulted)")
+
+    # The re-dispatch after the faulted shard: the 3.12 cell is published with these inputs and is
+    # left out; the 3.11 cell (stale: its published record is 0.1.0's) is built and published.
+    third, wall3 = _workflow(repo, index, "--python", "3.11,3.12")
+    assert third.returncode == 0, "the re-dispatch passes"
+    ran = [name for name, line in _verdicts(third.stdout).items() if " skipped " not in line]
+    assert all(CELL_312 not in name for name in ran) and any(CELL_311 in name and "link" in name for name in ran), ran
+    names = sorted(p.name for p in (index / "files").glob("*.whl"))
+    records = [json.loads((index / "files" / f"{n}.build.json").read_text()) for n in names if "0.1.1" in n]
+    assert sorted(r["cell"]["python"] for r in records) == ["3.11", "3.12"], names
+    assert _pip_install(index, tmp_path, "cuw-example", "3.11") == "0.1.1+cu130"
+    print(f"farm: wall times: first run {wall1:.0f} s (5 matrix jobs), nothing to build {wall_idle:.0f} s, second run "
+          f"{wall2:.0f} s (10 matrix jobs, one faulted), re-dispatch {wall3:.0f} s (the faulted cell only)")  # fmt: skip
 
 
 def _watch_creates(engine: str) -> subprocess.Popen:

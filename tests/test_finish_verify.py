@@ -215,8 +215,10 @@ def test_a_library_named_like_a_module_without_pyinit_fails_unless_the_recipe_lo
     def add_library(needs_missing: bool):
         def mutate(tree: Path) -> None:
             src = tree.parent / "ops.c"
-            src.write_text("int cuw_ops_answer(void) { return 42; }\n")
-            extra = ["-L", str(tree.parent), "-lcuwmissing"] if needs_missing else []
+            # Calling into the library it needs keeps its DT_NEEDED (gcc may link --as-needed).
+            call = "int cuw_dep(void);\nint cuw_ops_dep(void) { return cuw_dep(); }\n" if needs_missing else ""
+            src.write_text("int cuw_ops_answer(void) { return 42; }\n" + call)
+            extra = ["-L", str(tree.parent), "-lcuwmissing", "-Wl,--no-as-needed"] if needs_missing else []
             if needs_missing:  # a library it needs, present at link time only
                 (tree.parent / "dep.c").write_text("int cuw_dep(void) { return 1; }\n")
                 subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tree.parent / "libcuwmissing.so"),

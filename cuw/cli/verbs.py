@@ -210,6 +210,8 @@ def _drop_published(result: dict, recipes: list[Recipe], policy, location: str, 
     status = cell_status(cells, policy, read_records(location))
     mode = rebuild or "stale"
     keep = status.to_build(mode)
+    report.say(f"matrix: published at {location}: {len(status.current)} cell(s) up to date, {len(status.stale)} stale, "
+               f"{len(status.missing)} missing; --rebuild {mode}: {len(keep)} cell(s) planned")  # fmt: skip
     return matrix.keep_cells(result, keep, {"from": location, "rebuild": mode, "current": status.current,
                                             "stale": status.stale, "missing": status.missing,
                                             "building": len(keep), "built": sorted(keep)})  # fmt: skip
