@@ -189,7 +189,7 @@ def dumps(result: dict) -> str:
 UNVERIFIED_LANES = {
     "windows": (
         "UNVERIFIED: no Windows runner has built a cell yet; its pieces are tested on Linux only "
-        "(README, Compiler caches)"
+        "(docs/compiler-caches.md)"
     ),
 }
 

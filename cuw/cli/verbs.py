@@ -1,5 +1,5 @@
 """The verbs: each reads its parsed options, calls the layer that does the work and returns the
-exit code (0 done, 1 a gate refused, 2 bad input: see README)."""
+exit code (0 done, 1 a gate refused, 2 bad input: docs/verbs.md, "Exit codes and errors")."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ class Lane:
     runner: str
     """The GitHub-hosted runner label that builds it."""
     cache_tool: str
-    """The compiler cache it hands off by default (Windows: sccache, see README)."""
+    """The compiler cache it hands off by default (Windows: sccache, docs/compiler-caches.md)."""
 
 
 LANES: dict[str, Lane] = {
