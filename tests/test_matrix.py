@@ -162,7 +162,7 @@ def test_linux_jobs_carry_their_lanes_build_image_and_on_host_drops_it(recipes_d
     run = lambda *extra: subprocess.run(  # noqa: E731
         [sys.executable, "-m", "cuw", "matrix", "--package", "example", "--cuda", "13.0", "--python", "3.11",
          "--recipes", str(recipes_dir), "--output", str(out), *extra], capture_output=True, text=True)  # fmt: skip
-    assert run().returncode == 0
+    assert run("--platform", "linux,linux_aarch64,windows").returncode == 0
     jobs = _jobs(json.loads(out.read_text()))
     assert {j["lane"] for j in jobs} == {"linux", "linux_aarch64", "windows"}
     for job in jobs:
@@ -185,3 +185,21 @@ def test_a_lane_image_can_be_replaced_for_one_plan_pinned_like_the_policys(recip
                            (f"mars={local}", "unknown lane")]:  # fmt: skip
         with pytest.raises(CuwError, match=message):
             image_overrides([value], policy)
+
+
+def test_an_unverified_lane_is_planned_only_when_asked_for(recipes_dir, tmp_path):
+    """No job goes to a lane that has never built a cell (Windows) unless --platform or a chunk id names it."""
+    out = tmp_path / "m.json"
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "cuw", "matrix", "--package", "example", "--cuda", "13.0", "--recipes", str(recipes_dir),
+         "--output", str(out), *extra], capture_output=True, text=True)  # fmt: skip
+    default = run()
+    assert default.returncode == 0, default.stderr
+    assert {j["lane"] for j in _jobs(json.loads(out.read_text()))} == {"linux", "linux_aarch64"}
+    assert "lane windows: 1 cell(s) held back: UNVERIFIED" in default.stderr and "--platform windows" in default.stderr
+    assert run("--platform", "windows").returncode == 0
+    assert {j["lane"] for j in _jobs(json.loads(out.read_text()))} == {"windows"}
+    assert run("--chunk", "example-windows-cu13.0").returncode == 0, "a chunk id names its lane"
+    assert {j["lane"] for j in json.loads(out.read_text())["compile"]["include"]} == {"windows"}
+    # The library call keeps every lane: `build --matrix` and the local workflow runner choose their own.
+    assert "windows" in {j["lane"] for j in _jobs(plan([load_recipe("example", recipes_dir)], load_policy(recipes_dir).grid, Filters()))}

@@ -124,13 +124,17 @@ def _size(jobs: list[Job]) -> int:
     return len(json.dumps({"include": [asdict(j) for j in jobs]}, sort_keys=True, separators=(",", ":")))
 
 
-def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Mapping[str, str]] = None) -> dict:
+def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Mapping[str, str]] = None,
+         hold_back: bool = False) -> dict:  # fmt: skip
     """The chunk plan: deterministic (same input, same bytes). ``images``: per lane, the build
-    image its jobs run in (recipes/defaults.yml images.<lane>.ref); a lane without one runs on the runner."""
+    image its jobs run in (recipes/defaults.yml images.<lane>.ref); a lane without one runs on the runner.
+    ``hold_back``: leave out the cells of :data:`UNVERIFIED_LANES` unless ``--platform`` names them
+    (a farm dispatches no job to a lane that has never built a cell)."""
     jobs: list[Job] = []
     chosen = sorted(recipes, key=lambda r: r.key)
     skipped: dict[str, str] = {}
     collapsed: dict[str, str] = {}
+    held: Counter = Counter()
     for recipe in chosen:
         try:
             selected = select(recipe, grid, f)
@@ -139,6 +143,12 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Map
                 raise
             skipped[recipe.key] = str(exc)  # with several packages, one that cannot match is skipped
             continue
+        if hold_back and not f.platform:
+            held.update(c.lane for c in selected if c.lane in UNVERIFIED_LANES)
+            selected = [c for c in selected if c.lane not in UNVERIFIED_LANES]
+            if not selected:
+                skipped[recipe.key] = "only unverified lanes; ask for them with --platform"
+                continue
         for cell in selected:
             jobs.extend(jobs_for_cell(recipe, cell, images))
         if collapses_python(recipe):
@@ -146,6 +156,8 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Map
     if not jobs:
         reasons = "; ".join(skipped.values()) or "no recipes"
         raise CuwError(f"the filters match no cell: {reasons}")
+    held_back = {lane: f"{n} cell(s) held back: {UNVERIFIED_LANES[lane]}; ask for them with --platform {lane}"
+                 for lane, n in sorted(held.items())}  # fmt: skip
     chunks = []
     for chunk_id, chunk_jobs in _chunk_groups(jobs):
         chunks.append(
@@ -156,7 +168,8 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Map
                 "link": {"include": [asdict(j) for j in chunk_jobs if j.kind == "link"]},
             }
         )
-    return {"total_jobs": len(jobs), "chunks": chunks, "skipped": skipped, "collapsed": collapsed}
+    return {"total_jobs": len(jobs), "chunks": chunks, "skipped": skipped, "collapsed": collapsed,
+            **({"held_back": held_back} if held_back else {})}  # fmt: skip
 
 
 def keep_cells(result: dict, keep: set[str], published: dict) -> dict:
@@ -211,6 +224,7 @@ def summary(result: dict) -> str:
     lines += [f"  chunk {c['id']:40} {c['jobs']:4} jobs" for c in result["chunks"]]
     lines += [f"  skipped {key}: {why}" for key, why in sorted(result.get("skipped", {}).items())]
     lines += [f"  collapsed {key}: {note}" for key, note in sorted(result.get("collapsed", {}).items())]
+    lines += [f"  lane {lane}: {note}" for lane, note in sorted(result.get("held_back", {}).items())]
     published = result.get("published")
     if published:
         lines.append(f"  published at {published['from']}: {len(published['current'])} cell(s) up to date, "

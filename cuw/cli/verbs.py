@@ -184,7 +184,8 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     if args.on_host and args.image:
         raise CuwError("--on-host runs every job on its runner; --image names the image a lane's jobs run in: give one")
     images = {} if args.on_host else image_overrides(args.image, policy)
-    result = matrix.plan(recipes, policy.grid, filters, images)
+    # An unverified lane is planned only when asked for: by --platform, or by the id of one of its chunks.
+    result = matrix.plan(recipes, policy.grid, filters, images, hold_back=args.chunk is None)
     if args.published is not None:
         result = _drop_published(result, recipes, policy, args.published, args.rebuild)
     elif args.rebuild is not None:
