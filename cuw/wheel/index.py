@@ -7,6 +7,10 @@ Layout (all static files, servable by any web server or ``file://``)::
     <out>/<cu130>/<torch2.14>/<project>/     a channel per CUDA line x torch
     <out>/<cu130>/<project>/                 torch-free wheels of the CUDA line
     <out>/cuw-index.json                     what makes the folder an index: file -> sha256
+    <out>/.../<project>/index.json           PEP 691 JSON (api-version 1.1, PEP 700) beside every page
+    <out>/.../index.json                     PEP 691 project list beside every channel's root page
+    <out>/packages.json                      every published wheel: name, version, cell, sha256, size, URL
+    <out>/choose.html                        pick package, lane, Python, CUDA, torch: the pip command
 
 A wheel's channel comes from its local version label (``+cu130torch2.14``);
 torch-free wheels (``+cu130``) are listed under every torch channel of their
@@ -16,10 +20,13 @@ Adding wheels never removes one: older versions stay listed (pip picks the
 highest), a published file is never replaced by other bytes, and a folder that
 holds anything but an index is refused. Every file is written beside its place
 and renamed into it, so a reader of the index never sees half a page or wheel.
+Every page, JSON file and ``packages.json`` is derived from the marker alone
+(:func:`write_pages`), so they never disagree about what is published.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import re
@@ -28,7 +35,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -36,9 +43,15 @@ from packaging.version import Version
 
 from cuw.base.errors import CuwError
 from cuw.base.files import copy_into, held, sha256_of, write_text
+from cuw.config.lanes import LANE_NAMES, LANES
 
 MARKER = "cuw-index.json"
 LOCK = ".cuw-index.lock"
+PACKAGES = "packages.json"
+CHOOSER = "choose.html"
+RECORD_SUFFIX = ".build.json"  # cuw/wheel/publish.py's (it imports this module, so the name is repeated here)
+API_VERSION = "1.1"  # PEP 691's JSON with PEP 700's versions and size
+CHOOSER_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # offered even before a wheel names them
 _LABEL = re.compile(r"^(cu\d+)(?:(torch\d+\.\d+))?$")
 
 
@@ -79,7 +92,13 @@ def _page(title: str, links: list[tuple[str, str]]) -> str:
     return f"<!DOCTYPE html>\n<html>\n  <head><title>{html.escape(title)}</title></head>\n  <body>\n{body}\n  </body>\n</html>\n"
 
 
-def _write_channel(root: Path, depth: int, entries: list[Entry]) -> None:
+def _json_text(data: Any) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _write_channel(root: Path, depth: int, entries: list[Entry], sizes: dict[str, int]) -> None:
+    """A channel's pages: per project ``index.html`` (PEP 503) and ``index.json`` (PEP 691/700, the
+    same files, URLs and digests), and the root's project list in both forms."""
     by_project: dict[str, list[Entry]] = defaultdict(list)
     for e in entries:
         by_project[e.project].append(e)
@@ -88,8 +107,15 @@ def _write_channel(root: Path, depth: int, entries: list[Entry]) -> None:
         links = [(f"{up}files/{quote(e.path.name)}#sha256={e.sha256}", e.path.name) for e in items]
         (root / project).mkdir(parents=True, exist_ok=True)
         write_text(root / project / "index.html", _page(f"Links for {project}", links), "index page")
+        files = [{"filename": e.path.name, "url": f"{up}files/{quote(e.path.name)}", "hashes": {"sha256": e.sha256},
+                  "size": sizes[e.path.name], "yanked": False} for e in items]  # fmt: skip
+        versions = [str(v) for v in sorted({e.version for e in items})]
+        detail = {"meta": {"api-version": API_VERSION}, "name": project, "files": files, "versions": versions}
+        write_text(root / project / "index.json", _json_text(detail), "index page")
     root.mkdir(parents=True, exist_ok=True)
     write_text(root / "index.html", _page("Simple index", [(f"{p}/", p) for p in sorted(by_project)]), "index page")
+    projects = {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in sorted(by_project)]}
+    write_text(root / "index.json", _json_text(projects), "index page")
 
 
 def _check_index_folder(out: Path) -> None:
@@ -183,16 +209,253 @@ def add_to_index(wheel_dir: Path, out: Path) -> list[Entry]:
 
 
 def write_pages(out: Path, published: dict[str, str]) -> list[Entry]:
-    """Every page of the index, from the marker's files and digests (nothing is hashed again)."""
+    """Every page of the index, from the marker's files and digests (no wheel is hashed again): the
+    PEP 503 pages with their PEP 691 JSON, then ``packages.json`` and ``choose.html``."""
     kept = ordered([_entry(out / "files" / name, sha) for name, sha in sorted(published.items())])
-    _write_channel(out / "simple", 1, kept)
+    sizes = {e.path.name: e.path.stat().st_size for e in kept}
+    _write_channel(out / "simple", 1, kept, sizes)
     torch_channels: dict[str, set[str]] = defaultdict(set)
     for e in kept:
         if e.torch:
             torch_channels[e.cuda].add(e.torch)
     for cuda in sorted({e.cuda for e in kept}):
         line = [e for e in kept if e.cuda == cuda]
-        _write_channel(out / cuda, 1, [e for e in line if not e.torch])
+        _write_channel(out / cuda, 1, [e for e in line if not e.torch], sizes)
         for torch in sorted(torch_channels[cuda]):
-            _write_channel(out / cuda / torch, 2, [e for e in line if e.torch in (None, torch)])
+            _write_channel(out / cuda / torch, 2, [e for e in line if e.torch in (None, torch)], sizes)
+    write_text(out / PACKAGES, _json_text(packages_manifest(kept, sizes)), "index page")
+    write_text(out / CHOOSER, CHOOSER_PAGE, "index page")
     return kept
+
+
+# packages.json: the published wheels for tools and people (and choose.html).
+
+
+def _python(digits: str) -> str | None:
+    """``311`` -> ``3.11``; ``3`` -> None (every 3.x)."""
+    return f"{digits[0]}.{digits[1:]}" if len(digits) > 1 and digits.isdigit() else None
+
+
+def _on_lane(platform: str, lane: Any) -> bool:
+    """Whether a wheel's platform tag installs on ``lane`` (``manylinux_2_34_x86_64``: linux)."""
+    if lane.os == "windows":
+        return platform == lane.wheel_platform
+    return "linux" in platform and platform.endswith("_" + lane.wheel_platform)
+
+
+def _serves(e: Entry) -> dict[str, Any]:
+    """Where pip installs the wheel, read from its file name: lanes (None: any platform), the Python
+    range (None: unbounded), the CUDA line and torch line of its local label."""
+    _, _, _, tags = parse_wheel_filename(e.path.name)
+    lanes: set[str] | None = set()
+    lows: list[str | None] = []
+    highs: list[str | None] = []
+    for tag in tags:
+        if tag.platform == "any":
+            lanes = None
+        elif lanes is not None:
+            lanes |= {lane.name for lane in LANES.values() if _on_lane(tag.platform, lane)}
+        interpreter = tag.interpreter
+        if interpreter.startswith("cp") and interpreter[2:].isdigit():
+            version = _python(interpreter[2:])
+            lows.append(version)
+            highs.append(None if tag.abi == "abi3" else version)
+        elif interpreter.startswith("py") and interpreter[2:].isdigit():
+            lows.append(_python(interpreter[2:]))
+            highs.append(None)
+    low = None if not lows or None in lows else min(lows, key=lambda v: Version(str(v)))
+    high = None if not highs or None in highs else max(highs, key=lambda v: Version(str(v)))
+    digits = e.cuda[2:]
+    return {"lanes": None if lanes is None else [n for n in LANE_NAMES if n in lanes],
+            "python_min": low, "python_max": high,
+            "cuda": f"{digits[:-1]}.{digits[-1]}", "torch": e.torch[len("torch"):] if e.torch else None}  # fmt: skip
+
+
+def _cell(record: Any, serves: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The wheel's cell: its build record's when it names one, else read from the file name."""
+    cell = record.get("cell") if isinstance(record, dict) else None
+    if isinstance(cell, dict) and all(k in cell for k in ("lane", "python", "cuda", "torch")):
+        return {k: cell[k] for k in ("lane", "python", "cuda", "torch")}, "build record"
+    lanes = serves["lanes"]
+    exact = serves["python_min"] if serves["python_min"] == serves["python_max"] else None
+    return {"lane": lanes[0] if lanes and len(lanes) == 1 else None, "python": exact,
+            "cuda": serves["cuda"], "torch": serves["torch"]}, "file name"  # fmt: skip
+
+
+def packages_manifest(kept: list[Entry], sizes: dict[str, int]) -> dict[str, Any]:
+    """``packages.json``: every published wheel (sorted by name, version, file name), URLs relative
+    to the index root; the build record's digest and cell when ``files/<wheel>.build.json`` is there."""
+    wheels = []
+    for e in sorted(kept, key=lambda e: (e.project, e.version, e.path.name)):
+        record_path = e.path.with_name(e.path.name + RECORD_SUFFIX)
+        record_data = record_path.read_bytes() if record_path.is_file() else None
+        try:
+            record = json.loads(record_data) if record_data is not None else None
+        except (ValueError, UnicodeDecodeError):
+            record = None  # unreadable: its digest is still given, the cell comes from the file name
+        serves = _serves(e)
+        cell, source = _cell(record, serves)
+        wheels.append({
+            "name": e.project, "version": str(e.version), "filename": e.path.name,
+            "url": f"files/{quote(e.path.name)}", "sha256": e.sha256, "size": sizes[e.path.name],
+            "tags": e.tags, "cell": cell, "cell_from": source,
+            "channel": f"{e.cuda}/{e.torch}/" if e.torch else f"{e.cuda}/", "serves": serves,
+            "build_record": None if record_data is None else {
+                "url": f"files/{quote(record_path.name)}", "sha256": hashlib.sha256(record_data).hexdigest()},
+        })  # fmt: skip
+    return {"format": 1, "lanes": list(LANE_NAMES), "pythons": list(CHOOSER_PYTHONS), "wheels": wheels}
+
+
+# choose.html: static, no external resources; reads packages.json beside it, so it works wherever
+# the index is served (the index URL in the command is the page's own folder).
+CHOOSER_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Choose a wheel</title>
+<style>
+  body { font-family: sans-serif; margin: 2em; max-width: 60em; }
+  label { display: inline-block; margin: 0 1.5em 0.8em 0; }
+  pre { background: #f3f3f3; padding: 0.8em; white-space: pre-wrap; }
+  .not-built { color: #a00; }
+</style>
+</head>
+<body>
+<h1>Choose a wheel</h1>
+<form id="choices">
+  <label>Package <select id="package" name="package"></select></label>
+  <label>OS <select id="lane" name="lane"></select></label>
+  <label>Python <select id="python" name="python"></select></label>
+  <label>CUDA <select id="cuda" name="cuda"></select></label>
+  <label>torch <select id="torch" name="torch"></select></label>
+</form>
+<p id="result">reading packages.json&hellip;</p>
+<pre id="command" hidden></pre>
+<p id="wheel"></p>
+<script>
+"use strict";
+const $ = (id) => document.getElementById(id);
+const canon = (name) => name.toLowerCase().replace(/[-_.]+/g, "-");
+const pyKey = (v) => v.split(".").map(Number);
+const pyCmp = (a, b) => { const x = pyKey(a), y = pyKey(b); return x[0] - y[0] || x[1] - y[1]; };
+const join = (items) => items.length < 2 ? items.join("") : items.slice(0, -1).join(", ") + " and " + items[items.length - 1];
+const DIMS = {
+  lane: { ok: (s, v) => s.lanes === null || s.lanes.includes(v), say: (v) => v,
+          built: (s) => s.lanes === null ? ["any platform"] : s.lanes },
+  python: { ok: (s, v) => (s.python_min === null || pyCmp(v, s.python_min) >= 0) &&
+                          (s.python_max === null || pyCmp(v, s.python_max) <= 0),
+            say: (v) => "Python " + v,
+            built: (s) => [s.python_min === null && s.python_max === null ? "any Python"
+                           : s.python_min === s.python_max ? "Python " + s.python_min
+                           : s.python_max === null ? "Python " + s.python_min + " and later"
+                           : "Python " + (s.python_min || "3") + " to " + s.python_max] },
+  cuda: { ok: (s, v) => s.cuda === v, say: (v) => "CUDA " + v, built: (s) => ["CUDA " + s.cuda] },
+  torch: { ok: (s, v) => v === "none" ? s.torch === null : s.torch === null || s.torch === v,
+           say: (v) => v === "none" ? "no torch" : "torch " + v,
+           built: (s) => [s.torch === null ? "no torch" : "torch " + s.torch] },
+};
+let wheels = [];
+
+function fill(id, values, say) {
+  const select = $(id);
+  for (const v of values) {
+    const option = document.createElement("option");
+    option.value = v;
+    option.textContent = say ? say(v) : v;
+    select.appendChild(option);
+  }
+}
+
+function preselect(params) {
+  for (const id of ["package", "lane", "python", "cuda", "torch"]) {
+    let v = params.get(id);
+    if (v === null) continue;
+    if (id === "package") v = canon(v);
+    if (id === "torch" && (v === "" || v === "null")) v = "none";
+    const select = $(id);
+    if (![...select.options].some((o) => o.value === v)) fill(id, [v]);  // asked for: shown, even if never built
+    select.value = v;
+  }
+}
+
+function choose() {
+  const pick = {};
+  for (const id of ["package", "lane", "python", "cuda", "torch"]) pick[id] = $(id).value;
+  const command = $("command"), result = $("result"), about = $("wheel");
+  command.hidden = true;
+  about.textContent = "";
+  const mine = wheels.filter((w) => w.name === pick.package);
+  const dims = Object.keys(DIMS);
+  const fits = (w, skip) => dims.every((d) => d === skip || DIMS[d].ok(w.serves, pick[d]));
+  const matches = mine.filter((w) => fits(w, null));
+  if (matches.length) {
+    const w = matches[matches.length - 1];  // packages.json lists a package's wheels oldest version first
+    let channel = w.channel;
+    const torchChannel = w.serves.torch === null && pick.torch !== "none"
+      ? channel + "torch" + pick.torch + "/" : null;  // a torch-free wheel is listed under its line's torch channels too
+    if (torchChannel && wheels.some((x) => x.channel === torchChannel)) channel = torchChannel;
+    const base = new URL(".", window.location.href).href;
+    result.className = "built";
+    result.textContent = "built: " + w.name + " " + w.version;
+    command.textContent = "pip install --index-url " + base + channel + " " + w.name + "==" + w.version;
+    command.hidden = false;
+    about.textContent = w.filename + " (" + w.size + " bytes, sha256 " + w.sha256 + ")"
+      + (w.build_record ? "; build record: " + w.build_record.url : "");
+    return;
+  }
+  let reason;
+  if (!mine.length) {
+    reason = "no package named " + pick.package + " in this index";
+  } else {
+    for (const d of dims) {
+      const near = mine.filter((w) => fits(w, d));
+      if (!near.length) continue;
+      const others = dims.filter((o) => o !== d).map((o) => DIMS[o].say(pick[o]));
+      const built = [...new Set(near.flatMap((w) => DIMS[d].built(w.serves)))];
+      reason = "no wheel for " + DIMS[d].say(pick[d]) + " with " + join(others) + ": built for " + built.join(", ");
+      break;
+    }
+    if (!reason) {
+      const cells = [...new Set(mine.map((w) => dims.map((d) => DIMS[d].built(w.serves).join("/")).join(", ")))];
+      reason = "no wheel for " + join(dims.map((d) => DIMS[d].say(pick[d]))) + ": " + pick.package
+        + " is built for " + cells.join("; ");
+    }
+  }
+  result.className = "not-built";
+  result.textContent = "not built: " + reason;
+}
+
+async function main() {
+  let data;
+  try {
+    const response = await fetch("packages.json", { cache: "no-cache" });
+    if (!response.ok) throw new Error("HTTP " + response.status);
+    data = await response.json();
+  } catch (err) {
+    $("result").textContent = "cannot read packages.json beside this page (" + err + "); a browser does not let a "
+      + "page opened as a file read it: serve the index folder (python -m http.server) and open it from there";
+    return;
+  }
+  wheels = data.wheels;
+  if (!wheels.length) {
+    $("result").textContent = "this index publishes no wheels yet";
+    return;
+  }
+  const uniq = (xs) => [...new Set(xs)];
+  fill("package", uniq(wheels.map((w) => w.name)).sort());
+  fill("lane", data.lanes);
+  const pythons = uniq([...data.pythons, ...wheels.flatMap((w) => [w.serves.python_min, w.serves.python_max])])
+    .filter((v) => v !== null).sort(pyCmp);
+  fill("python", pythons);
+  fill("cuda", uniq(wheels.map((w) => w.serves.cuda)).sort(pyCmp));
+  fill("torch", ["none", ...uniq(wheels.map((w) => w.serves.torch).filter((v) => v !== null)).sort(pyCmp)],
+       DIMS.torch.say);
+  preselect(new URLSearchParams(window.location.search));
+  for (const id of ["package", "lane", "python", "cuda", "torch"]) $(id).addEventListener("change", choose);
+  choose();
+}
+main();
+</script>
+</body>
+</html>
+"""
