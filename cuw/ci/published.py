@@ -44,54 +44,56 @@ class CellStatus:
         return {*self.missing, *(self.stale if rebuild == "stale" else ())}
 
 
-def _fetch(url: str) -> bytes:
+def _fetch(url: str, option: str) -> bytes:
     try:
         with urllib.request.urlopen(url, timeout=60) as response:
             data = response.read(MAX_RECORD_BYTES + 1)
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise CuwError(f"--published: cannot read {url} ({getattr(exc, 'reason', None) or exc}); an index that "
+        raise CuwError(f"{option}: cannot read {url} ({getattr(exc, 'reason', None) or exc}); an index that "
                        "cannot be read is an error (read as empty it would rebuild everything)") from None  # fmt: skip
     if len(data) > MAX_RECORD_BYTES:
-        raise CuwError(f"--published: {url} is over {MAX_RECORD_BYTES >> 20} MiB; not an index file")
+        raise CuwError(f"{option}: {url} is over {MAX_RECORD_BYTES >> 20} MiB; not an index file")
     return data
 
 
-def _json(data: bytes, where: str) -> Any:
+def _json(data: bytes, where: str, option: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
-        raise CuwError(f"--published: {where} is not JSON; restore the index or give its right location") from None
+        raise CuwError(f"{option}: {where} is not JSON; restore the index or give its right location") from None
 
 
-def read_records(location: str) -> list[dict[str, Any]]:
+def read_records(location: str, option: str = "--published") -> list[dict[str, Any]]:
     """Every published wheel's build record, from an index folder or the URL it is served at."""
     if location.startswith(("http://", "https://")):
         base = location.rstrip("/")
-        marker = _json(_fetch(f"{base}/{MARKER}"), f"{base}/{MARKER}")
+        marker = _json(_fetch(f"{base}/{MARKER}", option), f"{base}/{MARKER}", option)
         files = marker.get("files") if isinstance(marker, dict) else None
         if not isinstance(files, dict):
-            raise CuwError(f"--published: {base}/{MARKER} lists no files; not an index made by cuw")
+            raise CuwError(f"{option}: {base}/{MARKER} lists no files; not an index made by cuw")
         names = sorted(files)
-        load = lambda name: _json(_fetch(f"{base}/files/{quote(name + RECORD_SUFFIX)}"), f"{base}/files/{name}{RECORD_SUFFIX}")  # noqa: E731
+        def load(name: str) -> Any:
+            url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
+            return _json(_fetch(url, option), url, option)
     else:
         folder = Path(location)
         if not folder.is_dir():
-            raise CuwError(f"--published {location}: no such index folder (make it empty for a first run, "
+            raise CuwError(f"{option} {location}: no such index folder (make it empty for a first run, "
                            "or leave out --published)")  # fmt: skip
         names = sorted(published_files(folder))
 
         def load(name: str) -> Any:
             path = folder / "files" / f"{name}{RECORD_SUFFIX}"
             try:
-                return _json(path.read_bytes(), str(path))
+                return _json(path.read_bytes(), str(path), option)
             except OSError as exc:
-                raise CuwError(f"--published: {path}: {exc.strerror or exc}; a published wheel lacks its record") from None
+                raise CuwError(f"{option}: {path}: {exc.strerror or exc}; a published wheel lacks its record") from None
 
     records = []
     for name in names:
         record = load(name)
         if not isinstance(record, dict) or record.get("wheel") != name:
-            raise CuwError(f"--published: the record of {name} names another wheel; restore the index")
+            raise CuwError(f"{option}: the record of {name} names another wheel; restore the index")
         records.append(record)
     return records
 

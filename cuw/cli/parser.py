@@ -130,6 +130,16 @@ def parser() -> argparse.ArgumentParser:
                         "a local run's stand-in (repeat or comma-separate)")  # fmt: skip
     p.add_argument("--recipes", type=Path, default=None)
 
+    p = sub.add_parser("audit", help="check a published index against the grid and the policy: gaps, stale wheels, "
+                                     "and every wheel through verify (names, RECORD, size, device code); exit 1 on findings")  # fmt: skip
+    p.add_argument("--index", required=True, metavar="FOLDER|URL", help="the published index (a folder, or the URL it is served at)")
+    p.add_argument("--package", default="all", help="a recipe, or all (default)")
+    p.add_argument("--format", choices=("md", "html"), default="md", help="the report's format (default md)")
+    p.add_argument("--output", type=Path, default=None, help="write the report here instead of stdout")
+    p.add_argument("--on-host", action="store_true", help="the wheels were built on their runners, not in the lanes' images")
+    p.add_argument("--image", action="append", default=[], metavar="LANE=REF", help="the build image a lane's wheels were built in")
+    p.add_argument("--recipes", type=Path, default=None)
+
     p = sub.add_parser("recipes", help="list the recipes: source, torch axis, sharding, platforms, cells")
     p.add_argument("--recipes", type=Path, default=None)
 

@@ -199,6 +199,30 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.ci import audit
+    from cuw.toolchain.toolkit import find_toolkit
+
+    if args.output is not None:
+        check_destination(args.output, "--output")
+    if args.on_host and args.image:
+        raise CuwError("--on-host and --image name two builders; give one")
+    keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
+    recipes = [load_recipe(k, recipes_dir) for k in keys]
+    policy = load_policy(recipes_dir)
+    images = {} if args.on_host else image_overrides(args.image, policy)
+    findings = audit.audit(args.index, recipes, policy, find_toolkit(), images, report.say)
+    text = audit.to_html(args.index, findings) if args.format == "html" else audit.markdown(args.index, findings)
+    if args.output is not None:
+        write_text(args.output, text, "--output")
+        report.say(f"audit: {args.output}")
+    else:
+        sys.stdout.write(text)
+    report.append_summary(audit.markdown(args.index, findings))
+    report.say(f"audit: {len(findings)} finding(s) in {args.index}")
+    return 1 if findings else 0
+
+
 def _drop_published(result: dict, recipes: list[Recipe], policy, location: str, rebuild: Optional[str]) -> dict:
     """The plan less the cells the published index holds with today's inputs (cuw/ci/published.py)."""
     from cuw.ci import matrix
@@ -338,6 +362,8 @@ def run(argv: list[str]) -> int:
     recipes_dir = args.recipes or default_recipes_dir()
     if args.verb == "lint-guards":
         return _lint_guards(args, recipes_dir)
+    if args.verb == "audit":
+        return _audit(args, args.recipes or default_recipes_dir())
     if args.verb == "verify":
         return _verify(args, recipes_dir)
     if args.verb == "recipes":
