@@ -31,8 +31,8 @@ from cuw.base.errors import CuwError
 from cuw.base.files import copy_into, write_text
 from cuw.base.files import sha256_of as sha256_file, tree_digest
 from cuw.config.inputs import cell_inputs, inputs_digest
+from cuw.wheel.index import RECORD_SUFFIX  # one name for the record beside each wheel
 
-RECORD_SUFFIX = ".build.json"
 FORMAT = 2  # 2: the cell's inputs and their digest (cuw/config/inputs.py)
 
 
