@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import REPO
+from wheel_maker import make_wheel
 from cuw.ci import workflow_run
 from cuw.base.errors import CuwError
 from cuw.wheel.index import MARKER
@@ -24,14 +25,13 @@ CELL_B = "example-linux-py3.12-cu13.0-notorch"
 
 
 def _wheel(folder: Path, name: str, payload: bytes, record: bool = True) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / name
-    with zipfile.ZipFile(wheel, "w") as zf:  # a zip archive, as the index checks; the payload makes the bytes
-        zf.writestr(zipfile.ZipInfo("payload.txt", (2020, 1, 1, 0, 0, 0)), payload)
-    if record:
-        body = {"format": 1, "wheel": name, "sha256": sha256_file(wheel)}
-        (folder / f"{name}{RECORD_SUFFIX}").write_text(json.dumps(body))
-    return wheel
+    """A small real wheel (the payload makes its bytes) and, with ``record``, its passed build record."""
+    return make_wheel(folder, name, payload, record)
+
+
+def _payload(wheel: Path) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.read("cuw_example/payload.bin")
 
 
 W311 = "cuw_example-0.1.0+cu130-cp311-cp311-manylinux_2_34_x86_64.whl"
@@ -46,7 +46,7 @@ def test_publish_adds_wheels_with_their_records_and_keeps_older_versions(tmp_pat
     first = publish(tmp_path / "run1", index)
     assert sorted(first.published) == [W311, W312] and first.ok
     for name in (W311, W312):
-        assert zipfile.ZipFile(index / "files" / name).read("payload.txt") in (b"one", b"two")
+        assert _payload(index / "files" / name) in (b"one", b"two")
         assert json.loads((index / "files" / f"{name}{RECORD_SUFFIX}").read_text())["wheel"] == name
     page = (index / "cu130" / "cuw-example" / "index.html").read_text()
     assert f"#sha256={sha256_file(index / 'files' / W311)}" in page
@@ -71,7 +71,7 @@ def test_republishing_is_harmless_with_the_same_bytes_and_refused_with_others(tm
     mixed = publish(tmp_path / "run2", index)
     assert W311 in mixed.refused and "never replaced" in mixed.refused[W311]
     assert mixed.published == [W312], "one refused wheel does not hold back the others"
-    assert zipfile.ZipFile(index / "files" / W311).read("payload.txt") == b"one"
+    assert _payload(index / "files" / W311) == b"one"
     assert not mixed.ok
 
 
@@ -279,3 +279,61 @@ def test_pages_a_killed_publish_left_behind_the_marker_are_brought_up_to_it(tmp_
     page.write_text(page.read_text().replace(W312, "gone"))  # killed after the marker, before this page
     again = publish(tmp_path / "in", index)
     assert sorted(again.already) == [W311, W312] and W312 in page.read_text()
+
+
+def test_publish_checks_each_wheel_and_its_record_and_refuses_that_wheel_alone(tmp_path):
+    """A record saying verify failed or the link missed, a renamed wheel, a member outside the install
+    tree, an unreadable record: each refuses its own wheel, and the sound one beside them is published."""
+    import base64
+    import hashlib
+
+    incoming = tmp_path / "in"
+    make_wheel(incoming, W311, b"sound")
+    make_wheel(incoming, W312, b"verify failed", verify={"ok": False, "checks": []})
+    make_wheel(incoming, "cuw_example-0.1.2+cu130-cp311-cp311-manylinux_2_34_x86_64.whl", b"7 misses", link={"misses": 7})
+    renamed = make_wheel(tmp_path / "x", "cuw_example-0.1.0+cu130-cp310-cp310-manylinux_2_34_x86_64.whl", b"old", record=False)
+    as_new = incoming / "cuw_example-9.9.9+cu130-cp310-cp310-manylinux_2_34_x86_64.whl"
+    renamed.rename(as_new)  # a 0.1.0 wheel renamed 9.9.9, with a record vouching for its bytes
+    (incoming / f"{as_new.name}{RECORD_SUFFIX}").write_text(json.dumps(
+        {"format": 2, "wheel": as_new.name, "sha256": sha256_file(as_new), "verify": {"ok": True}, "link": {"misses": 0}}))
+    evil = incoming / "cuw_example-0.1.3+cu130-cp311-cp311-manylinux_2_34_x86_64.whl"
+    with zipfile.ZipFile(evil, "w") as zf:  # a RECORD that lists the escaping member with its true hash
+        body = b"import os\n"
+        digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+        zf.writestr("../evil.py", body)
+        info = "cuw_example-0.1.3+cu130.dist-info"
+        meta = b"Metadata-Version: 2.1\nName: cuw-example\nVersion: 0.1.3+cu130\n"
+        zf.writestr(f"{info}/METADATA", meta)
+        meta_digest = base64.urlsafe_b64encode(hashlib.sha256(meta).digest()).rstrip(b"=").decode()
+        zf.writestr(f"{info}/RECORD", f"../evil.py,sha256={digest},{len(body)}\n{info}/METADATA,sha256={meta_digest},{len(meta)}\n{info}/RECORD,,\n")
+    (incoming / f"{evil.name}{RECORD_SUFFIX}").write_text(json.dumps(
+        {"format": 2, "wheel": evil.name, "sha256": sha256_file(evil), "verify": {"ok": True}, "link": {"misses": 0}}))
+    broken = make_wheel(incoming, "cuw_example-0.1.4+cu130-cp311-cp311-manylinux_2_34_x86_64.whl", b"broken record")
+    broken.with_name(broken.name + RECORD_SUFFIX).write_text("{not json")
+
+    out = publish(incoming, tmp_path / "index")
+    assert out.published == [W311], out.refused
+    why = {name.split("-")[1].split("+")[0] + "-" + name.split("-")[2]: text for name, text in out.refused.items()}
+    assert why["0.1.0-cp312"] == "its build record says verify did not pass"
+    assert why["0.1.2-cp311"] == "its build record says the link missed the cache (7)"
+    # Renamed, its dist-info no longer matches its name (the wheel format finds that first).
+    assert why["9.9.9-cp310"] == "RECORD or archive: Missing cuw_example-9.9.9+cu130.dist-info/RECORD file"
+    assert why["0.1.3-cp311"] == "member '../evil.py' would be installed outside site-packages"
+    assert "unreadable report" in why["0.1.4-cp311"]
+    assert set(json.loads((tmp_path / "index" / MARKER).read_text())["files"]) == {W311}
+
+
+def test_a_stale_failed_link_report_of_a_published_cell_is_history_and_an_unwritable_summary_is_no_failure(tmp_path, monkeypatch):
+    cell = {"recipe": "example", "lane": "linux", "python": "3.11", "cuda": "13.0", "torch": None}
+    make_wheel(tmp_path / "in", W311, b"one", cell=cell)
+    stale = tmp_path / "reports" / CELL_A
+    stale.mkdir(parents=True)
+    (stale / "link.report.json").write_text(json.dumps({"ok": False, "shard_count": 4, "reasons": ["an earlier try"],
+                                                       "facts": {"missing_shards": [2]}}))  # fmt: skip
+    out = publish(tmp_path / "in", tmp_path / "index", tmp_path / "reports")
+    assert out.published == [W311] and out.failed_cells == {}, "the cell passed this time: not also 'link failed'"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "no-such-folder" / "summary.md"))
+    proc = subprocess.run([sys.executable, "-m", "cuw", "publish", str(tmp_path / "in"), str(tmp_path / "index")],
+                          capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "could not be written" in proc.stderr and "already published" in proc.stderr

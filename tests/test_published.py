@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from wheel_maker import make_wheel
 from cuw.base.errors import CuwError
 from cuw.ci import matrix
 from cuw.ci.published import cell_status, read_records
@@ -28,7 +29,7 @@ from cuw.config.cell import Cell
 from cuw.config.inputs import cell_inputs, inputs_digest
 from cuw.config.policy import load_policy
 from cuw.config.recipe import load_recipe
-from cuw.wheel.publish import RECORD_SUFFIX, publish, sha256_file
+from cuw.wheel.publish import RECORD_SUFFIX, publish
 
 CELL = Cell("example", "linux", "3.11", "13.0", None)
 WHEEL = "cuw_example-0.1.0+cu130-py3-none-manylinux_2_31_x86_64.whl"
@@ -43,14 +44,8 @@ def _recipes(tmp_path: Path) -> Path:
 def _published(recipes: Path, index: Path, payload: bytes = b"one", image: str = "", name: str = WHEEL) -> Path:
     """A wheel of CELL with the record `cuw record` would write for it, published into ``index``."""
     incoming = index.parent / f"incoming-{len(list(index.parent.glob('incoming-*')))}"
-    incoming.mkdir(parents=True)
-    wheel = incoming / name
-    with zipfile.ZipFile(wheel, "w") as zf:
-        zf.writestr(zipfile.ZipInfo("payload.txt", (2020, 1, 1, 0, 0, 0)), payload)
     inputs = cell_inputs(load_recipe("example", recipes), load_policy(recipes), CELL, image)
-    record = {"format": 2, "wheel": name, "sha256": sha256_file(wheel), "cell": CELL.to_dict(), "inputs": inputs,
-              "inputs_digest": inputs_digest(inputs)}  # fmt: skip
-    (incoming / f"{name}{RECORD_SUFFIX}").write_text(json.dumps(record))
+    make_wheel(incoming, name, payload, cell=CELL.to_dict(), inputs=inputs, inputs_digest=inputs_digest(inputs))
     return incoming
 
 
@@ -100,7 +95,8 @@ def test_a_rebuild_of_the_same_inputs_publishes_as_a_no_op_and_other_inputs_are_
     publish(_published(recipes, index, b"one"), index)
     again = publish(_published(recipes, index, b"rebuilt: other bytes"), index)  # not byte-reproducible
     assert again.ok and again.already == [WHEEL] and again.same_inputs == [WHEEL] and not again.refused
-    assert zipfile.ZipFile(index / "files" / WHEEL).read("payload.txt") == b"one", "the published bytes stand"
+    with zipfile.ZipFile(index / "files" / WHEEL) as zf:
+        assert zf.read("cuw_example/payload.bin") == b"one", "the published bytes stand"
     other = publish(_published(recipes, index, b"three", image="r/i@sha256:" + "c" * 64), index)
     assert WHEEL in other.refused and "never replaced" in other.refused[WHEEL]
 

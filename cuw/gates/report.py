@@ -64,8 +64,11 @@ def append_summary(markdown: str) -> None:
     """Appends to ``$GITHUB_STEP_SUMMARY`` when it is set."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if target:
-        with open(target, "a", encoding="utf-8") as fh:
-            fh.write(markdown.rstrip("\n") + "\n\n")
+        try:
+            with open(target, "a", encoding="utf-8") as fh:
+                fh.write(markdown.rstrip("\n") + "\n\n")
+        except OSError as exc:  # the summary is a courtesy: a finished job's outcome does not hang on it
+            say(f"the step summary {target} could not be written ({exc.strerror or exc}); the job's result stands")
 
 
 def step_summary(title: str, verdict: Verdict) -> None:

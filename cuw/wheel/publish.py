@@ -32,6 +32,7 @@ from cuw.base.files import copy_into, write_text
 from cuw.base.files import sha256_of as sha256_file, tree_digest
 from cuw.config.inputs import cell_inputs, inputs_digest
 from cuw.wheel.index import RECORD_SUFFIX  # one name for the record beside each wheel
+from cuw.wheel.verify import integrity
 
 FORMAT = 2  # 2: the cell's inputs and their digest (cuw/config/inputs.py)
 
@@ -212,6 +213,30 @@ def publish(incoming: Path, index: Path, reports: Optional[Path] = None) -> Outc
     return outcome
 
 
+def _cell_id(rec: dict[str, Any]) -> str:
+    from cuw.config.cell import Cell
+
+    try:
+        return Cell(**rec["cell"]).id
+    except (KeyError, TypeError):
+        return ""
+
+
+def _record_problem(rec: dict[str, Any], name: str, digest: str) -> str:
+    """Why a build record does not vouch for this wheel ("" when it does): it names another file or
+    other bytes, or says the link or verify did not pass."""
+    if rec.get("wheel") != name:
+        return f"its build record names {rec.get('wheel')!r}"
+    if rec.get("sha256") != digest:
+        return f"its build record names other bytes (sha256 {rec.get('sha256')}, file {digest})"
+    verify, link = rec.get("verify"), rec.get("link")
+    if not isinstance(verify, dict) or verify.get("ok") is not True:
+        return "its build record says verify did not pass"
+    if not isinstance(link, dict) or link.get("misses") != 0:
+        return f"its build record says the link missed the cache ({link.get('misses') if isinstance(link, dict) else 'no link'})"
+    return ""
+
+
 def _same_inputs(index: Path, name: str, rec: dict[str, Any]) -> bool:
     """Whether the published record of ``name`` names the same inputs as ``rec`` (a rebuild of a cell
     that is already published: builds are not byte-reproducible, the published wheel stands)."""
@@ -228,6 +253,7 @@ def _sort(incoming: Path, published: dict[str, str], reports: Optional[Path],
     """What arrived, sorted into refused, already published and accepted (wheel, record) pairs."""
     outcome = Outcome(failed_cells=_failed_cells(reports))
     accepted: list[tuple[Path, Path]] = []
+    vouched: set[str] = set()  # the cells of the wheels accepted or already published
     arrived: dict[str, list[Path]] = {}
     for wheel in sorted(incoming.rglob("*.whl")):
         arrived.setdefault(wheel.name, []).append(wheel)
@@ -242,22 +268,32 @@ def _sort(incoming: Path, published: dict[str, str], reports: Optional[Path],
         if not rec_path.is_file():
             outcome.refused[wheel.name] = f"no build record ({rec_path.name}): not from a passed link"
             continue
-        rec = _read_json(rec_path)
+        try:
+            rec = _read_json(rec_path)
+        except CuwError as exc:  # one unreadable record refuses its wheel, not the publish
+            outcome.refused[wheel.name] = str(exc)
+            continue
         digest = sha256_file(wheel)
-        if rec.get("sha256") != digest:
-            outcome.refused[wheel.name] = f"its build record names other bytes (sha256 {rec.get('sha256')}, file {digest})"
+        why = _record_problem(rec, wheel.name, digest) or "; ".join(integrity(wheel))
+        if why:
+            outcome.refused[wheel.name] = why
             continue
         if wheel.name in published:
             if published[wheel.name] == digest:
                 outcome.already.append(wheel.name)
+                vouched.add(_cell_id(rec))
             elif _same_inputs(index, wheel.name, rec):
                 outcome.already.append(wheel.name)
                 outcome.same_inputs.append(wheel.name)
+                vouched.add(_cell_id(rec))
             else:
                 outcome.refused[wheel.name] = (f"the index already publishes {wheel.name} with other bytes "
                                                "(a published wheel is never replaced: bump the version)")  # fmt: skip
             continue
         accepted.append((wheel, rec_path))
+        vouched.add(_cell_id(rec))
+    # A cell whose wheel is published here passed its link: an older failed report of it is history.
+    outcome.failed_cells = {cell: why for cell, why in outcome.failed_cells.items() if cell not in vouched}
     return outcome, accepted
 
 

@@ -229,6 +229,50 @@ def _record_lines(wheel: Path) -> list[str]:
     return problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
 
 
+def _metadata_problems(members: dict[str, bytes], name: str, version: Version) -> list[str]:
+    """METADATA's Name and Version against the file name's (a renamed wheel says another version)."""
+    meta_name = next((n for n in members if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+    fields, _unparsed = parse_email(members.get(meta_name or "", b""))
+    problems = []
+    try:
+        same_version = Version(fields.get("version", "0")) == version
+    except InvalidVersion:
+        same_version = False
+    if not same_version:
+        problems.append(f"METADATA Version {fields.get('version')!r} != filename {version}")
+    if canonicalize_name(fields.get("name", "")) != canonicalize_name(name):
+        problems.append(f"METADATA Name {fields.get('name')!r} != filename {name}")
+    return problems
+
+
+def _unsafe_member(name: str) -> bool:
+    """A member that would land outside site-packages (or on another drive) when installed."""
+    parts = name.replace("\\", "/").split("/")
+    return name.startswith(("/", "\\")) or ".." in parts or any(re.match(r"^[A-Za-z]:", p) for p in parts)
+
+
+def integrity(wheel: Path) -> list[str]:
+    """What a wheel must be before anyone installs it, whoever built it: a wheel file name, a
+    RECORD whose every line parses and whose hashes match every member (read in full), no member
+    outside the install tree, METADATA naming the file's name and version. Empty: sound."""
+    try:
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+    except ValueError as exc:
+        return [f"not a wheel filename: {exc}"]
+    try:
+        problems = _record_lines(wheel)
+        if problems:
+            return problems
+        with WheelFile(wheel) as wf:  # reading a member checks it against RECORD
+            members = {i.filename: wf.read(i) for i in wf.infolist() if not i.is_dir()}
+    except (WheelError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        return [f"RECORD or archive: {exc}"]
+    unsafe = sorted(n for n in members if _unsafe_member(n))
+    if unsafe:
+        return [f"member {unsafe[0]!r} would be installed outside site-packages"]
+    return _metadata_problems(members, name, version)
+
+
 def verify(
     wheel: Path,
     recipe: Recipe,
@@ -279,18 +323,7 @@ def verify(
     checks.append(Check("record", not record_problems, record_problems or [f"{len(members)} files match RECORD"]))
     checks.append(_size_check(wheel, members, policy.max_size_mb.get(cell.lane), cell.lane))
 
-    # METADATA agrees with the filename
-    meta_name = next((n for n in members if n.endswith(".dist-info/METADATA")), None)
-    fields, _unparsed = parse_email(members.get(meta_name or "", b""))
-    problems = []
-    try:
-        same_version = Version(fields.get("version", "0")) == version
-    except InvalidVersion:
-        same_version = False
-    if not same_version:
-        problems.append(f"METADATA Version {fields.get('version')!r} != filename {version}")
-    if canonicalize_name(fields.get("name", "")) != canonicalize_name(name):
-        problems.append(f"METADATA Name {fields.get('name')!r} != filename {name}")
+    problems = _metadata_problems(members, name, version)
     checks.append(Check("metadata", not problems, problems or ["Name and Version agree"]))
 
     with tempfile.TemporaryDirectory(prefix="cuw-verify-") as tmp:
