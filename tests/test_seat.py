@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -198,9 +199,59 @@ def test_compile_error_exit_code_is_kept_and_logged(tmp_path):
     assert entry["rc"] != 0 and entry["key"] == tu_key(str(src), str(s.src))
 
 
-def test_recipe_nvcc_flags_and_threads_reach_every_owned_compile(tmp_path):
-    s = Seat(tmp_path, runtime.SeatPartition(1, 1), extra_args=["-DCUW_FROM_RECIPE=7", "--threads=2"])
+def test_recipe_nvcc_flags_reach_an_owned_compile(tmp_path):
+    s = Seat(tmp_path, runtime.SeatPartition(1, 1), extra_args=["-DCUW_FROM_RECIPE=7"])
     src = s.src / "flags.cu"
     src.write_text("#if CUW_FROM_RECIPE != 7\n#error the recipe's nvcc_flags did not arrive\n#endif\n" + KERNEL)
     proc = s.run("-c", str(src), "-o", "flags.o", *ARCH)
     assert proc.returncode == 0, proc.stderr
+
+
+# nvcc -v prints each step it runs; only with --threads N does it run them on workers that write to
+# their own files, and it prints that redirection: the real nvcc's own word that it ran threaded.
+THREADED_STEP = re.compile(r"_stdout 2>\S*_stderr")
+TWO_ARCHS = [*ARCH, "-gencode", "arch=compute_80,code=sm_80"]  # --threads parallelizes across targets
+
+
+def test_nvcc_threads_runs_every_owned_compile_threaded_through_either_seat(recipes_dir, tmp_path):
+    """``nvcc_threads: 2`` in the recipe file: an owned TU, compiled by the native stub and by the
+    Python seat behind it, makes the real nvcc run its steps threaded; a foreign TU runs no nvcc."""
+    from cuw.jobs.workspace import Workspace, prepare
+    from cuw.partition.assignment import recipe_assignment
+    from cuw.partition.rules import ShardSpec
+    from cuw.config.recipe import load_recipe
+
+    toolkit = find_toolkit()
+    control = subprocess.run([str(toolkit.nvcc), "-v", "--dryrun", "-c", "x.cu", "-o", "x.o", *TWO_ARCHS],
+                             cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert "cicc" in control.stderr and not THREADED_STEP.search(control.stderr), "the marker is --threads' alone"
+
+    yml = recipes_dir / "example" / "recipe.yml"
+    yml.write_text(yml.read_text() + "nvcc_threads: 2\n")
+    recipe = load_recipe("example", recipes_dir)
+    assert recipe.nvcc_threads == 2
+    ws = Workspace(tmp_path / "job", tmp_path / "job")
+    prepare(ws, recipe, toolkit, ShardSpec(1, 2), "ccache")
+    rule = recipe_assignment(recipe, 2)
+    kernels = sorted(p.relative_to(ws.src).as_posix() for p in (ws.src / "csrc/kernels").glob("*.cu"))
+    owned = [k for k in kernels if rule.owner(k) == 1][:2]  # a TU each: each compile a miss (a hit replays output)
+    foreign = next(k for k in kernels if rule.owner(k) == 2)
+    env = {k: v for k, v in os.environ.items() if k not in runtime.SOURCE_FILTER_VARS}
+    seats = {"native": (ws.seat_dir / "nvcc", {"CUW_SEAT_STUB_NO_FALLBACK": "1"}),
+             "python": (ws.seat_dir / "python" / "nvcc", {})}  # fmt: skip
+    assert not seats["native"][0].read_bytes().startswith(b"#!"), "the native stub is in front"
+
+    assert len(owned) == 2
+    for (name, (exe, extra_env)), tu in zip(seats.items(), owned):
+        argv = [str(exe), "-v", "-c", tu, "-o", f"{name}.o", *TWO_ARCHS]
+        proc = subprocess.run(argv, cwd=ws.src, env={**env, **extra_env}, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        steps = THREADED_STEP.findall(proc.stderr)
+        assert len(steps) >= 4, f"{name} seat: nvcc ran unthreaded:\n{proc.stderr[-3000:]}"
+        last = seat_log.read_log(ws.seat_log)[-1]
+        assert (last["action"], last["key"], last["outcome"]) == ("compiled", tu, "miss")
+
+        proc = subprocess.run([str(exe), "-v", "-c", foreign, "-o", f"{name}-foreign.o", *TWO_ARCHS], cwd=ws.src,
+                              env={**env, **extra_env}, capture_output=True, text=True)  # fmt: skip
+        assert proc.returncode == 0 and "cicc" not in proc.stderr, proc.stderr
+        assert seat_log.read_log(ws.seat_log)[-1]["action"] == "stubbed"
