@@ -12,14 +12,12 @@ its ``cuw-index.json`` lists the wheels, and each wheel's record is ``files/<whe
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 from urllib.parse import quote
 
+from cuw.base import http
 from cuw.base.errors import CuwError
 from cuw.config.cell import Cell
 from cuw.config.inputs import cell_inputs, inputs_digest
@@ -29,7 +27,7 @@ from cuw.wheel.index import MARKER, published_files
 from cuw.wheel.publish import RECORD_SUFFIX
 
 REBUILD = ("missing", "stale", "all")
-MAX_RECORD_BYTES = 4 << 20
+MAX_RECORD_BYTES = http.MAX_BYTES
 
 
 @dataclass
@@ -45,22 +43,11 @@ class CellStatus:
 
 
 def _fetch(url: str, option: str) -> bytes:
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            data = response.read(MAX_RECORD_BYTES + 1)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise CuwError(f"{option}: cannot read {url} ({getattr(exc, 'reason', None) or exc}); an index that "
-                       "cannot be read is an error (read as empty it would rebuild everything)") from None  # fmt: skip
-    if len(data) > MAX_RECORD_BYTES:
-        raise CuwError(f"{option}: {url} is over {MAX_RECORD_BYTES >> 20} MiB; not an index file")
-    return data
+    return http.fetch(url, option, MAX_RECORD_BYTES)
 
 
 def _json(data: bytes, where: str, option: str) -> Any:
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise CuwError(f"{option}: {where} is not JSON; restore the index or give its right location") from None
+    return http.parse_json(data, where, option)
 
 
 def read_records(location: str, option: str = "--published") -> list[dict[str, Any]]:

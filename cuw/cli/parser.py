@@ -203,6 +203,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("incoming", type=Path, help="folder of wheels and their .build.json records (searched recursively)")
     p.add_argument("index", type=Path, help="the index folder (created when new)")
     p.add_argument("--reports", type=Path, default=None, help="the links' gate reports: cells not published are named with why")
+    p.add_argument("--from-url", default=None, metavar="URL",
+                   help="continue the index served at URL (its cuw-index.json and build records, fetched into INDEX, "
+                        "a new folder): a runner that starts empty never publishes from nothing, nor fewer wheels")  # fmt: skip
+    p.add_argument("--asset-url", default=None, metavar="TEMPLATE",
+                   help="keep the wheels elsewhere (release assets): the pages link TEMPLATE with {recipe} and {wheel} "
+                        "filled in, and the new wheels go to --upload for the upload step")  # fmt: skip
+    p.add_argument("--upload", type=Path, default=None, metavar="DIR", help="with --asset-url: where the new wheels go")
 
     p = sub.add_parser("image", help="build the local stand-in build image from its recipe (once per recipe digest) "
                                      "and print its reference")  # fmt: skip

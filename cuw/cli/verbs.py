@@ -336,7 +336,18 @@ def run(argv: list[str]) -> int:
     if args.verb == "publish":
         from cuw.wheel.publish import run_publish
 
-        return run_publish(args.incoming, args.index, args.reports)
+        from cuw.wheel.publish import AssetStore, check_asset_store, continue_from
+
+        if (args.asset_url is None) != (args.upload is None):
+            raise CuwError("--asset-url and --upload go together: where the wheels will be, and where they wait for upload")
+        store = AssetStore(args.asset_url, args.upload) if args.asset_url else None
+        if store is not None:
+            check_asset_store(store)
+            writable_dir(store.upload, "--upload")
+        online = continue_from(args.from_url, args.index) if args.from_url else 0
+        if args.from_url:
+            report.say(f"publish: continuing {args.from_url} ({online} wheels published)")
+        return run_publish(args.incoming, args.index, args.reports, store, online)
     if args.verb == "workflow":
         from cuw.ci.workflow_run import run_workflow
 

@@ -96,7 +96,12 @@ def _json_text(data: Any) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def _write_channel(root: Path, depth: int, entries: list[Entry], sizes: dict[str, int]) -> None:
+def _url(e: Entry, up: str, urls: dict[str, str]) -> str:
+    """Where a page links a wheel: its remote URL, or ``files/`` relative to the page (``up``)."""
+    return urls.get(e.path.name) or f"{up}files/{quote(e.path.name)}"
+
+
+def _write_channel(root: Path, depth: int, entries: list[Entry], sizes: dict[str, int], urls: dict[str, str]) -> None:
     """A channel's pages: per project ``index.html`` (PEP 503) and ``index.json`` (PEP 691/700, the
     same files, URLs and digests), and the root's project list in both forms."""
     by_project: dict[str, list[Entry]] = defaultdict(list)
@@ -104,10 +109,10 @@ def _write_channel(root: Path, depth: int, entries: list[Entry], sizes: dict[str
         by_project[e.project].append(e)
     up = "../" * (depth + 1)
     for project, items in by_project.items():
-        links = [(f"{up}files/{quote(e.path.name)}#sha256={e.sha256}", e.path.name) for e in items]
+        links = [(f"{_url(e, up, urls)}#sha256={e.sha256}", e.path.name) for e in items]
         (root / project).mkdir(parents=True, exist_ok=True)
         write_text(root / project / "index.html", _page(f"Links for {project}", links), "index page")
-        files = [{"filename": e.path.name, "url": f"{up}files/{quote(e.path.name)}", "hashes": {"sha256": e.sha256},
+        files = [{"filename": e.path.name, "url": _url(e, up, urls), "hashes": {"sha256": e.sha256},
                   "size": sizes[e.path.name], "yanked": False} for e in items]  # fmt: skip
         versions = [str(v) for v in sorted({e.version for e in items})]
         detail = {"meta": {"api-version": API_VERSION}, "name": project, "files": files, "versions": versions}
@@ -134,16 +139,39 @@ def published_files(out: Path) -> dict[str, str]:
             raise CuwError(f"{out} holds files but no {MARKER}: it is not an index made by `cuw index`; "
                            "give a new folder or an existing index")  # fmt: skip
         return {}
-    try:
-        data = json.loads(marker.read_text(encoding="utf-8"))
-        files = data["files"]
-        assert isinstance(files, dict) and all(isinstance(v, str) for v in files.values())
-    except (ValueError, KeyError, TypeError, AssertionError, UnicodeDecodeError):
-        raise CuwError(f"{marker}: unreadable index record; restore it from the published copy") from None
+    files, remote = _read_marker(marker)
     for name in files:
-        if "/" in name or "\\" in name or not (out / "files" / name).is_file():
+        if "/" in name or "\\" in name or (name not in remote and not (out / "files" / name).is_file()):
             raise CuwError(f"{marker}: lists {name!r}, which is not in {out / 'files'}; restore the index")
     return dict(files)
+
+
+def _read_marker(marker: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """The marker's files (name -> sha256) and its remote ones (name -> url and size: wheels stored
+    elsewhere, release assets, listed by URL)."""
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+        files, remote = data["files"], data.get("remote", {})
+        assert isinstance(files, dict) and all(isinstance(v, str) for v in files.values())
+        assert isinstance(remote, dict) and all(
+            n in files and isinstance(r, dict) and str(r.get("url", "")).startswith(("https://", "http://"))
+            and isinstance(r.get("size"), int) for n, r in remote.items())  # fmt: skip
+    except (ValueError, KeyError, TypeError, AssertionError, UnicodeDecodeError):
+        raise CuwError(f"{marker}: unreadable index record; restore it from the published copy") from None
+    return dict(files), dict(remote)
+
+
+def remote_files(out: Path) -> dict[str, dict[str, Any]]:
+    """The index's wheels stored elsewhere (name -> {url, size}); empty for a folder index."""
+    marker = out / MARKER
+    return _read_marker(marker)[1] if marker.is_file() else {}
+
+
+def write_marker(out: Path, published: dict[str, str], remote: dict[str, dict[str, Any]]) -> None:
+    body: dict[str, Any] = {"format": 1, "files": published}
+    if remote:
+        body["remote"] = remote
+    write_text(out / MARKER, json.dumps(body, indent=2, sort_keys=True) + "\n", "index record")
 
 
 @contextmanager
@@ -204,26 +232,30 @@ def add_to_index(wheel_dir: Path, out: Path) -> list[Entry]:
         if e.path.name not in published:
             copy_into(e.path, out / "files" / e.path.name, "index file")
             published[e.path.name] = e.sha256
-    write_text(out / MARKER, json.dumps({"format": 1, "files": published}, indent=2, sort_keys=True) + "\n", "index record")
-    return write_pages(out, published)
+    remote = remote_files(out)
+    write_marker(out, published, remote)
+    return write_pages(out, published, remote)
 
 
-def write_pages(out: Path, published: dict[str, str]) -> list[Entry]:
+def write_pages(out: Path, published: dict[str, str], remote: Optional[dict[str, dict[str, Any]]] = None) -> list[Entry]:
     """Every page of the index, from the marker's files and digests (no wheel is hashed again): the
-    PEP 503 pages with their PEP 691 JSON, then ``packages.json`` and ``choose.html``."""
+    PEP 503 pages with their PEP 691 JSON, then ``packages.json`` and ``choose.html``. A remote
+    wheel is linked by its URL (``#sha256=`` as every link), a local one under ``files/``."""
+    remote = remote_files(out) if remote is None else remote
     kept = ordered([_entry(out / "files" / name, sha) for name, sha in sorted(published.items())])
-    sizes = {e.path.name: e.path.stat().st_size for e in kept}
-    _write_channel(out / "simple", 1, kept, sizes)
+    sizes = {e.path.name: remote[e.path.name]["size"] if e.path.name in remote else e.path.stat().st_size for e in kept}
+    urls = {name: r["url"] for name, r in remote.items()}
+    _write_channel(out / "simple", 1, kept, sizes, urls)
     torch_channels: dict[str, set[str]] = defaultdict(set)
     for e in kept:
         if e.torch:
             torch_channels[e.cuda].add(e.torch)
     for cuda in sorted({e.cuda for e in kept}):
         line = [e for e in kept if e.cuda == cuda]
-        _write_channel(out / cuda, 1, [e for e in line if not e.torch], sizes)
+        _write_channel(out / cuda, 1, [e for e in line if not e.torch], sizes, urls)
         for torch in sorted(torch_channels[cuda]):
-            _write_channel(out / cuda / torch, 2, [e for e in line if e.torch in (None, torch)], sizes)
-    write_text(out / PACKAGES, _json_text(packages_manifest(kept, sizes)), "index page")
+            _write_channel(out / cuda / torch, 2, [e for e in line if e.torch in (None, torch)], sizes, urls)
+    write_text(out / PACKAGES, _json_text(packages_manifest(kept, sizes, urls)), "index page")
     write_text(out / CHOOSER, CHOOSER_PAGE, "index page")
     return kept
 
@@ -282,10 +314,10 @@ def _cell(record: Any, serves: dict[str, Any]) -> tuple[dict[str, Any], str]:
             "cuda": serves["cuda"], "torch": serves["torch"]}, "file name"  # fmt: skip
 
 
-def packages_manifest(kept: list[Entry], sizes: dict[str, int]) -> dict[str, Any]:
+def packages_manifest(kept: list[Entry], sizes: dict[str, int], urls: Optional[dict[str, str]] = None) -> dict[str, Any]:
     """``packages.json``: every published wheel (sorted by name, version, file name), URLs relative
     to the index root; the build record's digest and cell when ``files/<wheel>.build.json`` is there."""
-    wheels = []
+    wheels, urls = [], urls or {}
     for e in sorted(kept, key=lambda e: (e.project, e.version, e.path.name)):
         record_path = e.path.with_name(e.path.name + RECORD_SUFFIX)
         record_data = record_path.read_bytes() if record_path.is_file() else None
@@ -297,7 +329,7 @@ def packages_manifest(kept: list[Entry], sizes: dict[str, int]) -> dict[str, Any
         cell, source = _cell(record, serves)
         wheels.append({
             "name": e.project, "version": str(e.version), "filename": e.path.name,
-            "url": f"files/{quote(e.path.name)}", "sha256": e.sha256, "size": sizes[e.path.name],
+            "url": _url(e, "", urls), "sha256": e.sha256, "size": sizes[e.path.name],
             "tags": e.tags, "cell": cell, "cell_from": source,
             "channel": f"{e.cuda}/{e.torch}/" if e.torch else f"{e.cuda}/", "serves": serves,
             "build_record": None if record_data is None else {

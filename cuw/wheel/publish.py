@@ -24,6 +24,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+from urllib.parse import quote
+
+from packaging.utils import canonicalize_name
 
 from cuw import __version__
 from cuw.gates import report
@@ -185,9 +188,69 @@ def _failed_cells(reports: Optional[Path]) -> dict[str, str]:
     return out
 
 
-def publish(incoming: Path, index: Path, reports: Optional[Path] = None) -> Outcome:
-    """Adds every wheel under ``incoming`` that has its build record to the index at ``index``."""
-    from cuw.wheel.index import MARKER, add_to_index, index_lock, published_files, write_pages
+@dataclass(frozen=True)
+class AssetStore:
+    """Wheels kept elsewhere than the index (GitHub release assets), the pages linking them by URL.
+
+    ``url``: where a wheel will be, a template with ``{recipe}`` and ``{wheel}``
+    (``https://github.com/O/R/releases/download/wheels-{recipe}/{wheel}``); ``upload``: the folder
+    the new wheels and their records are put in for the upload step (never a replacement: an
+    asset name exists once per release)."""
+
+    url: str
+    upload: Path
+
+    def url_of(self, recipe: str, wheel: str) -> str:
+        return self.url.format(recipe=quote(recipe), wheel=quote(wheel))
+
+
+def check_asset_store(store: AssetStore) -> None:
+    if not store.url.startswith(("https://", "http://")) or "{wheel}" not in store.url:
+        raise CuwError(f"--asset-url {store.url!r}: an http(s) URL with {{wheel}} (and {{recipe}}) in it")
+    try:
+        store.url.format(recipe="r", wheel="w")
+    except (KeyError, IndexError, ValueError):
+        raise CuwError(f"--asset-url {store.url!r}: only {{recipe}} and {{wheel}} may be filled in") from None
+
+
+def continue_from(site: str, index: Path) -> int:
+    """The published state of the index served at ``site`` (its marker and every build record),
+    written into ``index``, a new folder: a publish on a runner that starts empty continues from
+    what is online, never from nothing. Returns how many wheels the site lists."""
+    from cuw.base import http
+    from cuw.wheel.index import MARKER, write_marker
+
+    if (index / MARKER).exists():
+        raise CuwError(f"--from-url: {index} already holds an index; give a new folder to continue {site} in")
+    base = site.rstrip("/")
+    marker = http.parse_json(http.fetch(f"{base}/{MARKER}", "--from-url"), f"{base}/{MARKER}", "--from-url")
+    files = marker.get("files") if isinstance(marker, dict) else None
+    remote = marker.get("remote", {}) if isinstance(marker, dict) else None
+    if not isinstance(files, dict) or not isinstance(remote, dict):
+        raise CuwError(f"--from-url: {base}/{MARKER} is not an index record")
+    local = sorted(set(files) - set(remote))
+    if local:
+        raise CuwError(f"--from-url: {base} serves {local[0]} itself; --from-url continues an index whose wheels are "
+                       "stored elsewhere (release assets)")  # fmt: skip
+    (index / "files").mkdir(parents=True, exist_ok=True)
+    for name in sorted(files):
+        if "/" in name or "\\" in name:
+            raise CuwError(f"--from-url: {base}/{MARKER} lists {name!r}, not a file name")
+        url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
+        record = http.parse_json(http.fetch(url, "--from-url"), url, "--from-url")
+        if not isinstance(record, dict) or record.get("wheel") != name:
+            raise CuwError(f"--from-url: {url} is not the build record of {name}")
+        write_text(index / "files" / f"{name}{RECORD_SUFFIX}", json.dumps(record, indent=2, sort_keys=True) + "\n", "build record")
+    write_marker(index, dict(files), dict(remote))
+    return len(files)
+
+
+def publish(incoming: Path, index: Path, reports: Optional[Path] = None, store: Optional[AssetStore] = None,
+            online: int = 0) -> Outcome:  # fmt: skip
+    """Adds every wheel under ``incoming`` that has its build record to the index at ``index``;
+    with ``store``, the wheels go to its upload folder and the pages link their URLs. ``online``:
+    how many wheels the published index lists (it never publishes fewer)."""
+    from cuw.wheel.index import MARKER, add_to_index, index_lock, published_files, remote_files, write_marker, write_pages
 
     if not incoming.is_dir():
         raise CuwError(f"publish: {incoming} is not a folder (the wheels the links uploaded)")
@@ -203,13 +266,29 @@ def publish(incoming: Path, index: Path, reports: Optional[Path] = None) -> Outc
             (index / "files").mkdir(parents=True, exist_ok=True)
             for _, rec_path in accepted:  # each record before its wheel is listed: a listed wheel has its record
                 copy_into(rec_path, index / "files" / rec_path.name, "build record")
-            with tempfile.TemporaryDirectory(prefix="cuw-publish-") as tmp:
-                for wheel, _ in accepted:
-                    shutil.copy2(wheel, Path(tmp) / wheel.name)
-                add_to_index(Path(tmp), index)
+            if store is not None:
+                remote = remote_files(index)
+                store.upload.mkdir(parents=True, exist_ok=True)
+                for wheel, rec_path in accepted:
+                    copy_into(wheel, store.upload / wheel.name, "wheel to upload")
+                    copy_into(rec_path, store.upload / rec_path.name, "build record to upload")
+                    recipe = str(_read_json(rec_path).get("recipe") or canonicalize_name(wheel.name.split("-")[0]))
+                    published[wheel.name] = sha256_file(wheel)
+                    remote[wheel.name] = {"url": store.url_of(recipe, wheel.name), "size": wheel.stat().st_size}
+                write_marker(index, published, remote)
+                write_pages(index, published, remote)
+            else:
+                with tempfile.TemporaryDirectory(prefix="cuw-publish-") as tmp:
+                    for wheel, _ in accepted:
+                        shutil.copy2(wheel, Path(tmp) / wheel.name)
+                    add_to_index(Path(tmp), index)
             outcome.published += [wheel.name for wheel, _ in accepted]
         elif published:
             write_pages(index, published)  # pages a killed run left behind the marker are brought up to it
+        listed = len(published_files(index))
+        if listed < online:  # a partial read of the online index must never shrink it
+            raise CuwError(f"publish: the index at {index} lists {listed} wheels, the published one {online}; "
+                           "refusing to publish fewer")  # fmt: skip
     return outcome
 
 
@@ -311,10 +390,11 @@ def summarize(outcome: Outcome, index: Path) -> str:
     return "\n".join(rows)
 
 
-def run_publish(incoming: Path, index: Path, reports: Optional[Path]) -> int:
-    outcome = publish(incoming, index, reports)
+def run_publish(incoming: Path, index: Path, reports: Optional[Path], store: Optional[AssetStore] = None,
+                online: int = 0) -> int:  # fmt: skip
+    outcome = publish(incoming, index, reports, store, online)
     for name in outcome.published:
-        report.say(f"published {name}")
+        report.say(f"published {name}" + (f" (to upload: {store.upload / name})" if store else ""))
     for name in outcome.already:
         why = "rebuilt from the same inputs; the published bytes stand" if name in outcome.same_inputs else "same bytes"
         report.say(f"already published {name} ({why})")
