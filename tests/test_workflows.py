@@ -140,7 +140,10 @@ def test_every_input_a_workflow_passes_is_one_the_pinned_action_declares():
                 owner_name, _, sha = step.get("uses", "").partition("@")
                 if not sha:
                     continue
-                declared = yaml.safe_load((folder / f"{owner_name.replace('/', '-')}@{sha}" / "action.yml").read_text())
+                copy = folder / f"{owner_name.replace('/', '-')}@{sha}" / "action.yml"
+                if not copy.is_file() and path.name != "build.yml":
+                    continue  # only build.yml runs here (act): the Pages actions of pages.yml have no offline copy
+                declared = yaml.safe_load(copy.read_text())
                 unknown = set(step.get("with", {})) - set(declared.get("inputs", {}))
                 assert not unknown, f"{path.name}: {step['uses']} has no input {sorted(unknown)}"
 
