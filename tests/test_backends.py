@@ -2,17 +2,68 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from dataclasses import replace
+
+import pytest
 
 from cuw.jobs.backends import build_env
 from cuw.partition.rules import ShardSpec
 from cuw.config.recipe import load_recipe
 
 
-def test_max_jobs_caps_parallel_compiles(recipes_dir, tmp_path):
-    recipe = replace(load_recipe("example", recipes_dir), max_jobs=1)
-    env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 8, None, base={"PATH": "/usr/bin"})
-    assert env["MAX_JOBS"] == env["CMAKE_BUILD_PARALLEL_LEVEL"] == "1"
+# A compiler launcher that records when each compile ran (and makes it last long enough to overlap).
+_TIMED = """#!/bin/sh
+start=$(date +%s.%N)
+sleep 0.4
+"$@"
+rc=$?
+echo "$start $(date +%s.%N)" >> "$CUW_TEST_INTERVALS"
+exit $rc
+"""
+
+
+def _most_at_once(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals], key=lambda e: (e[0], e[1]))
+    running = most = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.parametrize("generator", ["Ninja", "Unix Makefiles"])
+def test_max_jobs_caps_parallel_compiles(recipes_dir, tmp_path, generator):
+    """A real CMake build of six C TUs, configured and built in the environment build_env gives
+    (``cmake --build``, as scikit-build-core runs it): with ``max_jobs: 1`` of 8 jobs, never two
+    compiles at once; with ``max_jobs: 3``, more than one (so the measure can see parallelism)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    names = [f"t{i}.c" for i in range(6)]
+    for name in names:
+        (project / name).write_text(f"int f_{name[:-2]}(void) {{ return {len(name)}; }}\n")
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.20)\nproject(p LANGUAGES C)\n" f"add_library(p STATIC {' '.join(names)})\n")
+    launcher = tmp_path / "timed"
+    launcher.write_text(_TIMED)
+    launcher.chmod(0o755)
+    most = {}
+    for cap in (1, 3):
+        recipe = replace(load_recipe("example", recipes_dir), max_jobs=cap)
+        build = tmp_path / f"build-{cap}"
+        record = tmp_path / f"intervals-{cap}"
+        env = build_env(recipe, tmp_path / "cuda", build, 8, None, base={"PATH": os.environ["PATH"]})
+        env["CUW_TEST_INTERVALS"] = str(record)
+        configure = ["cmake", "-S", str(project), "-B", str(build), "-G", generator, f"-DCMAKE_C_COMPILER_LAUNCHER={launcher}"]
+        for cmd in (configure, ["cmake", "--build", str(build)]):
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        intervals = [tuple(map(float, line.split())) for line in record.read_text().splitlines()]
+        assert len(intervals) == len(names), "every TU compiled through the launcher"
+        most[cap] = _most_at_once(intervals)
+    assert most[1] == 1, f"max_jobs: 1, yet {most[1]} compiles ran at once"
+    assert most[3] > 1, "max_jobs: 3 ran one compile at a time: the measure cannot see a cap"
 
 
 def test_seat_is_in_every_compiler_position_and_the_source_filter_only_when_asked(recipes_dir, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -176,26 +177,65 @@ def test_patch_is_idempotent_and_fails_loudly_without_its_anchor(key, tmp_path, 
         apply(recipe, replace(ctx, source_dir=pristine_copy))
 
 
+_SETUP_FLAGS = """
+import json, runpy, sys
+import setuptools
+seen = {}
+setuptools.setup = lambda **kw: seen.update(kw)
+sys.argv = ["setup.py", "build_ext"]
+runpy.run_path("setup.py", run_name="__main__")
+(ext,) = seen["ext_modules"]
+print(json.dumps({"nvcc": ext.extra_compile_args["nvcc"], "include_dirs": [str(p) for p in ext.include_dirs]}))
+"""
+
+
+def _setup_py_nvcc_flags(source: Path, env: dict[str, str]) -> dict:
+    """What causal-conv1d's own setup.py, run as a build runs it, gives its extension: the nvcc
+    flags and include folders (``setup()`` itself is caught; everything before it runs)."""
+    proc = subprocess.run([sys.executable, "-c", _SETUP_FLAGS], cwd=source, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _gencodes(flags: list[str]) -> set[str]:
+    return {f.split("=", 1)[1] for f in flags if f.startswith("-gencode=")} | {
+        b for a, b in zip(flags, flags[1:]) if a == "-gencode"}  # fmt: skip
+
+
 def test_causal_conv1d_patch_compiles_for_the_cells_archs(tmp_path):
-    """The patched setup.py takes its -gencode list from TORCH_CUDA_ARCH_LIST (the cell's list)."""
+    """The patched setup.py, run in the build's environment for a cell with archs 8.0 and 9.0+PTX,
+    gives nvcc exactly those targets; one of its kernel TUs, compiled with the flags it gives, holds
+    SASS for sm_80 and sm_90 and PTX for compute_90 and nothing else. Upstream's own list differs."""
+    from cuw.toolchain.toolkit import find_cuobjdump, find_toolkit
+
     recipe = load_recipe("causal_conv1d", RECIPES_DIR)
     source = _fetch(recipe, tmp_path)
+    pristine = tmp_path / "pristine"
+    shutil.copytree(source, pristine, symlinks=True)
     apply(recipe, _context(recipe, source))
-    text = (source / "setup.py").read_text()
-    assert "cc_flag += _get_cuda_arch_flags()" in text and "compute_87" not in text
-    from torch.utils.cpp_extension import _get_cuda_arch_flags
-    import os
+    toolkit = find_toolkit()
+    env = build_env(recipe, toolkit.home, tmp_path / "build", 2, None, archs=["8.0", "9.0+PTX"])
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
 
-    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0;12.0+PTX"
-    try:
-        flags = _get_cuda_arch_flags()
-    finally:
-        if saved is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST")
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = saved
-    assert "-gencode=arch=compute_90,code=sm_90" in flags and "-gencode=arch=compute_120,code=compute_120" in flags
+    upstream = _gencodes(_setup_py_nvcc_flags(pristine, env)["nvcc"])
+    assert "arch=compute_75,code=sm_75" in upstream, "the control: unpatched, the cell's list is ignored"
+    ext = _setup_py_nvcc_flags(source, env)
+    wanted = {"arch=compute_80,code=sm_80", "arch=compute_90,code=sm_90", "arch=compute_90,code=compute_90"}
+    assert _gencodes(ext["nvcc"]) == wanted
+
+    import sysconfig
+
+    obj = tmp_path / "update.o"
+    includes = [f"-I{d}" for d in (*ext["include_dirs"], sysconfig.get_paths()["include"])]
+    cmd = [str(toolkit.nvcc), "-c", "csrc/causal_conv1d_update.cu", "-o", str(obj), *includes, "-std=c++17",
+           "-Xcompiler", "-fPIC", "-DTORCH_EXTENSION_NAME=causal_conv1d_cuda", *ext["nvcc"]]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=source, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cuobjdump = str(find_cuobjdump(toolkit))
+    elf = subprocess.run([cuobjdump, "--list-elf", str(obj)], capture_output=True, text=True, check=True).stdout
+    ptx = subprocess.run([cuobjdump, "--list-ptx", str(obj)], capture_output=True, text=True, check=True).stdout
+    assert (sorted(re.findall(r"\.(sm_\d+)\.cubin", elf)), sorted(re.findall(r"\.(sm_\d+)\.ptx", ptx))) == (
+        ["sm_80", "sm_90"], ["sm_90"]), elf + ptx  # fmt: skip
 
 
 def test_recipe_env_expands_the_cells_arch_list_and_the_deps_folder():
