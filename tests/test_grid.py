@@ -100,3 +100,44 @@ def test_a_torch_linked_abi3_recipe_keeps_the_torch_axis(recipes_dir, policy):
     got = cells(recipe, grid)
     assert len(got) == len(grid.platforms) * len(grid.cuda) * len(grid.torch)
     assert {c.python for c in got} == {"3.10"} and {c.torch for c in got} == set(grid.torch)
+
+
+def test_a_torch_row_pins_its_patch_and_leaves_out_its_lane_holes(recipes_dir):
+    """grid.torch.<line>.patch reaches every job of the row (the workflow installs exactly it);
+    holes (a release without a Windows wheel for a CUDA line) take those cells out of the grid."""
+    import subprocess
+    import sys
+    import json as json_
+
+    from cuw.ci.matrix import Filters, plan
+
+    path = recipes_dir / "defaults.yml"
+    text = path.read_text()
+    assert 'patch: "2.14.1"' in text
+    path.write_text(text.replace('"2.13": {cuda: ["12.8", "13.0"], python: ["3.10", "3.11", "3.12", "3.13"]}',
+                                 '"2.13": {cuda: ["12.8", "13.0"], python: ["3.10", "3.11", "3.12", "3.13"], '
+                                 'holes: {windows: ["12.8"], linux_aarch64: ["12.8", "13.0"]}}'))  # fmt: skip
+    policy = load_policy(recipes_dir)
+    recipe = load_recipe("example_torch", recipes_dir)
+    found = {(c.lane, c.cuda) for c in cells(recipe, policy.grid) if c.torch == "2.13"}
+    assert ("windows", "12.8") not in found and ("windows", "13.0") in found
+    assert not {lane for lane, _ in found} & {"linux_aarch64"} and ("linux", "12.8") in found
+    assert {(c.lane, c.cuda) for c in cells(recipe, policy.grid) if c.torch == "2.14"} >= {("linux_aarch64", "12.8")}
+    jobs = [j for c in plan([recipe], policy.grid, Filters(cuda=("13.0",), python=("3.11",)))["chunks"]
+            for j in c["compile"]["include"] + c["link"]["include"]]  # fmt: skip
+    assert {j["torch"]: j["torch_pin"] for j in jobs} == {"2.13": "", "2.14": "2.14.1"}
+    for bad, message in [('patch: "2.14.1"', 'patch: "2.13.1"'), ('patch: "2.14.1"', 'patch: "2.14"')]:
+        path.write_text(text.replace(bad, message))
+        with pytest.raises(CuwError, match=r"grid.torch.2.14.patch .* is not a release of 2.14"):
+            load_policy(recipes_dir)
+    path.write_text(text.replace('patch: "2.14.1"', 'patch: "2.14.1", holes: {macos: ["13.0"]}'))
+    with pytest.raises(CuwError, match="holes names lane 'macos'"):
+        load_policy(recipes_dir)
+    path.write_text(text.replace('patch: "2.14.1"', 'patch: "2.14.1", holes: {windows: ["11.8"]}'))
+    with pytest.raises(CuwError, match=r"holes.windows: CUDA 11.8 is not a line of this release"):
+        load_policy(recipes_dir)
+    path.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "cuw", "matrix", "--package", "example_torch", "--cuda", "13.0", "--python",
+                          "3.11", "--pytorch", "2.14", "--platform", "linux", "--recipes", str(recipes_dir)],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert {j["torch_pin"] for c in json_.loads(out)["chunks"] for j in c["compile"]["include"]} == {"2.14.1"}

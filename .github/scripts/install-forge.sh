@@ -12,7 +12,9 @@ py="$bin/python"
 "$py" -m pip install --quiet --upgrade pip
 "$py" -m pip install --quiet -e .
 if [ -n "${TORCH:-}" ]; then
-    "$py" -m pip install --quiet "torch==${TORCH}.*" --index-url "https://download.pytorch.org/whl/cu${CUDA_LINE//./}"
+    # The grid row's exact release when it pins one (TORCH_PIN, grid.torch.<line>.patch): every job of
+    # a grid installs the same torch; without a pin, the newest patch of the line.
+    "$py" -m pip install --quiet "torch==${TORCH_PIN:-${TORCH}.*}" --index-url "https://download.pytorch.org/whl/cu${CUDA_LINE//./}"
 fi
 if [ -n "${GITHUB_PATH:-}" ]; then
     if command -v cygpath >/dev/null; then bin=$(cygpath -w "$bin"); venv=$(cygpath -w "$venv"); fi  # Git Bash

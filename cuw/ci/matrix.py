@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Optional
 from cuw.jobs.archive import archive_name
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
-from cuw.config.grid import Grid, cells, collapse, collapses_python
+from cuw.config.grid import Grid, cells, collapse, collapses_python, torch_pin
 from cuw.config.recipe import Recipe
 
 MAX_JOBS = 256
@@ -45,12 +45,13 @@ class Job:
     shard: str  # "3/23", "" for link/build
     artifact: str  # the archive a shard uploads, or the pattern a link downloads
     image: str = ""  # the lane's build image (the job's `container:`); "" runs on the runner itself
+    torch_pin: str = ""  # the exact torch release the job installs (grid.torch.<line>.patch); "": the line's newest
 
 
-def jobs_for_cell(recipe: Recipe, cell: Cell, images: Optional[Mapping[str, str]] = None) -> list[Job]:
+def jobs_for_cell(recipe: Recipe, cell: Cell, images: Optional[Mapping[str, str]] = None, pin: str = "") -> list[Job]:
     n = recipe.sharding.count if cell.lane in recipe.sharding.platforms else 1
     base = dict(recipe=recipe.key, lane=cell.lane, python=cell.python, cuda=cell.cuda, torch=cell.torch or "", cell=cell.id,
-                image=(images or {}).get(cell.lane, ""))  # fmt: skip
+                image=(images or {}).get(cell.lane, ""), torch_pin=pin)  # fmt: skip
     if n == 1:
         return [Job(kind="build", shard="", artifact="", **base)]
     shards = [Job(kind="shard", shard=f"{i}/{n}", artifact=archive_name(cell, i, n), **base) for i in range(1, n + 1)]
@@ -150,7 +151,7 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Map
                 skipped[recipe.key] = "only unverified lanes; ask for them with --platform"
                 continue
         for cell in selected:
-            jobs.extend(jobs_for_cell(recipe, cell, images))
+            jobs.extend(jobs_for_cell(recipe, cell, images, torch_pin(grid, cell.torch)))
         if collapses_python(recipe):
             collapsed[recipe.key] = collapse_note(recipe, grid)
     if not jobs:

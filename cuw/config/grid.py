@@ -12,6 +12,7 @@ with the lowest Python it serves.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from packaging.version import Version
 
@@ -23,6 +24,12 @@ from cuw.base.errors import CuwError
 class TorchRelease:
     cuda: list[str]
     python: list[str]
+    patch: Optional[str] = None
+    """The exact release every job of this row installs (``2.14.1``): without it a job takes the
+    newest patch of the line at the time it runs, and one grid's jobs can differ."""
+    holes: dict[str, list[str]] = field(default_factory=dict)
+    """Per lane, the CUDA lines this release ships no wheel for there (torch publishes no Windows
+    or ARM wheel for some lines): their cells are left out of the grid."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,7 @@ def cells(recipe, grid: Grid, per_python: bool = False) -> list[Cell]:
                 for torch, release in sorted(grid.torch.items(), key=lambda kv: _v(kv[0])):
                     if over.min_pytorch and _v(torch) < _v(over.min_pytorch):
                         continue
-                    if cuda in release.cuda and python in release.python:
+                    if cuda in release.cuda and python in release.python and cuda not in release.holes.get(lane, []):
                         out.append(Cell(recipe.key, lane, python, cuda, torch))
     return out
 
@@ -159,3 +166,26 @@ def cmake_archs(archs: list[str]) -> str:
         out.append(number if ptx else f"{number}-real")
     return ";".join(out)
 
+
+
+def torch_pin(grid: Grid, torch: Optional[str]) -> str:
+    """The exact torch a cell of release ``torch`` installs (``2.14.1``), or "" where the grid pins none."""
+    release = grid.torch.get(torch or "")
+    return release.patch or "" if release else ""
+
+
+def check_torch_rows(grid: Grid, source: str) -> None:
+    """A row's patch is a release of its line; its holes name lanes of the grid and CUDA lines of the row."""
+    import re
+
+    for version, release in grid.torch.items():
+        if release.patch is not None and not re.fullmatch(rf"{re.escape(version)}\.\d+", release.patch):
+            raise CuwError(f"{source}: grid.torch.{version}.patch {release.patch!r} is not a release of {version} "
+                           f"(for example {version}.1)")  # fmt: skip
+        for lane, lines in release.holes.items():
+            if lane not in grid.platforms:
+                raise CuwError(f"{source}: grid.torch.{version}.holes names lane {lane!r}, not one of grid.platforms")
+            unknown = [line for line in lines if line not in release.cuda]
+            if unknown:
+                raise CuwError(f"{source}: grid.torch.{version}.holes.{lane}: CUDA {', '.join(unknown)} is not a line of "
+                               f"this release ({', '.join(release.cuda)})")  # fmt: skip

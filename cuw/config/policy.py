@@ -101,6 +101,9 @@ def load_policy(recipes_dir: Path) -> Policy:
                                "site-packages, like nvidia/cu13/lib (no '..', no absolute path, no $ORIGIN)")  # fmt: skip
     for lane, image in policy.images.items():
         check_image_policy(lane, image, f"{path}: images.{lane}")
+    from cuw.config.grid import check_torch_rows
+
+    check_torch_rows(policy.grid, str(path))
     for lane, tool in policy.cache.tool.items():
         try:
             tool_class(tool)
