@@ -159,8 +159,15 @@ def parser() -> argparse.ArgumentParser:
                    help="for example linux/3.11/13.0/2.14 (default: this machine's cell)")  # fmt: skip
 
     p = sub.add_parser("plan", help="per N: TUs and families per shard, jobs per lane, predicted times; "
-                                    "a recommended N and the checklist (no compile)")  # fmt: skip
-    p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
+                                    "a recommended N and the checklist (no compile); --farm: the whole grid")  # fmt: skip
+    p.add_argument("recipe", nargs="?", default=None, help="recipe name (cuw recipes lists them); none with --farm")
+    p.add_argument("--farm", action="store_true",
+                   help="the whole grid from every recipe's cost table: runner-hours per lane and the wall time under "
+                        "--concurrency limits, shard jobs over GitHub's 6 h cap")  # fmt: skip
+    p.add_argument("--concurrency", default="20,60", metavar="C,C",
+                   help="with --farm: concurrent jobs to plan for (default 20,60: GitHub Free and Team)")
+    p.add_argument("--count", action="append", default=[], metavar="RECIPE=N",
+                   help="with --farm: plan RECIPE at N shards instead of its sharding.count (repeatable)")
     p.add_argument("--shards", type=int, default=None, help="plan this N only")
     p.add_argument("--range", default=None, metavar="A..B", help="plan every N from A to B (default: 2..64)")
     p.add_argument("--costs", type=Path, default=None, help="a cost table (default: the recipe's costs.json)")

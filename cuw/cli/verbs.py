@@ -272,9 +272,37 @@ def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0
 
 
+def _farm_plan(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.tools import farm_plan
+
+    if args.recipe is not None:
+        raise CuwError("--farm plans every recipe; leave out the recipe name")
+    try:
+        limits = [int(v) for v in args.concurrency.split(",")]
+    except ValueError:
+        raise CuwError(f"--concurrency {args.concurrency!r}: numbers of concurrent jobs, comma-separated (20,60)") from None
+    if not limits or any(not 1 <= c <= 10000 for c in limits):
+        raise CuwError(f"--concurrency {args.concurrency!r}: each between 1 and 10000")
+    counts: dict[str, int] = {}
+    for item in args.count:
+        key, sep, n = item.partition("=")
+        if not sep or not n.isdigit():
+            raise CuwError(f"--count {item!r}: RECIPE=N (for example natten=40)")
+        load_recipe(key, recipes_dir)
+        counts[key] = check_count(int(n), "--count")
+    recipes = [load_recipe(k, recipes_dir) for k in known_recipes(recipes_dir)]
+    plan = farm_plan.farm_plan(recipes, load_policy(recipes_dir).grid, counts)
+    print(farm_plan.render(plan, limits))
+    return 0
+
+
 def _plan(args: argparse.Namespace, recipes_dir: Path) -> int:
     from cuw.tools import planner
 
+    if args.farm:
+        return _farm_plan(args, recipes_dir)
+    if args.recipe is None:
+        raise CuwError("plan: name a recipe (cuw recipes lists them), or pass --farm for the whole grid")
     recipe = load_recipe(args.recipe, recipes_dir)
     counts = planner.parse_counts(args.shards, args.range)
     if args.check is not None:

@@ -1,0 +1,61 @@
+"""``cuw plan --farm``: the grid's runner-hours and wall time from the recipes' cost tables."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from cuw.config.policy import load_policy
+from cuw.config.recipe import known_recipes, load_recipe
+from cuw.tools import planner
+from cuw.tools.farm_plan import JOB_CAP_S, CellJobs, FarmPlan, farm_plan, schedule
+
+
+def test_the_schedule_is_a_list_schedule_with_links_after_their_shards():
+    one = CellJobs("r", "c1", "linux", (3.0, 2.0, 1.0), 1.0)
+    assert schedule([one], 1) == 7.0  # one runner: everything in a row
+    assert schedule([one], 2) == 4.0  # 3 and 2 at once, 1 after the 2, the link after the 3
+    assert schedule([one], 10) == 4.0  # the longest shard and its link bound it
+    two = CellJobs("r", "c2", "linux", (5.0,), 0.0)  # a lane that does not shard: one job
+    # 5 and 3 first; the 2 at 3; the 1 when both end at 5; the link after it: 7.
+    assert schedule([one, two], 2) == 7.0
+    with pytest.raises(ValueError):
+        schedule([one], 0)
+
+
+def test_each_cell_is_planned_as_cuw_plan_plans_its_recipe(recipes_dir):
+    policy = load_policy(recipes_dir)
+    recipes = [load_recipe(k, recipes_dir) for k in known_recipes(recipes_dir)]
+    farm = farm_plan(recipes, policy.grid)
+    llama = load_recipe("llama_cpp_python", recipes_dir)
+    single = planner.plan(llama, [llama.sharding.count])
+    [row] = single.rows
+    cells = [c for c in farm.jobs if c.recipe == "llama_cpp_python" and c.lane in llama.sharding.platforms]
+    assert cells and all(len(c.shards) == llama.sharding.count for c in cells)
+    assert max(cells[0].shards) == pytest.approx(row.slowest_s) and cells[0].link == pytest.approx(row.link_s)
+    assert farm.unpredicted.get("natten") and "llama_cpp_python" not in farm.unpredicted
+    assert farm.wall_s(60) < farm.wall_s(20) <= farm.runner_hours * 3600
+    assert not [c for c in farm.jobs if c.lane == "windows"] and farm.held_back > 0
+    # A shard job past GitHub's 6 h cap is named.
+    assert not farm.over_cap()
+    long = FarmPlan(jobs=[CellJobs("natten", "c", "linux", (JOB_CAP_S + 3600.0, 60.0), 30.0)])
+    assert long.over_cap() == ["natten: a shard job of 7.0 h"]
+
+
+def test_the_cli_prints_the_farm_at_two_limits_and_refuses_bad_options():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "cuw", "plan", *a], capture_output=True, text=True, cwd=REPO)  # noqa: E731
+    ok = run("--farm", "--concurrency", "20,60")
+    assert ok.returncode == 0, ok.stderr
+    lines = ok.stdout.splitlines()
+    assert lines[0].startswith("farm plan: ") and "runner-hours" in lines[0]
+    assert any(line.strip().startswith("20 concurrent jobs (Free)") for line in lines)
+    assert any(line.strip().startswith("60 concurrent jobs (Team)") for line in lines)
+    for args, message in [(("--farm", "--concurrency", "x"), "numbers of concurrent jobs"),
+                          (("--farm", "--concurrency", "0"), "between 1 and 10000"),
+                          (("--farm", "--count", "nope"), "RECIPE=N"), (("--farm", "example"), "leave out the recipe name"),
+                          ((), "pass --farm for the whole grid")]:  # fmt: skip
+        bad = run(*args)
+        assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr)
