@@ -4,11 +4,13 @@ error boundary."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, Terminated, raise_terminated
 from cuw.cli.verbs import run
 
 
@@ -67,10 +69,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     """
     plain = sys.stdout
     sys.stdout = _NamedOutput(plain)  # type: ignore[assignment]
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, raise_terminated)  # unwinds like Ctrl-C
     try:
         return _run_once(argv)
     finally:
         sys.stdout = plain
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _run_once(argv: Optional[list[str]]) -> int:
@@ -84,6 +91,9 @@ def _run_once(argv: Optional[list[str]]) -> int:
     except KeyboardInterrupt:
         print("cuw: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("cuw: terminated (SIGTERM); what was started is stopped, nothing is half-written", file=sys.stderr)
+        return 143
     except OSError as exc:  # the environment: a full disk, a read-only folder, a vanished file
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"cuw: error: {_one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)

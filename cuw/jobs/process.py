@@ -9,6 +9,7 @@ import subprocess
 import time
 from typing import Optional
 
+from cuw.base.errors import raise_terminated
 from cuw.seat import seat_log
 from cuw.jobs.backends import build_command
 from cuw.base.progress import Meter
@@ -60,12 +61,10 @@ def stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
         proc.wait()
 
 
-class _Terminated(SystemExit):
-    """SIGTERM (a CI runner cancelling the job, or ``cuw build`` stopping its shards) while a build runs."""
 
 
 def _sigterm_raises():
-    """A context in which SIGTERM raises :class:`_Terminated`, so the build child is stopped
+    """A context in which SIGTERM raises :class:`cuw.base.errors.Terminated`, so the build child is stopped
     and reaped on the way out (only the main thread can set a handler; elsewhere nothing changes)."""
     import contextlib
     import signal
@@ -77,10 +76,7 @@ def _sigterm_raises():
             yield
             return
 
-        def handler(signum, frame):
-            raise _Terminated(128 + signum)
-
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
         try:
             yield
         finally:
