@@ -459,9 +459,12 @@ def run(argv: list[str]) -> int:
         from cuw.jobs.container import open_image
 
         image_job = open_image(args.image, args.engine)
-    for option in ("work", "artifacts", "dist"):
-        if hasattr(args, option):
-            writable_dir(getattr(args, option), f"--{option}")
+    from cuw.config.paths import check_job_folders
+
+    given = {f"--{o}": getattr(args, o) for o in ("work", "artifacts", "dist") if hasattr(args, o)}
+    check_job_folders(given, recipe.source_dir if recipe.source.path is not None else Path(recipe.folder))
+    for option, folder in given.items():
+        writable_dir(folder, option)
     if not getattr(args, "matrix", False):  # --matrix chooses each CUDA line's toolkit itself
         _use_toolkit(args, recipes_dir)
     if image_job is not None:

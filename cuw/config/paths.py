@@ -6,10 +6,12 @@ build pipeline (every read-only verb starts in a fraction of the time).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cuw.base.errors import CuwError
 from cuw.base.files import contained
 
 if TYPE_CHECKING:
@@ -32,3 +34,40 @@ class Paths:
 
     def cell_work(self, cell: "Cell") -> Path:
         return contained(self.work / cell.id, self.work, f"cell {cell.id!r}")
+
+
+ROOM_FOR_JOBS = 1024
+"""What a cell's job folders and its source tree add under ``--work`` (cell id, job, src/...): a
+path that leaves less is refused before anything is made, not found out by a gate hours later."""
+
+
+def _inside(inner: Path, outer: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def check_job_folders(folders: dict[str, Path], source: Path) -> None:
+    """``--work``, ``--artifacts`` and ``--dist`` (option -> folder): none inside the recipe's source
+    (its copy into the work folder would recurse into itself) nor inside another, and each short
+    enough for what goes under it. Checked before anything is written."""
+    resolved = {option: Path(folder).resolve() for option, folder in folders.items()}
+    src = source.resolve()
+    for option, folder in resolved.items():
+        if _inside(folder, src):
+            raise CuwError(f"{option} {folder} is inside the recipe's source {src}: the job copies that source into "
+                           f"its work folder, which would copy itself; pick a folder outside it")  # fmt: skip
+        for other, there in resolved.items():
+            if other != option and _inside(folder, there):
+                raise CuwError(f"{option} {folder} is {'the same folder as' if folder == there else 'inside'} {other} "
+                               f"{there}: give each its own folder")  # fmt: skip
+        try:
+            existing = next(p for p in (folder, *folder.parents) if p.exists())
+            path_max, name_max = os.pathconf(existing, "PC_PATH_MAX"), os.pathconf(existing, "PC_NAME_MAX")
+        except (OSError, ValueError, StopIteration):
+            path_max, name_max = 4096, 255
+        long_name = next((part for part in folder.parts if len(os.fsencode(part)) > name_max), None)
+        if long_name is not None:
+            raise CuwError(f"{option}: the folder name {long_name[:40]}... is over {name_max} bytes, more than the "
+                           "file system takes; pick a shorter path")  # fmt: skip
+        if len(os.fsencode(str(folder))) > path_max - ROOM_FOR_JOBS:
+            raise CuwError(f"{option} is {len(str(folder))} characters long: the job folders and the source tree under it "
+                           f"need about {ROOM_FOR_JOBS} more within the file system's {path_max}; pick a shorter path")  # fmt: skip
