@@ -329,3 +329,21 @@ def test_seat_log_costs_count_host_tus_and_sum_a_key_built_twice(tmp_path):
     log.write_text("".join(json.dumps(e) + "\n" for e in entries))
     # torch-scatter's _cpu and _cuda modules compile one host source twice: its owner pays both.
     assert from_seat_log(log) == {"csrc/scatter.cpp": 200.0, "csrc/cuda/scatter_cuda.cu": 300.0}
+
+
+def test_globs_that_match_more_than_translation_units_are_refused_by_the_plan(recipes_dir):
+    """`globs: ["**/*"]` would delete CMakeLists.txt and the headers from every shard but one:
+    the plan (and every job, through the same function) refuses it, naming what it matched."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    recipe = recipes_dir / "example_source" / "recipe.yml"
+    recipe.write_text(recipe.read_text().replace('globs: ["csrc/kernels/k0[1-8]_*.cu"]', 'globs: ["**/*"]'))
+    proc = subprocess.run([sys.executable, "-m", "cuw", "plan", "example_source", "--shards", "4", "--recipes", str(recipes_dir)],
+                          capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert "sharding.source.globs (**/*) match" in line and "that are not translation units (" in line
+    assert "CMakeLists.txt" in line and "narrow the globs" in line

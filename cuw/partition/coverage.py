@@ -71,6 +71,14 @@ def source_filter_files(src_root: Path, globs: list[str], lane: str = "linux") -
     """The files ``filter: source`` partitions. On Windows only CUDA sources: host
     sources (the module-init symbol among them) stay in every shard."""
     matched = glob_paths(src_root, globs)
+    # The filter deletes what it matches from every shard but the owner: a build file, a header
+    # or a script matched there breaks every other shard's build, not just its compiles.
+    not_tus = [p for p in matched if not p.name.endswith(SOURCE_SUFFIXES)]
+    if not_tus:
+        shown = ", ".join(str(p.relative_to(src_root)) for p in not_tus[:3]) + (", ..." if len(not_tus) > 3 else "")
+        raise CuwError(f"sharding.source.globs ({', '.join(globs)}) match {len(not_tus)} file(s) that are not translation "
+                       f"units ({shown}): the filter would delete them from every shard but one and the others could not "
+                       "build; narrow the globs to the sources it partitions (for example csrc/kernels/*.cu)")  # fmt: skip
     if lane == "windows":
         matched = [p for p in matched if p.suffix in CUDA_SUFFIXES]
     if not matched:
