@@ -79,27 +79,81 @@ def test_each_cuda_line_gets_its_own_toolkit_and_a_forced_one_only_serves_its_li
     assert lines["12.8"].chosen is None and "ship ptxas but no nvcc driver" in lines["12.8"].why
 
 
-def test_a_cells_build_gets_its_lines_toolkit(recipes_dir, tmp_path, monkeypatch):
-    """run_matrix hands each cell's build its line's toolkit (CUW_TOOLKIT), whatever the parent's is."""
+# A cell's interpreter whose `-m cuw build` ends in a gate failure: a real process, its real exit code.
+_FAILING_BUILD = """#!/bin/sh
+echo "$@" > "$(dirname "$0")/argv"
+echo "cuw: shard 1/1: done"
+echo "cuw: link gate FAIL: 1 miss (csrc/kernels/k04_scan.cu): the link compiled what no shard cached"
+exit 1
+"""
+
+
+def test_each_cells_row_is_its_real_builds_outcome_and_its_lines_toolkit_reaches_it(recipes_dir, tmp_path, monkeypatch):
+    """run_matrix over four cells, each a real child process: the example really built (one shard,
+    the forge's own Python and this machine's toolkit), a cell whose line's toolkit is not one (the
+    real ``cuw build`` refuses it), a build that ends in a gate failure, and a cell whose environment
+    cannot be made. Rows, verdicts, the closing table and the wheels follow what each child did."""
+    from cuw.base.errors import CuwError
+
     recipe = load_recipe("example", recipes_dir)
+    policy = load_policy(recipes_dir)
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    interp, _ = cell_env.find_python(here)
-    other = _fake_toolkit(tmp_path / "cuda-12.8", "12.8")
-    seen = tmp_path / "seen.txt"
-    monkeypatch.setattr(cell_env, "ensure", lambda spec, root=None: (Path(sys.executable), True))
-    monkeypatch.setenv("CUW_TOOLKIT", "wheels")
-    real_popen = subprocess.Popen
+    toolkit = str(find_toolkit().home)
+    standin = tmp_path / "standin" / "bin" / "python"
+    standin.parent.mkdir(parents=True)
+    standin.write_text(_FAILING_BUILD)
+    standin.chmod(0o755)
+    real, bad_toolkit, gate_fails, no_env, windows = (
+        Cell("example", "linux", here, "13.0", None), Cell("example", "linux", "3.97", "13.0", None),
+        Cell("example", "linux", "3.98", "13.0", None), Cell("example", "linux", "3.99", "13.0", None),
+        Cell("example", "windows", here, "13.0", None))  # fmt: skip
+    pythons = {here: Path(sys.executable), "3.97": Path(sys.executable), "3.98": standin}
 
-    def popen(cmd, env, **kw):  # the child reports what it was given
-        probe = [cmd[0], "-c", f"import os; open({str(seen)!r}, 'w').write(os.environ['CUW_TOOLKIT'] + ' ' + os.environ['CUDA_HOME'])"]
-        return real_popen(probe, env=env, **kw)
+    def ensure(spec, root=None):  # the cell's environment: its interpreter, by the Python it was made for
+        version = spec.python.version.rsplit(".", 1)[0]
+        if version not in pythons:
+            raise CuwError(f"python{version} -m venv failed")
+        return pythons[version], True
 
-    monkeypatch.setattr(subprocess, "Popen", popen)
-    cell = Cell("example", "linux", here, "12.8", None)
-    rows = run_matrix(recipe, load_policy(recipes_dir).grid, {}, [Buildable(cell, interp, str(other))], [],
-                      tmp_path / "work", 2, lambda _: None)  # fmt: skip
-    assert rows[0].status == "built"
-    assert seen.read_text() == f"{other} {other}"
+    monkeypatch.setattr(cell_env, "ensure", ensure)
+    monkeypatch.setenv("CUW_TOOLKIT", str(tmp_path / "the-parents-toolkit"))  # a child must never fall back on it
+    interp = lambda version: cell_env.Interpreter(str(pythons.get(version, sys.executable)), version + ".0", "test")  # noqa: E731
+    build = [Buildable(real, interp(here), toolkit), Buildable(bad_toolkit, interp("3.97"), str(tmp_path / "no-cuda")),
+             Buildable(gate_fails, interp("3.98"), toolkit), Buildable(no_env, interp("3.99"), toolkit)]  # fmt: skip
+    args = ["--shards", "1", "--recipes", str(recipes_dir), "--work", str(tmp_path / "work"),
+            "--artifacts", str(tmp_path / "artifacts"), "--dist", str(tmp_path / "dist")]  # fmt: skip
+    rows = run_matrix(recipe, policy.grid, {}, build, args, tmp_path / "work", 2, lambda _: None)
+    order = [real, bad_toolkit, gate_fails, no_env, windows]
+    skipped = Row(windows, "skipped", "lane windows: this machine is linux; build it on a windows runner")
+    by_cell = {r.cell: r for r in rows}
+    assert set(by_cell) == set(order[:4]) and len(rows) == 4
+
+    built = by_cell[real]
+    assert built.status == "built" and not built.why
+    assert [v.split(":")[0] for v in built.verdicts] == ["link gate PASS", "verify gate PASS"], built.verdicts
+    [wheel] = (tmp_path / "dist").glob("*.whl")
+    assert wheel.name.startswith("cuw_example-") and "-py3-none-" in wheel.name, "the one wheel is the real cell's"
+
+    refused = by_cell[bad_toolkit]
+    log = tmp_path / "work" / "matrix-logs" / f"{bad_toolkit.id}.log"
+    assert (refused.status, refused.verdicts) == ("failed", [])
+    assert refused.why == f"cuw build exited 2; log {log}"
+    assert f"$CUW_TOOLKIT = {tmp_path / 'no-cuda'}: no bin/nvcc there" in log.read_text(), "its line's toolkit, not the parent's"
+
+    failed = by_cell[gate_fails]
+    assert (failed.status, failed.why) == ("failed", "")
+    assert failed.verdicts == ["link gate FAIL: 1 miss (csrc/kernels/k04_scan.cu): the link compiled what no shard cached"]
+    assert (standin.parent / "argv").read_text().split() == ["-m", "cuw", "build", "example", *args, "--jobs", "2"]
+
+    assert (by_cell[no_env].status, by_cell[no_env].why) == ("skipped", "its environment could not be made: python3.99 -m venv failed")
+
+    lines = table(sorted(rows + [skipped], key=lambda r: order.index(r.cell))).splitlines()[2:]
+    assert [(line.split()[0], line.split()[1]) for line in lines] == [
+        (real.id, "built"), (bad_toolkit.id, "failed"), (gate_fails.id, "failed"), (no_env.id, "skipped"),
+        (windows.id, "skipped")]  # fmt: skip
+    assert "link gate PASS" in lines[0] and "[one wheel for Python 3.10, 3.11, 3.12, 3.13]" in lines[0]
+    assert f"cuw build exited 2; log {log}" in lines[1]
+    assert "link gate FAIL: 1 miss" in lines[2] and "exited" not in lines[2]
 
 
 def test_cells_at_once_stay_within_cores_memory_and_jobs():
