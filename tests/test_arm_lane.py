@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from conftest import REPO, engine_or_skip, expected_tu_values, run_cuw
+from conftest import REPO, engine_or_skip, expected_tu_values, need, run_cuw
 from cuw.base.files import held
 
 pytestmark = pytest.mark.arm
@@ -28,8 +28,7 @@ RECIPE = REPO / "images" / "standin-aarch64.yml"
 
 
 def _engine_or_skip():
-    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").is_file():
-        pytest.skip("binfmt_misc has no qemu-aarch64 (apt-get install qemu-user-static binfmt-support)")
+    need("qemu-aarch64")
     return engine_or_skip()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, engine_or_skip, expected_tu_values, run_cuw
+from conftest import REPO, engine_or_skip, expected_tu_values, need, run_cuw
 from cuw.base.errors import CuwError
 from cuw.base.files import held
 from cuw.config.policy import BuildImage, check_image_policy
@@ -254,9 +254,7 @@ def test_a_local_image_is_pinned_by_digest_through_the_local_registry(tmp_path):
     without a pull, to the very image that was pushed."""
     from cuw.toolchain.registry import local_registry, pin
 
-    engine = engine_or_skip()
-    if shutil.which("docker-registry") is None and shutil.which("registry") is None:
-        pytest.skip("no image registry here (apt-get install docker-registry)")
+    engine = need("engine", "registry")
     root = tmp_path / "root"
     root.mkdir()
     (root / "hello").write_text("a tiny image\n")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values
+from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, need, wheel_tu_values
 from cuw.toolchain.builder import current_builder
 from cuw.jobs import archive
 from cuw.toolchain.cache import check_remote
@@ -84,9 +83,7 @@ def test_a_ccache_link_refuses_sccache_archives(recipes_dir, paths):
 
 @pytest.fixture
 def redis_url(tmp_path):
-    server = shutil.which("redis-server")
-    if not server:
-        pytest.skip("redis-server is not installed (.ci/run installs it with apt)")
+    server = need("redis")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -1,8 +1,8 @@
 """The cibuildwheel backend: the configuration it writes, read back by cibuildwheel itself.
 
-No container engine runs on these machines, so the tests check the generated
-configuration, cibuildwheel's own reading of it (``--print-build-identifiers``,
-its environment parser) and the clear failure when no container can start.
+The tests start no container: they check the generated configuration, cibuildwheel's own
+reading of it (``--print-build-identifiers``, its environment parser) and the clear failure
+when no container can start (the engine taken off PATH, whatever this machine has).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from cibuildwheel.environment import parse_environment
 from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
+from conftest import path_without
 from cuw.ci import cibw
 from cuw.jobs import archive
 from cuw.toolchain.cache import Ccache, Sccache
@@ -256,7 +257,8 @@ def _cuw(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cuw", *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_cli_writes_the_config_and_fails_clearly_without_a_container(tmp_path, recipes_dir):
+def test_cli_writes_the_config_and_fails_clearly_without_a_container(tmp_path, recipes_dir, monkeypatch):
+    monkeypatch.setenv("PATH", path_without(tmp_path / "no-engine", "docker", "podman"))  # GitHub's runners have docker
     proc = _cuw("shard", "example", "2/4", "--backend", "cibuildwheel", "--cell", "linux/3.11/13.0",
                 "--recipes", str(recipes_dir), "--work", "w", "--artifacts", "a", cwd=tmp_path)  # fmt: skip
     config = tmp_path / "w" / "example-linux-py3.11-cu13.0-notorch" / "cibw-shard-2of4" / "pyproject.toml"

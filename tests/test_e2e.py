@@ -7,14 +7,14 @@ import zipfile
 
 import pytest
 
-from conftest import EXAMPLE_CELL_SHARDS, EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, requires_torch, wheel_tu_values
+from conftest import EXAMPLE_CELL_SHARDS, EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values
 from cuw.config.cell import installed_torch
 from cuw.jobs.local import run_build
 from cuw.config.recipe import load_recipe
 
 FLAVOURS = [
     pytest.param(("example", "cuw_example"), id="cmake"),
-    pytest.param(("example_torch", "cuw_example_torch"), id="torch", marks=requires_torch),
+    pytest.param(("example_torch", "cuw_example_torch"), id="torch", marks=pytest.mark.needs("torch")),
 ]
 TU_COUNT = EXAMPLE_CUDA_TUS
 

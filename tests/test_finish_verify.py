@@ -15,7 +15,7 @@ import pytest
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-from conftest import expected_tu_values
+from conftest import expected_tu_values, need
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
 from cuw.wheel.finish import CudaRuntime, cell_version, expand_requires, local_label, retag, rewrite_metadata
@@ -396,10 +396,7 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 
 def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.skip("no chromium on this machine (.ci/run installs Debian's chromium)")
-    return found
+    return need("chromium")
 
 
 def _png_colours(png: bytes) -> int:

@@ -66,9 +66,10 @@ def test_ninja_by_name_keeps_going_in_a_shard_and_stops_in_the_link(recipes_dir,
     assert "CUW_KEEP_GOING" not in link
 
 
+@pytest.mark.needs("torch")
 def test_torch_ninja_path_runs_the_wrapper(recipes_dir, tmp_path, monkeypatch):
     """torch.utils.cpp_extension's own ninja call, in a shard's environment."""
-    cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
+    from torch.utils import cpp_extension
     shard, _ = _shard_and_link_env(tmp_path, load_recipe("example", recipes_dir))
     (tmp_path / "build.ninja").write_text(_FAILING_FIRST)
     monkeypatch.setenv("PATH", shard["PATH"])

@@ -175,9 +175,8 @@ def _configure(src: Path, build: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=build, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
-@pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("nvcc")), reason="needs cmake and nvcc")
+@pytest.mark.needs("cmake", "nvcc", "torch")  # natten's CMakeLists.txt imports torch for its include paths
 def test_a_shard_with_no_hopper_file_configures_and_the_seed_guard_does_not(natten_pristine, tmp_path):
-    pytest.importorskip("torch")  # natten's CMakeLists.txt imports torch for its include paths
     from cuw.partition.assignment import recipe_assignment
     from cuw.jobs.shard import apply_source_filter
 

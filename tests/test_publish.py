@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, need, shared_dir
 from wheel_maker import make_wheel
 from cuw.ci import workflow_run
 from cuw.base.errors import CuwError
@@ -115,9 +115,7 @@ def test_publish_cli_exit_codes(tmp_path):
 
 
 def test_install_cuda_is_a_no_op_when_the_pinned_release_is_there(tmp_path):
-    nvcc = Path("/usr/local/cuda-13.0/bin/nvcc")
-    if not nvcc.exists() or "V13.0.88" not in subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout:
-        pytest.skip("needs the pinned CUDA 13.0.2 toolkit (nvcc V13.0.88) at /usr/local/cuda-13.0")
+    need("cuda-13.0.2")
     env = {"PATH": "/usr/bin:/bin", "GITHUB_ENV": str(tmp_path / "env"), "GITHUB_PATH": str(tmp_path / "path")}
     proc = subprocess.run(["bash", str(REPO / ".github/scripts/install-cuda.sh"), "13.0"], env=env,
                           capture_output=True, text=True)  # fmt: skip
@@ -141,9 +139,7 @@ def test_every_job_installs_the_forge_into_its_own_venv_and_publish_follows_the_
 
 
 def test_offline_actions_cover_every_pin_of_the_workflow():
-    folder = REPO.parent / "shared" / "actions"
-    if not folder.is_dir():
-        pytest.skip(f"no offline actions at {folder}")
+    folder = need("offline-actions")
     args = workflow_run.local_repositories((REPO / ".github/workflows/build.yml").read_text(), folder)
     pairs = dict(a.split("=", 1) for a in args[1::2])
     assert set(pairs) == {
@@ -195,7 +191,7 @@ def test_offline_actions_default_and_override(tmp_path, monkeypatch):
     monkeypatch.setenv("CUW_OFFLINE_ACTIONS", str(tmp_path))
     assert workflow_run.offline_actions(REPO) == tmp_path.resolve()
     monkeypatch.delenv("CUW_OFFLINE_ACTIONS")
-    default = REPO.parent / "shared" / "actions"
+    default = shared_dir() / "actions"
     assert workflow_run.offline_actions(REPO) == (default.resolve() if default.is_dir() else None)
     shutil.rmtree(tmp_path, ignore_errors=True)
 

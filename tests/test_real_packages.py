@@ -21,7 +21,7 @@ from typing import Optional
 
 import pytest
 
-from conftest import torch_cuda_available
+from conftest import need
 from cuw.config.recipe import load_recipe
 from cuw.jobs.local import run_build
 
@@ -71,8 +71,8 @@ def _one_arch(recipes_dir: Path, name: str, archs: tuple[str, ...]) -> None:
 @pytest.mark.e2e
 def test_real_package_sharded_build(case_name, recipes_dir, paths, request):
     case = E2E[case_name]
-    if case.needs_torch and not torch_cuda_available():
-        pytest.skip("needs the CUDA build of torch 2.14.1")
+    if case.needs_torch:
+        need("torch")
     _one_arch(recipes_dir, case_name, case.archs)
     if case.max_jobs:
         with open(recipes_dir / case_name / "recipe.yml", "a") as fh:

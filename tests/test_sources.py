@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import shared_sources
 from cuw.base.errors import CuwError
 from cuw.config.recipe import load_recipe
 from cuw.jobs.sources import checkout_git, fetch_sdist, unpack
@@ -454,10 +455,10 @@ def test_cli_option_and_variable_reach_the_fetch(upstream, recipes_dir, tmp_path
     assert not (tmp_path / "w").exists() and not (tmp_path / "a").exists(), "checked before any folder is made"
 
 
-SHARED = Path("/work/shared/sources")
+SHARED = shared_sources()
 
 
-@pytest.mark.skipif(not (SHARED / "SHA256SUMS").is_file(), reason="no /work/shared/sources here")
+@pytest.mark.needs("shared-sources")
 @pytest.mark.parametrize("key, version", [("cumm", "0.7.11"), ("spconv", "2.3.8")])
 def test_real_git_archive_snapshots_match_the_recipe_pins(key, version, recipes_dir, tmp_path, monkeypatch):
     """The recipes' pins are the published SHA256SUMS, and the snapshots unpack to the tagged tree."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wine as _wine
 from cuw.toolchain.builder import current_builder
 from cuw.jobs import archive
 from cuw.jobs.backends import FORCE_UNRESOLVED, build_env
@@ -192,10 +192,7 @@ def test_real_objects_counts_msvc_obj_files(tmp_path):
 # -- verify: PE files (.pyd) read with pefile --------------------------------------------
 
 MINGW = "x86_64-w64-mingw32-gcc"
-needs_mingw = pytest.mark.skipif(
-    shutil.which(MINGW) is None or shutil.which("x86_64-w64-mingw32-dlltool") is None,
-    reason=f"{MINGW} (Debian's gcc-mingw-w64-x86-64, which .ci/run installs) is absent: no PE files to test with",
-)
+needs_mingw = pytest.mark.needs("mingw")  # no PE files to test with without it
 
 # DLLs a real Windows build imports from: an import library per DLL, made from a .def file,
 # so the .pyd's import table names them exactly as MSVC's would.
@@ -368,14 +365,10 @@ def test_the_native_stub_cross_compiles_to_a_windows_executable(tmp_path, host):
     assert needed and all(_allowed(d.lower(), WINDOWS_SYSTEM_DLLS) for d in needed), needed
 
 
-def _wine() -> str | None:
-    return shutil.which("wine64") or shutil.which("wine") or next(
-        (p for p in ("/usr/lib/wine/wine64",) if Path(p).is_file()), None
-    )
 
 
 @needs_mingw
-@pytest.mark.skipif(_wine() is None, reason="no wine (Debian's wine64): the Windows launcher is compiled but not run")
+@pytest.mark.needs("wine")  # without it the Windows launcher is compiled but not run
 def test_the_windows_launcher_hands_every_call_to_the_python_seat_under_wine(tmp_path):
     """The launcher runs the interpreter named on the Python seat's #! line (a path with a space,
     unquoted, as cuw/seat/runtime.py writes it) with the line's options, the script, and its own

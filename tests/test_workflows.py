@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, need
 from cuw.ci.matrix import Job
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
@@ -131,9 +130,7 @@ def test_shard_archives_upload_without_a_second_compression():
 
 
 def test_every_input_a_workflow_passes_is_one_the_pinned_action_declares():
-    folder = Path(os.environ.get("CUW_OFFLINE_ACTIONS") or REPO.parent / "shared" / "actions")
-    if not folder.is_dir():
-        pytest.skip(f"no offline copies of the pinned actions at {folder} ($CUW_OFFLINE_ACTIONS)")
+    folder = need("offline-actions")
     for path in WORKFLOWS:
         for job in yaml.safe_load(path.read_text())["jobs"].values():
             for step in job.get("steps", []):
