@@ -29,6 +29,27 @@ def test_one_shards_log_updates_its_keys_and_keeps_the_others(tmp_path):
     assert all(len(h["logs"]) == 1 for h in history)
 
 
+def test_a_recorded_table_drives_the_cost_rule_to_golden_owners(tmp_path):
+    """A key compiled twice in one build costs the sum (c.cu: 3 + 4), a cache hit costs nothing
+    and stays out; LPT over the result puts each key where these literal owners say. Replacing
+    the sum with the last compile (c.cu: 4) or changing the LPT order moves c.cu and a.cu."""
+    from collections import Counter
+
+    from cuw.partition.rules import assign
+
+    log = tmp_path / "seat.jsonl"
+    entries = [("a.cu", "miss", 6.0), ("b.cu", "miss", 2.0), ("c.cu", "miss", 3.0), ("d.cu", "hit", 50.0),
+               ("c.cu", "miss", 4.0), ("e.cu", "miss", 5.0)]  # fmt: skip
+    log.write_text("".join(json.dumps({"action": "compiled", "key": k, "outcome": o, "rc": 0, "seconds": v}) + "\n"
+                           for k, o, v in entries))  # fmt: skip
+    table = record([log], tmp_path / "costs.json")
+    assert table.costs == {"a.cu": 6.0, "b.cu": 2.0, "c.cu": 7.0, "e.cu": 5.0}
+    result = assign(2, "cost", costs=table.costs)
+    assert {k: result.owner(k) for k in table.costs} == {"a.cu": 2, "b.cu": 1, "c.cu": 1, "e.cu": 2}
+    assert Counter(k for i in (1, 2) for k in result.owned(sorted(table.costs), i)) == Counter(list(table.costs))
+    assert result.owner("d.cu") == 1  # not in the table: the hash (md5 a99a588e..., even: % 2 + 1 = 1)
+
+
 def test_the_output_may_not_be_one_of_the_logs(tmp_path):
     log = _seat_log(tmp_path / "seat.jsonl", {"a.cu": 1.0})
     before = log.read_bytes()
@@ -84,7 +105,8 @@ def test_a_link_report_sets_the_link_cost_and_keeps_the_tu_costs(tmp_path):
         "finish_s": 4.0}}))  # fmt: skip
     got = record([report], table)
     assert got.costs == {"a.cu": 10.0, "b.cu": 20.0}
-    assert (got.link.fixed_s, got.link.per_replay_s) == (3.0 + 1.0 + 0.5 + 4.0 + 24.0, 0.05)
+    # prepare 3 + restore 1 + deps 0.5 + finish 4, and the build's 30 s beyond its 6 s of replays; 6 s / 120.
+    assert (got.link.fixed_s, got.link.per_replay_s) == (32.5, 0.05)
     assert load(table).link == got.link
 
 
