@@ -8,8 +8,11 @@ inputs build.yml's form takes (package, chunk and the same filters, so its plan 
 rebuilds exactly this chunk). The token is $GH_TOKEN (the calling run's GITHUB_TOKEN,
 `actions: write`): workflow_dispatch is the event such a token may start runs with.
 Dispatches are paced and a rate-limited one (403/429) is retried after the wait GitHub
-names; a chunk that still cannot be dispatched is listed and the script exits 1 after
+names (a 403 that is not a rate limit, a missing permission, is not retried, nor is any other
+error); a chunk that still cannot be dispatched is listed and the script exits 1 after
 trying every other chunk. Needs only the standard library.
+
+$CUW_DISPATCH_WAIT_SCALE (default 1) multiplies every wait: the tests set it small.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+
+
+def _wait_scale() -> float:
+    return float(os.environ.get("CUW_DISPATCH_WAIT_SCALE") or 1)
 
 
 def dispatch(api: str, repo: str, token: str, ref: str, inputs: dict[str, str], tries: int = 4) -> None:
@@ -36,12 +43,16 @@ def dispatch(api: str, repo: str, token: str, ref: str, inputs: dict[str, str], 
                     return
                 raise RuntimeError(f"HTTP {resp.status}")
         except urllib.error.HTTPError as exc:
-            if exc.code in (403, 429) and attempt + 1 < tries:
-                wait = int(exc.headers.get("Retry-After") or 60)
-                print(f"rate limited (HTTP {exc.code}); waiting {wait} s", file=sys.stderr, flush=True)
+            text = exc.read().decode(errors="replace")
+            # A 403 is a rate limit only when GitHub says so (a missing permission is a 403 too, and waits fix nothing).
+            limited = exc.code == 429 or (exc.code == 403 and (
+                "rate limit" in text.lower() or exc.headers.get("X-RateLimit-Remaining") == "0"))  # fmt: skip
+            if limited and attempt + 1 < tries:
+                wait = int(exc.headers.get("Retry-After") or 60) * _wait_scale()
+                print(f"rate limited (HTTP {exc.code}); waiting {wait:g} s", file=sys.stderr, flush=True)
                 time.sleep(wait)
                 continue
-            raise RuntimeError(f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}") from None
+            raise RuntimeError(f"HTTP {exc.code}: {text[:300]}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
