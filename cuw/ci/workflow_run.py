@@ -45,6 +45,7 @@ from typing import Any, ContextManager, Iterator, Optional
 from cuw.base.ports import free_port
 from cuw.gates import report
 from cuw.base.errors import CuwError
+from cuw.toolchain.pythons import Interpreter, find_python
 from cuw.base.files import writable_dir
 
 WORKFLOW = Path(".github/workflows/build.yml")
@@ -54,46 +55,10 @@ _CREATED = re.compile(r"docker create image=(\S+)")  # act starting a job's cont
 _USES = re.compile(r"uses:\s*([\w.-]+)/([\w.-]+)@([0-9a-f]{40})")
 
 
-@dataclass
-class Interpreter:
-    version: str  # "3.11.7"
-    prefix: Path  # holds bin/python
-    found: str  # where it came from
-
-
-def _probe(python: str, where: str) -> Optional[Interpreter]:
-    code = "import sys; print('.'.join(map(str, sys.version_info[:3]))); print(sys.base_prefix)"
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = out.stdout.split("\n")
-    if out.returncode != 0 or len(lines) < 2:
-        return None
-    prefix = Path(lines[1].strip())
-    if not (prefix / "bin" / "python").exists() and not (prefix / "bin" / "python3").exists():
-        return None
-    return Interpreter(lines[0].strip(), prefix, where)
-
-
 def find_interpreter(minor: str) -> Optional[Interpreter]:
-    """An installed CPython ``minor`` (``3.11``): pyenv's, then ``python3.11`` on PATH, then this one."""
-    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
-    if root.is_dir():
-        found = sorted((p for p in root.glob(f"{minor}.*") if re.fullmatch(rf"{re.escape(minor)}\.\d+", p.name)),
-                       key=lambda p: int(p.name.rsplit(".", 1)[1]))  # fmt: skip
-        for path in reversed(found):
-            got = _probe(str(path / "bin" / "python"), f"pyenv {path}")
-            if got:
-                return got
-    on_path = shutil.which(f"python{minor}")
-    if on_path:
-        got = _probe(on_path, f"PATH {on_path}")
-        if got and got.version.startswith(minor + "."):
-            return got
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == minor:
-        return _probe(sys.executable, f"this interpreter {sys.executable}")
-    return None
+    """An installed CPython ``minor`` (``3.11``), found as every job finds one (:mod:`cuw.toolchain.pythons`)."""
+    found, _ = find_python(minor)
+    return found if found is not None and found.prefix is not None else None
 
 
 def fill_tool_cache(tool_cache: Path, minors: list[str]) -> list[Interpreter]:
@@ -104,6 +69,7 @@ def fill_tool_cache(tool_cache: Path, minors: list[str]) -> list[Interpreter]:
         if interp is None:
             raise CuwError(f"the workflow needs Python {minor} (actions/setup-python) and none was found here "
                            f"(looked in pyenv's versions, python{minor} on PATH and this interpreter); install it")  # fmt: skip
+        assert interp.prefix is not None  # find_interpreter returns only interpreters that know it
         slot = tool_cache / "Python" / interp.version
         slot.mkdir(parents=True, exist_ok=True)
         link = slot / "x64"
@@ -382,7 +348,7 @@ def run_workflow(args: argparse.Namespace) -> int:
     minors = sorted(set(re.findall(r'python-version:\s*"(\d+\.\d+)"', text)) | {j["python"] for j in jobs})
     interps = fill_tool_cache(act_home / "tool_cache", minors)
     for i in interps:
-        report.say(f"workflow: setup-python gets Python {i.version} from {i.found}")
+        report.say(f"workflow: setup-python gets Python {i.version} from {i.where}")
     offline = offline_actions(repo)
     local_repos = local_repositories(text, offline) if offline else []
     report.say(f"workflow: actions {'from ' + str(offline) if offline else 'fetched by act (online)'}")

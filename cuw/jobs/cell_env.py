@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -26,6 +25,7 @@ from typing import Optional
 import cuw
 from cuw.base.errors import CuwError
 from cuw.base.files import held
+from cuw.toolchain.pythons import Interpreter, find_python  # noqa: F401  (this module's callers name them here)
 
 READY = ".cuw-cell-env.json"
 FORGE_ROOT = Path(cuw.FORGE_ROOT)
@@ -33,73 +33,6 @@ FORGE_ROOT = Path(cuw.FORGE_ROOT)
 
 def default_root() -> Path:
     return Path(os.environ.get("CUW_CELL_VENVS") or Path.home() / ".cache" / "cuw" / "cell-venvs")
-
-
-@dataclass(frozen=True)
-class Interpreter:
-    path: str  # an executable that runs it
-    version: str  # "3.12.1"
-    where: str  # how it was found
-
-
-def _probe(python: str, minor: str, where: str) -> Optional[Interpreter]:
-    code = "import sys; print('.'.join(map(str, sys.version_info[:3]))); print(sys.executable)"
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = out.stdout.split()
-    if out.returncode != 0 or len(lines) < 2 or not lines[0].startswith(minor + "."):
-        return None  # a pyenv shim of a version pyenv does not have selected fails here
-    return Interpreter(lines[1], lines[0], where)
-
-
-def _pyenv_root() -> Optional[Path]:
-    if shutil.which("pyenv"):
-        try:
-            out = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=30)
-            if out.returncode == 0 and out.stdout.strip():
-                return Path(out.stdout.strip())
-        except (OSError, subprocess.SubprocessError):
-            pass
-    env = os.environ.get("PYENV_ROOT")
-    return Path(env) if env else (Path.home() / ".pyenv" if (Path.home() / ".pyenv").is_dir() else None)
-
-
-def find_python(minor: str) -> tuple[Optional[Interpreter], list[str]]:
-    """CPython ``minor`` (``3.12``), and the places looked at (for a skip reason naming them)."""
-    looked: list[str] = []
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == minor:
-        base = Path(sys.base_prefix) / "bin" / f"python{minor}"
-        got = _probe(str(base if base.exists() else sys.executable), minor, "the forge's own Python")
-        if got:
-            return got, looked
-    on_path = shutil.which(f"python{minor}")
-    looked.append(f"python{minor} on PATH" + ("" if on_path else " (none)"))
-    if on_path:
-        got = _probe(on_path, minor, f"PATH {on_path}")
-        if got:
-            return got, looked
-    root = _pyenv_root()
-    looked.append(f"pyenv versions in {root / 'versions'}" if root else "pyenv (not installed)")
-    if root and (root / "versions").is_dir():
-        found = [p for p in (root / "versions").glob(f"{minor}.*") if re.fullmatch(rf"{re.escape(minor)}\.\d+", p.name)]
-        for path in sorted(found, key=lambda p: int(p.name.rsplit(".", 1)[1]), reverse=True):
-            got = _probe(str(path / "bin" / "python"), minor, f"pyenv {path}")
-            if got:
-                return got, looked
-    uv = shutil.which("uv")
-    looked.append("uv python find" if uv else "uv (not installed)")
-    if uv:
-        try:
-            out = subprocess.run([uv, "python", "find", minor], capture_output=True, text=True, timeout=60)
-            if out.returncode == 0 and out.stdout.strip():
-                got = _probe(out.stdout.strip(), minor, f"uv {out.stdout.strip()}")
-                if got:
-                    return got, looked
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return None, looked
 
 
 def forge_requirements() -> list[str]:

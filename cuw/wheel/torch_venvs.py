@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -47,17 +46,13 @@ def patch_releases(names: list[str], line: str, python: str, platform_suffix: st
 
 
 def find_python(version: str) -> str:
-    """An interpreter of ``version`` (``3.11``): this one, ``pythonX.Y`` on PATH, or pyenv's."""
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
-        return sys.executable
-    on_path = shutil.which(f"python{version}")
-    if on_path:
-        return on_path
-    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    for candidate in sorted(pyenv.glob(f"{version}.*"), reverse=True):
-        if (candidate / "bin" / "python").is_file():
-            return str(candidate / "bin" / "python")
-    raise CuwError(f"no Python {version} here (looked at this interpreter, python{version} on PATH and {pyenv})")
+    """An interpreter of ``version`` (``3.11``), found as every other job finds one (:mod:`cuw.toolchain.pythons`)."""
+    from cuw.toolchain import pythons
+
+    found, looked = pythons.find_python(version)
+    if found is None:
+        raise CuwError(f"no Python {version} here (looked at this interpreter, {', '.join(looked)})")
+    return found.path
 
 
 def ensure(version: str, python: str, root: Path, index: Optional[str] = None) -> Path:
