@@ -78,3 +78,33 @@ def test_an_unreachable_index_is_named_and_does_not_hide_the_others(recipes_dir,
 def test_a_bad_index_option_is_one_line(recipes_dir):
     proc = _check(recipes_dir, "--index", "9.9=http://x")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("cuw: error: --index '9.9=http://x'")
+
+
+def test_a_lane_hole_is_found_and_the_printed_edit_lists_it(recipes_dir, tmp_path):
+    """The index serves Windows wheels of 2.14 but none of 2.13: the grid must list the hole (its
+    Windows cells of 2.13 would find no torch to install), and the edit it prints says so."""
+    root = tmp_path / "www" / "cu130" / "torch"
+    root.mkdir(parents=True)
+    names = _names("2.13.0", ["3.10", "3.11", "3.12", "3.13"]) + _names("2.14.1", ["3.10", "3.11", "3.12", "3.13"])
+    names += [n.replace("manylinux_2_28_x86_64", "win_amd64") for n in _names("2.14.1", ["3.10", "3.11", "3.12", "3.13"])]
+    root.joinpath("index.html").write_text(PAGE.format(links="\n".join(f'<a href="../../f/{n}">{n}</a><br/>' for n in names)))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "www"))
+    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        proc = _check(recipes_dir, "--index", f"13.0=http://127.0.0.1:{server.server_address[1]}/cu130")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "HOLE torch 2.13 ships no windows wheel for CUDA 13.0" in proc.stdout
+        assert "HOLE torch 2.14" not in proc.stdout and "linux_aarch64" not in proc.stdout  # served, or served for no line
+        fix = proc.stdout.split("make grid.torch read:\n", 1)[1]
+        assert 'holes: {windows: ["13.0"]}' in fix and 'patch: "2.14.1"' in fix
+        policy = recipes_dir / "defaults.yml"
+        text = policy.read_text()
+        block = re.search(r"(?m)^  torch:\n(?:    .*\n)+", text)
+        assert block is not None
+        policy.write_text(text.replace(block.group(0), fix.rstrip("\n") + "\n"))
+        again = _check(recipes_dir, "--index", f"13.0=http://127.0.0.1:{server.server_address[1]}/cu130")
+        assert again.returncode == 0, again.stdout + again.stderr
+    finally:
+        server.shutdown()

@@ -3,7 +3,7 @@
     python .github/scripts/file_issue.py grid|audit FINDINGS.md --outcome findings|clear [--dry-run]
 
 FINDINGS.md is what the watcher printed (`cuw grid --check`, `cuw audit`). Its fingerprint is
-the sha256 of its finding lines (`MISSING …` lines and markdown table rows; the whole text when
+the sha256 of its finding lines (`MISSING …` and `HOLE …` lines and markdown table rows; the whole text when
 it has neither), each with its volatile parts taken out (times, durations, a URL's query and
 credentials), whitespace collapsed, sorted; the first 12 hex digits go into the issue's title:
 `[watch:grid] 3 findings (fp 1a2b3c4d5e6f)`. The watcher's open issue is the one labelled
@@ -64,7 +64,7 @@ def finding_lines(text: str) -> list[str]:
     lines = [line.strip() for line in text.splitlines()]
     found = []
     for i, line in enumerate(lines):
-        if line.startswith("MISSING "):
+        if line.startswith(("MISSING ", "HOLE ")):
             found.append(line)
         elif line.startswith("|") and not re.fullmatch(r"\|[\s|:-]*\|", line):
             header = i + 1 < len(lines) and re.fullmatch(r"\|[\s|:-]*-[\s|:-]*\|", lines[i + 1])

@@ -15,6 +15,7 @@ import json
 import urllib.error
 import urllib.request
 from collections import defaultdict
+from typing import Any
 from dataclasses import dataclass, field
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -86,6 +87,23 @@ def _releases(names: list[str]) -> dict[str, tuple[set[str], set[Version]]]:
     return dict(out)
 
 
+def lanes_published(names: list[str]) -> dict[str, set[str]]:
+    """Torch minor line -> the lanes it has a wheel for (by the platform tags' suffixes)."""
+    from cuw.config.lanes import LANES
+
+    out: dict[str, set[str]] = defaultdict(set)
+    for name in names:
+        try:
+            _, version, _, tags = parse_wheel_filename(name)
+        except InvalidWheelFilename:
+            continue
+        for tag in tags:
+            for lane in LANES.values():
+                if tag.platform.endswith(lane.wheel_platform) and (lane.os != "linux" or "linux" in tag.platform):
+                    out[f"{version.major}.{version.minor}"].add(lane.name)
+    return dict(out)
+
+
 @dataclass
 class Finding:
     torch: str
@@ -93,6 +111,9 @@ class Finding:
     pythons: list[str]
     new_line: bool
     """True: the grid has no entry for this torch line at all."""
+    hole: str = ""
+    """A lane this torch line ships no wheel for on this CUDA line (while the index serves that lane
+    for other lines), which the grid's ``holes`` does not list: its cells would fail to install torch."""
 
 
 @dataclass
@@ -113,18 +134,28 @@ class CheckResult:
 
     def edit(self, grid: Grid) -> str:
         """The YAML for ``grid.torch`` in recipes/defaults.yml with every finding applied."""
-        merged: dict[str, dict[str, set[str]]] = {
-            t: {"cuda": set(r.cuda), "python": set(r.python)} for t, r in grid.torch.items()
-        }
+        merged: dict[str, dict[str, Any]] = {
+            t: {"cuda": set(r.cuda), "python": set(r.python), "patch": r.patch,
+                "holes": {lane: set(lines) for lane, lines in r.holes.items()}} for t, r in grid.torch.items()
+        }  # fmt: skip
         for f in self.findings:
-            entry = merged.setdefault(f.torch, {"cuda": set(), "python": set()})
+            entry = merged.setdefault(f.torch, {"cuda": set(), "python": set(), "patch": None, "holes": {}})
+            if f.hole:
+                entry["holes"].setdefault(f.hole, set()).add(f.cuda)
+                continue
             entry["cuda"].add(f.cuda)
             entry["python"].update(f.pythons)
         lines = ["  torch:"]
         for torch in sorted(merged, key=Version):
             cudas = ", ".join(f'"{c}"' for c in sorted(merged[torch]["cuda"], key=Version))
             pythons = ", ".join(f'"{p}"' for p in sorted(merged[torch]["python"], key=Version))
-            lines.append(f'    "{torch}": {{cuda: [{cudas}], python: [{pythons}]}}')
+            extra = f', patch: "{merged[torch]["patch"]}"' if merged[torch]["patch"] else ""
+            holes = merged[torch]["holes"]
+            if holes:
+                listed = ", ".join(f"{lane}: [{', '.join(chr(34) + c + chr(34) for c in sorted(v, key=Version))}]"
+                                   for lane, v in sorted(holes.items()))  # fmt: skip
+                extra += f", holes: {{{listed}}}"
+            lines.append(f'    "{torch}": {{cuda: [{cudas}], python: [{pythons}]{extra}}}')
         return "\n".join(lines)
 
 
@@ -147,6 +178,8 @@ def check(grid: Grid, indexes: dict[str, str]) -> CheckResult:
             result.unreachable[cuda] = str(exc)
             continue
         published = releases(names)
+        served = lanes_published(names)
+        any_lane = set().union(*served.values()) if served else set()
         result.newest[cuda] = newest(names)
         result.seen[cuda] = {}
         for torch, pythons in sorted(published.items(), key=lambda kv: Version(kv[0])):
@@ -162,6 +195,10 @@ def check(grid: Grid, indexes: dict[str, str]) -> CheckResult:
             elif cuda not in known.cuda or set(wanted) - set(known.python):
                 missing = wanted if cuda not in known.cuda else sorted(set(wanted) - set(known.python), key=Version)
                 result.findings.append(Finding(torch, cuda, missing, False))
+            for lane in grid.platforms:
+                listed = known is not None and cuda in known.holes.get(lane, [])
+                if lane in any_lane and lane not in served.get(torch, set()) and not listed:
+                    result.findings.append(Finding(torch, cuda, [], known is None, hole=lane))
     return result
 
 
@@ -175,6 +212,10 @@ def render(result: CheckResult, grid: Grid) -> str:
         lines.append("the grid knows every torch release the indexes it could ask publish")
         return "\n".join(lines)
     for f in result.findings:
+        if f.hole:
+            lines.append(f"HOLE torch {f.torch} ships no {f.hole} wheel for CUDA {f.cuda} (the index serves {f.hole} for "
+                         f"other torch lines): its {f.hole} cells would find no torch to install")  # fmt: skip
+            continue
         what = "a torch line the grid lacks" if f.new_line else "missing from the grid's entry"
         release = result.newest.get(f.cuda, {}).get(f.torch, f.torch)
         lines.append(f"MISSING torch {release} (line {f.torch}) for CUDA {f.cuda}, Python {', '.join(f.pythons)} ({what})")
