@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from cuw.partition.coverage import is_cuda
 from cuw.partition.rules import Assignment
@@ -44,6 +44,128 @@ def compile_errors(log: str, limit: int = 5) -> list[str]:
             end = log.find("\n", match.start())
             found.append((match.start(), log[match.start() : end if end != -1 else len(log)].strip()))
     return [line for _, line in sorted(found)[:limit]]
+
+
+# A build that died of its machine, not of its code. The out-of-memory killer sends SIGKILL to
+# the largest process (a compiler: cicc, cc1plus, ptxas); each driver reports that in its own words.
+KILLED_PATTERNS = (
+    re.compile(r"Killed signal terminated program \S+"),  # gcc/g++ driver
+    re.compile(r"internal compiler error: Killed\b.*"),  # older gcc: "... Killed (program cc1plus)"
+    re.compile(r"'[^']+' died due to signal 9\b.*"),  # nvcc driver
+    re.compile(r"died with <Signals\.SIGKILL: 9>"),  # Python's subprocess (torch's cpp_extension, setuptools)
+    re.compile(r"^[ \t]*Killed[ \t]*$", re.M),  # sh reporting its killed child (nvcc 13 runs cicc through sh)
+    re.compile(r"^.*: line \d+: +\d+ Killed\b.*$", re.M),  # bash reporting its killed child
+    re.compile(r"\bError 137\b|\b(?:exit (?:status|code)|returned) 137\b"),  # make, CMake: 128 + SIGKILL
+)
+# ninja (1.12+) names a step's exit code: 137 is 128 + SIGKILL. Second choice: the compiler's own
+# "Killed" line, when there is one, comes with it and is quoted with this step.
+NINJA_KILLED = re.compile(r"FAILED: \[code=137\].*")
+OUT_OF_MEMORY_PATTERNS = (
+    re.compile(r"virtual memory exhausted.*"),  # gcc's xmalloc
+    re.compile(r"out of memory allocating \d+ bytes.*"),  # cc1plus
+    re.compile(r"std::bad_alloc"),
+    re.compile(r"Cannot allocate memory"),  # ENOMEM: fork, mmap
+)
+DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded")
+MEMORY_KNOBS = "lower max_jobs / nvcc_threads in the recipe (or the job's --jobs)"
+DISK_KNOBS = "free space on the work folder's disk (a hosted runner's preinstalled toolchains) or point --work at a larger one"
+
+
+def _log_line(log: str, start: int, limit: int = 200) -> str:
+    """The whole line of the log around ``start``, cut to ``limit`` characters."""
+    begin = log.rfind("\n", 0, start) + 1
+    end = log.find("\n", start)
+    line = log[begin : end if end != -1 else len(log)].strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _first(patterns: tuple[re.Pattern[str], ...], log: str) -> Optional[int]:
+    """Where the earliest match of any pattern starts (the first casualty is the cause; later
+    lines are often the build giving up)."""
+    starts = [m.start() for m in (p.search(log) for p in patterns) if m]
+    return min(starts) if starts else None
+
+
+def _killed_what(log: str, at: int) -> str:
+    """The line that says a compiler was killed; a bare ``Killed`` gets the step ninja names
+    (``FAILED: [code=137] <object>``) before it, so the verdict says which TU was being compiled."""
+    line = _log_line(log, at)
+    if line == "Killed":
+        # ninja prints the step, then its command, then what it said: a FAILED line well before
+        # belongs to another step.
+        before = log[:at].splitlines()[-20:]
+        failed = [b.strip() for b in before if b.strip().startswith("FAILED: ")]
+        if failed:
+            return f"Killed ({failed[-1][:200]})"
+    return line
+
+
+def size(mb: object) -> str:
+    """A size in a verdict, a report line or the timeline: GB from 1 GB up (how runners are sold), MB below (a 48 MB process is not "0.0 GB")."""
+    if isinstance(mb, bool) or not isinstance(mb, (int, float)):
+        return "?"
+    return f"{mb / 1000:.1f} GB" if mb >= 1000 else f"{mb:.0f} MB"
+
+
+def _memory_numbers(resources: Optional[dict[str, Any]]) -> str:
+    if not resources or resources.get("peak_mem_used_mb") is None:
+        return ""
+    text = f"; {size(resources['peak_mem_used_mb'])} used at the peak"
+    if resources.get("mem_total_mb"):
+        text += f" of {size(resources['mem_total_mb'])}"
+    if resources.get("min_mem_available_mb") is not None:
+        text += f", {size(resources['min_mem_available_mb'])} available at the least"
+    top = resources.get("largest") or []
+    if top and isinstance(top[0], dict):
+        text += f", largest process {top[0].get('name')} at {size(top[0].get('rss_mb') or 0)}"
+    return text
+
+
+def _disk_numbers(resources: Optional[dict[str, Any]]) -> str:
+    if not resources or resources.get("disk_free_start_mb") is None:
+        return ""
+    text = f"; {size(resources['disk_free_start_mb'])} free on {resources.get('disk_mount', 'its disk')} at the job's start"
+    if resources.get("min_disk_free_mb") is not None:
+        text += f", {size(resources['min_disk_free_mb'])} at the least"
+    return text
+
+
+def _memory_cause(log: str, build_rc: int) -> str:
+    """What in the log (or the build's exit) says memory ran out, or ""."""
+    killed = _first(KILLED_PATTERNS, log)
+    killed = _first((NINJA_KILLED,), log) if killed is None else killed
+    if killed is not None:
+        return f"a compiler was killed: {_killed_what(log, killed)}"
+    short = _first(OUT_OF_MEMORY_PATTERNS, log)
+    if short is not None:
+        return f"a process could not get memory: {_log_line(log, short)}"
+    if build_rc in (-9, 137):
+        return f"the build was killed by SIGKILL (exit {build_rc}), what the kernel's out-of-memory killer does"
+    return ""
+
+
+def starved(log: str, build_rc: int = 0, resources: Optional[dict[str, Any]] = None) -> dict[str, str]:
+    """Why a failed build died of its machine: ``{"memory": reason, "disk": reason}``, each only
+    when the log (or a SIGKILLed build, exit -9/137) shows it. One function for the shard and the
+    link gate, so both name the same cause and the same knob."""
+    found: dict[str, str] = {}
+    what = _memory_cause(log, build_rc)
+    if what:
+        found["memory"] = f"the build ran out of memory ({what}){_memory_numbers(resources)}; {MEMORY_KNOBS}"
+    full = DISK_FULL.search(log)
+    if full:
+        found["disk"] = (f"the disk filled ({full.group(0)}: {_log_line(log, full.start())}){_disk_numbers(resources)}; "
+                         f"{DISK_KNOBS}")  # fmt: skip
+    return found
+
+
+def _blame_machine(v: "Verdict", log: str, build_rc: int, resources: Optional[dict[str, Any]]) -> None:
+    """A failed verdict whose build died of memory or disk says so first: the other reasons
+    (a compile error, no objects) are what that death looks like, not its cause."""
+    causes = starved(log, build_rc, resources)
+    if causes:
+        v.facts["starved"] = sorted(causes)
+        v.reasons[:0] = [causes[k] for k in ("memory", "disk") if k in causes]
 
 
 @dataclass
@@ -85,6 +207,9 @@ class ShardObservation:
     uncacheable: dict[str, str] = field(default_factory=dict)
     """TU key -> the cache's reason, for owned compiles that succeeded but that the cache could not
     store (``unsupported_compiler_option``, ``multiple_source_files``, …): the link would miss them."""
+    resources: Optional[dict[str, Any]] = None
+    """The job's resource record without its samples (:func:`cuw.jobs.resources.summary`): numbers
+    for a verdict that blames memory or disk."""
 
 
 def _listing(keys: list[str], limit: int = 5) -> str:
@@ -160,6 +285,8 @@ def shard_gate(obs: ShardObservation) -> Verdict:
         if not UNDEFINED_REFERENCE.search(obs.log):
             v.ok = False
             v.reasons.append("compile-shard failed without undefined references (configure or build error; see log)")
+    if not v.ok and (obs.build_rc != 0 or obs.failed):
+        _blame_machine(v, obs.log, obs.build_rc, obs.resources)
     if v.ok:
         how = "build succeeded" if obs.build_rc == 0 else "link failed on undefined references, as a shard should"
         n = len(obs.compiled)
@@ -194,6 +321,8 @@ class LinkObservation:
     compile_db: Optional[str] = "ninja"
     """Where ``cuda_tus_in_build`` came from (``ninja``, ``compile_commands.json``), or None when
     the build left no compile database and the seat-bypass check could not run."""
+    resources: Optional[dict[str, Any]] = None
+    """As :attr:`ShardObservation.resources`."""
 
 
 def link_gate(obs: LinkObservation) -> Verdict:
@@ -211,6 +340,7 @@ def link_gate(obs: LinkObservation) -> Verdict:
         v.ok = False
         errors = compile_errors(obs.log, limit=1)
         v.reasons.append("the link build failed" + (f": {errors[0]}" if errors else f" (exit {obs.build_rc}); see log"))
+        _blame_machine(v, obs.log, obs.build_rc, obs.resources)
     if obs.stats_zeroed_at < obs.merged_at:
         v.ok = False
         v.reasons.append("cache counters were not zeroed after the merge: they would report the shards' history")

@@ -15,6 +15,7 @@ from typing import Optional
 from cuw.jobs import archive
 from cuw.gates import compdb
 from cuw.jobs import leftovers
+from cuw.jobs import resources
 from cuw.gates import report
 from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
@@ -130,11 +131,13 @@ def run_link(
     """
     cell = local_cell(recipe, find_toolkit())
     with alone(recipe, cell, paths, "link", f"the link of {cell.id}", cache):
-        return _run_link(recipe, paths, jobs, progress, zero_stats, cache)
+        # From the job's start to its report: restoring N archives and finishing the wheel fill disks too.
+        with resources.Sampler(paths.cell_work(cell) / "link") as sampler:
+            return _run_link(recipe, paths, jobs, progress, zero_stats, cache, sampler)
 
 
 def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optional[Progress], zero_stats: bool,
-              cache: Optional[CacheChoice]) -> LinkResult:  # fmt: skip
+              cache: Optional[CacheChoice], sampler: resources.Sampler) -> LinkResult:  # fmt: skip
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     archs = cell_archs_in_grid(recipe, cell)
@@ -168,6 +171,7 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
     if progress:
         got = count - len(missing)
         progress(f"link: restored {got}/{count} shard caches into {ws.cache_dir}")
+        progress(resources.disk_line("link", sampler))  # once the job is sure to build: a refusal stays one line
         if missing:
             progress(f"link: missing shard archives: {shard_listing(missing, count)}; their TUs recompile here "
                      "and the gate will report them")  # fmt: skip
@@ -212,6 +216,7 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
         assignment=recipe_assignment(recipe, count, ws.src, cell.lane) if count > 1 else None,
         missing_shards=missing,
         log=log,
+        resources=resources.summary(sampler.record()),
     )
     verdict = link_gate(obs)
     context = {"cell": cell.to_dict(), "shard_count": count, "fingerprint": fingerprint, "build_log": str(ws.build_log), "wheel": obs.wheel, "build_s": build_s,
@@ -238,6 +243,7 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
             context["wheel"] = str(shipped)
         else:
             write_verify_reports(checked, final)
+    context["resources"] = sampler.record()  # after finish and verify: the whole job
     if shipped:
         report_path = report.write(verdict, paths.dist / f"{shipped.name}.link.json", context)
         report.say(f"wheel: {shipped}")

@@ -13,13 +13,14 @@ from cuw import __version__
 from cuw.jobs import archive
 from cuw.gates import compdb
 from cuw.jobs import leftovers
+from cuw.jobs import resources
 from cuw.gates import report
 from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
 from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
 from cuw.base.files import sha256_of
-from cuw.gates.conditions import ShardObservation, Verdict, shard_gate
+from cuw.gates.conditions import ShardObservation, Verdict, shard_gate, starved
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, is_cuda, rest_keys, seat_rest, source_filter_files, unfiltered_keys
 from cuw.partition.rules import Assignment, ShardSpec, tu_key
@@ -92,11 +93,13 @@ def run_shard(
     """One shard, alone: a second run of the same shard here is refused before it touches anything."""
     cell = local_cell(recipe, find_toolkit())
     with alone(recipe, cell, paths, f"shard-{spec.tag}", f"shard {spec} of {cell.id}", cache):
-        return _run_shard(recipe, spec, paths, jobs, progress, cache)
+        # From the job's start to its report: prepare (source copy, deps) fills disks too.
+        with resources.Sampler(paths.cell_work(cell) / f"shard-{spec.tag}") as sampler:
+            return _run_shard(recipe, spec, paths, jobs, progress, cache, sampler)
 
 
 def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int], progress: Optional[Progress],
-               cache: Optional[CacheChoice]) -> ShardResult:  # fmt: skip
+               cache: Optional[CacheChoice], sampler: resources.Sampler) -> ShardResult:  # fmt: skip
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     check_lane(recipe, cell, spec)
@@ -136,11 +139,15 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
                 progress(f"shard {spec}: warning: N={spec.count} is more than the {known} TUs known in the source; "
                          f"at least {spec.count - known} shards get an empty slice (cuw plan {recipe.key} picks N)")  # fmt: skip
     except CuwError as exc:  # nothing was built: the report says so instead of "running"
-        report.write(Verdict("shard", False, [f"the shard did not start its build: {exc}"]), report_path,
-                     {"cell": cell.to_dict(), "shard": str(spec), "archive": None})  # fmt: skip
+        record = sampler.record()
+        causes = starved(str(exc), 0, resources.summary(record))  # a source copy or a pip install can fill the disk
+        report.write(Verdict("shard", False, [*causes.values(), f"the shard did not start its build: {exc}"]), report_path,
+                     {"cell": cell.to_dict(), "shard": str(spec), "archive": None, "resources": record})  # fmt: skip
         raise
     label = f"shard {spec}"
     if progress:
+        # Once the job is sure to build: a refusal before it stays one line.
+        progress(resources.disk_line(label, sampler))
         progress(
             f"{label}: building {cell.id} ({len(owned)} TUs in its slice, filter {recipe.sharding.filter}, "
             f"{describe_cache(job_cache)}); log {ws.build_log}"
@@ -178,6 +185,7 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
         build_tus=compdb.compiled_sources(ws.tree, ws.src),
         host_compiles_seen=sum(1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") == "host"),
         device_code=recipe.device_code,
+        resources=resources.summary(sampler.record()),
         uncacheable={e["key"]: str(e["outcome"]).split(":", 1)[-1] for e in compiles
                      if e.get("rc") == 0 and str(e.get("outcome", "")).startswith("uncacheable")},  # fmt: skip
     )
@@ -185,6 +193,8 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
     written: Optional[Path] = None
     context = {"cell": cell.to_dict(), "shard": str(spec), "archive": None, "build_s": build_s,
                "build_log": str(ws.build_log), "counters": stats.summary()}  # fmt: skip
+    # Taken again at each write: the record covers the job up to the report that carries it.
+    context["resources"] = sampler.record()
     if verdict.ok and job_cache.remote:
         lost = archive.remote_failures(job_cache)
         if lost:
@@ -218,7 +228,8 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
         try:
             written = archive.pack(job_cache, manifest, target)
         except CuwError as exc:
-            failed = Verdict(verdict.gate, False, [f"the gate passed but {exc}"], verdict.facts)
+            failed = Verdict(verdict.gate, False, [*starved(str(exc), 0, resources.summary(sampler.record())).values(),
+                                                   f"the gate passed but {exc}"], verdict.facts)  # fmt: skip
             try:
                 report.write(failed, report_path, {**context, "previous_archive": str(target) if target.exists() else None})
             except CuwError:
@@ -228,6 +239,7 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
         context["archive_sha256"] = sha256_of(written)  # the link refuses an archive that is not this one
     else:
         target.unlink(missing_ok=True)  # a finished run that failed its gate: no older archive stands in for it
+    context["resources"] = sampler.record()  # packing the archive counts: it can fill the disk too
     report.write(verdict, report_path, context)  # after the archive: an ok report always has its archive
     report.step_summary(f"{recipe.key} {label}", verdict)
     report.say(verdict.line)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from cuw.base.errors import CuwError
+from cuw.gates.conditions import size
 
 _JOB = re.compile(r"^shard-(\d+)of(\d+)$")
 OUTCOME_COLORS = {"cold": "#3b6fd6", "hit": "#2e9e5b", "failed": "#d63b3b", "other": "#8a8f98"}
@@ -46,6 +47,8 @@ class Job:
     ok: Optional[bool] = None
     stubbed: int = 0
     uncompiled: list[str] = field(default_factory=list)
+    resources: Optional[dict] = None
+    """The report's resource record (:mod:`cuw.jobs.resources`): drawn as memory over time."""
 
 
 @dataclass
@@ -168,6 +171,7 @@ def load(cell_dir: Path, report_dirs: Iterable[Path] = ()) -> Timeline:
         job.verdict = f"{data.get('gate')} gate {'PASS' if job.ok else 'FAIL'}: " + "; ".join(map(str, data.get("reasons", [])))
         facts = data.get("facts") if isinstance(data.get("facts"), dict) else {}
         job.uncompiled = [str(k) for k in facts.get("uncompiled", [])] if isinstance(facts.get("uncompiled"), list) else []
+        job.resources = data.get("resources") if isinstance(data.get("resources"), dict) else None
     origin = min((float(e["at"]) - float(e.get("seconds") or 0) for _, e in raw), default=0.0)
     bars = [
         Bar(name, str(e.get("key")), round(float(e["at"]) - float(e.get("seconds") or 0) - origin, 3),
@@ -256,6 +260,7 @@ body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #1d2330; backgrou
 .verdict.pass b {{ color: #2e9e5b; }} .verdict.fail b {{ color: #d63b3b; }}
 .lane {{ fill: #f1f3f7; }} .label {{ font: 13px monospace; }} .tick {{ stroke: #d6dae2; }}
 .ticklabel {{ font: 11px sans-serif; fill: #5a6170; text-anchor: middle; }} .uncompiled {{ fill: #d63b3b; font: 12px sans-serif; }}
+.memnote {{ font: 11px sans-serif; fill: #5a6170; }}
 .key {{ margin-right: 16px; }} .swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px; }}
 </style></head>
 <body>
@@ -268,6 +273,7 @@ body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #1d2330; backgrou
 {''.join(rows)}
 </svg>
 <p>{len(timeline.bars)} compiles over {_clock(timeline.span)} (m:ss) in {len(timeline.jobs)} jobs.</p>
+{memory_svg(timeline)}
 </body></html>
 """
 
@@ -282,3 +288,68 @@ def _tick_step(span: float) -> float:
 def _clock(seconds: float) -> str:
     m, s = divmod(int(round(seconds)), 60)
     return f"{m}:{s:02d}"
+
+
+# -- memory over time, per job ------------------------------------------------------------
+
+
+def _points(samples: list) -> list[tuple[float, float, float]]:
+    """(epoch seconds, memory used MB, memory total MB) of the well-formed samples."""
+    out = []
+    for s in samples:
+        if isinstance(s, dict) and all(isinstance(s.get(k), (int, float)) for k in ("at", "mem_used_mb", "mem_total_mb")):
+            out.append((float(s["at"]), float(s["mem_used_mb"]), float(s["mem_total_mb"])))
+    return out
+
+
+def _resource_note(res: dict) -> str:
+    """The numbers beside a job's memory line: the peak, the least left, the disk, the largest process."""
+    top = res.get("largest") if isinstance(res.get("largest"), list) else []
+    biggest = f", largest {top[0].get('name')} {size(top[0].get('rss_mb'))}" if top and isinstance(top[0], dict) else ""
+    return (f"peak {size(res.get('peak_mem_used_mb'))} of {size(res.get('mem_total_mb'))}, "
+            f"min {size(res.get('min_mem_available_mb'))} available, swap {size(res.get('max_swap_used_mb'))}, "
+            f"disk {size(res.get('disk_free_start_mb'))} free at start, min {size(res.get('min_disk_free_mb'))}{biggest}")  # fmt: skip
+
+
+def memory_svg(timeline: Timeline) -> str:
+    """A row per job with samples: memory used over the job's life (wall clock, all jobs on one
+    axis from the first sample of the cell), against the machine's total (the row's top)."""
+    esc = _html.escape
+    sampled = [(j, _points(j.resources.get("samples") or [])) for j in timeline.jobs if j.resources]
+    sampled = [(j, pts) for j, pts in sampled if pts]
+    if not sampled:
+        return '<p class="resources none">no resource samples in the reports (jobs from before the forge sampled, or not Linux)</p>'
+    label_w, chart_w, row_h, top = 150, 860, 56, 30
+    origin = min(p[0] for _, pts in sampled for p in pts)
+    span = max(max(p[0] for _, pts in sampled for p in pts) - origin, 1.0)
+    rows = []
+    for i, (job, pts) in enumerate(sampled):
+        y = top + i * row_h
+        total = max(max(p[2] for p in pts), 1.0)
+        line = " ".join(f"{label_w + (t - origin) * chart_w / span:.1f},{y + row_h - 6 - used / total * (row_h - 12):.1f}"
+                        for t, used, _ in pts)  # fmt: skip
+        peak = max(pts, key=lambda p: p[1])
+        px, py = label_w + (peak[0] - origin) * chart_w / span, y + row_h - 6 - peak[1] / total * (row_h - 12)
+        note = _resource_note(job.resources or {})
+        rows.append(
+            f'<g class="resources" data-job="{esc(job.name)}" data-samples="{len(pts)}">'
+            f'<text x="4" y="{y + 20}" class="label">{esc(job.name)}</text>'
+            f'<rect x="{label_w}" y="{y + 4}" width="{chart_w}" height="{row_h - 8}" class="lane"/>'
+            f'<polyline class="mem" points="{line}" fill="none" stroke="#7a3bd6" stroke-width="2"/>'
+            f'<circle class="peak" cx="{px:.1f}" cy="{py:.1f}" r="3" fill="#d63b3b"><title>peak {size(peak[1])}</title></circle>'
+            f'<text x="{label_w + chart_w - 4}" y="{y + 16}" text-anchor="end" class="memnote">{esc(note)}</text>'
+            f"</g>"
+        )
+    height = top + len(sampled) * row_h + 8
+    ticks, step, t = [], _tick_step(span), 0.0
+    while t <= span:
+        x = label_w + t * chart_w / span
+        ticks.append(f'<text x="{x:.1f}" y="{top - 8}" class="ticklabel">{_clock(t)}</text>')
+        t += step
+    return (
+        '<h2>Memory used per job</h2>\n<p class="legend">the line is memory in use (total minus available) '
+        "against the machine's total, the row's height; the red dot is the peak; the time axis is the jobs' "
+        "wall clock from the first sample of the cell</p>\n"
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + chart_w + 10}" height="{height}" role="img" '
+        f'aria-label="memory used over time per job" class="memory">{"".join(ticks)}{"".join(rows)}</svg>'
+    )
