@@ -199,3 +199,36 @@ def test_a_named_cache_tool_is_never_replaced_and_a_hung_one_is_named(tmp_path, 
         cache._binary("ccache", cache.Ccache.pinned, cache.Ccache.package)
     cache._binary.cache_clear()
     cache._version.cache_clear()
+
+
+def test_an_nvcc_that_prints_bytes_that_are_not_utf8_or_hangs_is_read_or_named(tmp_path, monkeypatch):
+    """The toolkit's version comes from `nvcc --version`: junk bytes beside the release line are
+    replaced, not a crash; an nvcc that never answers is named in one line."""
+    from cuw.base.errors import CuwError
+    from cuw.toolchain import toolkit
+
+    for name, script in (("junk", 'printf "Cuda compilation tools, release 13.0, V13.0.88 \\377\\376\\n"'),
+                         ("hung", "sleep 120")):  # fmt: skip
+        home = tmp_path / name
+        (home / "bin").mkdir(parents=True)
+        (home / "bin" / "nvcc").write_text(f"#!/bin/sh\n{script}\n")
+        (home / "bin" / "nvcc").chmod(0o755)
+    toolkit._version_of.cache_clear()
+    monkeypatch.setenv("CUW_CUDA_HOME", str(tmp_path / "junk"))
+    assert toolkit.find_toolkit().version == "13.0"
+    monkeypatch.setattr(toolkit.subprocess, "run", _short_timeout(toolkit.subprocess.run))
+    monkeypatch.setenv("CUW_CUDA_HOME", str(tmp_path / "hung"))
+    with pytest.raises(CuwError, match=r"nvcc --version did not answer in 60 s"):
+        toolkit.find_toolkit()
+    toolkit._version_of.cache_clear()
+
+
+def _short_timeout(run):
+    """subprocess.run with its timeout cut to 1 s (the real 60 s would make a slow test)."""
+
+    def call(*args, **kwargs):
+        if kwargs.get("timeout"):
+            kwargs["timeout"] = 1
+        return run(*args, **kwargs)
+
+    return call

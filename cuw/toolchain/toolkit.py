@@ -47,8 +47,11 @@ class Toolkit:
 
 @lru_cache(maxsize=None)
 def _version_of(nvcc: str) -> str:
-    try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    try:  # bytes that are not UTF-8 are replaced, not a crash; a hung nvcc is named
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, errors="replace", timeout=60,
+                             stdin=subprocess.DEVNULL).stdout  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise CuwError(f"{nvcc} --version did not answer in 60 s: not a working CUDA toolkit") from None
     except OSError as exc:
         raise CuwError(f"cannot run {nvcc}: {exc}") from None
     match = re.search(r"release (\d+\.\d+)", out)
