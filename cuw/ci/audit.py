@@ -18,18 +18,16 @@ Exit 0: nothing found; 1: findings; 2: the index could not be read.
 from __future__ import annotations
 
 import html
-import shutil
+import http.client
 import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
-from urllib.parse import quote
+from typing import Callable
 
 from cuw.base.errors import CuwError
 from cuw.ci.matrix import UNVERIFIED_LANES
-from cuw.ci.published import cell_status, read_records
-from cuw.config.cell import Cell
+from cuw.ci.published import cell_status, read_index, record_cell, record_cell_of
 from cuw.config.grid import cell_archs, cells
 from cuw.config.policy import Policy
 from cuw.config.recipe import Recipe
@@ -46,30 +44,40 @@ class Finding:
     detail: str
 
 
-def _wheel_file(location: str, name: str, into: Path) -> Path:
-    if not location.startswith(("http://", "https://")):
-        return Path(location) / "files" / name
-    url = f"{location.rstrip('/')}/files/{quote(name)}"
+DOWNLOAD_TIMEOUT_S = 120.0  # the longest wait for the next bytes of a wheel
+
+
+def _wheel_file(where: str, name: str, into: Path, limit: int) -> Path:
+    """The published wheel ``name``: its path in the index folder, or downloaded from its URL (the
+    index's ``files/`` or a release asset), at most ``limit`` bytes."""
+    if not where.startswith(("http://", "https://")):
+        return Path(where)
     target = into / name
     try:
-        with urllib.request.urlopen(url, timeout=120) as response, open(target, "wb") as out:
-            shutil.copyfileobj(response, out, 1 << 20)
-    except OSError as exc:
-        raise CuwError(f"audit: cannot read {url} ({exc}); an index that cannot be read is an error") from None
+        with urllib.request.urlopen(where, timeout=DOWNLOAD_TIMEOUT_S) as response, open(target, "wb") as out:
+            size = 0
+            while block := response.read1(1 << 20):
+                size += len(block)
+                if size > limit:
+                    raise ValueError(f"over {limit} bytes, more than the index lists or a lane allows")
+                out.write(block)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        raise CuwError(f"audit: cannot read {where} ({getattr(exc, 'reason', None) or exc}); an index that cannot be "
+                       "read is an error") from None  # fmt: skip
     return target
 
 
-def _cell(record: dict[str, Any]) -> Optional[Cell]:
-    try:
-        return Cell(**record["cell"])
-    except (KeyError, TypeError):
-        return None
+def _limit(name: str, policy: Policy, sizes: dict[str, int]) -> int:
+    """The most bytes a wheel's download may take: the size the marker lists for a release asset,
+    else the largest wheel the lanes allow (verify then says whether it is over its own lane's)."""
+    return sizes[name] if name in sizes else (max(policy.wheel.max_size_mb.values(), default=4096) + 1) << 20
 
 
 def audit(location: str, recipes: list[Recipe], policy: Policy, toolkit: Toolkit, images: dict[str, str],
           say: Say = lambda _: None) -> list[Finding]:  # fmt: skip
     """Every finding about the index at ``location`` for ``recipes`` (folder or URL)."""
-    records = read_records(location, "--index")
+    published = read_index(location, "--index")
+    records = published.records
     by_key = {r.key: r for r in recipes}
     planned = [(r, c, images.get(c.lane, "")) for r in recipes for c in cells(r, policy.grid)]
     status = cell_status(planned, policy, records)
@@ -82,16 +90,20 @@ def audit(location: str, recipes: list[Recipe], policy: Policy, toolkit: Toolkit
     findings += [Finding("stale", cell_id, why) for cell_id, why in sorted(status.stale.items())]
     with tempfile.TemporaryDirectory(prefix="cuw-audit-") as tmp:
         for record in records:
-            name, cell = str(record.get("wheel")), _cell(record)
-            recipe = by_key.get(str(record.get("recipe")))
-            if recipe is None or cell is None:
-                if record.get("recipe") in by_key or not recipes:
+            name, cell, key = str(record.get("wheel")), record_cell_of(record), record.get("recipe")
+            recipe = by_key.get(key) if isinstance(key, str) else None
+            if recipe is None or cell is None or record_cell(record) is None:
+                if recipe is not None or not recipes or not isinstance(key, str):  # else: a recipe not audited here
                     findings.append(Finding("wheel", name, "its build record names no cell of a known recipe"))
                 continue
+            try:
+                archs = cell_archs(recipe, policy.archs, cell)
+            except CuwError as exc:  # a CUDA line the policy has dropped since: the wheel stays published
+                findings.append(Finding("wheel", name, f"not checked: its cell is outside today's policy ({exc})"))
+                continue
             say(f"audit: checking {name}")
-            wheel = _wheel_file(location, name, Path(tmp))
-            checked = verify(wheel, recipe, cell, toolkit, policy.wheel, cell_archs(recipe, policy.archs, cell),
-                             import_check=False)  # fmt: skip
+            wheel = _wheel_file(published.wheels[name], name, Path(tmp), _limit(name, policy, published.sizes))
+            checked = verify(wheel, recipe, cell, toolkit, policy.wheel, archs, import_check=False)
             findings += [Finding("wheel", name, f"{c.name}: {'; '.join(c.details)}") for c in checked.checks if not c.ok]
             if wheel.parent == Path(tmp):
                 wheel.unlink()

@@ -12,10 +12,11 @@ its ``cuw-index.json`` lists the wheels, and each wheel's record is ``files/<whe
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
-from urllib.parse import quote
+from typing import Any, Callable, Iterable, Optional, Union
+from urllib.parse import quote, unquote, urlsplit
 
 from cuw.base import http
 from cuw.base.errors import CuwError
@@ -23,7 +24,8 @@ from cuw.config.cell import Cell
 from cuw.config.inputs import cell_inputs, inputs_digest
 from cuw.config.policy import Policy
 from cuw.config.recipe import Recipe
-from cuw.wheel.index import MARKER, published_files
+from cuw.config.lanes import LANE_NAMES
+from cuw.wheel.index import MARKER, published_files, remote_files
 from cuw.wheel.publish import RECORD_SUFFIX
 
 REBUILD = ("missing", "stale", "all")
@@ -42,6 +44,27 @@ class CellStatus:
         return {*self.missing, *(self.stale if rebuild == "stale" else ())}
 
 
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def locate(location: str, option: str = "--published") -> Union[str, Path]:
+    """Where an index is: an http(s) URL (returned without a trailing ``/``) or a folder (a
+    ``file://`` URL is its folder). An empty value and any other scheme are refused: read as a
+    folder, they would be "nothing published"."""
+    if not location.strip():
+        raise CuwError(f"{option}: an empty value; give the index folder or the http(s) URL it is served at")
+    match = _SCHEME.match(location)
+    if match is None:
+        return Path(location)
+    scheme = match.group(1).lower()
+    if scheme in ("http", "https"):
+        return scheme + location[len(scheme):].rstrip("/")
+    parts = urlsplit(location)
+    if scheme == "file" and parts.netloc in ("", "localhost"):
+        return Path(unquote(parts.path))
+    raise CuwError(f"{option} {location}: {scheme}:// is not read; give the index folder or the http(s) URL it is served at")
+
+
 def _fetch(url: str, option: str) -> bytes:
     return http.fetch(url, option, MAX_RECORD_BYTES)
 
@@ -52,22 +75,45 @@ def _json(data: bytes, where: str, option: str) -> Any:
 
 def read_records(location: str, option: str = "--published") -> list[dict[str, Any]]:
     """Every published wheel's build record, from an index folder or the URL it is served at."""
-    if location.startswith(("http://", "https://")):
-        base = location.rstrip("/")
+    return read_index(location, option).records
+
+
+@dataclass(frozen=True)
+class Published:
+    records: list[dict[str, Any]]  # every published wheel's build record
+    wheels: dict[str, str]  # wheel name -> where it is: its URL, or its path in the index folder
+    sizes: dict[str, int]  # a release asset's size, as the marker lists it
+
+
+def read_index(location: str, option: str = "--published") -> Published:
+    """Every published wheel's build record, and where each wheel is: under ``files/``, or a
+    release asset at the URL the marker names."""
+    where = locate(location, option)
+    if isinstance(where, str):
+        base = where
         marker = _json(_fetch(f"{base}/{MARKER}", option), f"{base}/{MARKER}", option)
         files = marker.get("files") if isinstance(marker, dict) else None
-        if not isinstance(files, dict):
+        remote = marker.get("remote", {}) if isinstance(marker, dict) else None
+        if not isinstance(files, dict) or not isinstance(remote, dict):
             raise CuwError(f"{option}: {base}/{MARKER} lists no files; not an index made by cuw")
         names = sorted(files)
+        _check_names(names, f"{base}/{MARKER}", option)
+        wheels = {name: _remote_url(remote.get(name)) or f"{base}/files/{quote(name)}" for name in names}
+
         def load(name: str) -> Any:
             url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
             return _json(_fetch(url, option), url, option)
     else:
-        folder = Path(location)
+        folder = where
         if not folder.is_dir():
-            raise CuwError(f"{option} {location}: no such index folder (make it empty for a first run, "
-                           "or leave out --published)")  # fmt: skip
+            fix = ("make it empty for a first run, or leave out --published" if option == "--published"
+                   else "give the folder the index was published to")  # fmt: skip
+            what = "is a file, not an index folder" if folder.exists() else "no such index folder"
+            raise CuwError(f"{option} {location}: {what} ({fix})")
         names = sorted(published_files(folder))
+        _check_names(names, str(folder / MARKER), option)
+        remote = remote_files(folder)
+        wheels = {name: _remote_url(remote.get(name)) or str(folder / "files" / name) for name in names}
 
         def load(name: str) -> Any:
             path = folder / "files" / f"{name}{RECORD_SUFFIX}"
@@ -82,7 +128,53 @@ def read_records(location: str, option: str = "--published") -> list[dict[str, A
         if not isinstance(record, dict) or record.get("wheel") != name:
             raise CuwError(f"{option}: the record of {name} names another wheel; restore the index")
         records.append(record)
-    return records
+    sizes = {n: r["size"] for n, r in remote.items() if isinstance(r, dict) and type(r.get("size")) is int}
+    return Published(records, wheels, sizes)
+
+
+def _check_names(names: list[str], marker: str, option: str) -> None:
+    for name in names:
+        if not (name.endswith(".whl") and not name.startswith(".") and "/" not in name and "\\" not in name and name.isprintable()):
+            raise CuwError(f"{option}: {marker} lists {name!r}, not a wheel file name; restore the index")
+
+
+def _remote_url(entry: Any) -> Optional[str]:
+    url = entry.get("url") if isinstance(entry, dict) else None
+    return url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
+
+
+def record_cell(record: dict[str, Any]) -> Optional[str]:
+    """The id of the cell a build record is of: its inputs' cell, or (a record older than input
+    digests, without ``inputs``) its cell's; None when it names none it can be read as."""
+    if "inputs" in record:
+        inputs = record["inputs"]
+        key = inputs.get("cell") if isinstance(inputs, dict) else None
+        return key if isinstance(key, str) and key else None
+    cell = record_cell_of(record)
+    return cell.id if cell is not None else None
+
+
+def record_cell_of(record: dict[str, Any]) -> Optional[Cell]:
+    """The record's ``cell`` as a :class:`Cell` of its own recipe and a known lane, or None."""
+    cell = record.get("cell")
+    if not isinstance(cell, dict) or set(cell) != {"recipe", "lane", "python", "cuda", "torch"}:
+        return None
+    if not all(isinstance(cell[k], str) and cell[k] for k in ("recipe", "lane", "python", "cuda")):
+        return None
+    if not (cell["torch"] is None or isinstance(cell["torch"], str)) or cell["lane"] not in LANE_NAMES:
+        return None
+    if cell["recipe"] != record.get("recipe", cell["recipe"]):
+        return None
+    return Cell(**cell)
+
+
+def check_cells(records: list[dict[str, Any]], option: str = "--published") -> None:
+    """Refuses a record that names no cell: the plan would take its cell for missing and rebuild
+    it, and publish would then refuse the rebuild (the name is published)."""
+    for record in records:
+        if record_cell(record) is None:
+            raise CuwError(f"{option}: the record of {record.get('wheel')} names no cell (its inputs.cell, or its cell, "
+                           "is missing or malformed); restore the index")  # fmt: skip
 
 
 def _changed(old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -95,14 +187,9 @@ def cell_status(cells: Iterable[tuple[Recipe, Cell, str]], policy: Policy, recor
     """Each planned cell (recipe, cell, its build image) against the published records."""
     by_cell: dict[str, list[dict[str, Any]]] = {}
     for record in records:
-        inputs, cell = record.get("inputs"), record.get("cell")
-        key = inputs.get("cell") if isinstance(inputs, dict) else None
-        if key is None and isinstance(cell, dict):  # a record older than input digests
-            try:
-                key = Cell(**cell).id
-            except TypeError:
-                key = None
-        by_cell.setdefault(str(key), []).append(record)
+        key = record_cell(record)
+        if key is not None:
+            by_cell.setdefault(key, []).append(record)
     status = CellStatus()
     for recipe, cell, image in cells:
         today = cell_inputs(recipe, policy, cell, image)

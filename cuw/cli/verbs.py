@@ -177,6 +177,7 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
 
     if args.output is not None:
         check_destination(args.output, "--output")
+        _outside_index(args.output, args.published, "--published")
     keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
     recipes = [load_recipe(k, recipes_dir) for k in keys]
     filters = _filters(args)
@@ -205,6 +206,7 @@ def _audit(args: argparse.Namespace, recipes_dir: Path) -> int:
 
     if args.output is not None:
         check_destination(args.output, "--output")
+        _outside_index(args.output, args.index, "--index")
     if args.on_host and args.image:
         raise CuwError("--on-host and --image name two builders; give one")
     keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
@@ -223,16 +225,30 @@ def _audit(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 1 if findings else 0
 
 
+def _outside_index(output: Path, location: Optional[str], option: str) -> None:
+    """A report never goes into the index folder it reads: the marker overwritten is the index lost."""
+    from cuw.ci.published import locate
+
+    where = locate(location, option) if location is not None else None
+    if isinstance(where, Path) and where.is_dir():
+        root, out = where.resolve(), output.resolve()
+        if out == root or root in out.parents:
+            raise CuwError(f"--output {output} is inside the index {location} ({option}), which is read, never written; "
+                           "give a path outside it")  # fmt: skip
+
+
 def _drop_published(result: dict, recipes: list[Recipe], policy, location: str, rebuild: Optional[str]) -> dict:
     """The plan less the cells the published index holds with today's inputs (cuw/ci/published.py)."""
     from cuw.ci import matrix
-    from cuw.ci.published import cell_status, read_records
+    from cuw.ci.published import cell_status, check_cells, read_records
     from cuw.config.cell import Cell
 
     by_key = {r.key: r for r in recipes}
     cells = [(by_key[key], Cell(key, lane, python, cuda, torch or None), image)
              for key, lane, python, cuda, torch, image in matrix.planned_cells(result)]  # fmt: skip
-    status = cell_status(cells, policy, read_records(location))
+    records = read_records(location)
+    check_cells(records)  # a record read as no cell would have its cell rebuilt, and the rebuild refused
+    status = cell_status(cells, policy, records)
     mode = rebuild or "stale"
     keep = status.to_build(mode)
     report.say(f"matrix: published at {location}: {len(status.current)} cell(s) up to date, {len(status.stale)} stale, "
