@@ -380,11 +380,14 @@ def run(argv: list[str]) -> int:
     if args.verb == "publish":
         from cuw.wheel.publish import run_publish
 
-        from cuw.wheel.publish import AssetStore, check_asset_store, continue_from
+        from cuw.wheel.publish import AssetStore, check_asset_store, check_folders, continue_from
 
         if (args.asset_url is None) != (args.upload is None):
             raise CuwError("--asset-url and --upload go together: where the wheels will be, and where they wait for upload")
         store = AssetStore(args.asset_url, args.upload) if args.asset_url else None
+        if not args.incoming.is_dir():  # before --from-url fills INDEX: a typo must not leave it continued
+            raise CuwError(f"publish: {args.incoming} is not a folder (the wheels the links uploaded)")
+        check_folders(args.incoming, args.index, args.upload)
         if store is not None:
             check_asset_store(store)
             writable_dir(store.upload, "--upload")

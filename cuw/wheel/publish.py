@@ -205,43 +205,104 @@ class AssetStore:
 
 
 def check_asset_store(store: AssetStore) -> None:
-    if not store.url.startswith(("https://", "http://")) or "{wheel}" not in store.url:
-        raise CuwError(f"--asset-url {store.url!r}: an http(s) URL with {{wheel}} (and {{recipe}}) in it")
+    """A template that fills in ``{recipe}`` and ``{wheel}`` as they are (no index, attribute,
+    conversion or format: ``{wheel.__class__}`` would put Python's insides into every URL), with
+    ``{wheel}`` in it, into an http(s) URL with a fixed host."""
+    import string
+    from urllib.parse import urlsplit
+
+    bad = f"--asset-url {store.url!r}:"
+    if not store.url.lower().startswith(("https://", "http://")):
+        raise CuwError(f"{bad} an http(s) URL with {{wheel}} (and {{recipe}}) in it")
     try:
-        store.url.format(recipe="r", wheel="w")
-    except (KeyError, IndexError, ValueError):
-        raise CuwError(f"--asset-url {store.url!r}: only {{recipe}} and {{wheel}} may be filled in") from None
+        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(store.url)
+                  if name is not None]  # fmt: skip
+    except ValueError as exc:
+        raise CuwError(f"{bad} not a template ({exc}); only {{recipe}} and {{wheel}} may be filled in") from None
+    if any(name not in ("recipe", "wheel") or spec or conversion for name, spec, conversion in fields):
+        raise CuwError(f"{bad} only {{recipe}} and {{wheel}} may be filled in, as they are (no index, attribute, "
+                       "conversion or format)")  # fmt: skip
+    if "wheel" not in [name for name, _, _ in fields]:
+        raise CuwError(f"{bad} an http(s) URL with {{wheel}} (and {{recipe}}) in it: every wheel needs a URL of its own")
+    template = urlsplit(store.url)
+    filled = store.url_of("r", "w.whl")
+    if "{" in template.netloc or not urlsplit(filled).hostname:
+        raise CuwError(f"{bad} the host must be written out (https://HOST/...{{wheel}})")
+    odd = next((c for c in filled if c.isspace() or not c.isprintable() or c in '"<>\\^`{|}'), None)
+    if odd is not None:
+        raise CuwError(f"{bad} {odd!r} has no place in a URL (percent-encode it)")
+
+
+def check_folders(incoming: Path, index: Path, upload: Optional[Path] = None) -> None:
+    """INCOMING, INDEX and the upload folder lie apart: an upload folder in the index would put the
+    wheels on the pages, one in INCOMING would be published again from there, an index in INCOMING
+    (or INCOMING in it) would be read as arrived wheels."""
+    named = [("INCOMING", incoming), ("INDEX", index)] + ([("--upload", upload)] if upload is not None else [])
+    for i, (one, a) in enumerate(named):
+        for other, b in named[i + 1 :]:
+            ra, rb = a.resolve(), b.resolve()
+            if ra == rb or ra in rb.parents or rb in ra.parents:
+                raise CuwError(f"publish: {one} {a} and {other} {b} {'are one folder' if ra == rb else 'lie one in the other'}; "
+                               "give separate folders")  # fmt: skip
+
+
+def _check_marker(marker: Any, where: str) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """An online index's marker, read as :func:`cuw.wheel.index.published_files` reads a folder's."""
+    files = marker.get("files") if isinstance(marker, dict) else None
+    remote = marker.get("remote", {}) if isinstance(marker, dict) else None
+    if (not isinstance(files, dict) or not isinstance(remote, dict) or not all(isinstance(v, str) for v in files.values())
+            or not all(n in files and isinstance(r, dict) and str(r.get("url", "")).startswith(("https://", "http://"))
+                       and type(r.get("size")) is int for n, r in remote.items())):  # fmt: skip
+        raise CuwError(f"--from-url: {where} is not an index record (files, and remote wheels with url and size); "
+                       "restore the published index")  # fmt: skip
+    for name in files:
+        if not name.endswith(".whl") or name.startswith(".") or "/" in name or "\\" in name or not name.isprintable():
+            raise CuwError(f"--from-url: {where} lists {name!r}, not a wheel file name; restore the published index")
+    return dict(files), dict(remote)
 
 
 def continue_from(site: str, index: Path) -> int:
     """The published state of the index served at ``site`` (its marker and every build record),
-    written into ``index``, a new folder: a publish on a runner that starts empty continues from
-    what is online, never from nothing. Returns how many wheels the site lists."""
+    written into ``index``, a new or empty folder: a publish on a runner that starts empty continues
+    from what is online, never from nothing. Everything is read and checked before anything is
+    written, the marker last. Returns how many wheels the site lists."""
     from cuw.base import http
-    from cuw.wheel.index import MARKER, write_marker
+    from cuw.wheel.index import LOCK, MARKER, index_lock, write_marker
 
-    if (index / MARKER).exists():
-        raise CuwError(f"--from-url: {index} already holds an index; give a new folder to continue {site} in")
+    def check_new() -> None:
+        if (index / MARKER).exists():
+            raise CuwError(f"--from-url: {index} already holds an index; give a new folder to continue {site} in")
+        if index.exists() and not index.is_dir():
+            raise CuwError(f"--from-url: {index} is a file; give a new or empty folder to continue {site} in")
+        there = sorted(p.name for p in index.iterdir() if p.name != LOCK) if index.is_dir() else []
+        if there:
+            raise CuwError(f"--from-url: {index} holds other files ({', '.join(there[:3])}); give a new or empty folder "
+                           f"to continue {site} in")  # fmt: skip
+
+    check_new()
+    if not site.lower().startswith(("https://", "http://", "file://")):
+        raise CuwError(f"--from-url {site}: the http(s) URL the index is served at")
     base = site.rstrip("/")
     marker = http.parse_json(http.fetch(f"{base}/{MARKER}", "--from-url"), f"{base}/{MARKER}", "--from-url")
-    files = marker.get("files") if isinstance(marker, dict) else None
-    remote = marker.get("remote", {}) if isinstance(marker, dict) else None
-    if not isinstance(files, dict) or not isinstance(remote, dict):
-        raise CuwError(f"--from-url: {base}/{MARKER} is not an index record")
+    files, remote = _check_marker(marker, f"{base}/{MARKER}")
     local = sorted(set(files) - set(remote))
     if local:
         raise CuwError(f"--from-url: {base} serves {local[0]} itself; --from-url continues an index whose wheels are "
                        "stored elsewhere (release assets)")  # fmt: skip
-    (index / "files").mkdir(parents=True, exist_ok=True)
+    records = {}
     for name in sorted(files):
-        if "/" in name or "\\" in name:
-            raise CuwError(f"--from-url: {base}/{MARKER} lists {name!r}, not a file name")
         url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
         record = http.parse_json(http.fetch(url, "--from-url"), url, "--from-url")
         if not isinstance(record, dict) or record.get("wheel") != name:
             raise CuwError(f"--from-url: {url} is not the build record of {name}")
-        write_text(index / "files" / f"{name}{RECORD_SUFFIX}", json.dumps(record, indent=2, sort_keys=True) + "\n", "build record")
-    write_marker(index, dict(files), dict(remote))
+        records[name] = record
+    with index_lock(index):  # another continue or publish into the same folder meanwhile: one of them is refused
+        check_new()
+        (index / "files").mkdir(exist_ok=True)
+        for name, record in records.items():
+            write_text(index / "files" / f"{name}{RECORD_SUFFIX}", json.dumps(record, indent=2, sort_keys=True) + "\n",
+                       "build record")  # fmt: skip
+        write_marker(index, files, remote)
     return len(files)
 
 
@@ -254,6 +315,7 @@ def publish(incoming: Path, index: Path, reports: Optional[Path] = None, store: 
 
     if not incoming.is_dir():
         raise CuwError(f"publish: {incoming} is not a folder (the wheels the links uploaded)")
+    check_folders(incoming, index, store.upload if store is not None else None)
     # Sorted once without touching the index (a run with nothing to add, or refused, writes nothing)...
     outcome, accepted = _sort(incoming, published_files(index) if (index / MARKER).is_file() else {}, reports, index)
     if not accepted and not outcome.already:
