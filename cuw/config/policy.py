@@ -162,12 +162,26 @@ def check_image_policy(lane: str, image: BuildImage, source: str) -> None:
         raise CuwError(f"{source}.floor {image.floor!r}: a manylinux_X_Y_{known.wheel_platform} tag")
 
 
+# An image name as the engines read it: [registry[:port]/]path[:tag], path parts of a-z 0-9 joined by . _ __ -.
+_HOST_PART = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_NAME = rf"(?:{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*(?::[\w][\w.-]{{0,127}})?"
+
+
 def check_pinned(ref: str, source: str) -> None:
     """An image reference pinned by digest (``name@sha256:<64 hex>``): a tag can move under the farm."""
     import re
 
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._\-/:]*@sha256:[0-9a-f]{64}", ref):
+    name, at, digest = ref.rpartition("@")
+    if not at or not digest.startswith("sha256:"):
         raise CuwError(f"{source} {ref!r}: pin the image by digest (name@sha256:<64 hex digits>): a tag can move under the farm")
+    if not re.fullmatch(r"[0-9a-f]{64}", digest[len("sha256:"):]):
+        raise CuwError(f"{source} {ref!r}: the digest after @sha256: is 64 lowercase hex digits "
+                       f"(this one has {len(digest) - len('sha256:')} characters)")  # fmt: skip
+    if not re.fullmatch(IMAGE_NAME, name):
+        why = "an image name is lowercase" if name != name.lower() else f"{name!r} is not an image name"
+        raise CuwError(f"{source} {ref!r}: {why} ([registry[:port]/]path[:tag]@sha256:<digest>, path parts of "
+                       "a-z and 0-9 joined by . _ -)")  # fmt: skip
 
 
 def image_overrides(values: list[str], policy: "Policy", source: str = "--image") -> dict[str, str]:
@@ -178,10 +192,14 @@ def image_overrides(values: list[str], policy: "Policy", source: str = "--image"
 
     out: dict[str, str] = {}
     for item in (v.strip() for value in values for v in value.split(",")):
-        lane, sep, ref = item.partition("=")
+        lane, sep, ref = (part.strip() for part in item.partition("="))
         if not sep or not lane or not ref:
             raise CuwError(f"{source} {item!r}: LANE=REF (for example linux=registry/image@sha256:<digest>)")
-        if lane_of(lane).os != "linux":
+        try:
+            known = lane_of(lane)
+        except CuwError as exc:
+            raise CuwError(f"{source} {item!r}: {exc}") from None
+        if known.os != "linux":
             raise CuwError(f"{source} {item!r}: only Linux lanes run in a build image")
         if lane in out:
             raise CuwError(f"{source}: lane {lane} is given twice")
