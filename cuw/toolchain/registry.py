@@ -9,6 +9,7 @@ on the loopback only; the engine pushes to it without TLS (127.0.0.0/8 is truste
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import subprocess
 import time
@@ -32,21 +33,66 @@ class Registry:
     host: str  # 127.0.0.1:PORT
 
 
-def _config(folder: Path, port: int) -> str:
+TOKEN_HEADER = "X-Cuw-Registry"  # sent by the registry started here, with a token of its start only
+PORT_TRIES = 3  # a port found free can be taken before the registry binds it
+
+
+def _config(folder: Path, port: int, token: str = "") -> str:
     return json.dumps({
         "version": 0.1,
         "log": {"level": "warn"},
         "storage": {"filesystem": {"rootdirectory": str(folder / "data")}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}"},
+        "http": {"addr": f"127.0.0.1:{port}", "headers": {TOKEN_HEADER: [token]}},
     })  # fmt: skip  # JSON is YAML: the registry reads it as its config file
 
 
-def _answers(host: str) -> bool:
+def _answers(host: str, token: str) -> bool:
+    """Whether the registry started here answers on ``host``: another server on the port (it took
+    the port first) is never taken for it, whatever it answers."""
     try:
         with urllib.request.urlopen(f"http://{host}/v2/", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
+            return response.status == 200 and response.headers.get(TOKEN_HEADER) == token
+    except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _start(binary: str, folder: Path, wait_s: float) -> tuple[subprocess.Popen, str] | None:
+    """The registry on a free port, answering; None when another server took the port first."""
+    port, token = free_port(), secrets.token_hex(16)
+    config = folder / "config.yml"
+    config.write_text(_config(folder, port, token))
+    host, log_path = f"127.0.0.1:{port}", folder / "registry.log"
+    with open(log_path, "ab") as log:
+        offset = log.tell()
+        proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + wait_s
+        while not _answers(host, token):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                with open(log_path, "rb") as log:
+                    log.seek(offset)
+                    said = log.read().decode(errors="replace").strip().splitlines()
+                if proc.poll() is not None and any("address already in use" in line for line in said):
+                    _stop(proc)
+                    return None
+                tail = " | ".join(said[-2:])
+                raise CuwError(f"the local registry ({binary}) did not answer on {host} in {wait_s:.0f} s: "
+                               f"{tail or 'no output'}; log {log_path}")  # fmt: skip
+            time.sleep(0.2)
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, host
 
 
 @contextmanager
@@ -56,30 +102,19 @@ def local_registry(folder: Path, say: Say, wait_s: float = 30.0) -> Iterator[Reg
     if binary is None:
         raise CuwError("no image registry to pin a local image by digest: apt-get install docker-registry")
     folder.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    config = folder / "config.yml"
-    config.write_text(_config(folder, port))
-    host = f"127.0.0.1:{port}"
-    with open(folder / "registry.log", "ab") as log:
-        proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)  # fmt: skip
+    for _ in range(PORT_TRIES):
+        started = _start(binary, folder, wait_s)
+        if started is not None:
+            break
+    else:
+        raise CuwError(f"the local registry ({binary}) lost its port to another server {PORT_TRIES} times; "
+                       f"log {folder / 'registry.log'}")  # fmt: skip
+    proc, host = started
     try:
-        deadline = time.monotonic() + wait_s
-        while not _answers(host):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = " | ".join((folder / "registry.log").read_text(errors="replace").strip().splitlines()[-2:])
-                raise CuwError(f"the local registry ({binary}) did not answer on {host} in {wait_s:.0f} s: "
-                               f"{tail or 'no output'}; log {folder / 'registry.log'}")  # fmt: skip
-            time.sleep(0.2)
         say(f"registry: {binary} on {host} (storage {folder / 'data'})")
         yield Registry(host)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 def _repo_digests(engine: Engine, ref: str) -> list[str]:
