@@ -163,6 +163,25 @@ def _node_binary() -> Path:
     return node
 
 
+def _docker_tools() -> tuple[Any, Path, Path]:
+    """What docker mode needs before it builds anything: the engine, answering; node to mount; this
+    machine's runner image recipe; a registry to pin the stand-in by digest."""
+    from cuw.toolchain.builder import linux_machine
+    from cuw.toolchain.engine import find_engine
+    from cuw.toolchain.image_build import IMAGES_DIR
+    from cuw.toolchain.registry import BINARIES
+
+    engine = find_engine("docker")
+    node = _node_binary()
+    runner_recipe = IMAGES_DIR / f"runner-{linux_machine()}.yml"
+    if not runner_recipe.is_file():
+        raise CuwError(f"--engine docker: no runner image recipe for this machine ({runner_recipe})")
+    if not any(shutil.which(name) for name in BINARIES):
+        raise CuwError("--engine docker: no image registry to pin the stand-in build image by digest: "
+                       "apt-get install docker-registry")  # fmt: skip
+    return engine, node, runner_recipe
+
+
 @contextmanager
 def docker_mode(index: Path, lane: str) -> Iterator[tuple[list[str], dict[str, str]]]:
     """act's arguments and the workflow's inputs for a run with every job in a container of its own.
@@ -174,16 +193,10 @@ def docker_mode(index: Path, lane: str) -> Iterator[tuple[list[str], dict[str, s
     publish job also gets the index folder, at its path here. CUDA comes from NVIDIA's pinned wheels
     inside each build job (``CUW_TOOLKIT=wheels``): nothing of this machine's toolkit goes in."""
     from cuw.jobs.container import CA_IN_CONTAINER, ca_bundle
-    from cuw.toolchain.builder import linux_machine
-    from cuw.toolchain.engine import find_engine
-    from cuw.toolchain.image_build import IMAGES_DIR, build_image, cache_root, default_recipe, load_image_recipe
+    from cuw.toolchain.image_build import build_image, cache_root, default_recipe, load_image_recipe
     from cuw.toolchain.registry import local_registry, pin
 
-    engine = find_engine("docker")
-    node = _node_binary()
-    runner_recipe = IMAGES_DIR / f"runner-{linux_machine()}.yml"
-    if not runner_recipe.is_file():
-        raise CuwError(f"--engine docker: no runner image recipe for this machine ({runner_recipe})")
+    engine, node, runner_recipe = _docker_tools()
     runner, _ = build_image(engine, load_image_recipe(runner_recipe), report.say)
     standin, _ = build_image(engine, load_image_recipe(default_recipe()), report.say)
     mounts = f"-v {node}:{NODE_IN_CONTAINER}:ro"
@@ -339,10 +352,17 @@ def run_workflow(args: argparse.Namespace) -> int:
         raise CuwError(f"--jobs must be between 1 and 64, got {args.jobs}")
 
     farm = repo / ".cuw" / "farm"
+    index = (args.index or farm / "index").resolve()
+    # Every input and tool before anything is made: the index folder, act, and docker mode's own.
+    if index.exists() and not index.is_dir():
+        raise CuwError(f"--index {index} is a file, not a folder")
+    _act_binary()
+    if args.engine:
+        _docker_tools()
+    # The plan reads it (cells published with today's inputs are left out); docker mode mounts it.
+    writable_dir(index, "--index")
     run_dir = farm / "runs" / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
-    index = (args.index or farm / "index").resolve()
-    index.parent.mkdir(parents=True, exist_ok=True)
     act_home = farm / "act"
     text = flow.read_text(encoding="utf-8")
     minors = sorted(set(re.findall(r'python-version:\s*"(\d+\.\d+)"', text)) | {j["python"] for j in jobs})
@@ -353,8 +373,6 @@ def run_workflow(args: argparse.Namespace) -> int:
     local_repos = local_repositories(text, offline) if offline else []
     report.say(f"workflow: actions {'from ' + str(offline) if offline else 'fetched by act (online)'}")
 
-    # The plan reads it (cells published with today's inputs are left out); docker mode mounts it.
-    writable_dir(index, "--index")
     # Host mode runs no job containers: every job on this machine, not in its lane's image.
     mode: ContextManager[tuple[list[str], dict[str, str]]] = (
         docker_mode(index, lanes[0]) if args.engine else nullcontext(([], {"on_host": "true"})))  # fmt: skip
