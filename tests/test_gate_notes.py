@@ -76,7 +76,9 @@ def _tiny_recipe(recipes: Path, env: dict[str, str], late: bool = False, extra: 
     for i, key in enumerate(kernels):
         files[key] = f'__global__ void k{i}(int* x) {{ x[0] = {i}; }}\nextern "C" int tiny_k{i}(void) {{ return {i}; }}\n'
     decl = "".join(f'extern "C" int tiny_k{i}(void);\n' for i in range(len(kernels)))
-    files[HOST] = decl + 'extern "C" int tiny_sum(void) { return ' + " + ".join(f"tiny_k{i}()" for i in range(len(kernels))) + "; }\n"
+    files[HOST] = (
+        decl + 'extern "C" int tiny_sum(void) { return ' + " + ".join(f"tiny_k{i}()" for i in range(len(kernels))) + "; }\n"
+    )
     files[LATE] = 'extern "C" int tiny_sum(void);\nextern "C" int tiny_late(void) { return tiny_sum(); }\n'
     files[EXTRA] = "__global__ void unbuilt(int* x) { x[0] = 7; }\n"
     cmake = ("cmake_minimum_required(VERSION 3.24)\nproject(cuw_tiny LANGUAGES CXX CUDA)\n"
@@ -280,7 +282,9 @@ def test_with_a_remote_what_a_shard_found_there_counts_so_its_misses_may_never_r
         job_cache.prepare()
         env = {**cache.scrub(dict(os.environ)), **job_cache.env}
         for tu in tus:
-            subprocess.run([job_cache.binary(), nvcc, "-arch=sm_90", "-c", tu, "-o", f"{name}-{tu}.o"], cwd=src, env=env, check=True)
+            subprocess.run(
+                [job_cache.binary(), nvcc, "-arch=sm_90", "-c", tu, "-o", f"{name}-{tu}.o"], cwd=src, env=env, check=True
+            )
         return job_cache
 
     job("earlier-shard", f"file:{remote}", "found.cu")
