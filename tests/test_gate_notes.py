@@ -120,13 +120,17 @@ def test_without_a_compile_database_a_failed_shard_passes_with_an_owned_host_tu_
     """Makefiles, compile_commands.json switched off: the first library's link fails (as a shard's
     does), make -k never builds the library that links against it, so the host TU of that library,
     which this shard owns, is never compiled. Without a compile database the gate counts only CUDA
-    sources as the build's and passes, saying nothing of it: the link job would compile it as a miss.
+    sources as the build's and passes, with a note naming the host TU it could not check.
     With compile_commands.json the same shard fails, naming it."""
     makefiles = {"CMAKE_GENERATOR": "Unix Makefiles"}
     recipe = _tiny_recipe(recipes_dir, {**makefiles, "CMAKE_EXPORT_COMPILE_COMMANDS": "OFF"}, late=True)
     result = run_shard(recipe, ShardSpec(1, 2), paths, progress=None)
     assert result.verdict.ok, result.verdict.line
-    assert result.verdict.reasons == ["compiled 3 TUs; link failed on undefined references, as a shard should"]
+    assert result.verdict.reasons == [
+        "compiled 3 TUs; link failed on undefined references, as a shard should",
+        f"note: without a compile database only CUDA TUs are checked; 1 host TUs of its slice were never seen compiled "
+        f"(the link would miss any the build needs): {LATE}",
+    ]  # fmt: skip
     assert result.verdict.facts["build_rc"] != 0 and result.verdict.facts["expected_owned"] == 4
     assert _seat_compiled(paths, "1of2") == sorted([*OWNED, HOST]), "the late library's TU was never compiled"
     assert result.archive is not None, "handed over without it"

@@ -163,3 +163,11 @@ def test_fewer_calls_than_tus_fails():
 def test_failed_link_build_fails():
     v = link_gate(good_link(build_rc=1, wheel=None, log="/s/a.cu(3): error: boom\n"))
     assert not v.ok and "a.cu(3): error: boom" in v.line
+
+
+def test_a_slice_the_build_never_compiles_is_not_called_empty():
+    """Every owned TU outside the build's compile database, the build passing: the verdict says
+    none of its TUs is compiled by any step, not that no TU hashes to the shard."""
+    v = shard_gate(good_shard(compiled=[], expected_owned=["tests/a.cu", "tests/b.cu"], build_tus=["src/x.cu"], cache_files=0))
+    assert v.ok and v.line.startswith("shard gate PASS: compiled none of the 2 TUs of its slice: no build step compiles them")
+    assert "note: 2 TUs of its slice are not in the build's compile database: tests/a.cu, tests/b.cu" in v.reasons

@@ -265,8 +265,14 @@ def shard_gate(obs: ShardObservation) -> Verdict:
             f"{len(missing)} of its {len(obs.expected_owned)} TUs were never compiled before the build failed "
             f"(the link would miss them): {_listing(missing)}"
         )
-    if outside and obs.build_rc != 0:
+    if outside:
         v.reasons.append(f"note: {len(outside)} TUs of its slice are not in the build's compile database: {_listing(outside)}")
+    unseen_host = sorted(set(obs.expected_owned) - set(in_build) - set(obs.compiled)) if obs.build_tus is None else []
+    if unseen_host and obs.build_rc != 0:
+        # Without a compile database a host source may be a test or an example no step builds: a
+        # note, not a failure, that says what the gate could not check.
+        v.reasons.append(f"note: without a compile database only CUDA TUs are checked; {len(unseen_host)} host TUs of its "
+                         f"slice were never seen compiled (the link would miss any the build needs): {_listing(unseen_host)}")  # fmt: skip
     if obs.uncacheable:
         v.ok = False
         v.facts["uncacheable"] = sorted(obs.uncacheable)
@@ -290,7 +296,9 @@ def shard_gate(obs: ShardObservation) -> Verdict:
     if v.ok:
         how = "build succeeded" if obs.build_rc == 0 else "link failed on undefined references, as a shard should"
         n = len(obs.compiled)
-        slice_note = f"compiled {n} TU{'' if n == 1 else 's'}" if n else "empty slice (no TU hashes to this shard)"
+        slice_note = (f"compiled {n} TU{'' if n == 1 else 's'}" if n else
+                      f"compiled none of the {len(obs.expected_owned)} TUs of its slice: no build step compiles them"
+                      if obs.expected_owned else "empty slice (no TU hashes to this shard)")  # fmt: skip
         v.reasons.insert(0, f"{slice_note}; {how}")
     return v
 
