@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import json
 import socket
 import subprocess
@@ -232,3 +234,21 @@ def _short_timeout(run):
         return run(*args, **kwargs)
 
     return call
+
+
+def test_a_broken_user_ccache_config_is_not_read_as_a_wrong_version(monkeypatch):
+    """The jobs keep the user's ccache configuration out (their own CCACHE_CONFIGPATH); the version
+    probe does the same, so a broken one is not diagnosed as a wrong ccache version."""
+    import tempfile
+
+    from cuw.toolchain import cache
+
+    with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as broken:
+        broken.write("max_size = lots\ngarbage line\n")
+    monkeypatch.setenv("CCACHE_CONFIGPATH", broken.name)
+    binary = cache.open_cache("ccache", Path(tempfile.mkdtemp()) / "c", Path(tempfile.mkdtemp())).binary()
+    plain = subprocess.run([binary, "--version"], capture_output=True, text=True)
+    assert "missing equal sign" in plain.stdout + plain.stderr, "the broken file breaks a plain --version"
+    cache._version.cache_clear()
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)?", cache._version(binary)), "asked as a job asks it"
+    os.unlink(broken.name)

@@ -342,8 +342,11 @@ VERSION_TIMEOUT_S = 20.0
 
 @lru_cache(maxsize=None)
 def _version(path: str) -> str:
+    # Asked as a job asks it: with its own configuration, not the user's (a job sets CCACHE_CONFIGPATH
+    # and SCCACHE_CONF to its own files), so a broken ~/.config/ccache/ccache.conf is not read as a version.
+    env = {**os.environ, "CCACHE_CONFIGPATH": os.devnull, "SCCACHE_CONF": os.devnull}
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace",
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace", env=env,
                              timeout=VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL).stdout  # fmt: skip
     except subprocess.TimeoutExpired:
         raise CuwError(f"{path} --version did not answer in {VERSION_TIMEOUT_S:.0f} s: not a working compiler cache") from None
