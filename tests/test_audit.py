@@ -35,8 +35,8 @@ def published(example_cell, tmp_path) -> tuple[Path, Path]:
     policy.write_text(text)
     dist = tmp_path / "dist"
     dist.mkdir()
-    shutil.copy2(example_cell.wheel, dist)
-    shutil.copy2(example_cell.wheel.with_name(example_cell.wheel.name + ".link.json"), dist)
+    for made in example_cell.paths.dist.glob(example_cell.wheel.name + "*"):  # the wheel, its link and verify reports
+        shutil.copy2(made, dist)
     proc = run_cuw("record", "example", "--dist", str(dist), "--artifacts", str(example_cell.paths.artifacts),
                    "--recipes", str(recipes))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
