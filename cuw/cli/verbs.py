@@ -388,8 +388,6 @@ def run(argv: list[str]) -> int:
         if not args.incoming.is_dir():  # before --from-url fills INDEX: a typo must not leave it continued
             raise CuwError(f"publish: {args.incoming} is not a folder (the wheels the links uploaded)")
         check_folders(args.incoming, args.index, args.upload)
-        if args.index.is_dir():  # a read-only index fails here in one line, not at its lock file
-            writable_dir(args.index, "INDEX")
         if store is not None:
             check_asset_store(store)
             writable_dir(store.upload, "--upload")

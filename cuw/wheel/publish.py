@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 from cuw import __version__
 from cuw.gates import report
 from cuw.base.errors import CuwError
-from cuw.base.files import copy_into, write_text
+from cuw.base.files import copy_into, writable_dir, write_text
 from cuw.base.files import sha256_of as sha256_file, tree_digest
 from cuw.config.inputs import cell_inputs, inputs_digest
 from cuw.wheel.index import RECORD_SUFFIX  # one name for the record beside each wheel
@@ -321,6 +321,8 @@ def publish(incoming: Path, index: Path, reports: Optional[Path] = None, store: 
     if not accepted and not outcome.already:
         return outcome
     published_files(index)  # a folder that is not an index is refused before the lock file is made in it
+    if index.is_dir():  # a read-only index fails in one line with the fix, not at its lock file (and only
+        writable_dir(index, "INDEX")  # when something is to be written: a refused run touches nothing)
     with index_lock(index):  # ...and again under the lock: another publish may have added meanwhile
         published = published_files(index)
         outcome, accepted = _sort(incoming, published, reports, index)
