@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Optional
 
 from cuw.base.errors import CuwError, Terminated, raise_terminated
-from cuw.cli.verbs import run
 
 
 def _one_line(message: str) -> str:
@@ -82,6 +81,10 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def _run_once(argv: Optional[list[str]]) -> int:
     try:
+        # Imported here, after main() installed the SIGTERM handler: the verbs' imports take the
+        # better part of the start-up, and a CI cancel in it must still end in one line and 143.
+        from cuw.cli.verbs import run
+
         code = run(sys.argv[1:] if argv is None else argv)
         sys.stdout.flush()  # a full or broken stdout must not pass for a written result
         return code
