@@ -12,12 +12,12 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
+from github_standin import JsonHandler, StandIn as BaseStandIn
 
 SCRIPT = REPO / ".github" / "scripts" / "dispatch_chunks.py"
 CHUNKS = [{"id": "linux-13.0-1", "jobs": 3}, {"id": "linux-13.0-2", "jobs": 0}, {"id": "linux-13.0-3", "jobs": 5}]
@@ -26,25 +26,14 @@ SCALE = 0.02
 SECONDARY = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
 
 
-class StandIn(ThreadingHTTPServer):
-    daemon_threads = True
-
+class StandIn(BaseStandIn):
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.faults: list[tuple[int, dict, dict]] = []  # answered first, one per request
-        self.forever: tuple[int, dict, dict] | None = None  # answered to every request
+        super().__init__(Handler)
         self.log: list[tuple[float, str, dict]] = []  # (when, path, body) of every request
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
 
-
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     server: StandIn
-
-    def log_message(self, *_args) -> None:
-        pass
 
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -56,12 +45,7 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         code, headers, payload = answer
-        raw = json.dumps(payload).encode()
-        self.send_response(code)
-        for name, value in {"Content-Type": "application/json", "Content-Length": str(len(raw)), **headers}.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(raw)
+        self.answer(code, payload, headers)
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ import sys
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
 
 from conftest import REPO
+from github_standin import JsonHandler, StandIn as BaseStandIn
 
 SCRIPT = REPO / ".github" / "scripts" / "file_issue.py"
 WORKFLOW = REPO / ".github" / "workflows" / "watch.yml"
@@ -50,38 +50,17 @@ AUDIT = """### audit of https://wheels.example/index/?token=abc123: 1 gap(s), 1 
 """
 
 
-class StandIn(ThreadingHTTPServer):
-    daemon_threads = True
-
+class StandIn(BaseStandIn):
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
+        super().__init__(Handler)
         self.issues: dict[int, dict] = {}
         self.comments: dict[int, list[str]] = {}
         self.log: list[tuple[str, str]] = []
-        self.faults: list[tuple[int, dict, dict]] = []  # answered first, one per request
-        self.forever: tuple[int, dict, dict] | None = None  # answered to every request
         self.lock = threading.Lock()
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
 
-
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     server: StandIn
-
-    def log_message(self, *_args) -> None:
-        pass
-
-    def _answer(self, code: int, payload, headers: dict | None = None) -> None:
-        raw = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(raw)
 
     def _handle(self, method: str) -> None:
         srv = self.server
@@ -92,9 +71,9 @@ class Handler(BaseHTTPRequestHandler):
             fault = srv.forever or (srv.faults.pop(0) if srv.faults else None)
             if fault:
                 code, headers, body = fault
-                return self._answer(code, body, headers)
+                return self.answer(code, body, headers)
             if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                return self._answer(401, {"message": "Bad credentials"})
+                return self.answer(401, {"message": "Bad credentials"})
             url = urllib.parse.urlsplit(self.path)
             base = f"/repos/{OWNER_REPO}/issues"
             m = re.fullmatch(rf"{base}/(\d+)(/comments)?", url.path)
@@ -104,7 +83,7 @@ class Handler(BaseHTTPRequestHandler):
                 state = query.get("state", ["open"])[0]
                 found = [i for i in srv.issues.values()
                          if wanted <= {lab["name"] for lab in i["labels"]} and (state == "all" or i["state"] == state)]  # fmt: skip
-                return self._answer(200, sorted(found, key=lambda i: -i["number"]))
+                return self.answer(200, sorted(found, key=lambda i: -i["number"]))
             if method == "POST" and url.path == base:
                 number = len(srv.issues) + 1
                 srv.issues[number] = {
@@ -112,16 +91,16 @@ class Handler(BaseHTTPRequestHandler):
                     "labels": [{"name": name} for name in payload.get("labels", [])],
                     "html_url": f"https://github.example/{OWNER_REPO}/issues/{number}",
                 }  # fmt: skip
-                return self._answer(201, srv.issues[number])
+                return self.answer(201, srv.issues[number])
             if m and int(m.group(1)) in srv.issues:
                 issue = srv.issues[int(m.group(1))]
                 if method == "PATCH" and not m.group(2):
                     issue.update({k: v for k, v in payload.items() if k in ("title", "body", "state", "state_reason")})
-                    return self._answer(200, issue)
+                    return self.answer(200, issue)
                 if method == "POST" and m.group(2):
                     srv.comments.setdefault(issue["number"], []).append(payload["body"])
-                    return self._answer(201, {"body": payload["body"]})
-            return self._answer(404, {"message": "Not Found"})
+                    return self.answer(201, {"body": payload["body"]})
+            return self.answer(404, {"message": "Not Found"})
 
     def do_GET(self) -> None:
         self._handle("GET")
