@@ -45,3 +45,8 @@ def parse_json(data: bytes, where: str, what: str) -> Any:
         return json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise CuwError(f"{what}: {where} is not JSON; restore the index or give its right location") from None
+
+
+def fetch_json(url: str, what: str, limit: int = MAX_BYTES) -> Any:
+    """A published JSON file (an index's marker, a build record): read and parsed, or one error."""
+    return parse_json(fetch(url, what, limit), url, what)

@@ -65,14 +65,6 @@ def locate(location: str, option: str = "--published") -> Union[str, Path]:
     raise CuwError(f"{option} {location}: {scheme}:// is not read; give the index folder or the http(s) URL it is served at")
 
 
-def _fetch(url: str, option: str) -> bytes:
-    return http.fetch(url, option, MAX_RECORD_BYTES)
-
-
-def _json(data: bytes, where: str, option: str) -> Any:
-    return http.parse_json(data, where, option)
-
-
 def read_records(location: str, option: str = "--published") -> list[dict[str, Any]]:
     """Every published wheel's build record, from an index folder or the URL it is served at."""
     return read_index(location, option).records
@@ -91,7 +83,7 @@ def read_index(location: str, option: str = "--published") -> Published:
     where = locate(location, option)
     if isinstance(where, str):
         base = where
-        marker = _json(_fetch(f"{base}/{MARKER}", option), f"{base}/{MARKER}", option)
+        marker = http.fetch_json(f"{base}/{MARKER}", option, MAX_RECORD_BYTES)
         files = marker.get("files") if isinstance(marker, dict) else None
         remote = marker.get("remote", {}) if isinstance(marker, dict) else None
         if not isinstance(files, dict) or not isinstance(remote, dict):
@@ -101,8 +93,7 @@ def read_index(location: str, option: str = "--published") -> Published:
         wheels = {name: _remote_url(remote.get(name)) or f"{base}/files/{quote(name)}" for name in names}
 
         def load(name: str) -> Any:
-            url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
-            return _json(_fetch(url, option), url, option)
+            return http.fetch_json(f"{base}/files/{quote(name + RECORD_SUFFIX)}", option, MAX_RECORD_BYTES)
     else:
         folder = where
         if not folder.is_dir():
@@ -118,7 +109,7 @@ def read_index(location: str, option: str = "--published") -> Published:
         def load(name: str) -> Any:
             path = folder / "files" / f"{name}{RECORD_SUFFIX}"
             try:
-                return _json(path.read_bytes(), str(path), option)
+                return http.parse_json(path.read_bytes(), str(path), option)
             except OSError as exc:
                 raise CuwError(f"{option}: {path}: {exc.strerror or exc}; a published wheel lacks its record") from None
 

@@ -283,7 +283,7 @@ def continue_from(site: str, index: Path) -> int:
     if not site.lower().startswith(("https://", "http://", "file://")):
         raise CuwError(f"--from-url {site}: the http(s) URL the index is served at")
     base = site.rstrip("/")
-    marker = http.parse_json(http.fetch(f"{base}/{MARKER}", "--from-url"), f"{base}/{MARKER}", "--from-url")
+    marker = http.fetch_json(f"{base}/{MARKER}", "--from-url")
     files, remote = _check_marker(marker, f"{base}/{MARKER}")
     local = sorted(set(files) - set(remote))
     if local:
@@ -292,7 +292,7 @@ def continue_from(site: str, index: Path) -> int:
     records = {}
     for name in sorted(files):
         url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
-        record = http.parse_json(http.fetch(url, "--from-url"), url, "--from-url")
+        record = http.fetch_json(url, "--from-url")
         if not isinstance(record, dict) or record.get("wheel") != name:
             raise CuwError(f"--from-url: {url} is not the build record of {name}")
         records[name] = record
