@@ -26,7 +26,9 @@ def _verb_session(verb: VerbSpec) -> None:
             raise SystemExit(rc)
 
     usage = " ".join(o.flag if o.required else f"[{o.flag}]" for o in verb.options if o.positional)
-    session_fn.__doc__ = f"{verb.help[:1].upper()}{verb.help[1:]}: nox -s {verb.name.replace('-', '_')} -- {usage + ' ' if usage else ''}[options]"
+    session_fn.__doc__ = (
+        f"{verb.help[:1].upper()}{verb.help[1:]}: nox -s {verb.name.replace('-', '_')} -- {usage + ' ' if usage else ''}[options]"
+    )
     nox.session(name=verb.name.replace("-", "_"))(session_fn)
 
 
@@ -56,7 +58,19 @@ def e2e(session: nox.Session) -> None:
     the system one is hidden, and example_torch for two Pythons, each with torch 2.14 in its own environment."""
     recipes = [f"--e2e-recipe={name}" for name in session.posargs if not name.startswith("-")]
     options = [arg for arg in session.posargs if arg.startswith("-")]  # --e2e-image=<ref>: every job in that image
-    files = ["tests/test_real_packages.py", *([] if recipes else ["tests/test_e2e.py", "tests/test_torch_patches.py", "tests/test_toolkit_wheels.py", "tests/test_matrix_build.py"])]
+    files = [
+        "tests/test_real_packages.py",
+        *(
+            []
+            if recipes
+            else [
+                "tests/test_e2e.py",
+                "tests/test_torch_patches.py",
+                "tests/test_toolkit_wheels.py",
+                "tests/test_matrix_build.py",
+            ]
+        ),
+    ]
     session.run(sys.executable, "-m", "pytest", "-m", "e2e", "-v", "-s", *files, *recipes, *options)
 
 

@@ -43,8 +43,13 @@ def _task(verb: VerbSpec) -> Task:
     params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for option in verb.options:
         default = inspect.Parameter.empty if option.required else (False if option.switch else "")
-        params.append(inspect.Parameter(_param(option), inspect.Parameter.KEYWORD_ONLY if not option.positional
-                                        else inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))  # fmt: skip
+        params.append(
+            inspect.Parameter(
+                _param(option),
+                inspect.Parameter.KEYWORD_ONLY if not option.positional else inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=default,
+            )
+        )
     # Required positionals first (a signature's order); optional ones (build's recipe) after them.
     params[1:] = sorted(params[1:], key=lambda p: (p.kind != p.POSITIONAL_OR_KEYWORD, p.default is not p.empty))
     body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

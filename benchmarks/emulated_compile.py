@@ -31,16 +31,33 @@ from cuw.toolchain.toolkit import find_toolkit  # noqa: E402
 
 def _native(nvcc: Path, source: Path, out: Path) -> float:
     started = time.monotonic()
-    subprocess.run([str(nvcc), "-c", str(source), "-o", str(out), "-arch=sm_90", "-O3", "-Xcompiler", "-fPIC"],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [str(nvcc), "-c", str(source), "-o", str(out), "-arch=sm_90", "-O3", "-Xcompiler", "-fPIC"],
+        check=True,
+        capture_output=True,
+    )
     return time.monotonic() - started
 
 
 def _emulated(job, home: Path, toolkit: str, source: Path, out: Path) -> float:  # type: ignore[no-untyped-def]
     script = f"{toolkit}/bin/nvcc -c {source} -o {out} -arch=sm_90 -O3 -Xcompiler -fPIC"
     package = REPO / "recipes" / "example" / "package"  # the kernels include its headers
-    cmd = job.engine.cmd("run", "--rm", "--network", "host", "-v", f"{home}:{home}:ro", "-v", f"{package}:{package}:ro",
-                         "-v", f"{out.parent}:{out.parent}", job.ref, "bash", "-c", f"time -p {script}")  # fmt: skip
+    cmd = job.engine.cmd(
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "-v",
+        f"{home}:{home}:ro",
+        "-v",
+        f"{package}:{package}:ro",
+        "-v",
+        f"{out.parent}:{out.parent}",
+        job.ref,
+        "bash",
+        "-c",
+        f"time -p {script}",
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     real = [line for line in proc.stderr.splitlines() if line.startswith("real ")]
     return float(real[-1].split()[1])  # the compile alone, not the container's start
@@ -58,8 +75,10 @@ def main() -> int:
     home = _home(job)
     toolkits = sorted(home.glob(".cache/cuw/toolkits/cuda*/site/nvidia/cu13"))
     if not toolkits:
-        parser.error(f"no aarch64 toolkit under {home}: run a job in the image first (nox -s arm), which installs "
-                     f"{', '.join(load_policy(default_recipes_dir()).toolkit_wheels['13.0'])}")  # fmt: skip
+        parser.error(
+            f"no aarch64 toolkit under {home}: run a job in the image first (nox -s arm), which installs "
+            f"{', '.join(load_policy(default_recipes_dir()).toolkit_wheels['13.0'])}"
+        )
     source = REPO / "recipes" / "example" / "package" / "csrc" / "kernels" / args.tu
     nvcc = find_toolkit().nvcc
     native, emulated = [], []
@@ -70,8 +89,10 @@ def main() -> int:
             emulated.append(_emulated(job, home, str(toolkits[-1]), source, out))
             print(f"run {i + 1}: native {native[-1]:.1f} s, emulated aarch64 {emulated[-1]:.1f} s", flush=True)
     n, e = statistics.median(native), statistics.median(emulated)
-    print(f"{args.tu} (sm_90, -O3): native x86_64 {n:.1f} s, aarch64 under qemu-user {e:.1f} s (median of {args.repeat}): "
-          f"{e / n:.1f}x")  # fmt: skip
+    print(
+        f"{args.tu} (sm_90, -O3): native x86_64 {n:.1f} s, aarch64 under qemu-user {e:.1f} s (median of {args.repeat}): "
+        f"{e / n:.1f}x"
+    )
     return 0
 
 

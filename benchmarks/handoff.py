@@ -107,9 +107,20 @@ def bench_synthetic(kind: str, cache_mb: int, small: int, repeat: int, root: Pat
     job_cache = Ccache(cache_dir, root)
     expected = _tree(cache_dir)
     cell = Cell("example", "linux", "3.11", "13.0", None)
-    manifest = archive.Manifest(format=archive.FORMAT, forge_version="bench", cell=cell.to_dict(), shard_index=1,
-                                shard_count=1, filter="seat", cache_tool="ccache", cache_version=Ccache.pinned,
-                                cache_remote=None, owned=[], compiled=[], counters={})  # fmt: skip
+    manifest = archive.Manifest(
+        format=archive.FORMAT,
+        forge_version="bench",
+        cell=cell.to_dict(),
+        shard_index=1,
+        shard_count=1,
+        filter="seat",
+        cache_tool="ccache",
+        cache_version=Ccache.pinned,
+        cache_remote=None,
+        owned=[],
+        compiled=[],
+        counters={},
+    )
     forge_archive, tar_archive = root / f"forge{archive.SUFFIX}", root / "plain.tar"
     times: dict[str, list[float]] = {"forge_pack": [], "tar_pack": [], "forge_restore": [], "tar_restore": []}
     complete = True
@@ -125,9 +136,7 @@ def bench_synthetic(kind: str, cache_mb: int, small: int, repeat: int, root: Pat
         nonlocal complete
         staging, merged = root / "staging", root / "merged"
         staging.mkdir()
-        times["forge_restore"].append(
-            _timed(lambda: archive.merge_into([archive.unpack(forge_archive, staging)], merged))
-        )
+        times["forge_restore"].append(_timed(lambda: archive.merge_into([archive.unpack(forge_archive, staging)], merged)))
         complete = complete and _tree(merged) == expected
         shutil.rmtree(staging)
         shutil.rmtree(merged)
@@ -148,8 +157,12 @@ def bench_synthetic(kind: str, cache_mb: int, small: int, repeat: int, root: Pat
             step()
     med = {k: statistics.median(v) for k, v in times.items()}
     mb = cache_bytes / MB
-    row: dict = {"case": kind, "files": len(expected), "cache_mb": round(mb, 1),
-                 "archive_mb": round(forge_archive.stat().st_size / MB, 1)}  # fmt: skip
+    row: dict = {
+        "case": kind,
+        "files": len(expected),
+        "cache_mb": round(mb, 1),
+        "archive_mb": round(forge_archive.stat().st_size / MB, 1),
+    }
     for step in ("pack", "restore"):
         for who in ("forge", "tar"):
             row[f"{who}_{step}_s"] = round(med[f"{who}_{step}"], 3)
@@ -172,9 +185,11 @@ def synthetic_main(args: argparse.Namespace) -> int:
         print(f"{row['case']}: {row['files']} files, {row['cache_mb']} MB (archive {row['archive_mb']} MB)")
         for step, verb in (("pack", "tar -cf"), ("restore", "tar -xf")):
             ok = "ok" if row[f"{step}_meets_goal"] else "BELOW GOAL"
-            print(f"  {step:7}  forge {row[f'forge_{step}_s']:7.3f} s {row[f'forge_{step}_mb_s']:7.1f} MB/s   "
-                  f"{verb} {row[f'tar_{step}_s']:7.3f} s {row[f'tar_{step}_mb_s']:7.1f} MB/s   "
-                  f"ratio {row[f'{step}_ratio']:.2f} ({ok})")  # fmt: skip
+            print(
+                f"  {step:7}  forge {row[f'forge_{step}_s']:7.3f} s {row[f'forge_{step}_mb_s']:7.1f} MB/s   "
+                f"{verb} {row[f'tar_{step}_s']:7.3f} s {row[f'tar_{step}_mb_s']:7.1f} MB/s   "
+                f"ratio {row[f'{step}_ratio']:.2f} ({ok})"
+            )
         if not row["restore_complete"]:
             print("  a restore did not give back every file")
     if args.json:
@@ -251,8 +266,22 @@ def main() -> int:
     for tool in args.tools.split(","):
         with tempfile.TemporaryDirectory(prefix=f"cuw-handoff-{tool}-") as tmp:
             rows.append(measure(args.recipe, args.shard, tool, args.repeat, Path(tmp)))
-    cols = ["tool", "shard", "build_s", "entry_files", "stats_files", "cache_mb", "archive_mb", "archive_over_cache",
-            "pack_s", "pack_mb_s", "restore_s", "restore_mb_s", "restore_files_s", "restore_complete"]  # fmt: skip
+    cols = [
+        "tool",
+        "shard",
+        "build_s",
+        "entry_files",
+        "stats_files",
+        "cache_mb",
+        "archive_mb",
+        "archive_over_cache",
+        "pack_s",
+        "pack_mb_s",
+        "restore_s",
+        "restore_mb_s",
+        "restore_files_s",
+        "restore_complete",
+    ]
     print(" | ".join(cols))
     for row in rows:
         print(" | ".join(str(row[c]) for c in cols))

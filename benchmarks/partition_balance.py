@@ -69,8 +69,10 @@ def main() -> int:
     print(json.dumps(rows, indent=2))
     print(f"\n{'table':32} {'TUs':>4} {'N':>3} {'hash':>6} {'cost':>6} {'bound':>6} {'cost/bound':>10}")
     for r in rows:
-        print(f"{r['table']:32} {r['tus']:>4} {r['shards']:>3} {r['hash']:>6.3f} {r['cost']:>6.3f} "
-              f"{r['bound']:>6.3f} {r['cost_over_bound']:>10.3f}")  # fmt: skip
+        print(
+            f"{r['table']:32} {r['tus']:>4} {r['shards']:>3} {r['hash']:>6.3f} {r['cost']:>6.3f} "
+            f"{r['bound']:>6.3f} {r['cost_over_bound']:>10.3f}"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0

@@ -62,7 +62,5 @@ def tu_values(recipe_dir: Path) -> dict[str, int]:
     values = {}
     for path in sorted(kernel_dir(recipe_dir).glob("*.cu")):
         text = path.read_text()
-        values[TU_NAME.search(text).group(1)] = int(TU_ID.search(text).group(1)) * 1000 + int(
-            WEIGHT.search(text).group(1)
-        )
+        values[TU_NAME.search(text).group(1)] = int(TU_ID.search(text).group(1)) * 1000 + int(WEIGHT.search(text).group(1))
     return values

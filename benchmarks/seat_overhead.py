@@ -64,8 +64,12 @@ class Bench:
         self.src = root / "src"
         self.src.mkdir(parents=True)
         self.files = {}
-        for name, index, suffix, text in (("stub_cu", 2, ".cu", KERNEL), ("stub_cpp", 2, ".cpp", HOST),
-                                          ("own_cu", 1, ".cu", KERNEL), ("own_cpp", 1, ".cpp", HOST)):  # fmt: skip
+        for name, index, suffix, text in (
+            ("stub_cu", 2, ".cu", KERNEL),
+            ("stub_cpp", 2, ".cpp", HOST),
+            ("own_cu", 1, ".cu", KERNEL),
+            ("own_cpp", 1, ".cpp", HOST),
+        ):
             path = self.src / _key(index, 2, suffix)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
@@ -179,8 +183,7 @@ def breakdown(bench: Bench) -> dict[str, Callable[[], float]]:
             os.chdir(here)
 
     # The real farm's shell seat, for scale: what a stub costs that starts no interpreter.
-    shell_stub = ('h=$(printf %s "$1" | md5sum | cut -c1-8); '
-                  '[ $(( 0x$h % 2 )) -ne 0 ] || true; cp "$2" "$3"')  # fmt: skip
+    shell_stub = 'h=$(printf %s "$1" | md5sum | cut -c1-8); [ $(( 0x$h % 2 )) -ne 0 ] || true; cp "$2" "$3"'
     stub_args = [str(bench.files["stub_cu"]), bench.config.empty_object, str(bench.src / "shell-stub.o")]
 
     return {
@@ -242,25 +245,42 @@ def main() -> int:
         ext: round(rows[f"hit {ext} via native seat"]["median_ms"] - rows[f"hit {ext} via ccache"]["median_ms"], 2)
         for ext in (".cu", ".cpp")
     }
-    cpu = {name: round(statistics.median(owner_bench.cpu_ms[tuple(argv)]), 2)
-           for owner_bench, argvs_ in ((bench, argvs), (native, native_argvs)) for name, argv in argvs_.items()}
-    result = {"seat_shebang": shebang, "cpu_median_ms": cpu, "calls": args.calls, "rows": rows, "overhead_on_hit_ms": overhead,
-              "native_overhead_on_hit_ms": native_overhead,
-              "stub_breakdown": parts, "checks": checks, "target_stub_ms": TARGET_STUB_MS}  # fmt: skip
+    cpu = {
+        name: round(statistics.median(owner_bench.cpu_ms[tuple(argv)]), 2)
+        for owner_bench, argvs_ in ((bench, argvs), (native, native_argvs))
+        for name, argv in argvs_.items()
+    }
+    result = {
+        "seat_shebang": shebang,
+        "cpu_median_ms": cpu,
+        "calls": args.calls,
+        "rows": rows,
+        "overhead_on_hit_ms": overhead,
+        "native_overhead_on_hit_ms": native_overhead,
+        "stub_breakdown": parts,
+        "checks": checks,
+        "target_stub_ms": TARGET_STUB_MS,
+    }
     print(f"seat script: {shebang}   ({args.calls} calls per column, interleaved)\n")
     print(f"{'call':44} {'median ms':>10} {'p90 ms':>8}")
     for name, row in rows.items():
         print(f"{name:44} {row['median_ms']:>10.1f} {row['p90_ms']:>8.1f}")
     print(f"\ncache hit, median ms (goal: native seat <= ccache + {TARGET_STUB_MS:.0f} ms)")
-    print(f"{'':10} {'ccache':>8} {'native':>8} {'python':>8} {'native-ccache':>14} {'python-ccache':>14} {'native/ccache':>14}  goal")
+    print(
+        f"{'':10} {'ccache':>8} {'native':>8} {'python':>8} {'native-ccache':>14} {'python-ccache':>14} {'native/ccache':>14}  goal"
+    )
     for ext in (".cu", ".cpp"):
         direct, nat, py = (rows[f"hit {ext} via {how}"]["median_ms"] for how in ("ccache", "native seat", "seat"))
         verdict = "ok" if native_overhead[ext] <= TARGET_STUB_MS else "MISSED"
-        print(f"{ext + ' wall':10} {direct:>8.1f} {nat:>8.1f} {py:>8.1f} {native_overhead[ext]:>14.1f} {overhead[ext]:>14.1f} "
-              f"{nat / direct:>14.2f}  {verdict}")
+        print(
+            f"{ext + ' wall':10} {direct:>8.1f} {nat:>8.1f} {py:>8.1f} {native_overhead[ext]:>14.1f} {overhead[ext]:>14.1f} "
+            f"{nat / direct:>14.2f}  {verdict}"
+        )
         direct, nat, py = (cpu[f"hit {ext} via {how}"] for how in ("ccache", "native seat", "seat"))
-        print(f"{ext + ' cpu':10} {direct:>8.1f} {nat:>8.1f} {py:>8.1f} {nat - direct:>14.1f} {py - direct:>14.1f} "
-              f"{nat / direct:>14.2f}")
+        print(
+            f"{ext + ' cpu':10} {direct:>8.1f} {nat:>8.1f} {py:>8.1f} {nat - direct:>14.1f} {py - direct:>14.1f} "
+            f"{nat / direct:>14.2f}"
+        )
     print("(cpu: user+sys ms of the call and its children, median: what the machine's load does not inflate)")
     print(f"\nstub path breakdown (target <= {TARGET_STUB_MS:.0f} ms per stubbed TU)")
     for name, row in parts.items():

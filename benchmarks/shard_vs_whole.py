@@ -47,8 +47,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cuw.seat import seat_log  # noqa: E402
-from cuw.config.paths import Paths# noqa: E402
-from cuw.jobs.local import run_build# noqa: E402
+from cuw.config.paths import Paths  # noqa: E402
+from cuw.jobs.local import run_build  # noqa: E402
 from cuw.config.recipe import costs_path, load_recipe  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -266,9 +266,26 @@ def main() -> int:
         row["cpu_vs_first"] = round(row["shard_compile_cpu_s"] / max(base["shard_compile_cpu_s"], 1e-9), 3)
         # The first row is the unsharded build (N=1 when --shards starts with 1).
         row["link_overhead"] = round(row["link_wall_s"] / max(base["shard_wall_s"], 1e-9), 3)
-    cols = ["rule", "scale", "shards", "ok", "tu_values_ok", "wall_s", "shard_wall_s", "link_wall_s", "link_overhead", "shard_compile_cpu_s",
-            "slowest_shard_compile_s", "balance", "bound", "link_compile_s", "work_conservation", "link_misses",
-            "slowest_shard_vs_first", "cpu_vs_first"]  # fmt: skip
+    cols = [
+        "rule",
+        "scale",
+        "shards",
+        "ok",
+        "tu_values_ok",
+        "wall_s",
+        "shard_wall_s",
+        "link_wall_s",
+        "link_overhead",
+        "shard_compile_cpu_s",
+        "slowest_shard_compile_s",
+        "balance",
+        "bound",
+        "link_compile_s",
+        "work_conservation",
+        "link_misses",
+        "slowest_shard_vs_first",
+        "cpu_vs_first",
+    ]
     print(" | ".join(cols))
     for row in rows:
         print(" | ".join(str(row[c]) for c in cols))
@@ -277,8 +294,7 @@ def main() -> int:
     for row in rows:
         print(
             " | ".join(
-                [row["rule"], str(row["shards"]), str(row["link_wall_s"])]
-                + [str(row["link_phases"][c]) for c in phase_cols]
+                [row["rule"], str(row["shards"]), str(row["link_wall_s"])] + [str(row["link_phases"][c]) for c in phase_cols]
             )
         )
     if args.json:

@@ -341,8 +341,9 @@ def engine_or_skip():
 
 def run_cuw(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess:
     """``python -m cuw <args>`` as a user runs it: its own process, no stdin, output captured."""
-    return subprocess.run([sys.executable, "-m", "cuw", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cuw", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 def expected_tu_values() -> dict[str, int]:
@@ -445,9 +446,12 @@ def example_cell(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
             shutil.copytree(REPO / "recipes", root / "recipes", symlinks=True)
             built = BuiltCell(root, EXAMPLE_CELL_SHARDS, ())
             outcomes, _ = run_build(
-                load_recipe("example", built.recipes), built.paths, count=EXAMPLE_CELL_SHARDS,
-                recipes_dir=built.recipes, progress=lambda _: None,
-            )  # fmt: skip
+                load_recipe("example", built.recipes),
+                built.paths,
+                count=EXAMPLE_CELL_SHARDS,
+                recipes_dir=built.recipes,
+                progress=lambda _: None,
+            )
             done.write_text(json.dumps({"outcomes": outcomes}))
     return BuiltCell(root, EXAMPLE_CELL_SHARDS, tuple(json.loads(done.read_text())["outcomes"]))
 

@@ -27,4 +27,3 @@ def fresh_natten_tree(dest: Path) -> Path:
 
 def natten_ctx(src: Path, archs: list[str] = CUDA13_ARCHS) -> PatchContext:
     return PatchContext(src, Cell("natten", "linux", "3.11", "13.0", "2.14"), archs, "natten")
-

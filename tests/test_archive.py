@@ -21,11 +21,21 @@ CELL = Cell("example", "linux", "3.11", "13.0", None)
 
 def manifest(**changes) -> archive.Manifest:
     base = archive.Manifest(
-        format=archive.FORMAT, forge_version="0.1.0", cell=CELL.to_dict(), shard_index=1, shard_count=2,
-        filter="seat", cache_tool="ccache", cache_version=cache.Ccache.pinned, cache_remote=None,
-        owned=["a.cu"], compiled=["a.cu"], counters={"misses": 1}, fingerprint={"source": "0123456789abcdef"},
+        format=archive.FORMAT,
+        forge_version="0.1.0",
+        cell=CELL.to_dict(),
+        shard_index=1,
+        shard_count=2,
+        filter="seat",
+        cache_tool="ccache",
+        cache_version=cache.Ccache.pinned,
+        cache_remote=None,
+        owned=["a.cu"],
+        compiled=["a.cu"],
+        counters={"misses": 1},
+        fingerprint={"source": "0123456789abcdef"},
         builder=current_builder().to_dict(),
-    )  # fmt: skip
+    )
     return replace(base, **changes)
 
 
@@ -46,7 +56,9 @@ def test_name_carries_package_lane_python_cuda_torch_and_shard():
 
 
 def test_round_trip_and_union(tmp_path):
-    one = archive.pack(make_cache(tmp_path / "c1", {"a/1R": b"one", "stats": b"s"}), manifest(), tmp_path / f"one{archive.SUFFIX}")
+    one = archive.pack(
+        make_cache(tmp_path / "c1", {"a/1R": b"one", "stats": b"s"}), manifest(), tmp_path / f"one{archive.SUFFIX}"
+    )
     two = archive.pack(make_cache(tmp_path / "c2", {"b/2R": b"two"}), manifest(shard_index=2), tmp_path / f"two{archive.SUFFIX}")
     assert archive.read_manifest(one) == manifest()
     staging = tmp_path / "staging"
@@ -65,7 +77,9 @@ def test_union_of_shards_sharing_folders(tmp_path):
     two = make_cache(tmp_path / "c2", {"a/b/1R": b"one", "a/b/2R": b"two", "d/e/5R": b"five"})
     staging = tmp_path / "staging"
     staging.mkdir()
-    restored = [archive.unpack(archive.pack(c, manifest(), tmp_path / f"{i}{archive.SUFFIX}"), staging) for i, c in enumerate((one, two))]
+    restored = [
+        archive.unpack(archive.pack(c, manifest(), tmp_path / f"{i}{archive.SUFFIX}"), staging) for i, c in enumerate((one, two))
+    ]
     merged = tmp_path / "merged"
     (merged / "a" / "c").mkdir(parents=True)  # the link's cache may already hold folders
     assert archive.merge_into(restored, merged) == 5
@@ -84,7 +98,9 @@ def test_archive_is_uncompressed_and_starts_with_its_manifest(tmp_path):
 
 def test_an_archive_cut_at_a_member_boundary_is_refused(tmp_path):
     """Without gzip's trailer a tar cut between members reads as a shorter valid one: refused too."""
-    good = archive.pack(make_cache(tmp_path / "c", {"a/1R": b"x" * 700, "b/2R": b"y" * 1500}), manifest(), tmp_path / f"good{archive.SUFFIX}")
+    good = archive.pack(
+        make_cache(tmp_path / "c", {"a/1R": b"x" * 700, "b/2R": b"y" * 1500}), manifest(), tmp_path / f"good{archive.SUFFIX}"
+    )
     with tarfile.open(good, "r:") as tar:
         ends = [m.offset_data + -(-m.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE for m in tar.getmembers()]
     data = good.read_bytes()
@@ -125,7 +141,9 @@ def test_an_old_gzip_archive_is_refused_by_name(tmp_path):
 
 
 def test_truncated_and_corrupted_archives_are_refused(tmp_path):
-    good = archive.pack(make_cache(tmp_path / "c", {"a/1R": bytes(range(256)) * 400}), manifest(), tmp_path / f"good{archive.SUFFIX}")
+    good = archive.pack(
+        make_cache(tmp_path / "c", {"a/1R": bytes(range(256)) * 400}), manifest(), tmp_path / f"good{archive.SUFFIX}"
+    )
     data = good.read_bytes()
     truncated = tmp_path / f"truncated{archive.SUFFIX}"
     truncated.write_bytes(data[: len(data) // 2])
@@ -150,8 +168,19 @@ def _raw_archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Pa
     return path
 
 
-@pytest.mark.parametrize("name", ["../evil", "cache/../../evil", "/tmp/evil", "C:/evil", "elsewhere/x",
-                                  "cache/C:/Windows/x", "cache\\..\\..\\evil", "//host/share/x"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../evil",
+        "cache/../../evil",
+        "/tmp/evil",
+        "C:/evil",
+        "elsewhere/x",
+        "cache/C:/Windows/x",
+        "cache\\..\\..\\evil",
+        "//host/share/x",
+    ],
+)
 def test_members_outside_the_cache_are_refused(tmp_path, name):
     info = tarfile.TarInfo(name)
     info.size = 4

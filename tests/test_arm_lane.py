@@ -67,8 +67,9 @@ def test_the_example_builds_for_linux_aarch64_each_job_in_its_own_container(buil
     link = json.loads(wheel.with_name(wheel.name + ".link.json").read_text())
     assert link["ok"] and link["facts"]["misses"] == 0 and link["facts"]["total"] > 0, link["facts"]
     for archive in (root / "artifacts" / cell).glob("cuw-shard-*.tar"):
-        manifest = json.loads(subprocess.run(["tar", "-xOf", str(archive), "manifest.json"], capture_output=True,
-                                             check=True).stdout)  # fmt: skip
+        manifest = json.loads(
+            subprocess.run(["tar", "-xOf", str(archive), "manifest.json"], capture_output=True, check=True).stdout
+        )
         builder = manifest["builder"]
         assert builder["image"].startswith(arm_standin + "@sha256:") and builder["glibc"] == "2.36", builder
         assert builder["floor"] == "manylinux_2_36_aarch64", builder
@@ -94,12 +95,31 @@ def test_the_arm_wheel_installs_and_imports_in_a_clean_arm_container(built_for_a
     root, _ = built_for_arm
     (wheel,) = (root / "dist").glob("*.whl")
     engine = _engine_or_skip()
-    script = (f"/opt/python/cp311-cp311/bin/python -m venv /tmp/v && /tmp/v/bin/python -m pip install -q --no-deps "
-              f"--no-index /dist/{wheel.name} && cd / && "
-              "/tmp/v/bin/python -c 'import json, platform, cuw_example as m; print(platform.machine(), json.dumps(m.tu_values()))'")  # fmt: skip
-    proc = subprocess.run([engine.path, "run", "--rm", "--network", "host", "-e", "CUDA_VISIBLE_DEVICES=",
-                           "-v", f"{root / 'dist'}:/dist:ro", arm_standin, "sh", "-c", script],
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    script = (
+        f"/opt/python/cp311-cp311/bin/python -m venv /tmp/v && /tmp/v/bin/python -m pip install -q --no-deps "
+        f"--no-index /dist/{wheel.name} && cd / && "
+        "/tmp/v/bin/python -c 'import json, platform, cuw_example as m; print(platform.machine(), json.dumps(m.tu_values()))'"
+    )
+    proc = subprocess.run(
+        [
+            engine.path,
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "-e",
+            "CUDA_VISIBLE_DEVICES=",
+            "-v",
+            f"{root / 'dist'}:/dist:ro",
+            arm_standin,
+            "sh",
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     machine, values = proc.stdout.strip().splitlines()[-1].split(" ", 1)
     assert machine == "aarch64" and json.loads(values) == expected_tu_values()

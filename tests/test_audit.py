@@ -37,8 +37,9 @@ def published(example_cell, tmp_path) -> tuple[Path, Path]:
     dist.mkdir()
     for made in example_cell.paths.dist.glob(example_cell.wheel.name + "*"):  # the wheel, its link and verify reports
         shutil.copy2(made, dist)
-    proc = run_cuw("record", "example", "--dist", str(dist), "--artifacts", str(example_cell.paths.artifacts),
-                   "--recipes", str(recipes))  # fmt: skip
+    proc = run_cuw(
+        "record", "example", "--dist", str(dist), "--artifacts", str(example_cell.paths.artifacts), "--recipes", str(recipes)
+    )
     assert proc.returncode == 0, proc.stderr
     index = tmp_path / "index"
     assert publish(dist, index).published == [example_cell.wheel.name]
@@ -56,7 +57,9 @@ def test_a_fresh_index_has_nothing_to_report_and_each_planted_fault_is_found(pub
     policy = recipes / "defaults.yml"
     policy.write_text(policy.read_text().replace('  cuda: ["13.0"]', '  cuda: ["12.8", "13.0"]', 1))
     findings = _audit(recipes, str(index))
-    assert [(f.kind, f.subject, f.detail) for f in findings] == [("gap", "example-linux-py3.11-cu12.8-notorch", "no published wheel")]
+    assert [(f.kind, f.subject, f.detail) for f in findings] == [
+        ("gap", "example-linux-py3.11-cu12.8-notorch", "no published wheel")
+    ]
     # Stale, and without the policy's SASS: the recipe now promises sm_80 as well.
     recipe = recipes / "example" / "recipe.yml"
     recipe.write_text(recipe.read_text().replace('archs: {"13.0": ["9.0"]}', 'archs: {"13.0": ["8.0", "9.0"]}'))
@@ -80,8 +83,20 @@ def test_the_cli_reads_the_index_over_http_and_exits_by_its_findings(published, 
         with open(recipes / "example" / "recipe.yml", "a") as fh:
             fh.write("# edited after publication\n")
         out = tmp_path / "audit.html"
-        stale = run_cuw("audit", "--index", url, "--package", "example", "--on-host", "--recipes", str(recipes),
-                        "--format", "html", "--output", str(out))  # fmt: skip
+        stale = run_cuw(
+            "audit",
+            "--index",
+            url,
+            "--package",
+            "example",
+            "--on-host",
+            "--recipes",
+            str(recipes),
+            "--format",
+            "html",
+            "--output",
+            str(out),
+        )
         assert stale.returncode == 1, stale.stderr
         assert "<tr class='stale'><td>stale</td><td>example-linux-py3.11-cu13.0-notorch</td>" in out.read_text()
     finally:

@@ -44,7 +44,8 @@ def test_max_jobs_caps_parallel_compiles(recipes_dir, tmp_path, generator):
     for name in names:
         (project / name).write_text(f"int f_{name[:-2]}(void) {{ return {len(name)}; }}\n")
     (project / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.20)\nproject(p LANGUAGES C)\n" f"add_library(p STATIC {' '.join(names)})\n")
+        f"cmake_minimum_required(VERSION 3.20)\nproject(p LANGUAGES C)\nadd_library(p STATIC {' '.join(names)})\n"
+    )
     launcher = tmp_path / "timed"
     launcher.write_text(_TIMED)
     launcher.chmod(0o755)
@@ -68,8 +69,12 @@ def test_max_jobs_caps_parallel_compiles(recipes_dir, tmp_path, generator):
 
 def test_seat_is_in_every_compiler_position_and_the_source_filter_only_when_asked(recipes_dir, tmp_path):
     recipe = load_recipe("example", recipes_dir)
-    base = {"PATH": "/usr/bin", "CCACHE_DIR": "/elsewhere", "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache",
-            "CUDA_WHEELS_SHARD_COUNT": "9"}  # fmt: skip
+    base = {
+        "PATH": "/usr/bin",
+        "CCACHE_DIR": "/elsewhere",
+        "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache",
+        "CUDA_WHEELS_SHARD_COUNT": "9",
+    }
     env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 2, None, base=base, archs=["9.0", "12.0+PTX"])
     seat = str(tmp_path / "cuda" / "bin" / "nvcc")
     assert env["CUDACXX"] == env["PYTORCH_NVCC"] == seat and env["CUDA_HOME"] == str(tmp_path / "cuda")
@@ -98,8 +103,15 @@ def test_extra_deps_that_cannot_install_are_a_clear_error(recipes_dir, tmp_path)
 
 def test_extra_deps_folder_goes_first_on_the_build_pythonpath(recipes_dir, tmp_path):
     recipe = load_recipe("example", recipes_dir)
-    env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 2, None,
-                    base={"PATH": "/usr/bin", "PYTHONPATH": "/x"}, deps_dir=tmp_path / "deps")  # fmt: skip
+    env = build_env(
+        recipe,
+        tmp_path / "cuda",
+        tmp_path / "build",
+        2,
+        None,
+        base={"PATH": "/usr/bin", "PYTHONPATH": "/x"},
+        deps_dir=tmp_path / "deps",
+    )
     assert env["PYTHONPATH"] == f"{tmp_path / 'deps'}:/x" and env["CUW_EXTRA_DEPS"] == str(tmp_path / "deps")
 
 

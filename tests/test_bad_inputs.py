@@ -29,10 +29,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 JUNK = Path("/bin/ls").read_bytes()[:65536]  # a real binary: NUL bytes, invalid UTF-8
 WHEEL = "cuw_example-0.1.0+cu130-py3-none-linux_x86_64.whl"
-MINIMAL = (
-    "name: x\nlinks_torch: false\nbackend: setuptools\n"
-    "source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}\n"
-)
+MINIMAL = "name: x\nlinks_torch: false\nbackend: setuptools\nsource: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}\n"
 
 
 @dataclass(frozen=True)
@@ -67,8 +64,16 @@ CASES: list[Case] = [
     C("missing/recipes-dir-matrix", "matrix", "--recipes", "{W}/nowhere", expect="nowhere"),
     C("missing/recipes-dir-show", "show", "example", "--recipes", "{W}/nowhere", expect="nowhere"),
     C("missing/recipes-dir-plan", "plan", "example", "--recipes", "{W}/nowhere", expect="nowhere"),
-    C("missing/recipes-dir-costs", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--recipes", "{W}/nowhere",
-      expect="nowhere"),  # fmt: skip
+    C(
+        "missing/recipes-dir-costs",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_ok.jsonl",
+        "--recipes",
+        "{W}/nowhere",
+        expect="nowhere",
+    ),
     C("missing/recipes-dir-lint", "lint-guards", "example", "--recipes", "{W}/nowhere", expect="nowhere"),
     C("missing/recipes-dir-verify", "verify", "{W}/v_junk/" + WHEEL, "--recipes", "{W}/nowhere", expect="nowhere"),
     C("missing/unknown-recipe-shard", "shard", "flash_atten", "1/2", *R, *OUT, expect="unknown recipe 'flash_atten'"),
@@ -84,8 +89,19 @@ CASES: list[Case] = [
     C("missing/index-input", "index", "{W}/nowheels", "{W}/idx", expect="nowheels"),
     C("missing/index-empty-input", "index", "{W}/afolder", "{W}/idx", expect="no wheels"),
     C("missing/lint-path", "lint-guards", "{W}/nowhere/CMakeLists.txt", *R, expect="CMakeLists.txt"),
-    C("missing/costs-source-root", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--source-root", "{W}/nosrc",
-      "--output", "{W}/afolder/costs.json", *R, expect="--source-root"),  # fmt: skip
+    C(
+        "missing/costs-source-root",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_ok.jsonl",
+        "--source-root",
+        "{W}/nosrc",
+        "--output",
+        "{W}/afolder/costs.json",
+        *R,
+        expect="--source-root",
+    ),
     C("missing/policy-bad-recipes", "recipes", *B, expect="bad/"),
     # -- folders where files belong, files where folders belong --------------------
     C("kind/costs-from-folder", "costs", "example", "--from", "{W}/afolder", *R, expect="is a folder"),
@@ -96,12 +112,47 @@ CASES: list[Case] = [
     C("kind/index-output-file", "index", "{W}/wheels", "{W}/afile", expect="afile"),
     C("kind/recipes-dir-file-recipes", "recipes", "--recipes", "{W}/afile", expect="is not a folder"),
     C("kind/recipes-dir-file-show", "show", "example", "--recipes", "{W}/afile", expect="is not a folder"),
-    C("kind/work-file-shard", "shard", "example", "1/2", *R, "--work", "{W}/afile", "--artifacts", "{W}/out/a",
-      expect="--work", writes=("out",)),  # fmt: skip
-    C("kind/artifacts-file-link", "link", "example", *R, "--work", "{W}/out/w", "--artifacts", "{W}/afile",
-      "--dist", "{W}/out/d", expect="--artifacts", writes=("out",)),  # fmt: skip
-    C("kind/dist-file-build", "build", "example", *R, "--work", "{W}/out/w", "--artifacts", "{W}/out/a",
-      "--dist", "{W}/afile", expect="--dist", writes=("out",)),  # fmt: skip
+    C(
+        "kind/work-file-shard",
+        "shard",
+        "example",
+        "1/2",
+        *R,
+        "--work",
+        "{W}/afile",
+        "--artifacts",
+        "{W}/out/a",
+        expect="--work",
+        writes=("out",),
+    ),
+    C(
+        "kind/artifacts-file-link",
+        "link",
+        "example",
+        *R,
+        "--work",
+        "{W}/out/w",
+        "--artifacts",
+        "{W}/afile",
+        "--dist",
+        "{W}/out/d",
+        expect="--artifacts",
+        writes=("out",),
+    ),
+    C(
+        "kind/dist-file-build",
+        "build",
+        "example",
+        *R,
+        "--work",
+        "{W}/out/w",
+        "--artifacts",
+        "{W}/out/a",
+        "--dist",
+        "{W}/afile",
+        expect="--dist",
+        writes=("out",),
+    ),
     C("kind/recipe-yml-folder", "show", "ymlfolder", *B, expect="ymlfolder"),
     C("kind/source-path-file", "show", "srcfile", *B, expect="source.path"),
     C("kind/lint-binary-file", "lint-guards", "{W}/junk.bin", *R, expect="junk.bin"),
@@ -112,12 +163,25 @@ CASES: list[Case] = [
     C("mirror/missing-build", "build", "cumm", *R, *OUTD, "--git-mirror", "{W}/nowhere", expect="nowhere"),
     C("mirror/empty", "lint-guards", "cumm", *R, "--git-mirror", "", expect="--git-mirror: an empty value"),
     C("mirror/missing-plan", "plan", "spconv", *R, "--git-mirror", "{W}/nowhere", expect="nowhere"),
-    C("mirror/wrong-hash", "lint-guards", "cumm", *R, "--git-mirror", "{W}/junk.bin",
-      expect="junk.bin has sha256"),  # fmt: skip
-    C("mirror/folder-for-tarball", "lint-guards", "cumm", *R, "--git-mirror", "{W}/mirror_kinds",
-      expect="cumm-0.7.11.tar.gz is a folder, not a tarball"),  # fmt: skip
-    C("mirror/plain-folder-for-repo", "lint-guards", "cumm", *R, "--git-mirror", "{W}/mirror_plain",
-      expect="is a folder but not a git repository"),  # fmt: skip
+    C("mirror/wrong-hash", "lint-guards", "cumm", *R, "--git-mirror", "{W}/junk.bin", expect="junk.bin has sha256"),
+    C(
+        "mirror/folder-for-tarball",
+        "lint-guards",
+        "cumm",
+        *R,
+        "--git-mirror",
+        "{W}/mirror_kinds",
+        expect="cumm-0.7.11.tar.gz is a folder, not a tarball",
+    ),
+    C(
+        "mirror/plain-folder-for-repo",
+        "lint-guards",
+        "cumm",
+        *R,
+        "--git-mirror",
+        "{W}/mirror_plain",
+        expect="is a folder but not a git repository",
+    ),
     C("mirror/empty-folder", "lint-guards", "cumm", *R, "--git-mirror", "{W}/afolder", expect="holds no mirror"),
     C("mirror/dotdot-name", "lint-guards", "gitdots", *B, "--git-mirror", "{W}/afolder", expect="not a plain name"),
     C("mirror/no-pin", "lint-guards", "gitnopin", *B, "--git-mirror", "{W}/junk.bin", expect="archive_sha256 is not set"),
@@ -131,29 +195,136 @@ CASES: list[Case] = [
     C("junk/plan-costs", "plan", "example", "--costs", "{W}/junk.bin", *R, expect="junk.bin"),
     C("junk/plan-from-log", "plan", "example", "--from-log", "{W}/junk.bin", *R, expect="junk.bin"),
     C("junk/plan-from-ninja-log", "plan", "example", "--from-log", "{W}/ninja_junk/.ninja_log", *R, expect=".ninja_log"),
-    C("junk/costs-from-seat-log", "costs", "example", "--from", "{W}/junk.bin", "--output", "{W}/out/c.json", *R,
-      expect="junk.bin"),  # fmt: skip
-    C("junk/costs-from-ninja-log", "costs", "example", "--from", "{W}/ninja_junk/.ninja_log", "--source-root",
-      "{W}/afolder", "--output", "{W}/out/c.json", *R, expect=".ninja_log"),  # fmt: skip
-    C("junk/costs-from-ninja-no-build", "costs", "example", "--from", "{W}/ninja_nobuild/.ninja_log", "--source-root",
-      "{W}/afolder", "--output", "{W}/out/c.json", *R, expect=".ninja_log"),  # fmt: skip
-    C("junk/costs-from-garbage-lines", "costs", "example", "--from", "{W}/seat_garbage.jsonl", "--output",
-      "{W}/out/c.json", *R, expect="seat_garbage.jsonl:1"),  # fmt: skip
-    C("junk/costs-from-nan", "costs", "example", "--from", "{W}/seat_nan.jsonl", "--output", "{W}/out/c.json", *R,
-      expect="seat_nan.jsonl:1"),  # fmt: skip
-    C("junk/costs-from-hits-only", "costs", "example", "--from", "{W}/seat_hits.jsonl", "--output", "{W}/out/c.json",
-      *R, expect="cache hits"),  # fmt: skip
-    C("junk/costs-existing-table-junk", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--output", "{W}/junk.bin",
-      *R, expect="junk.bin"),  # fmt: skip
+    C(
+        "junk/costs-from-seat-log",
+        "costs",
+        "example",
+        "--from",
+        "{W}/junk.bin",
+        "--output",
+        "{W}/out/c.json",
+        *R,
+        expect="junk.bin",
+    ),
+    C(
+        "junk/costs-from-ninja-log",
+        "costs",
+        "example",
+        "--from",
+        "{W}/ninja_junk/.ninja_log",
+        "--source-root",
+        "{W}/afolder",
+        "--output",
+        "{W}/out/c.json",
+        *R,
+        expect=".ninja_log",
+    ),
+    C(
+        "junk/costs-from-ninja-no-build",
+        "costs",
+        "example",
+        "--from",
+        "{W}/ninja_nobuild/.ninja_log",
+        "--source-root",
+        "{W}/afolder",
+        "--output",
+        "{W}/out/c.json",
+        *R,
+        expect=".ninja_log",
+    ),
+    C(
+        "junk/costs-from-garbage-lines",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_garbage.jsonl",
+        "--output",
+        "{W}/out/c.json",
+        *R,
+        expect="seat_garbage.jsonl:1",
+    ),
+    C(
+        "junk/costs-from-nan",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_nan.jsonl",
+        "--output",
+        "{W}/out/c.json",
+        *R,
+        expect="seat_nan.jsonl:1",
+    ),
+    C(
+        "junk/costs-from-hits-only",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_hits.jsonl",
+        "--output",
+        "{W}/out/c.json",
+        *R,
+        expect="cache hits",
+    ),
+    C(
+        "junk/costs-existing-table-junk",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_ok.jsonl",
+        "--output",
+        "{W}/junk.bin",
+        *R,
+        expect="junk.bin",
+    ),
     C("junk/plan-nan-costs", "plan", "example", "--costs", "{W}/nan_costs.json", *R, expect="nan_costs.json"),
-    C("junk/plan-from-log-nothing", "plan", "example", "--from-log", "{W}/seat_hits_nokey.jsonl", *R,
-      expect="seat_hits_nokey.jsonl"),  # fmt: skip
-    C("junk/verify-wheel-bytes", "verify", "{W}/v_junk/" + WHEEL, "--recipe", "example", "--no-import", *R,
-      code=1, kind="gate", expect="FAIL: record: File is not a zip file", writes=("v_junk",)),  # fmt: skip
-    C("junk/verify-record-garbage", "verify", "{W}/v_garbage/" + WHEEL, "--recipe", "example", "--no-import", *R,
-      code=1, kind="gate", expect="RECORD line 1: 1 fields", writes=("v_garbage",)),  # fmt: skip
-    C("junk/verify-record-binary", "verify", "{W}/v_binrecord/" + WHEEL, "--recipe", "example", "--no-import", *R,
-      code=1, kind="gate", expect="RECORD is not UTF-8", writes=("v_binrecord",)),  # fmt: skip
+    C(
+        "junk/plan-from-log-nothing",
+        "plan",
+        "example",
+        "--from-log",
+        "{W}/seat_hits_nokey.jsonl",
+        *R,
+        expect="seat_hits_nokey.jsonl",
+    ),
+    C(
+        "junk/verify-wheel-bytes",
+        "verify",
+        "{W}/v_junk/" + WHEEL,
+        "--recipe",
+        "example",
+        "--no-import",
+        *R,
+        code=1,
+        kind="gate",
+        expect="FAIL: record: File is not a zip file",
+        writes=("v_junk",),
+    ),
+    C(
+        "junk/verify-record-garbage",
+        "verify",
+        "{W}/v_garbage/" + WHEEL,
+        "--recipe",
+        "example",
+        "--no-import",
+        *R,
+        code=1,
+        kind="gate",
+        expect="RECORD line 1: 1 fields",
+        writes=("v_garbage",),
+    ),
+    C(
+        "junk/verify-record-binary",
+        "verify",
+        "{W}/v_binrecord/" + WHEEL,
+        "--recipe",
+        "example",
+        "--no-import",
+        *R,
+        code=1,
+        kind="gate",
+        expect="RECORD is not UTF-8",
+        writes=("v_binrecord",),
+    ),
     C("junk/verify-not-wheel-name", "verify", "{W}/junk.bin", *R, expect="junk.bin"),
     C("junk/index-wheel-bytes", "index", "{W}/junkwheels", "{W}/idx", expect="not a wheel"),
     C("junk/index-marker", "index", "{W}/wheels", "{W}/idx_badmarker", expect="cuw-index.json"),
@@ -166,8 +337,7 @@ CASES: list[Case] = [
     C("name/show-dotdot", "show", "../example", *R, expect="not a folder name"),
     C("name/plan-slash", "plan", "a/b", *R, expect="not a folder name"),
     C("name/costs-dotdot", "costs", "..", "--from", "{W}/seat_ok.jsonl", *R, expect="not a folder name"),
-    C("name/verify-recipe-dotdot", "verify", "{W}/v_junk/" + WHEEL, "--recipe", "../example", *R,
-      expect="not a folder name"),  # fmt: skip
+    C("name/verify-recipe-dotdot", "verify", "{W}/v_junk/" + WHEEL, "--recipe", "../example", *R, expect="not a folder name"),
     C("name/matrix-package-dotdot", "matrix", "--package", "../recipes/example", *R, expect="not a folder name"),
     C("name/empty", "show", "", *R, expect="not a folder name"),
     C("name/source-path-absolute", "show", "srcroot", *B, expect="source.path"),
@@ -188,8 +358,7 @@ CASES: list[Case] = [
     C("count/build-shards-0", "build", "example", "--shards", "0", *R, *OUTD, expect="--shards 0"),
     C("count/build-shards-neg", "build", "example", "--shards", "-4", *R, *OUTD, expect="--shards -4"),
     C("count/build-shards-256", "build", "example", "--shards", "256", *R, *OUTD, expect="--shards 256"),
-    C("count/build-shards-20-digits", "build", "example", "--shards", "99999999999999999999", *R, *OUTD,
-      expect="--shards"),  # fmt: skip
+    C("count/build-shards-20-digits", "build", "example", "--shards", "99999999999999999999", *R, *OUTD, expect="--shards"),
     C("count/build-shards-abc", "build", "example", "--shards", "abc", *R, *OUTD, kind="usage", expect="--shards"),
     C("count/plan-shards-0", "plan", "example", "--shards", "0", *R, expect="--shards 0"),
     C("count/plan-shards-neg", "plan", "example", "--shards", "-4", *R, expect="--shards -4"),
@@ -224,21 +393,46 @@ CASES: list[Case] = [
     C("option/build-python-without-matrix", "build", "example", "--python", "3.10", *R, *OUTD, expect="--matrix"),
     C("option/shard-cell-pip", "shard", "example", "1/2", "--cell", "linux/3.11/13.0", *R, *OUT, expect="--cell"),
     C("option/link-cell-pip", "link", "example", "--cell", "linux/3.11/13.0", *R, *OUTD, expect="--cell"),
-    C("option/build-matrix-cibuildwheel", "build", "example", "--matrix", "--backend", "cibuildwheel", *R, *OUTD,
-      expect="--matrix"),  # fmt: skip
-    C("option/cibw-bad-cell", "shard", "example", "1/2", "--backend", "cibuildwheel", "--cell", "linux//13.0", *R, *OUT,
-      expect="--cell"),  # fmt: skip
+    C(
+        "option/build-matrix-cibuildwheel",
+        "build",
+        "example",
+        "--matrix",
+        "--backend",
+        "cibuildwheel",
+        *R,
+        *OUTD,
+        expect="--matrix",
+    ),
+    C(
+        "option/cibw-bad-cell",
+        "shard",
+        "example",
+        "1/2",
+        "--backend",
+        "cibuildwheel",
+        "--cell",
+        "linux//13.0",
+        *R,
+        *OUT,
+        expect="--cell",
+    ),
     C("option/show-bad-cell", "show", "example", "--cell", "garbage", *R, expect="--cell 'garbage'"),
     C("option/show-cell-off-grid", "show", "example", "--cell", "linux/2.7/13.0", *R, expect="2.7"),
-    C("option/cache-tool", "shard", "example", "1/2", "--cache-tool", "distcc", *R, *OUT, kind="usage",
-      expect="--cache-tool"),  # fmt: skip
-    C("option/cache-remote-scheme", "shard", "example", "1/2", "--cache-remote", "ftp://x", *R, *OUT,
-      expect="ftp://x"),  # fmt: skip
-    C("option/cache-remote-port", "link", "example", "--cache-remote", "redis://localhost:99999", *R, *OUTD,
-      expect="--cache-remote"),  # fmt: skip
+    C("option/cache-tool", "shard", "example", "1/2", "--cache-tool", "distcc", *R, *OUT, kind="usage", expect="--cache-tool"),
+    C("option/cache-remote-scheme", "shard", "example", "1/2", "--cache-remote", "ftp://x", *R, *OUT, expect="ftp://x"),
+    C(
+        "option/cache-remote-port",
+        "link",
+        "example",
+        "--cache-remote",
+        "redis://localhost:99999",
+        *R,
+        *OUTD,
+        expect="--cache-remote",
+    ),
     C("option/cache-remote-no-host", "build", "example", "--cache-remote", "redis://", *R, *OUTD, expect="no host"),
-    C("option/plan-from-log-source-filter", "plan", "natten", "--from-log", "{W}/seat_ok.jsonl", *R,
-      expect="--from-log"),  # fmt: skip
+    C("option/plan-from-log-source-filter", "plan", "natten", "--from-log", "{W}/seat_ok.jsonl", *R, expect="--from-log"),
     C("option/unknown-verb", "compile", "example", kind="usage", expect="invalid choice"),
     C("option/unknown-flag", "matrix", "--frobnicate", *R, kind="usage", expect="--frobnicate"),
     C("option/missing-arg", "shard", "example", kind="usage", expect="required"),
@@ -247,28 +441,113 @@ CASES: list[Case] = [
     C("output/matrix-missing-folder", "matrix", "--output", "{W}/nodir/m.json", *R, expect="nodir"),
     C("output/matrix-onto-folder", "matrix", "--output", "{W}/afolder", *R, expect="is a folder"),
     C("output/matrix-proc", "matrix", "--output", "/proc/cuw-matrix.json", *R, expect="/proc/cuw-matrix.json"),
-    C("output/costs-missing-folder", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--output", "{W}/nodir/c.json",
-      *R, expect="nodir"),  # fmt: skip
-    C("output/costs-onto-folder", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--output", "{W}/afolder", *R,
-      expect="is a folder"),  # fmt: skip
-    C("output/costs-onto-input", "costs", "example", "--from", "{W}/seat_ok.jsonl", "--output", "{W}/seat_ok.jsonl",
-      *R, expect="--from"),  # fmt: skip
+    C(
+        "output/costs-missing-folder",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_ok.jsonl",
+        "--output",
+        "{W}/nodir/c.json",
+        *R,
+        expect="nodir",
+    ),
+    C(
+        "output/costs-onto-folder",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_ok.jsonl",
+        "--output",
+        "{W}/afolder",
+        *R,
+        expect="is a folder",
+    ),
+    C(
+        "output/costs-onto-input",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_ok.jsonl",
+        "--output",
+        "{W}/seat_ok.jsonl",
+        *R,
+        expect="--from",
+    ),
     C("output/index-equal-input", "index", "{W}/wheels", "{W}/wheels", expect="wheel folder"),
     C("output/index-contains-input", "index", "{W}/wheels", "{W}", expect="wheel folder"),
     C("output/index-non-index", "index", "{W}/wheels", "{W}/notindex", expect="not an index"),
     C("output/index-proc", "index", "{W}/wheels", "/proc/cuw-index", expect="/proc/cuw-index"),
     C("output/index-under-file", "index", "{W}/wheels", "{W}/afile/sub", expect="afile"),
     # -- unwritable --work / --artifacts / --dist --------------------------------------------
-    C("unwritable/shard-work", "shard", "example", "1/2", *R, "--work", "{W}/afile/sub", "--artifacts",
-      "{W}/out/a", expect="--work", writes=("out",)),  # fmt: skip
-    C("unwritable/shard-artifacts", "shard", "example", "1/2", *R, "--work", "{W}/out/w", "--artifacts",
-      "{W}/afile/sub", expect="--artifacts", writes=("out",)),  # fmt: skip
-    C("unwritable/link-dist", "link", "example", *R, "--work", "{W}/out/w", "--artifacts", "{W}/out/a", "--dist",
-      "{W}/afile/sub", expect="--dist", writes=("out",)),  # fmt: skip
-    C("unwritable/build-work-proc", "build", "example", *R, "--work", "/proc/cuw-work", "--artifacts", "{W}/out/a",
-      "--dist", "{W}/out/d", expect="--work", writes=("out",)),  # fmt: skip
-    C("unwritable/build-dist-proc", "build", "example", *R, "--work", "{W}/out/w", "--artifacts", "{W}/out/a",
-      "--dist", "/proc/cuw-dist", expect="--dist", writes=("out",)),  # fmt: skip
+    C(
+        "unwritable/shard-work",
+        "shard",
+        "example",
+        "1/2",
+        *R,
+        "--work",
+        "{W}/afile/sub",
+        "--artifacts",
+        "{W}/out/a",
+        expect="--work",
+        writes=("out",),
+    ),
+    C(
+        "unwritable/shard-artifacts",
+        "shard",
+        "example",
+        "1/2",
+        *R,
+        "--work",
+        "{W}/out/w",
+        "--artifacts",
+        "{W}/afile/sub",
+        expect="--artifacts",
+        writes=("out",),
+    ),
+    C(
+        "unwritable/link-dist",
+        "link",
+        "example",
+        *R,
+        "--work",
+        "{W}/out/w",
+        "--artifacts",
+        "{W}/out/a",
+        "--dist",
+        "{W}/afile/sub",
+        expect="--dist",
+        writes=("out",),
+    ),
+    C(
+        "unwritable/build-work-proc",
+        "build",
+        "example",
+        *R,
+        "--work",
+        "/proc/cuw-work",
+        "--artifacts",
+        "{W}/out/a",
+        "--dist",
+        "{W}/out/d",
+        expect="--work",
+        writes=("out",),
+    ),
+    C(
+        "unwritable/build-dist-proc",
+        "build",
+        "example",
+        *R,
+        "--work",
+        "{W}/out/w",
+        "--artifacts",
+        "{W}/out/a",
+        "--dist",
+        "/proc/cuw-dist",
+        expect="--dist",
+        writes=("out",),
+    ),
     # -- recipe code: patch.py ---------------------------------------------------------------
     C("patch/plan-raises", "plan", "patchraise", *B, expect="patch.py:"),
     C("patch/plan-syntax", "plan", "patchsyntax", *B, expect="syntax error"),
@@ -298,13 +577,27 @@ CASES: list[Case] = [
     C("grid/index-no-url", "grid", "--check", *R, "--index", "13.0=", expect="--index '13.0='"),
     C("grid/index-unknown-line", "grid", "--check", *R, "--index", "9.9=http://127.0.0.1:9/x", expect="--index '9.9="),
     C("grid/recipes-missing", "grid", "--check", "--recipes", "{W}/nowhere", expect="nowhere does not exist"),
-    C("grid/no-index-answers", "grid", "--check", *R, "--index", "13.0=file:///{W}/none", "--index", "12.8=file:///{W}/none",
-      expect="no torch index answered"),
+    C(
+        "grid/no-index-answers",
+        "grid",
+        "--check",
+        *R,
+        "--index",
+        "13.0=file:///{W}/none",
+        "--index",
+        "12.8=file:///{W}/none",
+        expect="no torch index answered",
+    ),
     C("plan/two-formats", "plan", "example", *R, "--json", "--format", "html", expect="two formats"),
     C("plan/output-folder", "plan", "example", *R, "--format", "html", "--output", "{W}/afolder", expect="is a folder"),
-    C("verify/torch-index-alone", "verify", "{W}/wheels/" + WHEEL, "--torch-index", "http://127.0.0.1:9/x",
-      expect="--torch-index goes with --torch-patches"),
-
+    C(
+        "verify/torch-index-alone",
+        "verify",
+        "{W}/wheels/" + WHEEL,
+        "--torch-index",
+        "http://127.0.0.1:9/x",
+        expect="--torch-index goes with --torch-patches",
+    ),
     # -- the farm verbs: report, record, publish, workflow ----------------------------------------
     C("farm/report-missing", "report", "{W}/nowhere", expect="nowhere: not a folder"),
     C("farm/report-file", "report", "{W}/afile", expect="afile: not a folder"),
@@ -312,8 +605,17 @@ CASES: list[Case] = [
     C("farm/report-output-folder", "report", "{W}/afolder", "--output", "{W}/afolder", expect="is a folder"),
     C("farm/report-output-missing-folder", "report", "{W}/afolder", "--output", "{W}/nodir/r.html", expect="nodir"),
     C("farm/record-dotdot", "record", "../example", *R, expect="not a folder name"),
-    C("farm/record-no-link", "record", "example", *R, "--dist", "{W}/afolder", "--artifacts", "{W}/afolder",
-      expect="no passed link"),  # fmt: skip
+    C(
+        "farm/record-no-link",
+        "record",
+        "example",
+        *R,
+        "--dist",
+        "{W}/afolder",
+        "--artifacts",
+        "{W}/afolder",
+        expect="no passed link",
+    ),
     C("farm/publish-missing", "publish", "{W}/nowhere", "{W}/idx", expect="nowhere is not a folder"),
     C("farm/publish-file", "publish", "{W}/afile", "{W}/idx", expect="afile is not a folder"),
     C("farm/publish-unrecorded", "publish", "{W}/wheels", "{W}/notindex", code=1, kind="gate", expect="no build record"),
@@ -385,7 +687,7 @@ def build_world(W: Path) -> Path:
     (W / "junkwheels" / WHEEL).write_bytes(JUNK)
     (W / "v_junk").mkdir()
     (W / "v_junk" / WHEEL).write_bytes(JUNK)
-    _wheel(W / "v_garbage" / WHEEL, b"garbage\na,b\nx,sha256=!!!,1\ny,nohash=abc,2\n\"unterminated\n,,,,\n")
+    _wheel(W / "v_garbage" / WHEEL, b'garbage\na,b\nx,sha256=!!!,1\ny,nohash=abc,2\n"unterminated\n,,,,\n')
     _wheel(W / "v_binrecord" / WHEEL, JUNK)
     # A recipes folder whose defaults.yml is binary junk (the example beside it is fine).
     shutil.copytree(REPO / "recipes" / "example", W / "junkpolicy" / "example", ignore=shutil.ignore_patterns("__pycache__"))
@@ -403,8 +705,12 @@ def build_world(W: Path) -> Path:
     _recipe(bad, "pytagyaml", "name: !!python/object/apply:os.system ['true']\n")
     _recipe(bad, "unknownkey", example.replace("backend:", "bakend:"), example=True)
     _recipe(bad, "dupkey", MINIMAL + "max_jobs: 2\nbackend: scikit-build-core\n")
-    _recipe(bad, "aliasbomb", "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
-            + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)))
+    _recipe(
+        bad,
+        "aliasbomb",
+        "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+        + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)),
+    )
     _recipe(bad, "deepyaml", "name: " + "[" * 200 + "]" * 200 + "\n")
     _recipe(bad, "hugeyaml", MINIMAL + "# " + "x" * (1 << 20) + "\n")
     _recipe(bad, "envnumber", MINIMAL + "env: {A: 1}\n")
@@ -423,8 +729,7 @@ def build_world(W: Path) -> Path:
     (W / "mirror_kinds" / "cumm-0.7.11.tar.gz").mkdir(parents=True)
     (W / "mirror_plain" / "cumm").mkdir(parents=True)
     _recipe(bad, "srcroot", MINIMAL.replace("source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}", "source: {path: /}"))
-    _recipe(bad, "srcescape", MINIMAL.replace("source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}",
-                                              "source: {path: ../../..}"))  # fmt: skip
+    _recipe(bad, "srcescape", MINIMAL.replace("source: {pypi: 'x==1.0', sha256: '" + "0" * 64 + "'}", "source: {path: ../../..}"))
     _recipe(bad, "srcfile", example.replace("path: package", "path: README.md"), example=True)
     _recipe(bad, "subdirescape", example + "build_subdir: ../../..\n", example=True)
     (bad / "ymlfolder" / "recipe.yml").mkdir(parents=True)
@@ -484,8 +789,9 @@ def test_bad_input(case: Case, world: Path, tmp_path: Path) -> None:
     env.update(CUW_LOG_DIR=str(logs), CUW_RECIPES=str(world / "recipes"), PYTHONDONTWRITEBYTECODE="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     before = _snapshot(world)
-    proc = subprocess.run(_command(case, world), cwd=world / "cwd", env=env, capture_output=True, text=True,
-                          errors="replace", timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        _command(case, world), cwd=world / "cwd", env=env, capture_output=True, text=True, errors="replace", timeout=120
+    )
     after = _snapshot(world)
     shown = f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-2000:]}\n--- stderr\n{proc.stderr[-4000:]}"
     both = proc.stdout + proc.stderr

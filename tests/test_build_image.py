@@ -62,8 +62,9 @@ def test_the_example_builds_in_the_image_each_job_in_its_own_container(built_in_
     assert link["ok"] and link["facts"]["misses"] == 0 and link["facts"]["total"] > 0
     # Every shard compiled in the image: its glibc and compiler, not this machine's.
     for report in (root / "artifacts").glob("*/cuw-shard-*.tar"):
-        manifest = json.loads(subprocess.run(["tar", "-xOf", str(report), "manifest.json"], capture_output=True,
-                                             check=True).stdout)  # fmt: skip
+        manifest = json.loads(
+            subprocess.run(["tar", "-xOf", str(report), "manifest.json"], capture_output=True, check=True).stdout
+        )
         builder = manifest["builder"]
         assert builder["image"].startswith(standin + "@sha256:") and builder["glibc"] == "2.31"
         assert builder["floor"] == "manylinux_2_31_x86_64" and "10." in builder["compiler"]
@@ -76,8 +77,9 @@ def test_the_wheel_is_at_the_image_floor_and_auditwheel_agrees(built_in_image):
     tags = wheel.name[:-4].rsplit("-", 1)[1].split(".")
     assert tags[-1] == "manylinux_2_31_x86_64"  # the builder's floor, the highest tag it claims
     lowest = min(tags, key=lambda t: [int(n) for n in re.findall(r"\d+", t)])
-    shown = subprocess.run([str(Path(sys.executable).parent / "auditwheel"), "show", str(wheel)], capture_output=True,
-                           text=True, check=True).stdout  # fmt: skip
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "auditwheel"), "show", str(wheel)], capture_output=True, text=True, check=True
+    ).stdout
     assert f'consistent with the following platform tag: "{lowest}"' in " ".join(shown.split()), shown
     # The build record carries the builder and its floor.
     proc = run_cuw("record", "example", "--dist", str(root / "dist"), "--artifacts", str(root / "artifacts"))
@@ -90,11 +92,30 @@ def test_the_wheel_installs_and_imports_in_a_clean_container_of_the_image(built_
     root, _ = built_in_image
     (wheel,) = (root / "dist").glob("*.whl")
     engine = engine_or_skip()
-    script = (f"/opt/python/cp311-cp311/bin/python -m pip install -q --no-deps --no-index /dist/{wheel.name} && "
-              "cd / && /opt/python/cp311-cp311/bin/python -c 'import json, cuw_example as m; print(json.dumps(m.tu_values()))'")  # fmt: skip
-    proc = subprocess.run([engine.path, "run", "--rm", "--network", "host", "-e", "CUDA_VISIBLE_DEVICES=",
-                           "-v", f"{root / 'dist'}:/dist:ro", standin, "sh", "-c", script],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    script = (
+        f"/opt/python/cp311-cp311/bin/python -m pip install -q --no-deps --no-index /dist/{wheel.name} && "
+        "cd / && /opt/python/cp311-cp311/bin/python -c 'import json, cuw_example as m; print(json.dumps(m.tu_values()))'"
+    )
+    proc = subprocess.run(
+        [
+            engine.path,
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "-e",
+            "CUDA_VISIBLE_DEVICES=",
+            "-v",
+            f"{root / 'dist'}:/dist:ro",
+            standin,
+            "sh",
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected_tu_values()
 
@@ -108,8 +129,18 @@ def test_a_shard_built_on_the_host_is_refused_by_a_link_in_the_image(built_in_im
     shutil.copy(host_archive, artifacts / cell / host_archive.name)  # shard 2 now comes from the host,
     shutil.copy(archive.report_path(host_archive), archive.report_path(artifacts / cell / host_archive.name))  # its report too
     work = tmp_path / "work"
-    proc = run_cuw("link", "example", "--image", standin, "--work", str(work), "--artifacts", str(artifacts),
-                "--dist", str(tmp_path / "dist"))  # fmt: skip
+    proc = run_cuw(
+        "link",
+        "example",
+        "--image",
+        standin,
+        "--work",
+        str(work),
+        "--artifacts",
+        str(artifacts),
+        "--dist",
+        str(tmp_path / "dist"),
+    )
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "shard 2/3 was compiled on the host (glibc " in last and f"this link runs in image {standin}" in last, last
@@ -129,8 +160,9 @@ def test_a_second_run_of_the_same_job_in_an_image_is_refused(built_in_image, sta
     lock = root / "work" / cell / ".shard-2of3.image.lock"
     with open(lock, "a+b") as held_lock:
         fcntl.flock(held_lock, fcntl.LOCK_EX)
-        proc = run_cuw("shard", "example", "2/3", "--image", standin, "--work", str(root / "work"),
-                    "--artifacts", str(tmp_path / "a"))  # fmt: skip
+        proc = run_cuw(
+            "shard", "example", "2/3", "--image", standin, "--work", str(root / "work"), "--artifacts", str(tmp_path / "a")
+        )
     assert proc.returncode == 2 and "in a container is already running" in proc.stderr, proc.stderr
     assert not (tmp_path / "a" / cell).exists()
 
@@ -146,13 +178,26 @@ def test_image_verb_is_cached_by_its_recipe_digest(standin):
 
 def test_a_missing_image_or_engine_is_one_line(tmp_path):
     engine_or_skip()
-    proc = run_cuw("shard", "example", "1/3", "--image", "cuw-no-such-image:0", "--work", str(tmp_path / "w"),
-                "--artifacts", str(tmp_path / "a"))  # fmt: skip
+    proc = run_cuw(
+        "shard",
+        "example",
+        "1/3",
+        "--image",
+        "cuw-no-such-image:0",
+        "--work",
+        str(tmp_path / "w"),
+        "--artifacts",
+        str(tmp_path / "a"),
+    )
     assert proc.returncode == 2 and "has no such image" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "w").exists() and not (tmp_path / "a").exists()  # refused before any folder
-    proc = run_cuw("shard", "example", "1/3", "--image", "--bad", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"))
+    proc = run_cuw(
+        "shard", "example", "1/3", "--image", "--bad", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a")
+    )
     assert proc.returncode == 2
-    proc = run_cuw("shard", "example", "1/3", "--engine", "podman", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"))
+    proc = run_cuw(
+        "shard", "example", "1/3", "--engine", "podman", "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a")
+    )
     assert proc.returncode == 2 and "--engine goes with --image" in proc.stderr
 
 
@@ -243,8 +288,11 @@ def test_a_runner_image_links_its_pythons_into_the_tool_cache(tmp_path):
     assert "hostedtoolcache" not in dockerfile(load_image_recipe(default_recipe("x86_64")), "base")
     bad = tmp_path / "bad.yml"
     for value in ("relative/path", "/a b", "[1]"):
-        bad.write_text((REPO / "images" / "runner-x86_64.yml").read_text().replace("tool_cache: /opt/hostedtoolcache",
-                                                                                   f"tool_cache: {value}"))  # fmt: skip
+        bad.write_text(
+            (REPO / "images" / "runner-x86_64.yml")
+            .read_text()
+            .replace("tool_cache: /opt/hostedtoolcache", f"tool_cache: {value}")
+        )
         with pytest.raises(CuwError, match="tool_cache must be an absolute folder path"):
             load_image_recipe(bad)
 

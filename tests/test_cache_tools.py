@@ -58,7 +58,11 @@ def test_sccache_handoff_passes_every_gate_and_attributes_a_missing_shard(recipe
     gone.unlink()
     again = run_link(recipe, paths, progress=None, cache=choice)
     assert not again.verdict.ok and again.missing_shards == [1]
-    owned_by_1 = [k for k in (f"csrc/kernels/{p.name}" for p in (recipes_dir / "example/package/csrc/kernels").glob("*.cu")) if owner(k, N) == 1]
+    owned_by_1 = [
+        k
+        for k in (f"csrc/kernels/{p.name}" for p in (recipes_dir / "example/package/csrc/kernels").glob("*.cu"))
+        if owner(k, N) == 1
+    ]
     for key in owned_by_1:
         assert f"{key} <- shard 1/3 (its archive is missing)" in again.verdict.line
 
@@ -74,11 +78,27 @@ def test_a_ccache_link_refuses_sccache_archives(recipes_dir, paths):
     cell = local_cell(recipe, find_toolkit())
     folder = paths.cell_artifacts(cell)
     (paths.work / "c").mkdir(parents=True)
-    manifest = archive.Manifest(archive.FORMAT, "0.1.0", cell.to_dict(), 1, 2, "seat", "sccache", Sccache.pinned, None, [], [], {},
-                                fingerprint={}, builder=current_builder().to_dict())  # fmt: skip
+    manifest = archive.Manifest(
+        archive.FORMAT,
+        "0.1.0",
+        cell.to_dict(),
+        1,
+        2,
+        "seat",
+        "sccache",
+        Sccache.pinned,
+        None,
+        [],
+        [],
+        {},
+        fingerprint={},
+        builder=current_builder().to_dict(),
+    )
     made = archive.pack(Sccache(paths.work / "c", paths.work), manifest, folder / archive.archive_name(cell, 1, 2))
     # As its shard leaves it: the report beside it records its digest.
-    archive.report_path(made).write_text(json.dumps({"shard": "1/2", "archive_sha256": hashlib.sha256(made.read_bytes()).hexdigest()}))
+    archive.report_path(made).write_text(
+        json.dumps({"shard": "1/2", "archive_sha256": hashlib.sha256(made.read_bytes()).hexdigest()})
+    )
     with pytest.raises(CuwError, match=r"made with sccache 0.16.0; this link uses ccache"):
         run_link(recipe, paths, progress=None, cache=CacheChoice("ccache", None))
 
@@ -154,10 +174,23 @@ def test_unreachable_remote_is_a_clear_error(tmp_path, recipes_dir):
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]
     proc = subprocess.run(
-        [sys.executable, "-m", "cuw", "shard", "example", "1/2", "--recipes", str(recipes_dir),
-         "--cache-remote", f"redis://127.0.0.1:{closed}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "shard",
+            "example",
+            "1/2",
+            "--recipes",
+            str(recipes_dir),
+            "--cache-remote",
+            f"redis://127.0.0.1:{closed}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"remote cache redis://127.0.0.1:{closed} is unreachable" in proc.stderr
     assert not (tmp_path / "artifacts").exists()
@@ -209,8 +242,10 @@ def test_an_nvcc_that_prints_bytes_that_are_not_utf8_or_hangs_is_read_or_named(t
     from cuw.base.errors import CuwError
     from cuw.toolchain import toolkit
 
-    for name, script in (("junk", 'printf "Cuda compilation tools, release 13.0, V13.0.88 \\377\\376\\n"'),
-                         ("hung", "sleep 120")):  # fmt: skip
+    for name, script in (
+        ("junk", 'printf "Cuda compilation tools, release 13.0, V13.0.88 \\377\\376\\n"'),
+        ("hung", "sleep 120"),
+    ):
         home = tmp_path / name
         (home / "bin").mkdir(parents=True)
         (home / "bin" / "nvcc").write_text(f"#!/bin/sh\n{script}\n")

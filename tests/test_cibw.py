@@ -94,9 +94,13 @@ def test_cibuildwheel_selects_exactly_the_cell(lane, recipes_dir, paths):
     platform = "windows" if lane == "windows" else "linux"
     proc = subprocess.run(
         [CIBUILDWHEEL, "--print-build-identifiers", "--platform", platform, "--config-file", str(job.config_path), "."],
-        cwd=job.driver_dir, capture_output=True, text=True, timeout=120, check=False,
+        cwd=job.driver_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env={k: v for k, v in os.environ.items() if not k.startswith("CIBW_")},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [identifier]
 
@@ -169,12 +173,26 @@ def test_before_all_and_before_build_use_the_pinned_installs(recipes_dir, paths)
     ]
     assert linux["before-build"] == ['bash -c "cd forge && CUDA_LINE=13.0 bash .github/scripts/install-forge.sh"']
     torch_cell = Cell("example", "linux", "3.11", "13.0", "2.14")
-    job = cibw.CibwJob(_recipe(recipes_dir), recipes_dir, torch_cell, None, paths.work, paths.artifacts, paths.dist,
-                       CacheChoice("ccache", None), 2)  # fmt: skip
+    job = cibw.CibwJob(
+        _recipe(recipes_dir),
+        recipes_dir,
+        torch_cell,
+        None,
+        paths.work,
+        paths.artifacts,
+        paths.dist,
+        CacheChoice("ccache", None),
+        2,
+    )
     assert "TORCH=2.14 CUDA_LINE=13.0" in job.before_build()[0]
     # The driver carries the forge and the scripts the commands name.
     cibw.write_driver(job)
-    for name in ("cuw/cli/cibw_backend.py", "pyproject.toml", ".github/scripts/install-cuda.sh", ".github/scripts/install-forge.sh"):
+    for name in (
+        "cuw/cli/cibw_backend.py",
+        "pyproject.toml",
+        ".github/scripts/install-cuda.sh",
+        ".github/scripts/install-forge.sh",
+    ):
         assert (job.driver_dir / "forge" / name).is_file(), name
     assert not list((job.driver_dir / "forge").rglob("__pycache__"))
 
@@ -203,7 +221,9 @@ def test_the_toolkit_choice_reaches_the_job(recipes_dir, paths, tmp_path, monkey
     assert env["CUW_CUDA_HOME"] == env["CUW_TOOLKIT"] == _host(folder)
     monkeypatch.delenv("CUW_TOOLKIT")
     old_line = Cell("example", "linux", "3.11", "12.8", None)
-    with pytest.raises(CuwError, match=r"CUDA 12\.8: --toolkit = wheels, but NVIDIA's CUDA 12 wheels ship ptxas but no nvcc driver"):
+    with pytest.raises(
+        CuwError, match=r"CUDA 12\.8: --toolkit = wheels, but NVIDIA's CUDA 12 wheels ship ptxas but no nvcc driver"
+    ):
         cibw.job_for(recipe, recipes_dir, old_line, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4, "wheels")
 
 
@@ -259,8 +279,22 @@ def _cuw(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_cli_writes_the_config_and_fails_clearly_without_a_container(tmp_path, recipes_dir, monkeypatch):
     monkeypatch.setenv("PATH", path_without(tmp_path / "no-engine", "docker", "podman"))  # GitHub's runners have docker
-    proc = _cuw("shard", "example", "2/4", "--backend", "cibuildwheel", "--cell", "linux/3.11/13.0",
-                "--recipes", str(recipes_dir), "--work", "w", "--artifacts", "a", cwd=tmp_path)  # fmt: skip
+    proc = _cuw(
+        "shard",
+        "example",
+        "2/4",
+        "--backend",
+        "cibuildwheel",
+        "--cell",
+        "linux/3.11/13.0",
+        "--recipes",
+        str(recipes_dir),
+        "--work",
+        "w",
+        "--artifacts",
+        "a",
+        cwd=tmp_path,
+    )
     config = tmp_path / "w" / "example-linux-py3.11-cu13.0-notorch" / "cibw-shard-2of4" / "pyproject.toml"
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -273,8 +307,19 @@ def test_cli_writes_the_config_and_fails_clearly_without_a_container(tmp_path, r
 def test_cli_windows_cell_needs_a_windows_host(tmp_path, recipes_dir):
     if sys.platform.startswith("win"):
         pytest.skip("on Windows cibuildwheel would run the build")
-    proc = _cuw("link", "example", "--backend", "cibuildwheel", "--cell", "windows/3.11/13.0",
-                "--recipes", str(recipes_dir), "--work", "w", cwd=tmp_path)  # fmt: skip
+    proc = _cuw(
+        "link",
+        "example",
+        "--backend",
+        "cibuildwheel",
+        "--cell",
+        "windows/3.11/13.0",
+        "--recipes",
+        str(recipes_dir),
+        "--work",
+        "w",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "Windows host only" in proc.stderr and "cibw-link" in proc.stderr.strip().splitlines()[-1]
 
@@ -282,7 +327,9 @@ def test_cli_windows_cell_needs_a_windows_host(tmp_path, recipes_dir):
 def test_cli_cell_goes_with_cibuildwheel(tmp_path, recipes_dir):
     proc = _cuw("link", "example", "--cell", "linux/3.11/13.0", "--recipes", str(recipes_dir), cwd=tmp_path)
     assert proc.returncode == 2 and "--cell goes with --backend cibuildwheel" in proc.stderr
-    proc = _cuw("link", "example", "--backend", "cibuildwheel", "--cell", "linux/3.11", "--recipes", str(recipes_dir), cwd=tmp_path)
+    proc = _cuw(
+        "link", "example", "--backend", "cibuildwheel", "--cell", "linux/3.11", "--recipes", str(recipes_dir), cwd=tmp_path
+    )
     assert proc.returncode == 2 and "is not LANE/PY/CUDA" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -291,8 +338,12 @@ def _frontend_build(driver: Path, command: list[str], out: Path) -> subprocess.C
     env = {**os.environ, COMMAND_VAR: shlex.join(command)}
     return subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(driver), f"--wheel-dir={out}", "--no-deps", "--no-build-isolation"],
-        env=env, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
 
 
 def test_driver_build_runs_the_forge_jobs_and_their_gates(tmp_path, recipes_dir, paths):

@@ -72,16 +72,35 @@ def test_nox_and_invoke_offer_every_verb_with_every_option(tmp_path):
     for verb in verbs:
         assert f"{verb.name.replace('-', '_')} -> " in nox, (verb.name, nox)
         assert f"  {verb.name} " in inv, (verb.name, inv)
-        helped = subprocess.run([sys.executable, "-m", "invoke", "--help", verb.name], cwd=REPO, capture_output=True,
-                                text=True).stdout  # fmt: skip
+        helped = subprocess.run(
+            [sys.executable, "-m", "invoke", "--help", verb.name], cwd=REPO, capture_output=True, text=True
+        ).stdout
         for option in verb.options:
             if not option.positional:
                 name = option.flag.lstrip("-") if option.flag != "--from" else option.dest
                 assert f"--{name}" in helped, (verb.name, option.flag, helped)
     # A task passes its arguments through: positionals, a value, a repeated option (comma list).
-    proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "matrix", "--package", "example",
-                           "--platform", "linux,windows", "--cuda", "13.0", "--output", str(tmp_path / "m.json")],
-                          cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "--search-root",
+            str(REPO),
+            "matrix",
+            "--package",
+            "example",
+            "--platform",
+            "linux,windows",
+            "--cuda",
+            "13.0",
+            "--output",
+            str(tmp_path / "m.json"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     chunks = json.loads((tmp_path / "m.json").read_text())["chunks"]
     assert sorted(c["id"] for c in chunks) == ["example-linux-cu13.0", "example-windows-cu13.0"], chunks
@@ -121,8 +140,9 @@ def test_recipes_listing_counts_cells(tmp_path, recipes_dir):
 
 def test_a_nox_session_ends_with_the_verbs_own_exit_code(tmp_path):
     """nox alone turns every failure into 1: the sessions pass the verb's code on (2: bad input)."""
-    proc = subprocess.run([sys.executable, "-m", "nox", "-s", "shard", "--", "example", "1/0"], cwd=REPO,
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "nox", "-s", "shard", "--", "example", "1/0"], cwd=REPO, capture_output=True, text=True
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.count("cuw: error:") == 1 and "Traceback" not in proc.stderr
     ok = subprocess.run([sys.executable, "-m", "nox", "-s", "recipes"], cwd=REPO, capture_output=True, text=True)
@@ -135,8 +155,14 @@ def test_a_closed_or_full_stdout_is_one_line_and_exit_2(verb):
     import subprocess
     import sys
 
-    closed = subprocess.run([sys.executable, "-m", "cuw", *verb], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, pass_fds=(), preexec_fn=lambda: __import__("os").close(1))  # fmt: skip
+    closed = subprocess.run(
+        [sys.executable, "-m", "cuw", *verb],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        pass_fds=(),
+        preexec_fn=lambda: __import__("os").close(1),
+    )
     assert closed.returncode == 2 and "Traceback" not in closed.stderr, closed.stderr
     assert closed.stderr.strip().splitlines()[-1] == "cuw: error: standard output is closed; the result had nowhere to go"
     with open("/dev/full", "w") as full:

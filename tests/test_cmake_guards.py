@@ -268,8 +268,10 @@ def test_a_tree_without_cmake_files_is_an_error(tmp_path):
 def test_cli_lint_guards_on_a_folder(tmp_path, capsys):
     from cuw.cli.main import main
 
-    bad = _tree(tmp_path / "bad", {"CMakeLists.txt": "file(GLOB S *.cu)\nif(S)\n  add_library(f OBJECT ${S})\n"
-                                                     "endif()\nadd_dependencies(app f)\n"})  # fmt: skip
+    bad = _tree(
+        tmp_path / "bad",
+        {"CMakeLists.txt": "file(GLOB S *.cu)\nif(S)\n  add_library(f OBJECT ${S})\nendif()\nadd_dependencies(app f)\n"},
+    )
     assert main(["lint-guards", str(bad)]) == 1
     out, err = capsys.readouterr()
     assert out.startswith("CMakeLists.txt:5: add_dependencies(app f) uses f")

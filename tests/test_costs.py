@@ -38,10 +38,17 @@ def test_a_recorded_table_drives_the_cost_rule_to_golden_owners(tmp_path):
     from cuw.partition.rules import assign
 
     log = tmp_path / "seat.jsonl"
-    entries = [("a.cu", "miss", 6.0), ("b.cu", "miss", 2.0), ("c.cu", "miss", 3.0), ("d.cu", "hit", 50.0),
-               ("c.cu", "miss", 4.0), ("e.cu", "miss", 5.0)]  # fmt: skip
-    log.write_text("".join(json.dumps({"action": "compiled", "key": k, "outcome": o, "rc": 0, "seconds": v}) + "\n"
-                           for k, o, v in entries))  # fmt: skip
+    entries = [
+        ("a.cu", "miss", 6.0),
+        ("b.cu", "miss", 2.0),
+        ("c.cu", "miss", 3.0),
+        ("d.cu", "hit", 50.0),
+        ("c.cu", "miss", 4.0),
+        ("e.cu", "miss", 5.0),
+    ]
+    log.write_text(
+        "".join(json.dumps({"action": "compiled", "key": k, "outcome": o, "rc": 0, "seconds": v}) + "\n" for k, o, v in entries)
+    )
     table = record([log], tmp_path / "costs.json")
     assert table.costs == {"a.cu": 6.0, "b.cu": 2.0, "c.cu": 7.0, "e.cu": 5.0}
     result = assign(2, "cost", costs=table.costs)
@@ -100,9 +107,23 @@ def test_a_link_report_sets_the_link_cost_and_keeps_the_tu_costs(tmp_path):
     table = tmp_path / "costs.json"
     table.write_text(json.dumps({"costs": {"a.cu": 10.0, "b.cu": 20.0}}))
     report = tmp_path / "x.whl.link.json"
-    report.write_text(json.dumps({"gate": "link", "ok": True, "phases": {
-        "prepare_s": 3.0, "restore_s": 1.0, "deps_s": 0.5, "build_s": 30.0, "replay_s": 6.0, "replays": 120,
-        "finish_s": 4.0}}))  # fmt: skip
+    report.write_text(
+        json.dumps(
+            {
+                "gate": "link",
+                "ok": True,
+                "phases": {
+                    "prepare_s": 3.0,
+                    "restore_s": 1.0,
+                    "deps_s": 0.5,
+                    "build_s": 30.0,
+                    "replay_s": 6.0,
+                    "replays": 120,
+                    "finish_s": 4.0,
+                },
+            }
+        )
+    )
     got = record([report], table)
     assert got.costs == {"a.cu": 10.0, "b.cu": 20.0}
     # prepare 3 + restore 1 + deps 0.5 + finish 4, and the build's 30 s beyond its 6 s of replays; 6 s / 120.
@@ -121,12 +142,25 @@ def test_shard_reports_feed_their_tus_and_the_shards_cost_beside_its_compiles(tm
     def shard(name: str, build_s: float, bars: list[tuple[str, float, float]], ok: bool = True):
         folder = tmp_path / name / "logs"
         folder.mkdir(parents=True)
-        folder.joinpath("seat.jsonl").write_text("".join(
-            json.dumps({"action": "compiled", "key": k, "seconds": stop - start, "at": stop, "rc": 0, "outcome": "miss"}) + "\n"
-            for k, start, stop in bars))  # fmt: skip
+        folder.joinpath("seat.jsonl").write_text(
+            "".join(
+                json.dumps({"action": "compiled", "key": k, "seconds": stop - start, "at": stop, "rc": 0, "outcome": "miss"})
+                + "\n"
+                for k, start, stop in bars
+            )
+        )
         report = tmp_path / f"cuw-shard-{name}.report.json"
-        report.write_text(json.dumps({"gate": "shard", "ok": ok, "build_s": build_s, "reasons": [] if ok else ["compiled 0 TUs"],
-                                      "build_log": str(folder / "build.log")}))  # fmt: skip
+        report.write_text(
+            json.dumps(
+                {
+                    "gate": "shard",
+                    "ok": ok,
+                    "build_s": build_s,
+                    "reasons": [] if ok else ["compiled 0 TUs"],
+                    "build_log": str(folder / "build.log"),
+                }
+            )
+        )
         return report
 
     one = shard("1of3", 100.0, [("a.cu", 10.0, 50.0), ("b.cu", 30.0, 70.0)])  # span 60 of 80 compile-seconds

@@ -60,10 +60,21 @@ def github():
 def _dispatch(github: StandIn, tmp_path: Path) -> subprocess.CompletedProcess:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"chunks": CHUNKS}))
-    env = {"PATH": os.environ["PATH"], "GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": "o/r", "GH_TOKEN": "t0k",
-           "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "CUW_DISPATCH_WAIT_SCALE": str(SCALE)}  # fmt: skip
-    return subprocess.run([sys.executable, str(SCRIPT), str(plan), "--ref", "main", "--pause", "0"], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    env = {
+        "PATH": os.environ["PATH"],
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": "o/r",
+        "GH_TOKEN": "t0k",
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "CUW_DISPATCH_WAIT_SCALE": str(SCALE),
+    }
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(plan), "--ref", "main", "--pause", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _chunks(github: StandIn) -> list[str]:
@@ -71,15 +82,19 @@ def _chunks(github: StandIn) -> list[str]:
 
 
 def test_a_429_and_a_secondary_rate_limit_403_are_retried_after_the_wait_github_names(github, tmp_path):
-    github.faults = [(429, {"Retry-After": "5"}, {"message": "API rate limit exceeded"}),
-                     (403, {}, {"message": SECONDARY})]  # fmt: skip  # no Retry-After: a minute, GitHub's advice
+    github.faults = [
+        (429, {"Retry-After": "5"}, {"message": "API rate limit exceeded"}),
+        (403, {}, {"message": SECONDARY}),
+    ]  # no Retry-After: a minute, GitHub's advice
     proc = _dispatch(github, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert _chunks(github) == [SENT[0], SENT[0], SENT[0], SENT[1]], "the first chunk three times, then the other"
     assert all(path == "/repos/o/r/actions/workflows/build.yml/dispatches" for _, path, _ in github.log)
     assert github.log[0][2] == github.log[2][2], "the retry sends the same dispatch"
-    assert proc.stderr.splitlines() == [f"rate limited (HTTP 429); waiting {5 * SCALE:g} s",
-                                        f"rate limited (HTTP 403); waiting {60 * SCALE:g} s"]  # fmt: skip
+    assert proc.stderr.splitlines() == [
+        f"rate limited (HTTP 429); waiting {5 * SCALE:g} s",
+        f"rate limited (HTTP 403); waiting {60 * SCALE:g} s",
+    ]
     times = [t for t, _, _ in github.log]
     assert times[1] - times[0] >= 5 * SCALE and times[2] - times[1] >= 60 * SCALE, "each wait honoured"
     assert "2/2 chunks dispatched (8 jobs)" in proc.stdout

@@ -47,8 +47,13 @@ def _copy_repo(dest: Path) -> Path:
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(dest)], check=True)
     subprocess.run(["git", "remote", "remove", "origin"], cwd=dest, check=True)
     if os.environ.get("CUW_FARM_WORKTREE") == "1":
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                                capture_output=True, check=True).stdout.decode().split("\0")  # fmt: skip
+        listed = (
+            subprocess.run(
+                ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, check=True
+            )
+            .stdout.decode()
+            .split("\0")
+        )
         for rel in filter(None, listed):
             if (REPO / rel).is_file():
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -79,8 +84,26 @@ def _workflow(repo: Path, index: Path, *args: str) -> tuple[subprocess.Completed
     if "CUW_OFFLINE_ACTIONS" not in env and have("offline-actions"):  # the run is in a clone, away from ../shared
         env["CUW_OFFLINE_ACTIONS"] = str(need("offline-actions"))
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "cuw", "workflow", "example", "--platform", "linux", "--cuda", "13.0",
-                           "--index", str(index), *args], cwd=repo, env=env, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "workflow",
+            "example",
+            "--platform",
+            "linux",
+            "--cuda",
+            "13.0",
+            "--index",
+            str(index),
+            *args,
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.monotonic() - started
     print(proc.stdout[-6000:], proc.stderr[-3000:], sep="\n")
     print(f"farm: cuw workflow {' '.join(args)}: {wall:.0f} s wall, exit {proc.returncode}")
@@ -94,12 +117,17 @@ def _pip_install(index: Path, tmp: Path, spec: str, python: str = "3.11") -> str
     venv = tmp / f"venv-{len(list(tmp.glob('venv-*')))}"  # a fresh venv per call: nothing installed before
     subprocess.run([str(interp.prefix / "bin" / "python3"), "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
-    pip = subprocess.run([str(py), "-m", "pip", "install", "--no-cache-dir", "--index-url", f"file://{index}/cu130", spec],
-                         capture_output=True, text=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})  # fmt: skip
+    pip = subprocess.run(
+        [str(py), "-m", "pip", "install", "--no-cache-dir", "--index-url", f"file://{index}/cu130", spec],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
+    )
     assert pip.returncode == 0, pip.stdout + pip.stderr
     code = "import importlib.metadata as m, cuw_example; print(m.version('cuw-example'))"
-    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp,
-                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
+    out = subprocess.run(
+        [str(py), "-c", code], capture_output=True, text=True, cwd=tmp, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -149,7 +177,7 @@ def test_the_real_workflow_publishes_and_pip_installs(tmp_path):
     assert any(CELL_311 in n and "2/4" in n for n in failed) and any(n.startswith("build/link") and CELL_311 in n for n in failed)
     assert all(CELL_312 not in n for n in failed), failed
     assert any("publish" in n and " success " in line for n, line in verdicts.items())
-    summaries = (second.stdout + second.stderr)
+    summaries = second.stdout + second.stderr
     assert re.search(rf"not published: cell {CELL_311}: link failed: missing shard\(s\) 2/4", summaries), summaries[-3000:]
     names = sorted(p.name for p in (index / "files").glob("*.whl"))
     versions = sorted({n.split("-")[1] for n in names})
@@ -172,15 +200,28 @@ def test_the_real_workflow_publishes_and_pip_installs(tmp_path):
     records = [json.loads((index / "files" / f"{n}.build.json").read_text()) for n in names if "0.1.1" in n]
     assert sorted(r["cell"]["python"] for r in records) == ["3.11", "3.12"], names
     assert _pip_install(index, tmp_path, "cuw-example", "3.11") == "0.1.1+cu130"
-    print(f"farm: wall times: first run {wall1:.0f} s (5 matrix jobs), nothing to build {wall_idle:.0f} s, second run "
-          f"{wall2:.0f} s (10 matrix jobs, one faulted), re-dispatch {wall3:.0f} s (the faulted cell only)")  # fmt: skip
+    print(
+        f"farm: wall times: first run {wall1:.0f} s (5 matrix jobs), nothing to build {wall_idle:.0f} s, second run "
+        f"{wall2:.0f} s (10 matrix jobs, one faulted), re-dispatch {wall3:.0f} s (the faulted cell only)"
+    )
 
 
 def _watch_creates(engine: str) -> subprocess.Popen:
     """The engine's container-create events from now on (its own log keeps only the last few hundred)."""
-    return subprocess.Popen([engine, "events", "--filter", "type=container", "--filter", "event=create", "--format",
-                             "{{.ID}} {{.Actor.Attributes.name}} {{.Actor.Attributes.image}}"],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [
+            engine,
+            "events",
+            "--filter",
+            "type=container",
+            "--filter",
+            "event=create",
+            "--format",
+            "{{.ID}} {{.Actor.Attributes.name}} {{.Actor.Attributes.image}}",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _created(watch: subprocess.Popen) -> list[tuple[str, ...]]:
@@ -224,10 +265,32 @@ def test_the_workflow_in_docker_mode_runs_each_job_in_a_container_of_its_own(tmp
     assert record["builder"]["image"] == pinned and record["builder"]["glibc"] == "2.31"
 
     # The published wheel installs from the index, and imports, in a clean container of the stand-in.
-    script = ("/opt/python/cp311-cp311/bin/python -m pip install -q --no-cache-dir --index-url file:///index/cu130 cuw-example && "
-              "cd / && /opt/python/cp311-cp311/bin/python -c 'import json, cuw_example as m; print(json.dumps(m.tu_values()))'")  # fmt: skip
-    proc = subprocess.run([engine.path, "run", "--rm", "--network", "host", "-e", "CUDA_VISIBLE_DEVICES=", "-e", "PIP_CONFIG_FILE=/dev/null",
-                           "-v", f"{index}:/index:ro", standin, "sh", "-c", script], capture_output=True, text=True, timeout=600)  # fmt: skip
+    script = (
+        "/opt/python/cp311-cp311/bin/python -m pip install -q --no-cache-dir --index-url file:///index/cu130 cuw-example && "
+        "cd / && /opt/python/cp311-cp311/bin/python -c 'import json, cuw_example as m; print(json.dumps(m.tu_values()))'"
+    )
+    proc = subprocess.run(
+        [
+            engine.path,
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "-e",
+            "CUDA_VISIBLE_DEVICES=",
+            "-e",
+            "PIP_CONFIG_FILE=/dev/null",
+            "-v",
+            f"{index}:/index:ro",
+            standin,
+            "sh",
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     from conftest import expected_tu_values
 

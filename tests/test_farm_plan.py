@@ -53,9 +53,12 @@ def test_the_cli_prints_the_farm_at_two_limits_and_refuses_bad_options():
     assert lines[0].startswith("farm plan: ") and "runner-hours" in lines[0]
     assert any(line.strip().startswith("20 concurrent jobs (Free)") for line in lines)
     assert any(line.strip().startswith("60 concurrent jobs (Team)") for line in lines)
-    for args, message in [(("--farm", "--concurrency", "x"), "numbers of concurrent jobs"),
-                          (("--farm", "--concurrency", "0"), "between 1 and 10000"),
-                          (("--farm", "--count", "nope"), "RECIPE=N"), (("--farm", "example"), "leave out the recipe name"),
-                          ((), "pass --farm for the whole grid")]:  # fmt: skip
+    for args, message in [
+        (("--farm", "--concurrency", "x"), "numbers of concurrent jobs"),
+        (("--farm", "--concurrency", "0"), "between 1 and 10000"),
+        (("--farm", "--count", "nope"), "RECIPE=N"),
+        (("--farm", "example"), "leave out the recipe name"),
+        ((), "pass --farm for the whole grid"),
+    ]:
         bad = run(*args)
         assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr)

@@ -129,8 +129,11 @@ def test_killed_shard_keeps_the_previous_archive_and_a_rerun_recovers(built, tmp
 
     proc = subprocess.Popen(
         built.cuw("shard", "example", f"1/{N}", "--quiet", "--work", str(work), "--artifacts", str(artifacts)),
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         wait_for_compile(proc, built.seat_log(work, 1))
         # While the re-run is in progress: the good archive is there, intact; its report no longer says ok.
@@ -152,8 +155,11 @@ def test_killed_shard_keeps_the_previous_archive_and_a_rerun_recovers(built, tmp
 
     rerun = subprocess.run(
         built.cuw("shard", "example", f"1/{N}", "--quiet", "--work", str(work), "--artifacts", str(artifacts)),
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT_S,
-    )  # fmt: skip
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert rerun.returncode == 0, rerun.stderr
     assert leftovers.job_processes(job.cuda_home) == [], "the killed run's orphaned build was stopped"
     final = json.loads(report.read_text())
@@ -183,16 +189,19 @@ def test_orphans_of_a_killed_job_are_found_by_its_cuda_home_and_stopped(tmp_path
 def _holding(lock: Path) -> subprocess.Popen:
     """Another process holding ``lock`` as a running job does (flock, released when it dies)."""
     lock.parent.mkdir(parents=True, exist_ok=True)
-    code = ("import fcntl, sys, time; fh = open(sys.argv[1], 'a+b'); fcntl.flock(fh, fcntl.LOCK_EX); "
-            "print('held', flush=True); time.sleep(120)")  # fmt: skip
+    code = (
+        "import fcntl, sys, time; fh = open(sys.argv[1], 'a+b'); fcntl.flock(fh, fcntl.LOCK_EX); "
+        "print('held', flush=True); time.sleep(120)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     return holder
 
 
 def _cuw(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cuw", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "cuw", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
 
 
 def test_runs_of_a_running_shard_or_link_are_refused_and_touch_nothing(built, tmp_path):
@@ -202,8 +211,10 @@ def test_runs_of_a_running_shard_or_link_are_refused_and_touch_nothing(built, tm
     work = tmp_path / "work"
     cell_work = work / built.cell.id
     before = {p.name: sha(p) for p in (artifacts / built.cell.id).iterdir()}
-    for lock, argv in ((cell_work / f".shard-{ShardSpec(1, N).tag}.lock", ["shard", "example", f"1/{N}"]),
-                       (cell_work / ".link.lock", ["link", "example", "--dist", str(tmp_path / "dist")])):  # fmt: skip
+    for lock, argv in (
+        (cell_work / f".shard-{ShardSpec(1, N).tag}.lock", ["shard", "example", f"1/{N}"]),
+        (cell_work / ".link.lock", ["link", "example", "--dist", str(tmp_path / "dist")]),
+    ):
         holder = _holding(lock)
         try:
             runs = [_cuw(*argv, "--work", str(work), "--artifacts", str(artifacts)) for _ in range(4)]
@@ -220,12 +231,15 @@ def test_runs_of_a_running_shard_or_link_are_refused_and_touch_nothing(built, tm
     try:
         run = _cuw("shard", "example", f"2/{N}", "--cache-tool", "sccache", "--work", str(work), "--artifacts", str(artifacts))
         out, err = run.communicate(timeout=300)
-        assert run.returncode == 2 and "another job of" in err and "on its shared build tree (sccache) is already running" in err, err
+        assert (
+            run.returncode == 2 and "another job of" in err and "on its shared build tree (sccache) is already running" in err
+        ), err
     finally:
         holder.kill()
         holder.wait()
-    assert sorted(p.name for p in cell_work.iterdir()) == sorted([".link.lock", f".shard-{ShardSpec(1, N).tag}.lock",
-                                                                  f".shard-{ShardSpec(2, N).tag}.lock", ".tree.lock"])  # fmt: skip
+    assert sorted(p.name for p in cell_work.iterdir()) == sorted(
+        [".link.lock", f".shard-{ShardSpec(1, N).tag}.lock", f".shard-{ShardSpec(2, N).tag}.lock", ".tree.lock"]
+    )
     assert {p.name: sha(p) for p in (artifacts / built.cell.id).iterdir()} == before
     assert not any((tmp_path / "dist").glob("*"))
 
@@ -295,8 +309,10 @@ def test_an_archive_altered_after_its_shard_is_refused_before_the_link_starts(bu
     pristine = target.read_bytes()
     altered = tmp_path / f"altered{archive.SUFFIX}"
     _flip_one_result(target, altered)
-    for bad, message in ((altered.read_bytes(), rf"is not the [0-9a-f]{{16}}… shard 1/{N} recorded when it made the archive"),
-                         (pristine[:-1024], r"altered, cut short or replaced since")):  # fmt: skip
+    for bad, message in (
+        (altered.read_bytes(), rf"is not the [0-9a-f]{{16}}… shard 1/{N} recorded when it made the archive"),
+        (pristine[:-1024], r"altered, cut short or replaced since"),
+    ):
         target.write_bytes(bad)
         paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
         with pytest.raises(CuwError, match=message):
@@ -304,9 +320,24 @@ def test_an_archive_altered_after_its_shard_is_refused_before_the_link_starts(bu
         assert not (tmp_path / "work" / built.cell.id / "link").exists()
     target.write_bytes(pristine)
     archive.report_path(target).unlink()
-    proc = subprocess.run([sys.executable, "-m", "cuw", "link", "example", "--work", str(tmp_path / "work"),
-                           "--artifacts", str(artifacts), "--dist", str(tmp_path / "dist")],
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "link",
+            "example",
+            "--work",
+            str(tmp_path / "work"),
+            "--artifacts",
+            str(artifacts),
+            "--dist",
+            str(tmp_path / "dist"),
+        ],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].endswith("hand over the shard's archive and report together")
 
@@ -340,8 +371,10 @@ def test_redis_stopped_mid_shard_fails_clearly_and_hands_nothing_over(built, tmp
     port = free_port()
     redis = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -353,10 +386,23 @@ def test_redis_stopped_mid_shard_fails_clearly_and_hands_nothing_over(built, tmp
                 time.sleep(0.1)
         artifacts, work = tmp_path / "artifacts", tmp_path / "work"
         shard = subprocess.Popen(
-            built.cuw("shard", "example", f"1/{N}", "--quiet", "--work", str(work), "--artifacts", str(artifacts),
-                      "--cache-remote", f"redis://127.0.0.1:{port}"),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            built.cuw(
+                "shard",
+                "example",
+                f"1/{N}",
+                "--quiet",
+                "--work",
+                str(work),
+                "--artifacts",
+                str(artifacts),
+                "--cache-remote",
+                f"redis://127.0.0.1:{port}",
+            ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             wait_for_compile(shard, built.seat_log(work, 1))
         finally:
@@ -406,10 +452,26 @@ def test_no_space_left_while_packing_leaves_no_partial_archive(built, tmp_path):
     before = sha(good)
     assert good.stat().st_size > 64 * 1024, "the archive must be larger than the limit"
     proc = subprocess.run(
-        [sys.executable, "-c", FULL_DISK, "shard", "example", f"1/{N}", "--quiet", "--work", str(tmp_path / "work"),
-         "--artifacts", str(artifacts), "--recipes", str(built.recipes)],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT_S,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            FULL_DISK,
+            "shard",
+            "example",
+            f"1/{N}",
+            "--quiet",
+            "--work",
+            str(tmp_path / "work"),
+            "--artifacts",
+            str(artifacts),
+            "--recipes",
+            str(built.recipes),
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = error_lines(proc.stderr)
@@ -442,10 +504,14 @@ def test_two_links_into_one_dist_leave_no_torn_wheel(built, tmp_path):
     dist = tmp_path / "dist"
     links = [
         subprocess.Popen(
-            built.cuw("link", "example", "--work", str(tmp_path / f"work{i}"), "--artifacts", str(built.artifacts),
-                      "--dist", str(dist)),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            built.cuw(
+                "link", "example", "--work", str(tmp_path / f"work{i}"), "--artifacts", str(built.artifacts), "--dist", str(dist)
+            ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in (1, 2)
     ]
     while any(p.poll() is None for p in links):
@@ -474,21 +540,36 @@ def test_the_build_record_holds_only_the_shards_of_its_link(built, tmp_path):
     shutil.copytree(built.root / "dist", dist)
     stale = built.folder(artifacts) / archive.archive_name(built.cell, 5, 7).replace(archive.SUFFIX, ".report.json")
     stale.write_text(json.dumps({"ok": True, "shard": "5/7", "state": "finished", "counters": {}}))
-    proc = subprocess.run(built.cuw("record", "example", "--dist", str(dist), "--artifacts", str(artifacts)),
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.run(
+        built.cuw("record", "example", "--dist", str(dist), "--artifacts", str(artifacts)),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (record,) = dist.glob("*.build.json")
     shards = json.loads(record.read_text())["shards"]
     assert sorted(s["shard"] for s in shards) == [f"{i}/{N}" for i in range(1, N + 1)], shards
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda r: (r / "example/package/csrc/kernels/k00_saxpy.cu").write_text(
-        (r / "example/package/csrc/kernels/k00_saxpy.cu").read_text() + "\n// one line more\n"), "source"),
-    (lambda r: (r / "example/recipe.yml").write_text((r / "example/recipe.yml").read_text().replace(
-        "  filter: seat\n", "  filter: seat\n  rule: cost\n")), "ownership"),
-    (lambda r: (r / "example/recipe.yml").write_text((r / "example/recipe.yml").read_text() + "max_jobs: 7\n"), "recipe"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (
+            lambda r: (r / "example/package/csrc/kernels/k00_saxpy.cu").write_text(
+                (r / "example/package/csrc/kernels/k00_saxpy.cu").read_text() + "\n// one line more\n"
+            ),
+            "source",
+        ),
+        (
+            lambda r: (r / "example/recipe.yml").write_text(
+                (r / "example/recipe.yml").read_text().replace("  filter: seat\n", "  filter: seat\n  rule: cost\n")
+            ),
+            "ownership",
+        ),
+        (lambda r: (r / "example/recipe.yml").write_text((r / "example/recipe.yml").read_text() + "max_jobs: 7\n"), "recipe"),
+    ],
+)
 def test_an_archive_from_another_source_recipe_or_rule_is_refused_before_the_link_compiles(built, tmp_path, change, field):
     """The shards' fingerprint against the link's: what the link would otherwise spend a build on
     and then blame, through today's assignment, on the wrong shard."""
@@ -496,7 +577,9 @@ def test_an_archive_from_another_source_recipe_or_rule_is_refused_before_the_lin
     shutil.copytree(built.recipes, recipes)
     before = (recipes / "example/recipe.yml").read_text() + (recipes / "example/package/csrc/kernels/k00_saxpy.cu").read_text()
     change(recipes)
-    assert (recipes / "example/recipe.yml").read_text() + (recipes / "example/package/csrc/kernels/k00_saxpy.cu").read_text() != before
+    assert (recipes / "example/recipe.yml").read_text() + (
+        recipes / "example/package/csrc/kernels/k00_saxpy.cu"
+    ).read_text() != before
     artifacts = built.copy_artifacts(tmp_path / "artifacts")
     paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
     with pytest.raises(CuwError, match=rf"shard \d/{N} was built with another {field} \("):

@@ -60,7 +60,8 @@ def test_a_torch_cell_pins_torch_to_its_minor_line():
     # METADATA without a description: the headers run to the end of the file, and so must the new ones.
     bare = "Metadata-Version: 2.1\nName: x\nVersion: 1\n"
     assert rewrite_metadata(bare, Version("1"), ["numpy"], torch="2.14") == (
-        "Metadata-Version: 2.1\nName: x\nVersion: 1\nRequires-Dist: numpy\nRequires-Dist: torch==2.14.*\n")
+        "Metadata-Version: 2.1\nName: x\nVersion: 1\nRequires-Dist: numpy\nRequires-Dist: torch==2.14.*\n"
+    )
 
 
 def test_requirement_templates():
@@ -153,7 +154,10 @@ def test_foreign_needed_and_non_origin_rpath_fail(built, tmp_path):
 def test_device_code_false_requires_a_wheel_without_device_code(built, tmp_path):
     recipes, wheel = built
     checks = _verify(wheel, recipes, device_code=False)
-    assert not checks["arch"].ok and "recipe says device_code: false, but the wheel has device code: sm_90" in checks["arch"].details[0]
+    assert (
+        not checks["arch"].ok
+        and "recipe says device_code: false, but the wheel has device code: sm_90" in checks["arch"].details[0]
+    )
 
     def strip(tree: Path) -> None:  # the fat binary out: a library with host code only
         lib = next(tree.rglob("_kernels*.so"))
@@ -221,29 +225,47 @@ def test_a_library_named_like_a_module_without_pyinit_fails_unless_the_recipe_lo
             extra = ["-L", str(tree.parent), "-lcuwmissing", "-Wl,--no-as-needed"] if needs_missing else []
             if needs_missing:  # a library it needs, present at link time only
                 (tree.parent / "dep.c").write_text("int cuw_dep(void) { return 1; }\n")
-                subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tree.parent / "libcuwmissing.so"),
-                                str(tree.parent / "dep.c")], check=True)  # fmt: skip
+                subprocess.run(
+                    ["gcc", "-shared", "-fPIC", "-o", str(tree.parent / "libcuwmissing.so"), str(tree.parent / "dep.c")],
+                    check=True,
+                )
             subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tree / name), str(src), *extra], check=True)
 
         return mutate
 
     checks = _verify(_rebuild(wheel, tmp_path / "a", add_library(False)), recipes)
     assert not checks["pyinit"].ok
-    assert checks["pyinit"].details == [f"{name}: named like an extension module but exports no PyInit__ops: Python "
-                                        "cannot import it; if torch.ops.load_library or ctypes loads it, list it in "
-                                        "the recipe's verify.load_libraries"]  # fmt: skip
+    assert checks["pyinit"].details == [
+        f"{name}: named like an extension module but exports no PyInit__ops: Python "
+        "cannot import it; if torch.ops.load_library or ctypes loads it, list it in "
+        "the recipe's verify.load_libraries"
+    ]
     allowed = replace(load_recipe("example", recipes).verify, load_libraries=["cuw_example/_ops.*.so"])
     listed = _verify(_rebuild(wheel, tmp_path / "b", add_library(False)), recipes, verify=allowed)
     assert listed["pyinit"].ok and f"{name}: no PyInit_*, loaded as a library (verify.load_libraries)" in listed["pyinit"].details
     # Loaded in the import check: one that cannot load (a library it needs is not in the wheel) fails there.
     rebuilt = _rebuild(wheel, tmp_path / "c", add_library(True))
     recipe = replace(load_recipe("example", recipes), verify=replace(allowed, allowed_needed=["libcuwmissing.so"]))
-    checks = {c.name: c for c in verify(rebuilt, recipe, CELL, find_toolkit(), load_policy(recipes).wheel, ["9.0"],
-                                        import_check=True).checks}  # fmt: skip
+    checks = {
+        c.name: c
+        for c in verify(rebuilt, recipe, CELL, find_toolkit(), load_policy(recipes).wheel, ["9.0"], import_check=True).checks
+    }
     assert not checks["import"].ok
-    assert any(d.startswith(f"{name} (verify.load_libraries): OSError: libcuwmissing.so") for d in checks["import"].details), checks["import"].details
-    checks = {c.name: c for c in verify(_rebuild(wheel, tmp_path / "d", add_library(False)), replace(recipe, verify=allowed),
-                                        CELL, find_toolkit(), load_policy(recipes).wheel, ["9.0"], import_check=True).checks}  # fmt: skip
+    assert any(d.startswith(f"{name} (verify.load_libraries): OSError: libcuwmissing.so") for d in checks["import"].details), (
+        checks["import"].details
+    )
+    checks = {
+        c.name: c
+        for c in verify(
+            _rebuild(wheel, tmp_path / "d", add_library(False)),
+            replace(recipe, verify=allowed),
+            CELL,
+            find_toolkit(),
+            load_policy(recipes).wheel,
+            ["9.0"],
+            import_check=True,
+        ).checks
+    }
     assert checks["import"].ok and checks["pyinit"].ok, checks["import"].details
 
 
@@ -261,7 +283,9 @@ def test_glibc_follows_the_tag_and_the_builder_and_links_torch_the_recipe(built,
     checks = {c.name: c for c in verify(older, recipe, CELL, find_toolkit(), policy, ["9.0"]).checks}
     assert not checks["glibc"].ok and "promises glibc 2.17" in checks["glibc"].details[0]
     # A link job in an image of another floor refuses a tag that is not its own.
-    checks = {c.name: c for c in verify(wheel, recipe, CELL, find_toolkit(), policy, ["9.0"], floor="manylinux_2_28_x86_64").checks}
+    checks = {
+        c.name: c for c in verify(wheel, recipe, CELL, find_toolkit(), policy, ["9.0"], floor="manylinux_2_28_x86_64").checks
+    }
     assert not checks["glibc"].ok and "is not its builder's floor manylinux_2_28_x86_64" in checks["glibc"].details[-1]
     assert not _verify(wheel, recipes, links_torch=True)["links_torch"].ok
 
@@ -271,7 +295,9 @@ def test_verify_cli_exit_codes(built, tmp_path):
     wheel = Path(shutil.copy(shared, tmp_path))  # the verb writes its reports beside the wheel
     run = lambda *a, **env: subprocess.run(  # noqa: E731
         [sys.executable, "-m", "cuw", "verify", *a, "--recipes", str(recipes), "--no-import"],
-        capture_output=True, text=True, env={**__import__("os").environ, **env},
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, **env},
     )
     assert run(str(wheel)).returncode == 0
     cannot = run(str(wheel), CUW_CUOBJDUMP=str(tmp_path / "missing"))
@@ -313,13 +339,27 @@ def test_index_channels_every_version_and_pip_round_trip(built, tmp_path):
 
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-         "--index-url", (out / label / "torch2.14").as_uri(), "cuw-example", "torchy"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            "--index-url",
+            (out / label / "torch2.14").as_uri(),
+            "cuw-example",
+            "torchy",
+        ],
         check=True,
-    )  # fmt: skip
+    )
     assert (target / f"torchy-1.0+{label}torch2.14.dist-info").is_dir()  # pip picks the highest
     code = "import json, cuw_example, torchy; print(json.dumps(cuw_example.tu_values()))"
-    values = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(target)}, capture_output=True, text=True, check=True)
+    values = subprocess.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": str(target)}, capture_output=True, text=True, check=True
+    )
     assert json.loads(values.stdout) == expected_tu_values()
 
 
@@ -391,8 +431,16 @@ def test_system_libraries_of_the_manylinux_policy_are_allowed(built, tmp_path):
 
 # -- the timeline report, rendered by a real browser ----------------------------------
 
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync")  # fmt: skip
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 def _chromium() -> str:
@@ -419,16 +467,35 @@ def test_the_timeline_report_renders_in_a_browser(built, tmp_path):
     root = wheel.parent.parent  # the fixture's folder: work/, artifacts/, dist/
     cell_dir = next((root / "work").iterdir())
     page = tmp_path / "report.html"
-    proc = subprocess.run([sys.executable, "-m", "cuw", "report", str(cell_dir), "--artifacts", str(root / "artifacts"),
-                           "--dist", str(root / "dist"), "--output", str(page)], capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "report",
+            str(cell_dir),
+            "--artifacts",
+            str(root / "artifacts"),
+            "--dist",
+            str(root / "dist"),
+            "--output",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0 and proc.stderr.strip().splitlines()[-1] == f"cuw: report: {page}", proc.stderr
     text = page.read_text()
     assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "<script" not in text  # self-contained
 
     browser = _chromium()
     profile = tmp_path / "profile"
-    dom = subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    dom = subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     assert "shard gate PASS" in dom and "link gate PASS" in dom
     assert dom.count('<g class="job pass"') == 4  # three shards and the link, each a row
     for shard in ("shard 1/3", "shard 2/3", "shard 3/3"):
@@ -436,8 +503,11 @@ def test_the_timeline_report_renders_in_a_browser(built, tmp_path):
     assert dom.count('class="bar cold"') == 9 + 2 and dom.count('class="bar hit"') == 9 + 2  # every TU once cold, once hit
 
     shot = tmp_path / "shot.png"
-    subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1100,500",
-                    page.as_uri()], capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1100,500", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+    )
     assert shot.is_file() and _png_colours(shot.read_bytes()) > 20
 
 
@@ -450,7 +520,11 @@ def test_the_gantt_chart_names_every_job_and_marks_hits(built):
     chart = timeline.mermaid(timeline.load(cell_dir, [root / "artifacts" / cell_dir.name, root / "dist"]))
     assert chart.startswith("```mermaid\ngantt") and chart.endswith("```")
     assert [line.strip() for line in chart.splitlines() if "section" in line] == [
-        "section shard 1/3", "section shard 2/3", "section shard 3/3", "section link"]  # fmt: skip
+        "section shard 1/3",
+        "section shard 2/3",
+        "section shard 3/3",
+        "section link",
+    ]
     assert chart.count(":done,") == 11 and chart.count(":active,") == 11
 
 
@@ -467,8 +541,11 @@ def test_a_wheel_over_the_lanes_size_limit_fails_and_names_the_fixes(built, tmp_
     policy_file = recipes / "defaults.yml"
     policy_file.write_text(policy_file.read_text().replace("max_size_mb: {linux: 2000,", "max_size_mb: {linux: 2,"))
     size = _verify(big, recipes)["size"]
-    proc = subprocess.run([sys.executable, "-m", "cuw", "verify", str(big), "--recipe", "example", "--recipes",
-                           str(recipes), "--no-import"], capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "cuw", "verify", str(big), "--recipe", "example", "--recipes", str(recipes), "--no-import"],
+        capture_output=True,
+        text=True,
+    )
     assert not size.ok
     assert "over the linux lane's limit of 2 MB" in size.details[0] and "cuw_example/blob.bin 3.0 MB" in size.details[1]
     assert "fewer archs" in size.details[2] and "PTX only" in size.details[2] and "SM family" in size.details[2]
@@ -529,9 +606,23 @@ def test_a_wheel_library_finds_its_siblings_and_not_the_build_folders(tmp_path):
     lib.mkdir(parents=True)
     (build / "a.c").write_text("int a_value(void) { return 7; }\n")
     (build / "b.c").write_text("int a_value(void); int b_value(void) { return a_value() * 6; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,liba.so.0", "-o", str(lib / "liba.so.0"), str(build / "a.c")], check=True)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib / "libb.so.0"), str(build / "b.c"), str(lib / "liba.so.0"),
-                    f"-Wl,-rpath,{build}", "-Wl,--enable-new-dtags"], check=True)  # fmt: skip
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,liba.so.0", "-o", str(lib / "liba.so.0"), str(build / "a.c")], check=True
+    )
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(lib / "libb.so.0"),
+            str(build / "b.c"),
+            str(lib / "liba.so.0"),
+            f"-Wl,-rpath,{build}",
+            "-Wl,--enable-new-dtags",
+        ],
+        check=True,
+    )
     with pytest.raises(OSError, match="liba.so.0"):
         ctypes.CDLL(str(lib / "libb.so.0"))  # as auditwheel saw it: the sibling cannot be found
     assert sibling_rpaths(tmp_path / "wheel") == ["pkg/lib/libb.so.0"]

@@ -155,8 +155,7 @@ def test_a_real_compile_error_fails_the_shard_that_owns_the_tu(recipes_dir, path
     assert any(r.startswith(f"a real compile error ({key})") and "cuw_no_such_symbol" in r for r in result.verdict.reasons)
 
 
-def test_an_owned_compile_the_cache_cannot_store_fails_the_shard_and_the_link(recipes_dir, paths, shards, tmp_path,
-                                                                             monkeypatch):  # fmt: skip
+def test_an_owned_compile_the_cache_cannot_store_fails_the_shard_and_the_link(recipes_dir, paths, shards, tmp_path, monkeypatch):
     """nvcc's --save-temps compiles fine, but ccache refuses to cache a call that carries it
     (unsupported_compiler_option): the shard fails at once instead of a link miss hours later,
     and a link whose replays carry it fails on its uncacheable count."""
@@ -221,8 +220,9 @@ def test_bad_archives_stop_the_link_before_anything_is_merged(shards, tmp_path, 
         shutil.copy(archive.report_path(target), archive.report_path(copy))
     if damage != "altered":  # each check behind the digest: as if the shard itself had made the archive so
         report_file = archive.report_path(target)
-        report_file.write_text(json.dumps({**json.loads(report_file.read_text()),
-                                           "archive_sha256": hashlib.sha256(target.read_bytes()).hexdigest()}))  # fmt: skip
+        report_file.write_text(
+            json.dumps({**json.loads(report_file.read_text()), "archive_sha256": hashlib.sha256(target.read_bytes()).hexdigest()})
+        )
     else:
         _rewrite_manifest(target, cache_version="4.7.5")
     with pytest.raises(CuwError, match=message):
@@ -247,8 +247,12 @@ def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_throu
     With the default, the seat partitions the rest: tests/test_source_filter_rest.py."""
     path = recipes_dir / "example" / "recipe.yml"
     data = yaml.safe_load(path.read_text())
-    data["sharding"] = {"count": N, "filter": "source", "source": {"globs": ["csrc/kernels/*.cu"], "seat_rest": False},
-                        "platforms": ["linux", "linux_aarch64"]}  # fmt: skip
+    data["sharding"] = {
+        "count": N,
+        "filter": "source",
+        "source": {"globs": ["csrc/kernels/*.cu"], "seat_rest": False},
+        "platforms": ["linux", "linux_aarch64"],
+    }
     path.write_text(yaml.safe_dump(data))
     recipe = load_recipe("example", recipes_dir)
     outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir)
@@ -281,7 +285,7 @@ def test_pre_build_runs_inside_the_seat_and_cache_environment(recipes_dir, paths
     data["pre_build"] = (
         "mkdir -p gen && printf '__global__ void g(){}\\n' > gen/pre.cu && nvcc -c gen/pre.cu -o gen/pre.o"
         # extra_deps land in the job's own folder, on the build's PYTHONPATH
-        ' && python -c "import six, os; assert six.__file__.startswith(os.environ[\'CUW_EXTRA_DEPS\'])"'
+        " && python -c \"import six, os; assert six.__file__.startswith(os.environ['CUW_EXTRA_DEPS'])\""
     )
     data["extra_deps"] = ["six==1.16.0"]
     path.write_text(yaml.safe_dump(data))
@@ -304,11 +308,16 @@ def test_no_real_objects_fires_for_a_real_cmake_tree_that_compiled_nothing_of_it
     src = tmp_path / "src"
     src.mkdir()
     (src / "k.cu").write_text("__global__ void k() {}\n")
-    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX CUDA)\n"
-                                        "add_library(p SHARED k.cu)\nmessage(FATAL_ERROR \"configure stops here\")\n")  # fmt: skip
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX CUDA)\n"
+        'add_library(p SHARED k.cu)\nmessage(FATAL_ERROR "configure stops here")\n'
+    )
     nvcc = find_toolkit().nvcc
-    proc = subprocess.run(["cmake", "-S", str(src), "-B", str(ws.tree / "build"), f"-DCMAKE_CUDA_COMPILER={nvcc}",
-                           "-DCMAKE_CUDA_ARCHITECTURES=90"], capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["cmake", "-S", str(src), "-B", str(ws.tree / "build"), f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_ARCHITECTURES=90"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0 and "configure stops here" in proc.stderr
     probes = [p for p in ws.tree.rglob("*.o")]
     assert probes, "CMake's compiler identification left no object file: the check below would prove nothing"
@@ -319,7 +328,19 @@ def test_no_real_objects_fires_for_a_real_cmake_tree_that_compiled_nothing_of_it
     shutil.copy(probes[0], own)
     assert real_objects(ws) == 1
     own.unlink()
-    verdict = shard_gate(ShardObservation(build_rc=1, log=proc.stderr, real_objects=real_objects(ws), seat_compiles_seen=0,
-                                          compiled=[], failed=[], expected_owned=[], cache_files=0, build_tus=[],
-                                          host_compiles_seen=0, device_code=True))  # fmt: skip
+    verdict = shard_gate(
+        ShardObservation(
+            build_rc=1,
+            log=proc.stderr,
+            real_objects=real_objects(ws),
+            seat_compiles_seen=0,
+            compiled=[],
+            failed=[],
+            expected_owned=[],
+            cache_files=0,
+            build_tus=[],
+            host_compiles_seen=0,
+            device_code=True,
+        )
+    )
     assert not verdict.ok and "no real object files were built" in verdict.reasons

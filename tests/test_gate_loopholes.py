@@ -70,6 +70,7 @@ def test_ninja_by_name_keeps_going_in_a_shard_and_stops_in_the_link(recipes_dir,
 def test_torch_ninja_path_runs_the_wrapper(recipes_dir, tmp_path, monkeypatch):
     """torch.utils.cpp_extension's own ninja call, in a shard's environment."""
     from torch.utils import cpp_extension
+
     shard, _ = _shard_and_link_env(tmp_path, load_recipe("example", recipes_dir))
     (tmp_path / "build.ninja").write_text(_FAILING_FIRST)
     monkeypatch.setenv("PATH", shard["PATH"])
@@ -115,9 +116,7 @@ def _early_link_failure(recipes: Path) -> None:
     assert (rule.owner("csrc/early/early2.cpp"), rule.owner("csrc/early/dep2.cu")) == (1, 2)
 
 
-def test_a_link_failing_before_the_slice_is_compiled_fails_the_shard_unless_it_keeps_going(
-    recipes_dir, paths, monkeypatch
-):
+def test_a_link_failing_before_the_slice_is_compiled_fails_the_shard_unless_it_keeps_going(recipes_dir, paths, monkeypatch):
     _early_link_failure(recipes_dir)
     recipe = load_recipe("example", recipes_dir)
     keep_going = backends.keep_going
@@ -141,10 +140,18 @@ def test_a_link_failing_before_the_slice_is_compiled_fails_the_shard_unless_it_k
     log = next(paths.work.glob("*/shard-1of2/logs/build.log")).read_text()
     assert "undefined reference to `cuw_dep2'" in log
     assert "ninja: build stopped: cannot make progress due to previous errors" in log  # ninja -k 0's words
-    compiled = {json.loads(line)["key"] for line in next(paths.work.glob("*/shard-1of2/logs/seat.jsonl")).read_text().splitlines()
-                if json.loads(line)["action"] == "compiled"}  # fmt: skip
-    assert {"csrc/kernels/k01_scale.cu", "csrc/kernels/k03_reduce.cu", "csrc/kernels/k04_scan.cu",
-            "csrc/kernels/k05_softmax.cu", "csrc/kernels/k07_conv.cu"} <= compiled  # fmt: skip
+    compiled = {
+        json.loads(line)["key"]
+        for line in next(paths.work.glob("*/shard-1of2/logs/seat.jsonl")).read_text().splitlines()
+        if json.loads(line)["action"] == "compiled"
+    }
+    assert {
+        "csrc/kernels/k01_scale.cu",
+        "csrc/kernels/k03_reduce.cu",
+        "csrc/kernels/k04_scan.cu",
+        "csrc/kernels/k05_softmax.cu",
+        "csrc/kernels/k07_conv.cu",
+    } <= compiled
 
 
 # -- the cache must hold real entries ---------------------------------------------------------
@@ -168,8 +175,17 @@ def test_a_cache_left_without_entries_fails_the_shard(recipes_dir, paths, monkey
 def test_entry_count_leaves_out_ccache_bookkeeping(tmp_path):
     cache = open_cache("ccache", tmp_path / "cache", tmp_path)
     cache.prepare()
-    for name in ("0/stats", "0/1/stats", "CACHEDIR.TAG", "0/CACHEDIR.TAG", "tmp/.cleaned", "0/1/stats.lock",
-                 "lock/x", "0/1/abc.tmp.123", "0/1/ab7f3c0d9e1a2b4c5d6e7f8091a2b3c4d5e6f70"):  # fmt: skip
+    for name in (
+        "0/stats",
+        "0/1/stats",
+        "CACHEDIR.TAG",
+        "0/CACHEDIR.TAG",
+        "tmp/.cleaned",
+        "0/1/stats.lock",
+        "lock/x",
+        "0/1/abc.tmp.123",
+        "0/1/ab7f3c0d9e1a2b4c5d6e7f8091a2b3c4d5e6f70",
+    ):
         (cache.cache_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (cache.cache_dir / name).write_text("x")
     assert cache.entry_count() == 1
@@ -295,8 +311,9 @@ def test_a_shard_prepares_without_a_c_compiler(recipes_dir, tmp_path, monkeypatc
     assert "native stub not built" in ws.build_log.read_text()
     assert (ws.seat_dir / "nvcc").read_text().startswith("#!"), "the Python seat stays"
     rule = recipe_assignment(recipe, 2)
-    foreign = next(k for k in sorted(p.relative_to(ws.src).as_posix() for p in (ws.src / "csrc/kernels").glob("*.cu"))
-                   if rule.owner(k) == 2)  # fmt: skip
+    foreign = next(
+        k for k in sorted(p.relative_to(ws.src).as_posix() for p in (ws.src / "csrc/kernels").glob("*.cu")) if rule.owner(k) == 2
+    )
     out = tmp_path / "foreign.o"
     subprocess.run([str(ws.cuda_home / "bin" / "nvcc"), "-c", str(ws.src / foreign), "-o", str(out)], check=True)
     assert out.read_bytes() == install.empty_elf_object()
@@ -306,8 +323,10 @@ def test_a_shard_prepares_without_a_c_compiler(recipes_dir, tmp_path, monkeypatc
     real = tmp_path / "real.c"
     real.write_text("int cuw_real(void) { return 1; }\n")
     subprocess.run(["cc", "-fPIC", "-c", str(real), "-o", str(tmp_path / "real.o")], check=True)
-    subprocess.run(["cc", "-shared", "-Wl,--no-undefined", str(tmp_path / "real.o"), str(out),
-                    "-o", str(tmp_path / "libreal.so")], check=True)  # fmt: skip
+    subprocess.run(
+        ["cc", "-shared", "-Wl,--no-undefined", str(tmp_path / "real.o"), str(out), "-o", str(tmp_path / "libreal.so")],
+        check=True,
+    )
     nvlinked = subprocess.run([str(toolkit.nvcc), "-arch=sm_90", "-dlink", str(out), "-o", str(tmp_path / "dlink.o")])
     assert nvlinked.returncode == 0
 
@@ -320,8 +339,16 @@ def test_uncompiled_owned_tus_fail_a_failed_shard_only_when_the_build_lists_them
 
     undef = "ld: x.o: undefined reference to `f'\n"
     owned = [f"csrc/k{i}.cu" for i in range(8)]
-    base = dict(build_rc=1, log=undef, real_objects=2, seat_compiles_seen=3, compiled=owned[:1], failed=[],
-                expected_owned=owned, cache_files=2)  # fmt: skip
+    base = dict(
+        build_rc=1,
+        log=undef,
+        real_objects=2,
+        seat_compiles_seen=3,
+        compiled=owned[:1],
+        failed=[],
+        expected_owned=owned,
+        cache_files=2,
+    )
     v = shard_gate(ShardObservation(**base))
     assert not v.ok and v.reasons == [
         "7 of its 8 TUs were never compiled before the build failed (the link would miss them): "
@@ -338,9 +365,17 @@ def test_uncompiled_owned_tus_fail_a_failed_shard_only_when_the_build_lists_them
 def test_scikit_build_core_gets_no_ninja_flag_under_a_makefiles_generator(recipes_dir, tmp_path):
     recipe = load_recipe("example", recipes_dir)
     for base in ({"CMAKE_GENERATOR": "Unix Makefiles"}, {"CMAKE_ARGS": "-G 'Unix Makefiles' -DX=1"}):
-        env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 1, None, base={"PATH": "/usr/bin", **base},
-                        shard=ShardSpec(1, 2))  # fmt: skip
+        env = build_env(
+            recipe, tmp_path / "cuda", tmp_path / "build", 1, None, base={"PATH": "/usr/bin", **base}, shard=ShardSpec(1, 2)
+        )
         assert "SKBUILD_BUILD_TOOL_ARGS" not in env and env["MAKEFLAGS"] == "-k" and env["CUW_KEEP_GOING"] == "1"
-    env = build_env(recipe, tmp_path / "cuda", tmp_path / "build", 1, None, shard=ShardSpec(1, 2),
-                    base={"PATH": "/usr/bin", "SKBUILD_BUILD_TOOL_ARGS": "-d;stats", "MAKEFLAGS": "j4"})  # fmt: skip
+    env = build_env(
+        recipe,
+        tmp_path / "cuda",
+        tmp_path / "build",
+        1,
+        None,
+        shard=ShardSpec(1, 2),
+        base={"PATH": "/usr/bin", "SKBUILD_BUILD_TOOL_ARGS": "-d;stats", "MAKEFLAGS": "j4"},
+    )
     assert env["SKBUILD_BUILD_TOOL_ARGS"] == "-d;stats;-k;0" and env["MAKEFLAGS"] == "kj4"

@@ -81,11 +81,13 @@ def _tiny_recipe(recipes: Path, env: dict[str, str], late: bool = False, extra: 
     )
     files[LATE] = 'extern "C" int tiny_sum(void);\nextern "C" int tiny_late(void) { return tiny_sum(); }\n'
     files[EXTRA] = "__global__ void unbuilt(int* x) { x[0] = 7; }\n"
-    cmake = ("cmake_minimum_required(VERSION 3.24)\nproject(cuw_tiny LANGUAGES CXX CUDA)\n"
-             f"add_library(_tiny SHARED {' '.join(kernels)} {HOST})\n"
-             'set_target_properties(_tiny PROPERTIES PREFIX "" CUDA_RUNTIME_LIBRARY Static)\n'
-             "target_link_options(_tiny PRIVATE -Wl,--no-undefined)\n"
-             "install(TARGETS _tiny LIBRARY DESTINATION cuw_tiny)\n")  # fmt: skip
+    cmake = (
+        "cmake_minimum_required(VERSION 3.24)\nproject(cuw_tiny LANGUAGES CXX CUDA)\n"
+        f"add_library(_tiny SHARED {' '.join(kernels)} {HOST})\n"
+        'set_target_properties(_tiny PROPERTIES PREFIX "" CUDA_RUNTIME_LIBRARY Static)\n'
+        "target_link_options(_tiny PRIVATE -Wl,--no-undefined)\n"
+        "install(TARGETS _tiny LIBRARY DESTINATION cuw_tiny)\n"
+    )
     if late:
         cmake += f"add_library(late SHARED {LATE})\ntarget_link_libraries(late PRIVATE _tiny)\n"
     for rel, text in files.items():
@@ -98,10 +100,20 @@ def _tiny_recipe(recipes: Path, env: dict[str, str], late: bool = False, extra: 
     (package / "python" / "cuw_tiny").mkdir(parents=True, exist_ok=True)
     (package / "python" / "cuw_tiny" / "__init__.py").write_text("")
     (folder / "README.md").write_text("A tiny package for the gate-note tests: `archs` is one arch to keep them fast.\n")
-    (folder / "recipe.yml").write_text(yaml.safe_dump({
-        "name": "cuw-tiny", "links_torch": False, "wheel_python": "py3", "source": {"path": "package"},
-        "backend": "scikit-build-core", "archs": {"13.0": ["9.0"]}, "env": env,
-        "sharding": {"count": 2, "filter": "seat", "platforms": ["linux"]}}))  # fmt: skip
+    (folder / "recipe.yml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "cuw-tiny",
+                "links_torch": False,
+                "wheel_python": "py3",
+                "source": {"path": "package"},
+                "backend": "scikit-build-core",
+                "archs": {"13.0": ["9.0"]},
+                "env": env,
+                "sharding": {"count": 2, "filter": "seat", "platforms": ["linux"]},
+            }
+        )
+    )
     recipe = load_recipe("tiny", recipes)
     rule = recipe_assignment(recipe, 2)
     assert [rule.owner(k) for k in (*OWNED, FOREIGN, HOST, LATE, EXTRA)] == [1, 1, 2, 1, 1, 1]
@@ -130,7 +142,7 @@ def test_without_a_compile_database_a_failed_shard_passes_with_an_owned_host_tu_
         "compiled 3 TUs; link failed on undefined references, as a shard should",
         f"note: without a compile database only CUDA TUs are checked; 1 host TUs of its slice were never seen compiled "
         f"(the link would miss any the build needs): {LATE}",
-    ]  # fmt: skip
+    ]
     assert result.verdict.facts["build_rc"] != 0 and result.verdict.facts["expected_owned"] == 4
     assert _seat_compiled(paths, "1of2") == sorted([*OWNED, HOST]), "the late library's TU was never compiled"
     assert result.archive is not None, "handed over without it"
@@ -139,8 +151,9 @@ def test_without_a_compile_database_a_failed_shard_passes_with_an_owned_host_tu_
     recipe = _tiny_recipe(recipes_dir, makefiles, late=True)  # the forge's default: CMAKE_EXPORT_COMPILE_COMMANDS=ON
     caught = run_shard(recipe, ShardSpec(1, 2), seen, progress=None)
     assert not caught.verdict.ok and caught.archive is None
-    assert caught.verdict.reasons == ["1 of its 4 TUs were never compiled before the build failed (the link would "
-                                      f"miss them): {LATE}"]  # fmt: skip
+    assert caught.verdict.reasons == [
+        f"1 of its 4 TUs were never compiled before the build failed (the link would miss them): {LATE}"
+    ]
 
 
 def test_an_owned_tu_outside_the_builds_compile_database_is_left_out_of_the_slice_with_a_note(recipes_dir, paths):
@@ -172,8 +185,9 @@ def _link_job(recipes: Path, tmp_path: Path, project: dict[str, str]) -> tuple[W
     for rel, text in project.items():
         (folder / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / "src" / rel).write_text(text)
-    (folder / "recipe.yml").write_text(yaml.safe_dump({"name": "project", "links_torch": False, "source": {"path": "src"},
-                                                       "backend": "scikit-build-core"}))  # fmt: skip
+    (folder / "recipe.yml").write_text(
+        yaml.safe_dump({"name": "project", "links_torch": False, "source": {"path": "src"}, "backend": "scikit-build-core"})
+    )
     recipe = load_recipe("project", recipes)
     ws = Workspace(tmp_path / "link", tmp_path / "link")
     job_cache = prepare(ws, recipe, find_toolkit(), None, "ccache")
@@ -194,10 +208,23 @@ def _build_twice(ws: Workspace, job_cache: cache.Cache, env: dict[str, str], *co
 def _observation(ws: Workspace, stats: cache.Stats, wheel: str) -> LinkObservation:
     in_build, compile_db = compdb.cuda_compiles_from(ws.tree, ws.src)
     keys = sorted({e["key"] for e in seat_log.read_log(ws.seat_log) if e["action"] == "compiled"})
-    return LinkObservation(build_rc=0, wheel=wheel, hits=stats.hits, misses=stats.misses, uncacheable=stats.uncacheable,
-                           total=stats.total, stats_zeroed_at=stats.zeroed_at, merged_at=0, cuda_tus_in_build=in_build,
-                           compile_db=compile_db, seat_keys=keys, misses_by_key=[], uncacheable_by_key=[], shard_count=1,
-                           missing_shards=[])  # fmt: skip
+    return LinkObservation(
+        build_rc=0,
+        wheel=wheel,
+        hits=stats.hits,
+        misses=stats.misses,
+        uncacheable=stats.uncacheable,
+        total=stats.total,
+        stats_zeroed_at=stats.zeroed_at,
+        merged_at=0,
+        cuda_tus_in_build=in_build,
+        compile_db=compile_db,
+        seat_keys=keys,
+        misses_by_key=[],
+        uncacheable_by_key=[],
+        shard_count=1,
+        missing_shards=[],
+    )
 
 
 def test_without_a_compile_database_the_link_gate_cannot_see_a_tu_compiled_around_the_seat_and_says_so(recipes_dir, tmp_path):
@@ -208,12 +235,15 @@ def test_without_a_compile_database_the_link_gate_cannot_see_a_tu_compiled_aroun
     launcher = tmp_path / "around-the-seat"
     launcher.write_text(AROUND.format(nvcc=toolkit.nvcc))
     launcher.chmod(0o755)
-    cmake = ("cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CUDA)\n"
-             "add_library(seated SHARED csrc/seated.cu)\nadd_library(around SHARED csrc/around.cu)\n"
-             f"set_target_properties(around PROPERTIES CUDA_COMPILER_LAUNCHER {launcher})\n")  # fmt: skip
+    cmake = (
+        "cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CUDA)\n"
+        "add_library(seated SHARED csrc/seated.cu)\nadd_library(around SHARED csrc/around.cu)\n"
+        f"set_target_properties(around PROPERTIES CUDA_COMPILER_LAUNCHER {launcher})\n"
+    )
     kernel = "__global__ void k(int* x) {{ x[0] = {}; }}\n"
-    ws, job_cache, env = _link_job(recipes_dir, tmp_path, {"CMakeLists.txt": cmake, "csrc/seated.cu": kernel.format(1),
-                                                          "csrc/around.cu": kernel.format(2)})  # fmt: skip
+    ws, job_cache, env = _link_job(
+        recipes_dir, tmp_path, {"CMakeLists.txt": cmake, "csrc/seated.cu": kernel.format(1), "csrc/around.cu": kernel.format(2)}
+    )
     stats = _build_twice(ws, job_cache, env, "-G", "Unix Makefiles", "-DCMAKE_EXPORT_COMPILE_COMMANDS=OFF")
     assert (stats.hits, stats.misses, stats.total) == (1, 0, 1), "the cache saw the seated TU only"
     around = ws.build / "CMakeFiles" / "around.dir" / "csrc" / "around.cu.o"
@@ -223,11 +253,17 @@ def test_without_a_compile_database_the_link_gate_cannot_see_a_tu_compiled_aroun
 
     verdict = link_gate(obs)
     assert verdict.ok, verdict.line
-    assert verdict.reasons[-1] == ("note: the build left no compile database (neither ninja's nor CMake's "
-                                   "compile_commands.json), so the seat-bypass check could not run")  # fmt: skip
+    assert verdict.reasons[-1] == (
+        "note: the build left no compile database (neither ninja's nor CMake's "
+        "compile_commands.json), so the seat-bypass check could not run"
+    )
 
-    subprocess.run(["cmake", "-S", str(ws.src), "-B", str(ws.build), "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"], env=env, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["cmake", "-S", str(ws.src), "-B", str(ws.build), "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     seen = _observation(ws, stats, obs.wheel or "")
     assert (seen.cuda_tus_in_build, seen.compile_db) == (["csrc/around.cu", "csrc/seated.cu"], "compile_commands.json")
     caught = link_gate(seen)
@@ -240,12 +276,21 @@ def test_a_compile_database_without_cuda_tus_lets_cuda_compiled_by_a_custom_comm
     custom command running the real nvcc by path and linked in. The seat never sees it; the gate
     passes with its note. ninja's own database lists a custom command's inputs: there it fails."""
     toolkit = find_toolkit()
-    cmake = ("cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX)\n"
-             "add_custom_command(OUTPUT k.o DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/csrc/k.cu\n"
-             f"  COMMAND {toolkit.nvcc} -arch=sm_90 -Xcompiler -fPIC -c ${{CMAKE_CURRENT_SOURCE_DIR}}/csrc/k.cu -o k.o)\n"
-             "add_library(p SHARED csrc/host.cpp ${CMAKE_CURRENT_BINARY_DIR}/k.o)\n")  # fmt: skip
-    ws, job_cache, env = _link_job(recipes_dir, tmp_path, {"CMakeLists.txt": cmake, "csrc/host.cpp": "int host() { return 1; }\n",
-                                                          "csrc/k.cu": "__global__ void k(int* x) { x[0] = 3; }\n"})  # fmt: skip
+    cmake = (
+        "cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX)\n"
+        "add_custom_command(OUTPUT k.o DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/csrc/k.cu\n"
+        f"  COMMAND {toolkit.nvcc} -arch=sm_90 -Xcompiler -fPIC -c ${{CMAKE_CURRENT_SOURCE_DIR}}/csrc/k.cu -o k.o)\n"
+        "add_library(p SHARED csrc/host.cpp ${CMAKE_CURRENT_BINARY_DIR}/k.o)\n"
+    )
+    ws, job_cache, env = _link_job(
+        recipes_dir,
+        tmp_path,
+        {
+            "CMakeLists.txt": cmake,
+            "csrc/host.cpp": "int host() { return 1; }\n",
+            "csrc/k.cu": "__global__ void k(int* x) { x[0] = 3; }\n",
+        },
+    )
     stats = _build_twice(ws, job_cache, env, "-G", "Unix Makefiles")
     assert (stats.hits, stats.misses, stats.total) == (1, 0, 1), "the cache saw the host TU only"
     lib = ws.build / "libp.so"
@@ -256,11 +301,14 @@ def test_a_compile_database_without_cuda_tus_lets_cuda_compiled_by_a_custom_comm
 
     verdict = link_gate(obs)
     assert verdict.ok, verdict.line
-    assert verdict.reasons[-1] == ("note: the build's compile database (compile_commands.json) lists no CUDA TU, so "
-                                   "the seat-bypass check had nothing to compare")  # fmt: skip
+    assert verdict.reasons[-1] == (
+        "note: the build's compile database (compile_commands.json) lists no CUDA TU, so "
+        "the seat-bypass check had nothing to compare"
+    )
 
-    subprocess.run(["cmake", "-S", str(ws.src), "-B", str(ws.tree / "build-ninja"), "-G", "Ninja"], env=env, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["cmake", "-S", str(ws.src), "-B", str(ws.tree / "build-ninja"), "-G", "Ninja"], env=env, check=True, capture_output=True
+    )
     seen = _observation(ws, stats, str(lib))
     assert (seen.cuda_tus_in_build, seen.compile_db) == (["csrc/k.cu"], "ninja")
     assert "1 of 1 CUDA TUs bypassed the seat (nvcc called by path?): csrc/k.cu" in link_gate(seen).reasons
@@ -297,9 +345,17 @@ def test_with_a_remote_what_a_shard_found_there_counts_so_its_misses_may_never_r
     assert (shard.hits, shard.misses) == (1, 1) and shard.files > 0
     assert sorted(p for p in remote.rglob("*") if p.is_file()) == entries, "the shard's miss never reached the remote"
 
-    obs = ShardObservation(build_rc=0, log="", real_objects=2, seat_compiles_seen=2, compiled=["found.cu", "missed.cu"],
-                           failed=[], expected_owned=["found.cu", "missed.cu"], cache_files=shard.files,
-                           build_tus=["found.cu", "missed.cu"])  # fmt: skip
+    obs = ShardObservation(
+        build_rc=0,
+        log="",
+        real_objects=2,
+        seat_compiles_seen=2,
+        compiled=["found.cu", "missed.cu"],
+        failed=[],
+        expected_owned=["found.cu", "missed.cu"],
+        cache_files=shard.files,
+        build_tus=["found.cu", "missed.cu"],
+    )
     verdict = shard_gate(obs)
     assert verdict.ok and verdict.reasons == ["compiled 2 TUs; build succeeded"]
     written = replace(obs, cache_files=0)  # what it wrote to the remote: nothing

@@ -46,13 +46,13 @@ def test_failure_without_undefined_reference_fails():
 
 def test_compile_error_is_never_laundered_as_a_link_failure():
     for diagnostic in (
-        "/s/csrc/kernels/k04.cu(6): error: identifier \"nope\" is undefined",
-        "  ../src/csrc/kernels/k04.cu(7): error: identifier \"x\" is undefined",  # pip -v indents
+        '/s/csrc/kernels/k04.cu(6): error: identifier "nope" is undefined',
+        '  ../src/csrc/kernels/k04.cu(7): error: identifier "x" is undefined',  # pip -v indents
         "/s/csrc/kernels/k04.cu:6:10: fatal error: missing.h: No such file or directory",
         "/s/csrc/dispatch.cpp:12:5: error: 'x' was not declared in this scope",
         "ptxas fatal   : Unresolved extern function 'foo'",
         "nvcc error   : 'cicc' died due to signal 9 (Kill signal)",
-        "/s/a.cu(3): catastrophic error: cannot open source file \"x.h\"",
+        '/s/a.cu(3): catastrophic error: cannot open source file "x.h"',
     ):
         v = shard_gate(good_shard(log=diagnostic + "\n" + UNDEF))
         assert not v.ok, diagnostic

@@ -30,9 +30,13 @@ def test_torch_recipe_multiplies_by_torch_releases(recipes_dir, policy):
     grid = policy.grid
     got = cells(load_recipe("example_torch", recipes_dir), grid)
     expected = sum(
-        1 for _ in grid.platforms for cuda in grid.cuda for py in grid.python
-        for rel in grid.torch.values() if cuda in rel.cuda and py in rel.python
-    )  # fmt: skip
+        1
+        for _ in grid.platforms
+        for cuda in grid.cuda
+        for py in grid.python
+        for rel in grid.torch.values()
+        if cuda in rel.cuda and py in rel.python
+    )
     assert len(got) == expected and {c.torch for c in got} == set(grid.torch)
 
 
@@ -114,17 +118,24 @@ def test_a_torch_row_pins_its_patch_and_leaves_out_its_lane_holes(recipes_dir):
     path = recipes_dir / "defaults.yml"
     text = path.read_text()
     assert 'patch: "2.14.1"' in text
-    path.write_text(text.replace('"2.13": {cuda: ["12.8", "13.0"], python: ["3.10", "3.11", "3.12", "3.13"]}',
-                                 '"2.13": {cuda: ["12.8", "13.0"], python: ["3.10", "3.11", "3.12", "3.13"], '
-                                 'holes: {windows: ["12.8"], linux_aarch64: ["12.8", "13.0"]}}'))  # fmt: skip
+    path.write_text(
+        text.replace(
+            '"2.13": {cuda: ["12.8", "13.0"], python: ["3.10", "3.11", "3.12", "3.13"]}',
+            '"2.13": {cuda: ["12.8", "13.0"], python: ["3.10", "3.11", "3.12", "3.13"], '
+            'holes: {windows: ["12.8"], linux_aarch64: ["12.8", "13.0"]}}',
+        )
+    )
     policy = load_policy(recipes_dir)
     recipe = load_recipe("example_torch", recipes_dir)
     found = {(c.lane, c.cuda) for c in cells(recipe, policy.grid) if c.torch == "2.13"}
     assert ("windows", "12.8") not in found and ("windows", "13.0") in found
     assert not {lane for lane, _ in found} & {"linux_aarch64"} and ("linux", "12.8") in found
     assert {(c.lane, c.cuda) for c in cells(recipe, policy.grid) if c.torch == "2.14"} >= {("linux_aarch64", "12.8")}
-    jobs = [j for c in plan([recipe], policy.grid, Filters(cuda=("13.0",), python=("3.11",)))["chunks"]
-            for j in c["compile"]["include"] + c["link"]["include"]]  # fmt: skip
+    jobs = [
+        j
+        for c in plan([recipe], policy.grid, Filters(cuda=("13.0",), python=("3.11",)))["chunks"]
+        for j in c["compile"]["include"] + c["link"]["include"]
+    ]
     assert {j["torch"]: j["torch_pin"] for j in jobs} == {"2.13": "", "2.14": "2.14.1"}
     for bad, message in [('patch: "2.14.1"', 'patch: "2.13.1"'), ('patch: "2.14.1"', 'patch: "2.14"')]:
         path.write_text(text.replace(bad, message))
@@ -137,7 +148,27 @@ def test_a_torch_row_pins_its_patch_and_leaves_out_its_lane_holes(recipes_dir):
     with pytest.raises(CuwError, match=r"holes.windows: CUDA 11.8 is not a line of this release"):
         load_policy(recipes_dir)
     path.write_text(text)
-    out = subprocess.run([sys.executable, "-m", "cuw", "matrix", "--package", "example_torch", "--cuda", "13.0", "--python",
-                          "3.11", "--pytorch", "2.14", "--platform", "linux", "--recipes", str(recipes_dir)],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "matrix",
+            "--package",
+            "example_torch",
+            "--cuda",
+            "13.0",
+            "--python",
+            "3.11",
+            "--pytorch",
+            "2.14",
+            "--platform",
+            "linux",
+            "--recipes",
+            str(recipes_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert {j["torch_pin"] for c in json_.loads(out)["chunks"] for j in c["compile"]["include"]} == {"2.14.1"}

@@ -30,7 +30,9 @@ def index_server(tmp_path):
     html_names += _names("2.15.0", ["3.11", "3.12", "3.13"]) + _names("2.16.0rc1", ["3.12"]) + _names("1.13.1", ["3.10"])
     page = root / "cu130" / "torch"
     page.mkdir(parents=True)
-    page.joinpath("index.html").write_text(PAGE.format(links="\n".join(f'<a href="../../f/{n}">{n}</a><br/>' for n in html_names)))
+    page.joinpath("index.html").write_text(
+        PAGE.format(links="\n".join(f'<a href="../../f/{n}">{n}</a><br/>' for n in html_names))
+    )
     json_page = root / "cu128" / "torch"
     json_page.mkdir(parents=True)
     files = [{"filename": n, "url": f"../../f/{n}", "hashes": {}} for n in _names("2.14.0", ["3.10", "3.11", "3.12", "3.13"])]
@@ -44,8 +46,12 @@ def index_server(tmp_path):
 
 
 def _check(recipes: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cuw", "grid", "--check", "--recipes", str(recipes), *extra],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cuw", "grid", "--check", "--recipes", str(recipes), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_torch_line_the_grid_lacks_is_listed_with_the_edit(recipes_dir, index_server):

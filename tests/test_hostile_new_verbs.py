@@ -45,8 +45,7 @@ ASSETS = "https://github.com/o/r/releases/download/wheels-{recipe}/{wheel}"
 def _incoming(folder: Path, payload: bytes = b"one") -> Path:
     recipes = REPO / "recipes"
     inputs = cell_inputs(load_recipe("example", recipes), load_policy(recipes), CELL, "")
-    make_wheel(folder, WHEEL, payload, cell=CELL.to_dict(), inputs=inputs, inputs_digest=inputs_digest(inputs),
-               recipe="example")  # fmt: skip
+    make_wheel(folder, WHEEL, payload, cell=CELL.to_dict(), inputs=inputs, inputs_digest=inputs_digest(inputs), recipe="example")
     return folder
 
 
@@ -98,7 +97,9 @@ def test_an_index_location_is_a_folder_or_an_http_url_and_anything_else_says_whi
     assert read_records(index.as_uri()) == folder, "file:// is the folder"
     with pytest.raises(CuwError, match=r"--published: an empty value"):
         read_records("")  # before: the current folder, read as an index
-    with pytest.raises(CuwError, match=r"--published ftp://127.0.0.1/x: ftp:// is not read; give the index folder or the http\(s\) URL"):
+    with pytest.raises(
+        CuwError, match=r"--published ftp://127.0.0.1/x: ftp:// is not read; give the index folder or the http\(s\) URL"
+    ):
         read_records("ftp://127.0.0.1/x")
     with pytest.raises(CuwError, match=r"is a file, not an index folder"):
         read_records(str(index / MARKER))
@@ -160,9 +161,11 @@ def test_a_server_that_trickles_or_never_answers_is_given_up_on_at_the_deadline(
 
     threading.Thread(target=not_http, daemon=True).start()
     try:
-        for url, why in ((f"http://127.0.0.1:{trickle.server_address[1]}", "no whole answer in 1 s"),
-                         (f"http://127.0.0.1:{silent.getsockname()[1]}", "timed out"),
-                         (f"http://127.0.0.1:{garbage.getsockname()[1]}", "hello, this is no web server")):  # fmt: skip
+        for url, why in (
+            (f"http://127.0.0.1:{trickle.server_address[1]}", "no whole answer in 1 s"),
+            (f"http://127.0.0.1:{silent.getsockname()[1]}", "timed out"),
+            (f"http://127.0.0.1:{garbage.getsockname()[1]}", "hello, this is no web server"),
+        ):
             started = time.monotonic()
             with pytest.raises(CuwError, match=rf"--published: cannot read {url}/cuw-index.json \({why}"):
                 read_records(url)  # before: the trickle was read to its end, a byte at a time
@@ -178,15 +181,24 @@ def test_a_server_that_trickles_or_never_answers_is_given_up_on_at_the_deadline(
 # -- build records the plan cannot read ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fields", [
-    {"cell": "linux", "inputs": [1, 2]},
-    {"inputs": {"cell": ["example-linux-py3.10-cu13.0-notorch"]}},
-    {"inputs": "example-linux-py3.10-cu13.0-notorch"},
-    {"drop": ("inputs", "inputs_digest"), "cell": {"recipe": "example", "lane": "linux", "python": 3.1, "cuda": ["13.0"], "torch": None}},
-], ids=["cell-a-string-inputs-a-list", "inputs-cell-a-list", "inputs-a-string", "old-record-cell-of-wrong-types"])  # fmt: skip
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"cell": "linux", "inputs": [1, 2]},
+        {"inputs": {"cell": ["example-linux-py3.10-cu13.0-notorch"]}},
+        {"inputs": "example-linux-py3.10-cu13.0-notorch"},
+        {
+            "drop": ("inputs", "inputs_digest"),
+            "cell": {"recipe": "example", "lane": "linux", "python": 3.1, "cuda": ["13.0"], "torch": None},
+        },
+    ],
+    ids=["cell-a-string-inputs-a-list", "inputs-cell-a-list", "inputs-a-string", "old-record-cell-of-wrong-types"],
+)
 def test_a_record_that_names_no_cell_stops_the_plan_instead_of_rebuilding_the_cell(index, capsys, fields):
     recipes = REPO / "recipes"
-    assert cell_status([(load_recipe("example", recipes), CELL, "")], load_policy(recipes), read_records(str(index))).current == [CELL.id]
+    assert cell_status([(load_recipe("example", recipes), CELL, "")], load_policy(recipes), read_records(str(index))).current == [
+        CELL.id
+    ]
     _edit_record(index, **fields)
     # Before: the cell was planned as missing; its rebuild would then be refused by publish (same name).
     code, err = _cuw(capsys, "matrix", "--package", "example", "--on-host", "--published", str(index))
@@ -204,14 +216,18 @@ def _audit(location: str) -> list[audit.Finding]:
     return audit.audit(location, [load_recipe("example", recipes)], load_policy(recipes), TOOLKIT, {})
 
 
-@pytest.mark.parametrize("fields", [
-    {"cell": {"recipe": "example", "lane": "linux", "python": "3.10", "cuda": ["13.0"], "torch": None}},
-    {"cell": {"recipe": "example", "lane": "nolane", "python": "3.10", "cuda": "13.0", "torch": None}},
-    {"cell": {"recipe": "example", "lane": "linux", "python": "3.10", "cuda": "13.0"}},
-    {"cell": {"recipe": "torchsort", "lane": "linux", "python": "3.10", "cuda": "13.0", "torch": None}},
-    {"recipe": ["example"]},
-    {"recipe": {"a": 1}},
-], ids=["cuda-a-list", "unknown-lane", "no-torch-key", "cell-of-another-recipe", "recipe-a-list", "recipe-an-object"])  # fmt: skip
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"cell": {"recipe": "example", "lane": "linux", "python": "3.10", "cuda": ["13.0"], "torch": None}},
+        {"cell": {"recipe": "example", "lane": "nolane", "python": "3.10", "cuda": "13.0", "torch": None}},
+        {"cell": {"recipe": "example", "lane": "linux", "python": "3.10", "cuda": "13.0"}},
+        {"cell": {"recipe": "torchsort", "lane": "linux", "python": "3.10", "cuda": "13.0", "torch": None}},
+        {"recipe": ["example"]},
+        {"recipe": {"a": 1}},
+    ],
+    ids=["cuda-a-list", "unknown-lane", "no-torch-key", "cell-of-another-recipe", "recipe-a-list", "recipe-an-object"],
+)
 def test_audit_reports_a_junk_record_as_a_finding_of_its_wheel_and_never_crashes(index, fields):
     _edit_record(index, **fields)
     findings = _audit(str(index))  # before: TypeError (unhashable list), or "unknown lane" naming no file
@@ -224,7 +240,8 @@ def test_audit_names_a_wheel_of_a_cuda_line_the_policy_dropped_instead_of_failin
     findings = _audit(str(index))  # before: exit 2, "recipes/defaults.yml: archs.cuda has no list for CUDA 12.6"
     assert [f.detail for f in findings if f.subject == WHEEL] == [
         "not checked: its cell is outside today's policy (recipes/defaults.yml: archs.cuda has no list for CUDA 12.6 "
-        "(cell example-linux-py3.10-cu12.6-notorch))"]
+        "(cell example-linux-py3.10-cu12.6-notorch))"
+    ]
 
 
 def test_audit_reads_the_wheels_of_a_release_asset_index_from_their_urls(tmp_path):
@@ -257,7 +274,9 @@ def test_audit_never_writes_its_report_into_the_index_it_reads(index, capsys):
         assert code == 2
         _one_error(err, "--output", "inside the index")
     assert (index / MARKER).read_bytes() == marker, "before: the marker was overwritten by the report"
-    code, err = _cuw(capsys, "matrix", "--package", "example", "--on-host", "--published", str(index), "--output", str(index / MARKER))
+    code, err = _cuw(
+        capsys, "matrix", "--package", "example", "--on-host", "--published", str(index), "--output", str(index / MARKER)
+    )
     assert code == 2 and (index / MARKER).read_bytes() == marker
     _one_error(err, "--output", "inside the index")
 
@@ -265,38 +284,44 @@ def test_audit_never_writes_its_report_into_the_index_it_reads(index, capsys):
 # -- publish: --asset-url, --upload, --from-url ---------------------------------------------------
 
 
-@pytest.mark.parametrize("template", [
-    "https://x/{wheel}/{wheel.__class__}",  # attribute access: the str class's repr in every URL
-    "https://x/{wheel}/{wheel.__class__.__init__.__globals__}",  # before: an internal error
-    "https://x/{recipe[0]}/{wheel}",  # indexing
-    "https://x/{{wheel}}",  # escaped: every wheel the same URL
-    "https://x/{wheel!r}",
-    "https://x/{wheel:>90}",
-    "https://x/{0}/{wheel}",
-    "https://x/{}/{wheel}",
-    "https://x/{unknown}/{wheel}",
-    "https://x/{recipe}/",
-    "https://{wheel}",  # the host made of the wheel's name
-    "https://x y/{wheel}",
-    "https://x/{wheel}\n",
-    'https://x/{wheel}"><script>',
-    "ftp://x/{wheel}",
-    "https:///{wheel}",
-    "https://x/{wheel}/{",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "template",
+    [
+        "https://x/{wheel}/{wheel.__class__}",  # attribute access: the str class's repr in every URL
+        "https://x/{wheel}/{wheel.__class__.__init__.__globals__}",  # before: an internal error
+        "https://x/{recipe[0]}/{wheel}",  # indexing
+        "https://x/{{wheel}}",  # escaped: every wheel the same URL
+        "https://x/{wheel!r}",
+        "https://x/{wheel:>90}",
+        "https://x/{0}/{wheel}",
+        "https://x/{}/{wheel}",
+        "https://x/{unknown}/{wheel}",
+        "https://x/{recipe}/",
+        "https://{wheel}",  # the host made of the wheel's name
+        "https://x y/{wheel}",
+        "https://x/{wheel}\n",
+        'https://x/{wheel}"><script>',
+        "ftp://x/{wheel}",
+        "https:///{wheel}",
+        "https://x/{wheel}/{",
+    ],
+)
 def test_an_asset_url_template_fills_in_recipe_and_wheel_only(template, tmp_path):
     with pytest.raises(CuwError, match=r"^--asset-url "):
         check_asset_store(AssetStore(template, tmp_path / "upload"))
 
 
-@pytest.mark.parametrize("template", [ASSETS, "http://127.0.0.1:8000/{recipe}/{wheel}", "https://x/{wheel}",
-                                      "https://x/a%20b/{wheel}?raw=1"])  # fmt: skip
+@pytest.mark.parametrize(
+    "template", [ASSETS, "http://127.0.0.1:8000/{recipe}/{wheel}", "https://x/{wheel}", "https://x/a%20b/{wheel}?raw=1"]
+)
 def test_a_plain_asset_url_template_is_taken(template, tmp_path):
     check_asset_store(AssetStore(template, tmp_path / "upload"))
 
 
-@pytest.mark.parametrize("layout", ["upload=index", "upload-in-index", "upload=incoming", "upload-in-incoming",
-                                    "index-in-incoming", "incoming-in-index"])  # fmt: skip
+@pytest.mark.parametrize(
+    "layout",
+    ["upload=index", "upload-in-index", "upload=incoming", "upload-in-incoming", "index-in-incoming", "incoming-in-index"],
+)
 def test_publish_refuses_folders_that_overlap_before_writing(tmp_path, capsys, layout):
     incoming = _incoming(tmp_path / "in")
     index = {"index-in-incoming": incoming / "idx"}.get(layout, tmp_path / "idx")
@@ -304,8 +329,12 @@ def test_publish_refuses_folders_that_overlap_before_writing(tmp_path, capsys, l
         index = tmp_path / "idx"
         publish(_incoming(tmp_path / "first"), index)
         incoming = _incoming(index / "new")
-    upload = {"upload=index": index, "upload-in-index": index / "assets", "upload=incoming": incoming,
-              "upload-in-incoming": incoming / "up"}.get(layout, tmp_path / "up")  # fmt: skip
+    upload = {
+        "upload=index": index,
+        "upload-in-index": index / "assets",
+        "upload=incoming": incoming,
+        "upload-in-incoming": incoming / "up",
+    }.get(layout, tmp_path / "up")
     before = _files(tmp_path)
     code, err = _cuw(capsys, "publish", str(incoming), str(index), "--asset-url", ASSETS, "--upload", str(upload))
     assert code == 2, err
@@ -385,6 +414,7 @@ def _add(name: str, sha: object = "0" * 64, remote: object = None):
     def edit(marker: dict) -> None:
         marker["files"][name] = sha
         marker["remote"][name] = remote if remote is not None else {"url": f"https://x/{name}", "size": 1}
+
     return edit
 
 
@@ -396,14 +426,18 @@ def _spoil_sha(marker: dict) -> None:
     marker["files"][WHEEL] = ["x"]
 
 
-@pytest.mark.parametrize("edit,why", [
-    (_add("a/b.whl"), "not a wheel file name"),
-    (_add(".."), "not a wheel file name"),
-    (_add("..whl"), "not a wheel file name"),
-    (_add("notes.txt"), "not a wheel file name"),
-    (_spoil_sha, "is not an index record"),
-    (_spoil_remote, "is not an index record"),
-], ids=["slash", "dotdot", "dot-name", "not-a-wheel", "sha-a-list", "remote-url-javascript"])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit,why",
+    [
+        (_add("a/b.whl"), "not a wheel file name"),
+        (_add(".."), "not a wheel file name"),
+        (_add("..whl"), "not a wheel file name"),
+        (_add("notes.txt"), "not a wheel file name"),
+        (_spoil_sha, "is not an index record"),
+        (_spoil_remote, "is not an index record"),
+    ],
+    ids=["slash", "dotdot", "dot-name", "not-a-wheel", "sha-a-list", "remote-url-javascript"],
+)
 def test_a_spoiled_online_marker_is_refused_before_anything_is_written(tmp_path, edit, why):
     url = _site(tmp_path, edit)
     target = tmp_path / "new"
@@ -415,17 +449,20 @@ def test_a_spoiled_online_marker_is_refused_before_anything_is_written(tmp_path,
 # -- --image and the local registry ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value,words", [
-    ("mac=r/i@sha256:" + DIGEST, ("--image", "mac", "linux")),  # before: "unknown lane 'mac'", no option named
-    ("LINUX=r/i@sha256:" + DIGEST, ("--image", "LINUX")),
-    ("linux=R/I@sha256:" + DIGEST, ("--image", "lowercase")),  # before: "pin the image by digest", which it is
-    ("linux=r//i@sha256:" + DIGEST, ("--image", "r//i")),
-    ("linux=r/i:@sha256:" + DIGEST, ("--image", "r/i:@")),
-    ("linux=r/i@sha256:" + DIGEST[1:], ("--image", "64")),
-    ("linux=r/i@sha256:" + DIGEST + "a", ("--image", "64")),
-    ("linux=--rm@sha256:" + DIGEST, ("--image", "--rm")),
-    ("linux=r/i@sha256:" + DIGEST + ",linux=r/j@sha256:" + DIGEST, ("--image", "twice")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "value,words",
+    [
+        ("mac=r/i@sha256:" + DIGEST, ("--image", "mac", "linux")),  # before: "unknown lane 'mac'", no option named
+        ("LINUX=r/i@sha256:" + DIGEST, ("--image", "LINUX")),
+        ("linux=R/I@sha256:" + DIGEST, ("--image", "lowercase")),  # before: "pin the image by digest", which it is
+        ("linux=r//i@sha256:" + DIGEST, ("--image", "r//i")),
+        ("linux=r/i:@sha256:" + DIGEST, ("--image", "r/i:@")),
+        ("linux=r/i@sha256:" + DIGEST[1:], ("--image", "64")),
+        ("linux=r/i@sha256:" + DIGEST + "a", ("--image", "64")),
+        ("linux=--rm@sha256:" + DIGEST, ("--image", "--rm")),
+        ("linux=r/i@sha256:" + DIGEST + ",linux=r/j@sha256:" + DIGEST, ("--image", "twice")),
+    ],
+)
 def test_an_image_override_names_the_option_and_what_is_wrong(value, words):
     with pytest.raises(CuwError) as exc:
         image_overrides([value], load_policy(REPO / "recipes"))
@@ -483,8 +520,10 @@ def test_a_docker_mode_workflow_checks_the_engine_and_the_index_before_making_an
     afile = tmp_path / "afile"
     afile.write_text("x")
     base = ["workflow", "example", "--recipes", str(REPO / "recipes"), "--chunk", "example-linux-cu13.0", "--engine", "docker"]
-    for extra, words in ((["--index", str(afile)], ("--index", "is a file")),
-                         (["--index", str(tmp_path / "deep" / "idx")], ("docker",))):  # fmt: skip
+    for extra, words in (
+        (["--index", str(afile)], ("--index", "is a file")),
+        (["--index", str(tmp_path / "deep" / "idx")], ("docker",)),
+    ):
         code, err = _cuw(capsys, *base, *extra)
         assert code == 2
         _one_error(err, *words)
@@ -506,8 +545,19 @@ def test_a_docker_mode_workflow_without_a_registry_stops_before_building_an_imag
     shutil.copy2(REPO / ".github" / "workflows" / "build.yml", repo / ".github" / "workflows" / "build.yml")
     monkeypatch.chdir(repo)
     monkeypatch.setenv("PATH", path_without(tmp_path / "bin", "docker-registry", "registry"))
-    code, err = _cuw(capsys, "workflow", "example", "--recipes", str(REPO / "recipes"), "--chunk", "example-linux-cu13.0",
-                     "--engine", "docker", "--index", str(tmp_path / "idx"))  # fmt: skip
+    code, err = _cuw(
+        capsys,
+        "workflow",
+        "example",
+        "--recipes",
+        str(REPO / "recipes"),
+        "--chunk",
+        "example-linux-cu13.0",
+        "--engine",
+        "docker",
+        "--index",
+        str(tmp_path / "idx"),
+    )
     assert code == 2
     _one_error(err, "--engine docker", "apt-get install docker-registry")  # before: after the two images were built
     assert not (repo / ".cuw").exists() and not (tmp_path / "idx").exists()

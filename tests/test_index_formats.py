@@ -26,8 +26,11 @@ from cuw.wheel.index import CHOOSER, MARKER, PACKAGES, RECORD_SUFFIX, build_inde
 from cuw.wheel.publish import publish, sha256_file
 
 # PEP 691 (JSON simple API) with PEP 700 (api-version 1.1: versions, size; upload-time optional).
-_META = {"type": "object", "required": ["api-version"],
-         "properties": {"api-version": {"type": "string", "pattern": r"^1\.[1-9][0-9]*$"}}}  # fmt: skip
+_META = {
+    "type": "object",
+    "required": ["api-version"],
+    "properties": {"api-version": {"type": "string", "pattern": r"^1\.[1-9][0-9]*$"}},
+}
 PROJECT_SCHEMA = {
     "type": "object",
     "required": ["meta", "name", "files", "versions"],
@@ -36,36 +39,60 @@ PROJECT_SCHEMA = {
         "meta": _META,
         "name": {"type": "string", "pattern": r"^[a-z0-9]+(-[a-z0-9]+)*$"},  # the normalized name
         "versions": {"type": "array", "uniqueItems": True, "items": {"type": "string"}},
-        "files": {"type": "array", "items": {
-            "type": "object",
-            "required": ["filename", "url", "hashes", "size"],
-            "additionalProperties": False,
-            "properties": {
-                "filename": {"type": "string", "pattern": r"^[^/]+\.whl$"},
-                "url": {"type": "string", "minLength": 1},
-                "hashes": {"type": "object", "minProperties": 1, "required": ["sha256"],
-                           "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]+$"}},
-                "size": {"type": "integer", "minimum": 0},
-                "upload-time": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$"},
-                "requires-python": {"type": "string"},
-                "core-metadata": {"anyOf": [{"type": "boolean"}, {"type": "object"}]},
-                "gpg-sig": {"type": "boolean"},
-                "yanked": {"anyOf": [{"type": "boolean"}, {"type": "string"}]},
+        "files": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["filename", "url", "hashes", "size"],
+                "additionalProperties": False,
+                "properties": {
+                    "filename": {"type": "string", "pattern": r"^[^/]+\.whl$"},
+                    "url": {"type": "string", "minLength": 1},
+                    "hashes": {
+                        "type": "object",
+                        "minProperties": 1,
+                        "required": ["sha256"],
+                        "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]+$"},
+                    },
+                    "size": {"type": "integer", "minimum": 0},
+                    "upload-time": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$"},
+                    "requires-python": {"type": "string"},
+                    "core-metadata": {"anyOf": [{"type": "boolean"}, {"type": "object"}]},
+                    "gpg-sig": {"type": "boolean"},
+                    "yanked": {"anyOf": [{"type": "boolean"}, {"type": "string"}]},
+                },
             },
-        }},
+        },
     },
-}  # fmt: skip
+}
 ROOT_SCHEMA = {
     "type": "object",
     "required": ["meta", "projects"],
     "additionalProperties": False,
-    "properties": {"meta": _META, "projects": {"type": "array", "items": {
-        "type": "object", "required": ["name"], "additionalProperties": False,
-        "properties": {"name": {"type": "string"}}}}},
-}  # fmt: skip
+    "properties": {
+        "meta": _META,
+        "projects": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "additionalProperties": False,
+                "properties": {"name": {"type": "string"}},
+            },
+        },
+    },
+}
 
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync")  # fmt: skip
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 def _wheel(folder: Path, name: str, version: str, tag: str = "py3-none-any", cell: dict | None = None) -> Path:
@@ -83,8 +110,14 @@ def _wheel(folder: Path, name: str, version: str, tag: str = "py3-none-any", cel
         wf.write_files(str(tree))
     shutil.rmtree(tree)
     if cell is not None:
-        record = {"format": 2, "wheel": out.name, "sha256": sha256_file(out), "cell": {"recipe": name, **cell},
-                  "verify": {"ok": True}, "link": {"misses": 0}}  # what a passed link writes
+        record = {
+            "format": 2,
+            "wheel": out.name,
+            "sha256": sha256_file(out),
+            "cell": {"recipe": name, **cell},
+            "verify": {"ok": True},
+            "link": {"misses": 0},
+        }  # what a passed link writes
         out.with_name(out.name + RECORD_SUFFIX).write_text(json.dumps(record, indent=2))
     return out
 
@@ -173,8 +206,10 @@ def test_packages_json_lists_every_published_wheel_with_its_cell_and_record(inde
         assert w["name"] == canonicalize_name(parse_wheel_filename(w["filename"])[0])
         record = path.with_name(path.name + RECORD_SUFFIX)
         if record.is_file():
-            assert w["build_record"] == {"url": w["url"] + RECORD_SUFFIX,
-                                         "sha256": hashlib.sha256(record.read_bytes()).hexdigest()}  # fmt: skip
+            assert w["build_record"] == {
+                "url": w["url"] + RECORD_SUFFIX,
+                "sha256": hashlib.sha256(record.read_bytes()).hexdigest(),
+            }
             assert w["cell_from"] == "build record"
             assert w["cell"] == {k: json.loads(record.read_text())["cell"][k] for k in ("lane", "python", "cuda", "torch")}
         else:
@@ -182,8 +217,13 @@ def test_packages_json_lists_every_published_wheel_with_its_cell_and_record(inde
     by_file = {w["filename"]: w for w in wheels}
     arm = by_file[f"torchy-1.1+cu130torch2.14-{ARM_311}.whl"]
     assert arm["cell"] == _cell("linux_aarch64", "3.11", "13.0", "2.14") and arm["channel"] == "cu130/torch2.14/"
-    assert arm["serves"] == {"lanes": ["linux_aarch64"], "python_min": "3.11", "python_max": "3.11",
-                             "cuda": "13.0", "torch": "2.14"}  # fmt: skip
+    assert arm["serves"] == {
+        "lanes": ["linux_aarch64"],
+        "python_min": "3.11",
+        "python_max": "3.11",
+        "cuda": "13.0",
+        "torch": "2.14",
+    }
     pure = by_file["Pure_Y-2.0+cu130torch2.14-py3-none-any.whl"]  # no record: read from the file name
     assert pure["name"] == "pure-y" and pure["cell"] == _cell(None, None, "13.0", "2.14")
     abiy = by_file["abiy-0.3+cu130-cp310-abi3-win_amd64.whl"]
@@ -200,8 +240,12 @@ def test_packages_json_lists_every_published_wheel_with_its_cell_and_record(inde
 def test_files_a_killed_run_left_behind_are_rewritten_from_the_marker(index, tmp_path):
     copy = tmp_path / "index"
     shutil.copytree(index, copy)
-    gone = [copy / PACKAGES, copy / CHOOSER, copy / "cu130" / "torch2.14" / "torchy" / "index.json",
-            copy / "simple" / "index.json"]  # fmt: skip
+    gone = [
+        copy / PACKAGES,
+        copy / CHOOSER,
+        copy / "cu130" / "torch2.14" / "torchy" / "index.json",
+        copy / "simple" / "index.json",
+    ]
     expected = {p: p.read_bytes() for p in gone}
     for p in gone:
         p.unlink()
@@ -218,8 +262,12 @@ def test_files_a_killed_run_left_behind_are_rewritten_from_the_marker(index, tmp
 @pytest.fixture(scope="module")
 def served(index):
     """``python -m http.server`` on a free port of 127.0.0.1, serving the index folder."""
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", str(index)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", str(index)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()  # "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
         match = re.search(r"port (\d+)", line)
@@ -239,8 +287,12 @@ def _chromium() -> str:
 
 def _dom(browser: str, url: str, profile: Path) -> str:
     # The page reads packages.json asynchronously: the virtual time budget lets it finish before the dump.
-    return subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=10000",
-                           "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    return subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
 
 
 def _shown(dom: str, element: str) -> str:
@@ -266,8 +318,9 @@ def test_the_chooser_gives_the_command_or_says_why_not_in_chromium(index, served
 
     missing = ask("package=torchy&lane=windows&python=3.11&cuda=13.0&torch=2.14")
     assert 'class="not-built"' in missing and '<pre id="command" hidden' in missing
-    assert _shown(missing, "result") == ("not built: no wheel for windows with Python 3.11, CUDA 13.0 and torch 2.14: "
-                                         "built for linux, linux_aarch64")  # fmt: skip
+    assert _shown(missing, "result") == (
+        "not built: no wheel for windows with Python 3.11, CUDA 13.0 and torch 2.14: built for linux, linux_aarch64"
+    )
 
     # Opened as a file the browser will not let it read packages.json: it says how to open it instead.
     as_file = _dom(browser, (index / CHOOSER).as_uri(), profile)
@@ -281,12 +334,32 @@ def test_pip_installs_from_the_index_over_http_and_the_json_parses(index, served
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
     env.pop("PIP_INDEX_URL", None), env.pop("PIP_EXTRA_INDEX_URL", None), env.pop("PIP_FIND_LINKS", None)
     channel = f"{served}cu130/torch2.14/"
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                           "--index-url", channel, "plainy", "pure-y"], capture_output=True, text=True, env=env,
-                          timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--index-url",
+            channel,
+            "plainy",
+            "pure-y",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    shown = subprocess.run([str(python), "-c", "import plainy, Pure_Y; print(plainy.VERSION, Pure_Y.VERSION)"],
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    shown = subprocess.run(
+        [str(python), "-c", "import plainy, Pure_Y; print(plainy.VERSION, Pure_Y.VERSION)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.stdout.split() == ["0.5+cu130", "2.0+cu130torch2.14"], shown.stderr
 
     url = f"{channel}plainy/index.json"

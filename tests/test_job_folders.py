@@ -15,8 +15,13 @@ from cuw.config.paths import ROOM_FOR_JOBS, check_job_folders
 
 
 def _shard(recipes_dir: Path, tmp_path: Path, *folders: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cuw", "shard", "example", "1/2", "--recipes", str(recipes_dir), *folders],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cuw", "shard", "example", "1/2", "--recipes", str(recipes_dir), *folders],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
 
 
 def test_a_work_folder_inside_the_source_is_refused_before_anything_is_written(recipes_dir, tmp_path):

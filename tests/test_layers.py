@@ -31,8 +31,13 @@ def test_a_broken_layer_is_caught(tmp_path):
     with open(copy / "cuw" / "base" / "files.py", "a") as fh:
         fh.write("\nimport cuw.cli.main  # noqa: E402\n")
     lint = Path(sys.executable).parent / "lint-imports"
-    proc = subprocess.run([str(lint), "--no-cache"], cwd=copy, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    proc = subprocess.run(
+        [str(lint), "--no-cache"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "cuw.base is not allowed to import cuw.cli" in proc.stdout
 
@@ -47,25 +52,40 @@ def test_the_seat_runtime_imports_only_the_standard_library_and_its_layers():
     proc = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
-    allowed = {"cuw", "cuw.base", "cuw.base.errors", "cuw.config", "cuw.config.limits", "cuw.partition",
-               "cuw.partition.globs", "cuw.partition.rules", "cuw.seat", "cuw.seat.runtime", "cuw.toolchain",
-               "cuw.toolchain.nvcc_args"}  # fmt: skip
+    allowed = {
+        "cuw",
+        "cuw.base",
+        "cuw.base.errors",
+        "cuw.config",
+        "cuw.config.limits",
+        "cuw.partition",
+        "cuw.partition.globs",
+        "cuw.partition.rules",
+        "cuw.seat",
+        "cuw.seat.runtime",
+        "cuw.toolchain",
+        "cuw.toolchain.nvcc_args",
+    }
     assert loaded <= allowed, sorted(loaded - allowed)
 
 
 def test_every_module_says_what_it_owns():
     import ast
 
-    missing = [str(p.relative_to(REPO)) for p in sorted((REPO / "cuw").rglob("*.py"))
-               if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]  # fmt: skip
+    missing = [
+        str(p.relative_to(REPO))
+        for p in sorted((REPO / "cuw").rglob("*.py"))
+        if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))
+    ]
     assert missing == [], f"modules without a docstring: {missing}"
 
 
 def test_the_code_lints_clean():
     """ruff's rules in pyproject.toml ([tool.ruff.lint]) over the package, the tests and the front ends."""
     ruff = Path(sys.executable).parent / "ruff"
-    proc = subprocess.run([str(ruff), "check", "--no-cache", "cuw", "tests", "noxfile.py", "tasks.py"], cwd=REPO,
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [str(ruff), "check", "--no-cache", "cuw", "tests", "noxfile.py", "tasks.py"], cwd=REPO, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -73,6 +93,7 @@ def test_the_lint_can_fail(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import os\n\ndef f(x=[]):\n    return undefined_name\n")
     ruff = Path(sys.executable).parent / "ruff"
-    proc = subprocess.run([str(ruff), "check", "--no-cache", "--config", str(REPO / "pyproject.toml"), str(bad)],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [str(ruff), "check", "--no-cache", "--config", str(REPO / "pyproject.toml"), str(bad)], capture_output=True, text=True
+    )
     assert proc.returncode == 1 and all(code in proc.stdout for code in ("F401", "B006", "F821")), proc.stdout

@@ -51,7 +51,10 @@ def test_torch_free_collapse_and_its_filter_error(recipes_dir, grid):
 @pytest.mark.parametrize(
     "filters, message",
     [
-        (Filters(platform=("macos",)), r"--platform macos matches no cell of example_torch \(it has: linux, linux_aarch64, windows\)"),
+        (
+            Filters(platform=("macos",)),
+            r"--platform macos matches no cell of example_torch \(it has: linux, linux_aarch64, windows\)",
+        ),
         (Filters(cuda=("11.8",)), r"--cuda 11.8 matches no cell"),
         (Filters(pytorch=("2.1",)), r"--pytorch 2.1 matches no cell .*it has: 2.13, 2.14"),
         (Filters(python=("3.9",)), r"--python 3.9 matches no cell"),
@@ -63,8 +66,12 @@ def test_every_empty_filter_is_an_error(recipes_dir, grid, filters, message):
 
 
 def test_values_that_exist_but_not_together(recipes_dir):
-    grid = Grid(platforms=["linux"], python=["3.11", "3.12"], cuda=["12.8", "13.0"],
-                torch={"2.13": TorchRelease(["12.8"], ["3.11", "3.12"]), "2.14": TorchRelease(["13.0"], ["3.12"])})  # fmt: skip
+    grid = Grid(
+        platforms=["linux"],
+        python=["3.11", "3.12"],
+        cuda=["12.8", "13.0"],
+        torch={"2.13": TorchRelease(["12.8"], ["3.11", "3.12"]), "2.14": TorchRelease(["13.0"], ["3.12"])},
+    )
     recipe = load_recipe("example_torch", recipes_dir)
     with pytest.raises(CuwError, match=r"each value exists, but not together"):
         plan([recipe], grid, Filters(pytorch=("2.14",), cuda=("12.8",)))
@@ -82,8 +89,11 @@ def test_a_big_grid_is_chunked_under_the_caps_never_truncated(recipes_dir):
         platforms=["linux", "linux_aarch64", "windows"],
         python=["3.9", "3.10", "3.11", "3.12", "3.13"],
         cuda=["12.6", "12.8", "13.0"],
-        torch={v: TorchRelease(["12.6", "12.8", "13.0"], ["3.9", "3.10", "3.11", "3.12", "3.13"]) for v in ("2.11", "2.12", "2.13", "2.14")},
-    )  # fmt: skip
+        torch={
+            v: TorchRelease(["12.6", "12.8", "13.0"], ["3.9", "3.10", "3.11", "3.12", "3.13"])
+            for v in ("2.11", "2.12", "2.13", "2.14")
+        },
+    )
     recipe = replace(load_recipe("example_torch", recipes_dir), sharding=Sharding(count=40, platforms=["linux", "linux_aarch64"]))
     result = plan([recipe], grid, Filters())
     cells = 3 * 5 * 3 * 4
@@ -122,8 +132,10 @@ def test_dumps_is_stable():
 def test_build_matrix_with_nothing_buildable_here_is_an_error(recipes_dir, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "cuw", "build", "example", "--matrix", "--platform", "windows", "--recipes", str(recipes_dir)],
-        cwd=tmp_path, capture_output=True, text=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "skipped example-windows-py3.10-cu13.0-notorch: needs lane windows: this machine is linux" in proc.stderr
     assert "matrix: example: Python axis collapsed (wheel_python: py3" in proc.stderr
@@ -160,8 +172,26 @@ def test_linux_jobs_carry_their_lanes_build_image_and_on_host_drops_it(recipes_d
     images = load_policy(recipes_dir).images
     out = tmp_path / "m.json"
     run = lambda *extra: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "cuw", "matrix", "--package", "example", "--cuda", "13.0", "--python", "3.11",
-         "--recipes", str(recipes_dir), "--output", str(out), *extra], capture_output=True, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "matrix",
+            "--package",
+            "example",
+            "--cuda",
+            "13.0",
+            "--python",
+            "3.11",
+            "--recipes",
+            str(recipes_dir),
+            "--output",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run("--platform", "linux,linux_aarch64,windows").returncode == 0
     jobs = _jobs(json.loads(out.read_text()))
     assert {j["lane"] for j in jobs} == {"linux", "linux_aarch64", "windows"}
@@ -180,9 +210,13 @@ def test_a_lane_image_can_be_replaced_for_one_plan_pinned_like_the_policys(recip
     images = image_overrides([f"linux={local}"], policy)
     assert images["linux"] == local and images["linux_aarch64"] == policy.images["linux_aarch64"].ref
     assert image_overrides([], policy) == {lane: image.ref for lane, image in policy.images.items()}
-    for value, message in [("linux=cuw-standin:tag", "pin the image by digest"), ("junk", "LANE=REF"),
-                           (f"windows={local}", "only Linux lanes"), (f"linux={local},linux={local}", "given twice"),
-                           (f"mars={local}", "unknown lane")]:  # fmt: skip
+    for value, message in [
+        ("linux=cuw-standin:tag", "pin the image by digest"),
+        ("junk", "LANE=REF"),
+        (f"windows={local}", "only Linux lanes"),
+        (f"linux={local},linux={local}", "given twice"),
+        (f"mars={local}", "unknown lane"),
+    ]:
         with pytest.raises(CuwError, match=message):
             image_overrides([value], policy)
 
@@ -191,8 +225,24 @@ def test_an_unverified_lane_is_planned_only_when_asked_for(recipes_dir, tmp_path
     """No job goes to a lane that has never built a cell (Windows) unless --platform or a chunk id names it."""
     out = tmp_path / "m.json"
     run = lambda *extra: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "cuw", "matrix", "--package", "example", "--cuda", "13.0", "--recipes", str(recipes_dir),
-         "--output", str(out), *extra], capture_output=True, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "matrix",
+            "--package",
+            "example",
+            "--cuda",
+            "13.0",
+            "--recipes",
+            str(recipes_dir),
+            "--output",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+    )
     default = run()
     assert default.returncode == 0, default.stderr
     assert {j["lane"] for j in _jobs(json.loads(out.read_text()))} == {"linux", "linux_aarch64"}
@@ -202,4 +252,6 @@ def test_an_unverified_lane_is_planned_only_when_asked_for(recipes_dir, tmp_path
     assert run("--chunk", "example-windows-cu13.0").returncode == 0, "a chunk id names its lane"
     assert {j["lane"] for j in json.loads(out.read_text())["compile"]["include"]} == {"windows"}
     # The library call keeps every lane: `build --matrix` and the local workflow runner choose their own.
-    assert "windows" in {j["lane"] for j in _jobs(plan([load_recipe("example", recipes_dir)], load_policy(recipes_dir).grid, Filters()))}
+    assert "windows" in {
+        j["lane"] for j in _jobs(plan([load_recipe("example", recipes_dir)], load_policy(recipes_dir).grid, Filters()))
+    }

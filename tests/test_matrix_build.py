@@ -44,8 +44,9 @@ def test_plan_local_names_what_would_make_each_cell_buildable(recipes_dir, monke
     why = {r.cell.id: r.why for r in skipped}
     assert why[cells[1].id].startswith("Python 3.99: none found (looked at python3.99 on PATH (none), pyenv")
     assert "pyenv install 3.99" in why[cells[1].id]
-    assert why[cells[2].id].startswith("CUDA 12.8 toolkit: toolkits.12.8 in recipes/defaults.yml is system, but the "
-                                       "system toolkit is CUDA 13.0")  # fmt: skip
+    assert why[cells[2].id].startswith(
+        "CUDA 12.8 toolkit: toolkits.12.8 in recipes/defaults.yml is system, but the system toolkit is CUDA 13.0"
+    )
     assert "CUW_CUDA_HOME" in why[cells[2].id] and "no nvcc driver" in why[cells[2].id]
     assert why[cells[3].id] == "lane windows: this machine is linux; build it on a windows runner"
 
@@ -72,8 +73,9 @@ def test_each_cuda_line_gets_its_own_toolkit_and_a_forced_one_only_serves_its_li
     # --toolkit PATH is one toolkit: the other line is skipped, naming the mismatch
     build, skipped = plan_local(recipe, cells, "linux", toolkits.for_lines(policy, str(other), ["13.0", "12.8"]))
     assert [b.cell.cuda for b in build] == ["12.8"]
-    assert skipped[0].why == (f"CUDA 13.0 toolkit: --toolkit = {other}: that toolkit is CUDA 12.8, not 13.0; "
-                              "name a CUDA 13.0 toolkit")  # fmt: skip
+    assert skipped[0].why == (
+        f"CUDA 13.0 toolkit: --toolkit = {other}: that toolkit is CUDA 12.8, not 13.0; name a CUDA 13.0 toolkit"
+    )
     # --toolkit wheels cannot serve a CUDA 12 line
     lines = toolkits.for_lines(policy, "wheels", ["12.8"])
     assert lines["12.8"].chosen is None and "ship ptxas but no nvcc driver" in lines["12.8"].why
@@ -104,9 +106,12 @@ def test_each_cells_row_is_its_real_builds_outcome_and_its_lines_toolkit_reaches
     standin.write_text(_FAILING_BUILD)
     standin.chmod(0o755)
     real, bad_toolkit, gate_fails, no_env, windows = (
-        Cell("example", "linux", here, "13.0", None), Cell("example", "linux", "3.97", "13.0", None),
-        Cell("example", "linux", "3.98", "13.0", None), Cell("example", "linux", "3.99", "13.0", None),
-        Cell("example", "windows", here, "13.0", None))  # fmt: skip
+        Cell("example", "linux", here, "13.0", None),
+        Cell("example", "linux", "3.97", "13.0", None),
+        Cell("example", "linux", "3.98", "13.0", None),
+        Cell("example", "linux", "3.99", "13.0", None),
+        Cell("example", "windows", here, "13.0", None),
+    )
     pythons = {here: Path(sys.executable), "3.97": Path(sys.executable), "3.98": standin}
 
     def ensure(spec, root=None):  # the cell's environment: its interpreter, by the Python it was made for
@@ -118,10 +123,24 @@ def test_each_cells_row_is_its_real_builds_outcome_and_its_lines_toolkit_reaches
     monkeypatch.setattr(cell_env, "ensure", ensure)
     monkeypatch.setenv("CUW_TOOLKIT", str(tmp_path / "the-parents-toolkit"))  # a child must never fall back on it
     interp = lambda version: cell_env.Interpreter(str(pythons.get(version, sys.executable)), version + ".0", "test")  # noqa: E731
-    build = [Buildable(real, interp(here), toolkit), Buildable(bad_toolkit, interp("3.97"), str(tmp_path / "no-cuda")),
-             Buildable(gate_fails, interp("3.98"), toolkit), Buildable(no_env, interp("3.99"), toolkit)]  # fmt: skip
-    args = ["--shards", "1", "--recipes", str(recipes_dir), "--work", str(tmp_path / "work"),
-            "--artifacts", str(tmp_path / "artifacts"), "--dist", str(tmp_path / "dist")]  # fmt: skip
+    build = [
+        Buildable(real, interp(here), toolkit),
+        Buildable(bad_toolkit, interp("3.97"), str(tmp_path / "no-cuda")),
+        Buildable(gate_fails, interp("3.98"), toolkit),
+        Buildable(no_env, interp("3.99"), toolkit),
+    ]
+    args = [
+        "--shards",
+        "1",
+        "--recipes",
+        str(recipes_dir),
+        "--work",
+        str(tmp_path / "work"),
+        "--artifacts",
+        str(tmp_path / "artifacts"),
+        "--dist",
+        str(tmp_path / "dist"),
+    ]
     rows = run_matrix(recipe, policy.grid, {}, build, args, tmp_path / "work", 2, lambda _: None)
     order = [real, bad_toolkit, gate_fails, no_env, windows]
     skipped = Row(windows, "skipped", "lane windows: this machine is linux; build it on a windows runner")
@@ -145,12 +164,19 @@ def test_each_cells_row_is_its_real_builds_outcome_and_its_lines_toolkit_reaches
     assert failed.verdicts == ["link gate FAIL: 1 miss (csrc/kernels/k04_scan.cu): the link compiled what no shard cached"]
     assert (standin.parent / "argv").read_text().split() == ["-m", "cuw", "build", "example", *args, "--jobs", "2"]
 
-    assert (by_cell[no_env].status, by_cell[no_env].why) == ("skipped", "its environment could not be made: python3.99 -m venv failed")
+    assert (by_cell[no_env].status, by_cell[no_env].why) == (
+        "skipped",
+        "its environment could not be made: python3.99 -m venv failed",
+    )
 
     lines = table(sorted(rows + [skipped], key=lambda r: order.index(r.cell))).splitlines()[2:]
     assert [(line.split()[0], line.split()[1]) for line in lines] == [
-        (real.id, "built"), (bad_toolkit.id, "failed"), (gate_fails.id, "failed"), (no_env.id, "skipped"),
-        (windows.id, "skipped")]  # fmt: skip
+        (real.id, "built"),
+        (bad_toolkit.id, "failed"),
+        (gate_fails.id, "failed"),
+        (no_env.id, "skipped"),
+        (windows.id, "skipped"),
+    ]
     assert "link gate PASS" in lines[0] and "[one wheel for Python 3.10, 3.11, 3.12, 3.13]" in lines[0]
     assert f"cuw build exited 2; log {log}" in lines[1]
     assert "link gate FAIL: 1 miss" in lines[2] and "exited" not in lines[2]
@@ -166,8 +192,13 @@ def test_cells_at_once_stay_within_cores_memory_and_jobs():
 
 
 def test_the_table_shows_each_cell_its_result_and_the_collapse():
-    built = Row(Cell("example", "linux", "3.10", "13.0", None), "built", wall=95.0,
-                verdicts=["link gate PASS: 0 misses", "verify gate PASS: 14 checks"], serves=["3.10", "3.11"])  # fmt: skip
+    built = Row(
+        Cell("example", "linux", "3.10", "13.0", None),
+        "built",
+        wall=95.0,
+        verdicts=["link gate PASS: 0 misses", "verify gate PASS: 14 checks"],
+        serves=["3.10", "3.11"],
+    )
     skipped = Row(Cell("example", "windows", "3.10", "13.0", None), "skipped", "lane windows: this machine is linux")
     text = table([built, skipped], "example: Python axis collapsed")
     lines = text.splitlines()
@@ -182,10 +213,16 @@ def test_the_environment_key_follows_its_inputs(monkeypatch):
     base = cell_env.Spec(py, None, None)
     assert base.key() == cell_env.Spec(py, None, "https://ignored-without-torch").key()
     torch = cell_env.Spec(py, "torch==2.14.1", "https://pypi.org/simple")
-    keys = {base.key(), torch.key(), replace(torch, torch_index="https://download.pytorch.org/whl/cu128").key(),
-            replace(base, python=replace(py, version="3.12.2")).key()}  # fmt: skip
+    keys = {
+        base.key(),
+        torch.key(),
+        replace(torch, torch_index="https://download.pytorch.org/whl/cu128").key(),
+        replace(base, python=replace(py, version="3.12.2")).key(),
+    }
     assert len(keys) == 4
-    assert torch.folder(Path("/r")).name.startswith("py3.12-torch2.14.1-") and base.folder(Path("/r")).name.startswith("py3.12-notorch-")
+    assert torch.folder(Path("/r")).name.startswith("py3.12-torch2.14.1-") and base.folder(Path("/r")).name.startswith(
+        "py3.12-notorch-"
+    )
     monkeypatch.setattr(cell_env, "forge_digest", lambda: "another forge")
     assert base.key() not in keys, "a changed forge makes a new environment"
 
@@ -199,8 +236,9 @@ def test_a_cells_environment_is_made_once_with_its_python_and_reused(tmp_path):
     spec = cell_env.Spec(interp, None, None)
     python, reused = cell_env.ensure(spec, tmp_path)
     assert not reused and python.parent.parent.name.startswith(f"py{other}-notorch-")
-    out = subprocess.run([str(python), "-c", "import sys, cuw; print(sys.version_info[:2], cuw.__file__)"],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [str(python), "-c", "import sys, cuw; print(sys.version_info[:2], cuw.__file__)"], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"({other.replace('.', ', ')})") and str(REPO / "cuw") in out.stdout
     ccache = subprocess.run([str(python.parent / "ccache"), "--version"], capture_output=True, text=True)
@@ -212,11 +250,15 @@ def test_a_cells_environment_is_made_once_with_its_python_and_reused(tmp_path):
     # An environment never marked ready (an interrupted install) is made again, once, when two
     # jobs on the runner ask for it at the same moment: one makes it, the other waits and reuses it.
     ready.unlink()
-    child = ("import sys; from cuw.jobs import cell_env; from pathlib import Path; "
-             f"spec = cell_env.Spec(cell_env.Interpreter({interp.path!r}, {interp.version!r}, 'test'), None, None); "
-             f"print(cell_env.ensure(spec, Path({str(tmp_path)!r}))[1])")  # fmt: skip
-    procs = [subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]  # fmt: skip
+    child = (
+        "import sys; from cuw.jobs import cell_env; from pathlib import Path; "
+        f"spec = cell_env.Spec(cell_env.Interpreter({interp.path!r}, {interp.version!r}, 'test'), None, None); "
+        f"print(cell_env.ensure(spec, Path({str(tmp_path)!r}))[1])"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     results = [p.communicate() for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in results]
     assert sorted(out.strip() for out, _ in results) == ["False", "True"], results
@@ -224,9 +266,26 @@ def test_a_cells_environment_is_made_once_with_its_python_and_reused(tmp_path):
 
 
 def _matrix_build(recipes_dir: Path, root: Path, *filters: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "cuw", "build", *filters, "--matrix", "--platform", "linux", "--cuda", "13.0",
-           "--recipes", str(recipes_dir), "--work", str(root / "work"), "--artifacts", str(root / "artifacts"),
-           "--dist", str(root / "dist")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "cuw",
+        "build",
+        *filters,
+        "--matrix",
+        "--platform",
+        "linux",
+        "--cuda",
+        "13.0",
+        "--recipes",
+        str(recipes_dir),
+        "--work",
+        str(root / "work"),
+        "--artifacts",
+        str(root / "artifacts"),
+        "--dist",
+        str(root / "dist"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
     print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n")
     return proc

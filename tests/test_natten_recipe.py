@@ -128,8 +128,9 @@ def test_kernels_generated_for_other_archs_are_refused(natten_pristine, tmp_path
         apply(natten_recipe(), natten_ctx(src, ["9.0"]))
     # and setup.py's generator, as the build runs it
     module = _patch_module()
-    proc = subprocess.run([sys.executable, "-c", module._GENERATE, "default", "90"], cwd=src,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", module._GENERATE, "default", "90"], cwd=src, capture_output=True, text=True, check=False
+    )
     assert proc.returncode != 0
     generated = "'default [75, 80, 86, 89, 90, 100, 120]'"
     assert f"kernels were generated for {generated}, this build wants 'default [90]'" in proc.stderr
@@ -137,8 +138,9 @@ def test_kernels_generated_for_other_archs_are_refused(natten_pristine, tmp_path
     kernel = next(src.glob("csrc/autogen/src/cuda/hopper_fna/*.cu"))
     kernel.unlink()
     same = ",".join(str(n) for n in module.natten_archs(CUDA13_ARCHS))
-    proc = subprocess.run([sys.executable, "-c", module._GENERATE, "default", same], cwd=src,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", module._GENERATE, "default", same], cwd=src, capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Kernel instantiations already generated for default [75, 80, 86, 89, 90, 100, 120]" in proc.stdout
     assert not kernel.exists()
@@ -166,11 +168,17 @@ def _configure(src: Path, build: Path) -> subprocess.CompletedProcess:
     nvcc = shutil.which("nvcc")
     assert nvcc
     cmd = [
-        "cmake", str(src / "csrc"), f"-DPYTHON_PATH={sys.executable}", "-DOUTPUT_FILE_NAME=natten/libnatten",
+        "cmake",
+        str(src / "csrc"),
+        f"-DPYTHON_PATH={sys.executable}",
+        "-DOUTPUT_FILE_NAME=natten/libnatten",
         "-DNATTEN_CUDA_ARCH_LIST=75-real;80-real;86-real;89-real;90a-real;100a-real;120-real;120-virtual",
-        "-DNATTEN_IS_WINDOWS=0", "-DADD_LINEINFO=0", "-DIS_LIBTORCH_BUILT_WITH_CXX11_ABI=1",
-        "-DNATTEN_WITH_HOPPER_FNA=1", "-DNATTEN_WITH_BLACKWELL_FNA=1",
-    ]  # fmt: skip
+        "-DNATTEN_IS_WINDOWS=0",
+        "-DADD_LINEINFO=0",
+        "-DIS_LIBTORCH_BUILT_WITH_CXX11_ABI=1",
+        "-DNATTEN_WITH_HOPPER_FNA=1",
+        "-DNATTEN_WITH_BLACKWELL_FNA=1",
+    ]
     env = {**os.environ, "CUDACXX": str(Path(nvcc).resolve())}
     return subprocess.run(cmd, cwd=build, env=env, capture_output=True, text=True, timeout=300, check=False)
 

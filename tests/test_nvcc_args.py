@@ -6,11 +6,23 @@ TORCH_NINJA = (
     "-O2 -DTORCH_EXTENSION_NAME=_kernels -gencode=arch=compute_90,code=sm_90 -std=c++17"
 ).split()
 CMAKE = [
-    "-forward-unknown-to-host-compiler", "-Xcompiler", "-Wall -Wextra", '-DNAME="a b"',
-    "--generate-code=arch=compute_90,code=[compute_90,sm_90]", "-MD", "-MT",
-    "CMakeFiles/k.dir/csrc/k.cu.o", "-MF", "CMakeFiles/k.dir/csrc/k.cu.o.d", "-x", "cu",
-    "-c", "/src/csrc/k.cu", "-o", "CMakeFiles/k.dir/csrc/k.cu.o",
-]  # fmt: skip
+    "-forward-unknown-to-host-compiler",
+    "-Xcompiler",
+    "-Wall -Wextra",
+    '-DNAME="a b"',
+    "--generate-code=arch=compute_90,code=[compute_90,sm_90]",
+    "-MD",
+    "-MT",
+    "CMakeFiles/k.dir/csrc/k.cu.o",
+    "-MF",
+    "CMakeFiles/k.dir/csrc/k.cu.o.d",
+    "-x",
+    "cu",
+    "-c",
+    "/src/csrc/k.cu",
+    "-o",
+    "CMakeFiles/k.dir/csrc/k.cu.o",
+]
 
 
 def test_torch_ninja_call_with_doubled_c():
@@ -23,7 +35,11 @@ def test_torch_ninja_call_with_doubled_c():
 
 def test_cmake_call_with_spaces_in_one_argument():
     call = parse(CMAKE)
-    assert (call.source, call.output, call.depfile) == ("/src/csrc/k.cu", "CMakeFiles/k.dir/csrc/k.cu.o", "CMakeFiles/k.dir/csrc/k.cu.o.d")
+    assert (call.source, call.output, call.depfile) == (
+        "/src/csrc/k.cu",
+        "CMakeFiles/k.dir/csrc/k.cu.o",
+        "CMakeFiles/k.dir/csrc/k.cu.o.d",
+    )
 
 
 def test_output_spellings():

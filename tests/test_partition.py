@@ -40,12 +40,31 @@ def test_owner_matches_its_golden_vector(key):
 
 # The known keys (two families and ``other``), the rest after them, and a cost table that
 # costs some of the rest (``csrc/hand/b.cu`` has none: it costs the table's mean, 48.5 / 11).
-GOLDEN_KNOWN = ["csrc/fused.cu", "csrc/gen/fna/f0.cu", "csrc/gen/fna/f1.cu", "csrc/gen/fna/f2.cu", "csrc/gen/hopper/h0.cu",
-                "csrc/gen/hopper/h1.cu", "csrc/gen/hopper/h2.cu", "csrc/ops/gemm.cu", "csrc/ops/reduce.cu"]  # fmt: skip
+GOLDEN_KNOWN = [
+    "csrc/fused.cu",
+    "csrc/gen/fna/f0.cu",
+    "csrc/gen/fna/f1.cu",
+    "csrc/gen/fna/f2.cu",
+    "csrc/gen/hopper/h0.cu",
+    "csrc/gen/hopper/h1.cu",
+    "csrc/gen/hopper/h2.cu",
+    "csrc/ops/gemm.cu",
+    "csrc/ops/reduce.cu",
+]
 GOLDEN_REST = ["csrc/bind.cpp", "csrc/hand/a.cu", "csrc/hand/b.cu"]
-GOLDEN_COSTS = {"csrc/fused.cu": 6.0, "csrc/gen/fna/f0.cu": 8.0, "csrc/gen/fna/f1.cu": 3.0, "csrc/gen/fna/f2.cu": 3.0,
-                "csrc/gen/hopper/h0.cu": 5.0, "csrc/gen/hopper/h1.cu": 1.0, "csrc/gen/hopper/h2.cu": 7.0,
-                "csrc/ops/gemm.cu": 9.0, "csrc/ops/reduce.cu": 2.0, "csrc/hand/a.cu": 4.0, "csrc/bind.cpp": 0.5}  # fmt: skip
+GOLDEN_COSTS = {
+    "csrc/fused.cu": 6.0,
+    "csrc/gen/fna/f0.cu": 8.0,
+    "csrc/gen/fna/f1.cu": 3.0,
+    "csrc/gen/fna/f2.cu": 3.0,
+    "csrc/gen/hopper/h0.cu": 5.0,
+    "csrc/gen/hopper/h1.cu": 1.0,
+    "csrc/gen/hopper/h2.cu": 7.0,
+    "csrc/ops/gemm.cu": 9.0,
+    "csrc/ops/reduce.cu": 2.0,
+    "csrc/hand/a.cu": 4.0,
+    "csrc/bind.cpp": 0.5,
+}
 GOLDEN_FAMILIES = {"hopper": ["csrc/gen/hopper/*.cu"], "fna": ["csrc/gen/fna/*.cu"]}
 # (rule, per_family, N) -> the owner of each of GOLDEN_KNOWN + GOLDEN_REST, in that order.
 GOLDEN_OWNERS = {
@@ -140,8 +159,14 @@ def test_a_seat_recipes_globs_name_its_tus_among_the_trees_sources(recipes_dir, 
     from cuw.partition.coverage import covered_keys
     from cuw.partition.rules import ShardSpec
 
-    for name in ("csrc/flash_attn/src/flash_fwd_a.cu", "csrc/flash_attn/src/flash_bwd_b.cu", "csrc/flash_attn/flash_api.cpp",
-                 "csrc/cutlass/examples/00_basic/basic.cu", "csrc/cutlass/test/unit/gemm.cu", "csrc/cutlass/tools/x.cpp"):  # fmt: skip
+    for name in (
+        "csrc/flash_attn/src/flash_fwd_a.cu",
+        "csrc/flash_attn/src/flash_bwd_b.cu",
+        "csrc/flash_attn/flash_api.cpp",
+        "csrc/cutlass/examples/00_basic/basic.cu",
+        "csrc/cutlass/test/unit/gemm.cu",
+        "csrc/cutlass/tools/x.cpp",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("// tu\n")
     recipe = load_recipe("flash_attn", recipes_dir)
@@ -153,15 +178,27 @@ def test_a_seat_recipes_globs_name_its_tus_among_the_trees_sources(recipes_dir, 
 
 # A natten-like source-filter recipe: the filter's generated kernels (two families), and a rest its
 # globs do not cover (hand-written CUDA, a host TU, a kernel one folder too deep for the glob).
-REST_TREE_FILTERED = ["csrc/autogen/cuda/fna/s0.cu", "csrc/autogen/cuda/fna/s1.cu", "csrc/autogen/cuda/fna/s2.cu",
-                      "csrc/autogen/cuda/fna/s3.cu", "csrc/autogen/cuda/hopper_fmha/s0.cu",
-                      "csrc/autogen/cuda/hopper_fmha/s1.cu", "csrc/autogen/cuda/hopper_fmha/s2.cu"]  # fmt: skip
+REST_TREE_FILTERED = [
+    "csrc/autogen/cuda/fna/s0.cu",
+    "csrc/autogen/cuda/fna/s1.cu",
+    "csrc/autogen/cuda/fna/s2.cu",
+    "csrc/autogen/cuda/fna/s3.cu",
+    "csrc/autogen/cuda/hopper_fmha/s0.cu",
+    "csrc/autogen/cuda/hopper_fmha/s1.cu",
+    "csrc/autogen/cuda/hopper_fmha/s2.cu",
+]
 REST_TREE_REST = ["csrc/autogen/cuda/fna/extra/x.cu", "csrc/natten.cpp", "csrc/src/hand_0.cu", "csrc/src/hand_1.cu"]
-REST_TREE_COSTS = {"csrc/autogen/cuda/fna/s0.cu": 4.0, "csrc/autogen/cuda/fna/s1.cu": 9.0, "csrc/autogen/cuda/fna/s2.cu": 2.0,
-                   "csrc/autogen/cuda/fna/s3.cu": 6.0, "csrc/autogen/cuda/hopper_fmha/s0.cu": 8.0,
-                   "csrc/autogen/cuda/hopper_fmha/s1.cu": 1.0, "csrc/autogen/cuda/hopper_fmha/s2.cu": 5.0,
-                   "csrc/src/hand_0.cu": 7.0,
-                   "csrc/autogen/cuda/fna/gone.cu": 1000.0}  # not in the source: dropped, not in the rest's mean  # fmt: skip
+REST_TREE_COSTS = {
+    "csrc/autogen/cuda/fna/s0.cu": 4.0,
+    "csrc/autogen/cuda/fna/s1.cu": 9.0,
+    "csrc/autogen/cuda/fna/s2.cu": 2.0,
+    "csrc/autogen/cuda/fna/s3.cu": 6.0,
+    "csrc/autogen/cuda/hopper_fmha/s0.cu": 8.0,
+    "csrc/autogen/cuda/hopper_fmha/s1.cu": 1.0,
+    "csrc/autogen/cuda/hopper_fmha/s2.cu": 5.0,
+    "csrc/src/hand_0.cu": 7.0,
+    "csrc/autogen/cuda/fna/gone.cu": 1000.0,
+}  # not in the source: dropped, not in the rest's mean
 REST_TREE_YML = """
 name: rest-tree
 links_torch: false

@@ -341,8 +341,12 @@ def test_globs_that_match_more_than_translation_units_are_refused_by_the_plan(re
 
     recipe = recipes_dir / "example_source" / "recipe.yml"
     recipe.write_text(recipe.read_text().replace('globs: ["csrc/kernels/k0[1-8]_*.cu"]', 'globs: ["**/*"]'))
-    proc = subprocess.run([sys.executable, "-m", "cuw", "plan", "example_source", "--shards", "4", "--recipes", str(recipes_dir)],
-                          capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "cuw", "plan", "example_source", "--shards", "4", "--recipes", str(recipes_dir)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert "sharding.source.globs (**/*) match" in line and "that are not translation units (" in line

@@ -32,7 +32,13 @@ def test_a_count_standing_still_is_said_again_every_quiet_period(monkeypatch):
     for _ in range(20 * 60):  # 20 minutes of one-second polls, the count at 2
         now[0] += 1
         meter.update(2)
-    assert [line.split(", ")[2] for line in lines] == ["0:00 elapsed", "5:00 elapsed", "10:00 elapsed", "15:00 elapsed", "20:00 elapsed"]
+    assert [line.split(", ")[2] for line in lines] == [
+        "0:00 elapsed",
+        "5:00 elapsed",
+        "10:00 elapsed",
+        "15:00 elapsed",
+        "20:00 elapsed",
+    ]
     assert all(line.startswith("shard 30/40: compiled 2/4 TUs") for line in lines)
 
 

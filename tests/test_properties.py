@@ -38,11 +38,16 @@ SLOW = settings(max_examples=_SCALE or 25, **_COMMON)
 
 spec_texts = st.one_of(
     st.text(max_size=24),
-    st.builds(lambda i, n, a, b: f"{a}{i}{b}/{a}{n}{b}", st.integers(-300, 300), st.integers(-300, 300),
-              st.sampled_from(["", " ", "\t", "0", "+", "-"]), st.sampled_from(["", " ", "\n", ".0", "x"])),
+    st.builds(
+        lambda i, n, a, b: f"{a}{i}{b}/{a}{n}{b}",
+        st.integers(-300, 300),
+        st.integers(-300, 300),
+        st.sampled_from(["", " ", "\t", "0", "+", "-"]),
+        st.sampled_from(["", " ", "\n", ".0", "x"]),
+    ),
     st.builds(lambda i, n: f"{i}/{n}", st.integers(0, 10**25), st.integers(0, 10**25)),
     st.builds(lambda d: f"{d}/{d}", st.sampled_from(["\u0661", "\u0967", "\uff11", "\u00b9", "\u2460"])),
-)  # fmt: skip
+)
 
 
 @FAST
@@ -82,8 +87,9 @@ costs = st.integers(0, 40_000).map(lambda q: q / 4)
 FAMILIES = {"a": ["a*/**/*"], "b": ["b*/**/*"]}  # a file under a folder whose name starts a or b
 
 
-def _reference_owners(rule: str, count: int, known: list[str], rest: list[str], table: dict[str, float],
-                      per_family: bool) -> dict[str, int]:  # fmt: skip
+def _reference_owners(
+    rule: str, count: int, known: list[str], rest: list[str], table: dict[str, float], per_family: bool
+) -> dict[str, int]:
     """The rules as the docs state them, written apart from :mod:`cuw.partition.rules`: the hash
     from md5's raw bytes, the round-robin as a cycle over one sort key, LPT over a heap."""
     import hashlib
@@ -123,8 +129,9 @@ def _reference_owners(rule: str, count: int, known: list[str], rest: list[str], 
     st.sampled_from(RULES),
     st.data(),
 )
-def test_every_key_has_exactly_one_owner(known: list[str], drawn_rest: list[str], count: int, rule: str,
-                                         data: st.DataObject) -> None:  # fmt: skip
+def test_every_key_has_exactly_one_owner(
+    known: list[str], drawn_rest: list[str], count: int, rule: str, data: st.DataObject
+) -> None:
     """Known keys and a rest (the sources a source filter's globs leave to the seat), for every
     rule: each key, rest included, in exactly one shard's slice (a Counter, not a sum of sizes),
     owned where an independent reference puts it; the known keys keep their owners without the
@@ -184,12 +191,47 @@ def world() -> Path:
 
 
 VERBS = ("matrix", "recipes", "show", "plan", "verify", "index", "costs")
-VALUE = ["", " ", "0", "-4", "1", "2", "4", "256", "abc", "2..4", "8..2", "1/2", "..", "../x", "/", "example",
-         "example_torch", "linux/3.11/13.0", "linux/3.11/13.0/2.14", "13.0", "3.11", ",", "all",
-         "99999999999999999999", "\u0661"]  # fmt: skip
-PATH = ["{W}/folder", "{W}/file.txt", "{W}/junk.bin", "{W}/seat.jsonl", "{W}/missing", "{W}/missing/sub",
-        "{W}/file.txt/sub", "{W}/x-1.0+cu130-py3-none-any.whl", "{W}/recipes", "{W}/recipes/example/costs.json",
-        "{W}/out", "/proc/cuw-nope"]  # fmt: skip
+VALUE = [
+    "",
+    " ",
+    "0",
+    "-4",
+    "1",
+    "2",
+    "4",
+    "256",
+    "abc",
+    "2..4",
+    "8..2",
+    "1/2",
+    "..",
+    "../x",
+    "/",
+    "example",
+    "example_torch",
+    "linux/3.11/13.0",
+    "linux/3.11/13.0/2.14",
+    "13.0",
+    "3.11",
+    ",",
+    "all",
+    "99999999999999999999",
+    "\u0661",
+]
+PATH = [
+    "{W}/folder",
+    "{W}/file.txt",
+    "{W}/junk.bin",
+    "{W}/seat.jsonl",
+    "{W}/missing",
+    "{W}/missing/sub",
+    "{W}/file.txt/sub",
+    "{W}/x-1.0+cu130-py3-none-any.whl",
+    "{W}/recipes",
+    "{W}/recipes/example/costs.json",
+    "{W}/out",
+    "/proc/cuw-nope",
+]
 FLAGS = {
     "matrix": ["--package", "--platform", "--cuda", "--pytorch", "--python", "--chunk", "@--output"],
     "recipes": [],
@@ -249,15 +291,64 @@ def test_no_argv_raises_or_reports_an_internal_error(argv: list[str], world: Pat
 
 # -- recipe YAML shapes ----------------------------------------------------------------------
 
-FIELDS = ["name", "links_torch", "source", "backend", "build_subdir", "archs", "grid", "env", "extra_deps",
-          "extra_deps_cuda", "max_jobs", "nvcc_flags", "nvcc_threads", "pre_build", "requires_dist", "sharding",
-          "verify", "path", "pypi", "sha256", "git", "tag", "count", "filter", "platforms", "rule", "per_family",
-          "globs", "families", "key", "folder", "sources"]  # fmt: skip
+FIELDS = [
+    "name",
+    "links_torch",
+    "source",
+    "backend",
+    "build_subdir",
+    "archs",
+    "grid",
+    "env",
+    "extra_deps",
+    "extra_deps_cuda",
+    "max_jobs",
+    "nvcc_flags",
+    "nvcc_threads",
+    "pre_build",
+    "requires_dist",
+    "sharding",
+    "verify",
+    "path",
+    "pypi",
+    "sha256",
+    "git",
+    "tag",
+    "count",
+    "filter",
+    "platforms",
+    "rule",
+    "per_family",
+    "globs",
+    "families",
+    "key",
+    "folder",
+    "sources",
+]
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**20), 10**20), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12), st.sampled_from(["package", "..", "/", "seat", "source", "hash", "cost", "linux", "9.0",
-                                           "x==1.0", "0" * 64, "scikit-build-core", "setuptools"]),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "package",
+            "..",
+            "/",
+            "seat",
+            "source",
+            "hash",
+            "cost",
+            "linux",
+            "9.0",
+            "x==1.0",
+            "0" * 64,
+            "scikit-build-core",
+            "setuptools",
+        ]
+    ),
+)
 shapes = st.recursive(
     scalars,
     lambda inner: st.one_of(
@@ -267,9 +358,12 @@ shapes = st.recursive(
     max_leaves=20,
 )
 VALID = {
-    "name": "x", "links_torch": False, "backend": "setuptools",
-    "source": {"pypi": "x==1.0", "sha256": "0" * 64}, "sharding": {"count": 2},
-}  # fmt: skip
+    "name": "x",
+    "links_torch": False,
+    "backend": "setuptools",
+    "source": {"pypi": "x==1.0", "sha256": "0" * 64},
+    "sharding": {"count": 2},
+}
 
 
 @st.composite

@@ -89,9 +89,17 @@ def test_a_failed_cell_is_named_with_its_missing_shard(tmp_path):
     _wheel(tmp_path / "in", W312, b"two")
     failed = tmp_path / "reports" / CELL_A
     failed.mkdir(parents=True)
-    (failed / "link.report.json").write_text(json.dumps({
-        "gate": "link", "ok": False, "shard_count": 4, "facts": {"missing_shards": [2]},
-        "reasons": ["2 cache misses: csrc/kernels/k03.cu (shard 2/4, archive missing)"]}))  # fmt: skip
+    (failed / "link.report.json").write_text(
+        json.dumps(
+            {
+                "gate": "link",
+                "ok": False,
+                "shard_count": 4,
+                "facts": {"missing_shards": [2]},
+                "reasons": ["2 cache misses: csrc/kernels/k03.cu (shard 2/4, archive missing)"],
+            }
+        )
+    )
     out = publish(tmp_path / "in", tmp_path / "index", tmp_path / "reports")
     assert out.published == [W312]
     assert "missing shard(s) 2/4" in out.failed_cells[CELL_A]
@@ -101,8 +109,12 @@ def test_a_failed_cell_is_named_with_its_missing_shard(tmp_path):
 
 def test_publish_cli_exit_codes(tmp_path):
     (tmp_path / "empty").mkdir()
-    run = lambda *a: subprocess.run([sys.executable, "-m", "cuw", "publish", *map(str, a)], capture_output=True,  # noqa: E731
-                                    text=True, cwd=REPO)  # fmt: skip
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "cuw", "publish", *map(str, a)],
+        capture_output=True,  # noqa: E731
+        text=True,
+        cwd=REPO,
+    )
     nothing = run(tmp_path / "empty", tmp_path / "index")
     assert nothing.returncode == 1 and "nothing published" in nothing.stderr
     _wheel(tmp_path / "in", W311, b"one")
@@ -117,8 +129,9 @@ def test_publish_cli_exit_codes(tmp_path):
 def test_install_cuda_is_a_no_op_when_the_pinned_release_is_there(tmp_path):
     need("cuda-13.0.2")
     env = {"PATH": "/usr/bin:/bin", "GITHUB_ENV": str(tmp_path / "env"), "GITHUB_PATH": str(tmp_path / "path")}
-    proc = subprocess.run(["bash", str(REPO / ".github/scripts/install-cuda.sh"), "13.0"], env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(REPO / ".github/scripts/install-cuda.sh"), "13.0"], env=env, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert "already installed" in proc.stdout
     assert (tmp_path / "env").read_text() == "CUDA_HOME=/usr/local/cuda-13.0\n"
@@ -166,15 +179,23 @@ def test_the_tool_cache_gets_this_interpreter_for_setup_python(tmp_path, monkeyp
 def test_progress_reads_acts_json_log():
     lines = [
         {"job": "build/shard c 2/4-2", "msg": "⭐ Run Main Compile shard", "step": "Compile shard"},
-        {"job": "build/shard c 2/4-2", "msg": "fault switch: shard 2/4 of c fails on purpose\n", "raw_output": True,
-         "step": "Compile shard"},
-        {"job": "build/shard c 2/4-2", "msg": "  ❌  Failure - Main Compile shard", "step": "Compile shard",
-         "stepResult": "failure"},
+        {
+            "job": "build/shard c 2/4-2",
+            "msg": "fault switch: shard 2/4 of c fails on purpose\n",
+            "raw_output": True,
+            "step": "Compile shard",
+        },
+        {
+            "job": "build/shard c 2/4-2",
+            "msg": "  ❌  Failure - Main Compile shard",
+            "step": "Compile shard",
+            "stepResult": "failure",
+        },
         {"job": "build/shard c 2/4-2", "msg": "🏁  Job failed", "jobResult": "failure"},
         {"job": "build/link c-1", "command": "summary", "content": "### example link: ❌ FAIL\n", "msg": "x"},
         {"job": "build/shard c 1/4-1", "msg": "cuw: shard gate PASS: compiled 2 TUs\n", "raw_output": True},
         {"job": "build/shard c 1/4-1", "msg": "🏁  Job failed", "jobResult": "failure"},  # act: a sibling failed
-    ]  # fmt: skip
+    ]
     progress = workflow_run.Progress(out=open(os.devnull, "w"))
     for line in lines:
         progress.feed(json.dumps(line))
@@ -202,8 +223,25 @@ def test_the_dispatcher_sends_one_build_dispatch_per_chunk(tmp_path):
     import threading
 
     plan = tmp_path / "plan.json"
-    made = subprocess.run([sys.executable, "-m", "cuw", "matrix", "--package", "all", "--platform", "linux",
-                           "--cuda", "13.0", "--output", str(plan)], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "matrix",
+            "--package",
+            "all",
+            "--platform",
+            "linux",
+            "--cuda",
+            "13.0",
+            "--output",
+            str(plan),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert made.returncode == 0, made.stderr
     chunks = json.loads(plan.read_text())["chunks"]
     assert len(chunks) > 1 and all(c["jobs"] <= 256 for c in chunks)
@@ -221,12 +259,32 @@ def test_the_dispatcher_sends_one_build_dispatch_per_chunk(tmp_path):
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Api)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = {**os.environ, "GITHUB_API_URL": f"http://127.0.0.1:{server.server_port}", "GITHUB_REPOSITORY": "o/r",
-           "GH_TOKEN": "t0k", "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}  # fmt: skip
+    env = {
+        **os.environ,
+        "GITHUB_API_URL": f"http://127.0.0.1:{server.server_port}",
+        "GITHUB_REPOSITORY": "o/r",
+        "GH_TOKEN": "t0k",
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+    }
     try:
-        proc = subprocess.run([sys.executable, str(REPO / ".github/scripts/dispatch_chunks.py"), str(plan), "--ref",
-                               "main", "--platform", "linux", "--cuda", "13.0", "--pause", "0"],
-                              env=env, capture_output=True, text=True)  # fmt: skip
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(REPO / ".github/scripts/dispatch_chunks.py"),
+                str(plan),
+                "--ref",
+                "main",
+                "--platform",
+                "linux",
+                "--cuda",
+                "13.0",
+                "--pause",
+                "0",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
     finally:
         server.shutdown()
     assert proc.returncode == 0, proc.stderr
@@ -235,8 +293,12 @@ def test_the_dispatcher_sends_one_build_dispatch_per_chunk(tmp_path):
     assert path == "/repos/o/r/actions/workflows/build.yml/dispatches" and auth == "Bearer t0k"
     assert body["ref"] == "main" and body["inputs"]["platform"] == "linux" and body["inputs"]["cuda"] == "13.0"
     assert f"{len(chunks)}/{len(chunks)} chunks dispatched" in (tmp_path / "summary.md").read_text()
-    dry = subprocess.run([sys.executable, str(REPO / ".github/scripts/dispatch_chunks.py"), str(plan), "--ref", "main",
-                          "--dry-run"], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})  # fmt: skip
+    dry = subprocess.run(
+        [sys.executable, str(REPO / ".github/scripts/dispatch_chunks.py"), str(plan), "--ref", "main", "--dry-run"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert dry.returncode == 0 and dry.stdout.count("would dispatch") == len(chunks)
 
 
@@ -245,9 +307,15 @@ def test_eight_publishes_at_once_into_one_index_lose_nothing(tmp_path):
     names = [f"cuw_example-0.1.{i}+cu130-cp311-cp311-manylinux_2_34_x86_64.whl" for i in range(8)]
     for i, name in enumerate(names):
         _wheel(tmp_path / f"in{i}", name, f"wheel {i}".encode())
-    runs = [subprocess.Popen([sys.executable, "-m", "cuw", "publish", str(tmp_path / f"in{i}"), str(index)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for i in range(8)]  # fmt: skip
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "cuw", "publish", str(tmp_path / f"in{i}"), str(index)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(8)
+    ]
     for run in runs:
         _, err = run.communicate(timeout=300)
         assert run.returncode == 0, err[-2000:]
@@ -290,8 +358,11 @@ def test_publish_checks_each_wheel_and_its_record_and_refuses_that_wheel_alone(t
     renamed = make_wheel(tmp_path / "x", "cuw_example-0.1.0+cu130-cp310-cp310-manylinux_2_34_x86_64.whl", b"old", record=False)
     as_new = incoming / "cuw_example-9.9.9+cu130-cp310-cp310-manylinux_2_34_x86_64.whl"
     renamed.rename(as_new)  # a 0.1.0 wheel renamed 9.9.9, with a record vouching for its bytes
-    (incoming / f"{as_new.name}{RECORD_SUFFIX}").write_text(json.dumps(
-        {"format": 2, "wheel": as_new.name, "sha256": sha256_file(as_new), "verify": {"ok": True}, "link": {"misses": 0}}))
+    (incoming / f"{as_new.name}{RECORD_SUFFIX}").write_text(
+        json.dumps(
+            {"format": 2, "wheel": as_new.name, "sha256": sha256_file(as_new), "verify": {"ok": True}, "link": {"misses": 0}}
+        )
+    )
     evil = incoming / "cuw_example-0.1.3+cu130-cp311-cp311-manylinux_2_34_x86_64.whl"
     with zipfile.ZipFile(evil, "w") as zf:  # a RECORD that lists the escaping member with its true hash
         body = b"import os\n"
@@ -301,9 +372,13 @@ def test_publish_checks_each_wheel_and_its_record_and_refuses_that_wheel_alone(t
         meta = b"Metadata-Version: 2.1\nName: cuw-example\nVersion: 0.1.3+cu130\n"
         zf.writestr(f"{info}/METADATA", meta)
         meta_digest = base64.urlsafe_b64encode(hashlib.sha256(meta).digest()).rstrip(b"=").decode()
-        zf.writestr(f"{info}/RECORD", f"../evil.py,sha256={digest},{len(body)}\n{info}/METADATA,sha256={meta_digest},{len(meta)}\n{info}/RECORD,,\n")
-    (incoming / f"{evil.name}{RECORD_SUFFIX}").write_text(json.dumps(
-        {"format": 2, "wheel": evil.name, "sha256": sha256_file(evil), "verify": {"ok": True}, "link": {"misses": 0}}))
+        zf.writestr(
+            f"{info}/RECORD",
+            f"../evil.py,sha256={digest},{len(body)}\n{info}/METADATA,sha256={meta_digest},{len(meta)}\n{info}/RECORD,,\n",
+        )
+    (incoming / f"{evil.name}{RECORD_SUFFIX}").write_text(
+        json.dumps({"format": 2, "wheel": evil.name, "sha256": sha256_file(evil), "verify": {"ok": True}, "link": {"misses": 0}})
+    )
     broken = make_wheel(incoming, "cuw_example-0.1.4+cu130-cp311-cp311-manylinux_2_34_x86_64.whl", b"broken record")
     broken.with_name(broken.name + RECORD_SUFFIX).write_text("{not json")
 
@@ -324,12 +399,17 @@ def test_a_stale_failed_link_report_of_a_published_cell_is_history_and_an_unwrit
     make_wheel(tmp_path / "in", W311, b"one", cell=cell)
     stale = tmp_path / "reports" / CELL_A
     stale.mkdir(parents=True)
-    (stale / "link.report.json").write_text(json.dumps({"ok": False, "shard_count": 4, "reasons": ["an earlier try"],
-                                                       "facts": {"missing_shards": [2]}}))  # fmt: skip
+    (stale / "link.report.json").write_text(
+        json.dumps({"ok": False, "shard_count": 4, "reasons": ["an earlier try"], "facts": {"missing_shards": [2]}})
+    )
     out = publish(tmp_path / "in", tmp_path / "index", tmp_path / "reports")
     assert out.published == [W311] and out.failed_cells == {}, "the cell passed this time: not also 'link failed'"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "no-such-folder" / "summary.md"))
-    proc = subprocess.run([sys.executable, "-m", "cuw", "publish", str(tmp_path / "in"), str(tmp_path / "index")],
-                          capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "cuw", "publish", str(tmp_path / "in"), str(tmp_path / "index")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "could not be written" in proc.stderr and "already published" in proc.stderr

@@ -131,13 +131,25 @@ def test_the_plan_leaves_out_published_cells_and_keeps_its_chunk_ids(tmp_path):
     recipes = _recipes(tmp_path)
     index = tmp_path / "index"
     publish(_published(recipes, index), index)
-    args = ["--package", "example", "--platform", "linux", "--cuda", "13.0", "--python", "3.11", "--on-host",
-            "--recipes", str(recipes)]  # fmt: skip
+    args = [
+        "--package",
+        "example",
+        "--platform",
+        "linux",
+        "--cuda",
+        "13.0",
+        "--python",
+        "3.11",
+        "--on-host",
+        "--recipes",
+        str(recipes),
+    ]
 
     def plan(*extra: str) -> tuple[dict, str]:
         out = tmp_path / "plan.json"
-        proc = subprocess.run([sys.executable, "-m", "cuw", "matrix", *args, "--output", str(out), *extra], cwd=REPO,
-                              capture_output=True, text=True)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "cuw", "matrix", *args, "--output", str(out), *extra], cwd=REPO, capture_output=True, text=True
+        )
         assert proc.returncode == 0, proc.stderr
         return json.loads(out.read_text()), proc.stderr
 
@@ -151,8 +163,14 @@ def test_the_plan_leaves_out_published_cells_and_keeps_its_chunk_ids(tmp_path):
     assert everything["chunks"][0] == full["chunks"][0]
     # The workflow's outputs for the empty chunk: nothing after the plan runs.
     (tmp_path / "chunk.json").write_text(json.dumps(matrix.chunk(nothing, chunk["id"])))
-    outputs = subprocess.run([sys.executable, str(REPO / ".github/scripts/chunk_outputs.py"), str(tmp_path / "chunk.json")],
-                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+    outputs = subprocess.run(
+        [sys.executable, str(REPO / ".github/scripts/chunk_outputs.py"), str(tmp_path / "chunk.json")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "has_compile=false" in outputs and "has_link=false" in outputs
-    proc = subprocess.run([sys.executable, "-m", "cuw", "matrix", *args, "--rebuild", "stale"], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cuw", "matrix", *args, "--rebuild", "stale"], cwd=REPO, capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "give --published too" in proc.stderr

@@ -24,18 +24,29 @@ _SCALE = int(os.environ.get("CUW_PROPERTY_EXAMPLES", "0")) or None
 CHECK = settings(max_examples=_SCALE or 80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=True)
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True)
     | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
     max_leaves=20,
-)  # fmt: skip
+)
 # Shapes close to the real ones, so the reader goes past its first check.
-MARKERS = st.fixed_dictionaries({"format": JSON, "files": st.dictionaries(st.text(max_size=30), JSON, max_size=4)},
-                                optional={"remote": JSON})  # fmt: skip
-COSTS = st.fixed_dictionaries({"header": JSON, "costs": st.dictionaries(st.text(max_size=20), JSON, max_size=5)},
-                              optional={"link": JSON, "shard": JSON})  # fmt: skip
-MANIFESTS = st.dictionaries(st.sampled_from(["format", "cell", "tool", "tool_version", "shard", "shard_index", "shard_count",
-                                             "fingerprint", "builder", "entries"]) | st.text(max_size=8), JSON, max_size=10)  # fmt: skip
+MARKERS = st.fixed_dictionaries(
+    {"format": JSON, "files": st.dictionaries(st.text(max_size=30), JSON, max_size=4)}, optional={"remote": JSON}
+)
+COSTS = st.fixed_dictionaries(
+    {"header": JSON, "costs": st.dictionaries(st.text(max_size=20), JSON, max_size=5)}, optional={"link": JSON, "shard": JSON}
+)
+MANIFESTS = st.dictionaries(
+    st.sampled_from(
+        ["format", "cell", "tool", "tool_version", "shard", "shard_index", "shard_count", "fingerprint", "builder", "entries"]
+    )
+    | st.text(max_size=8),
+    JSON,
+    max_size=10,
+)
 CONTENT = st.binary(max_size=300) | JSON.map(lambda v: json.dumps(v, allow_nan=True).encode())
 
 

@@ -83,8 +83,23 @@ def test_real_package_sharded_build(case_name, recipes_dir, paths, request):
     started = time.monotonic()
     if image:  # every job in a container of the image, through the command line
         folders = ["--work", str(paths.work), "--artifacts", str(paths.artifacts), "--dist", str(paths.dist)]
-        subprocess.run([sys.executable, "-m", "cuw", "build", case_name, "--shards", str(case.shards), "--image", image,
-                        "--recipes", str(recipes_dir), *folders], stdin=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cuw",
+                "build",
+                case_name,
+                "--shards",
+                str(case.shards),
+                "--image",
+                image,
+                "--recipes",
+                str(recipes_dir),
+                *folders,
+            ],
+            stdin=subprocess.DEVNULL,
+        )
         link = None
     else:
         outcomes, link = run_build(recipe, paths, count=case.shards, recipes_dir=recipes_dir)

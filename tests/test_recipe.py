@@ -18,7 +18,9 @@ def test_builtin_recipes_load(recipes_dir):
 
 
 def test_unknown_recipe_lists_known_ones(recipes_dir):
-    with pytest.raises(CuwError, match=r"unknown recipe 'nattn'.*known recipes: .*example, example_source, example_torch.*natten"):
+    with pytest.raises(
+        CuwError, match=r"unknown recipe 'nattn'.*known recipes: .*example, example_source, example_torch.*natten"
+    ):
         load_recipe("nattn", recipes_dir)
 
 
@@ -39,11 +41,15 @@ def test_unknown_nested_key_names_its_path(recipes_dir):
 
 
 def test_unquoted_version_is_an_error_not_a_float(recipes_dir):
-    text = (recipes_dir / "example" / "recipe.yml").read_text().replace('archs: {"13.0": ["9.0"]}', 'archs: {"13.0": [9.0, 10.0]}')
+    text = (
+        (recipes_dir / "example" / "recipe.yml").read_text().replace('archs: {"13.0": ["9.0"]}', 'archs: {"13.0": [9.0, 10.0]}')
+    )
     _write(recipes_dir, text)
     with pytest.raises(CuwError, match=r"archs.13.0\[0\]: 9.0 must be a string; YAML read it as a number"):
         load_recipe("example", recipes_dir)
-    text = (recipes_dir / "example" / "recipe.yml").read_text().replace('archs: {"13.0": [9.0, 10.0]}', "grid: {min_pytorch: 2.10}")
+    text = (
+        (recipes_dir / "example" / "recipe.yml").read_text().replace('archs: {"13.0": [9.0, 10.0]}', "grid: {min_pytorch: 2.10}")
+    )
     _write(recipes_dir, text)
     with pytest.raises(CuwError, match=r"grid.min_pytorch: 2.1 must be a string.*quote it: '2.1'"):
         load_recipe("example", recipes_dir)

@@ -89,8 +89,16 @@ def test_recipe_loads_and_resolves_one_cell(key):
     # This machine's cell (a Python-independent recipe's cell serves every Python of its line).
     cell = Cell(**shown["cell"])
     require_in_grid(recipe, policy.grid, cell)
-    env = build_env(recipe, Path("/cuda"), Path("/build"), 2, None, base={}, archs=cell_archs(recipe, policy.archs, cell),
-                    deps_dir=Path("/deps"))  # fmt: skip
+    env = build_env(
+        recipe,
+        Path("/cuda"),
+        Path("/build"),
+        2,
+        None,
+        base={},
+        archs=cell_archs(recipe, policy.archs, cell),
+        deps_dir=Path("/deps"),
+    )
     assert all("${" not in env[k] for k in recipe.env)
 
 
@@ -204,7 +212,8 @@ def _setup_py_nvcc_flags(source: Path, env: dict[str, str]) -> dict:
 
 def _gencodes(flags: list[str]) -> set[str]:
     return {f.split("=", 1)[1] for f in flags if f.startswith("-gencode=")} | {
-        b for a, b in zip(flags, flags[1:]) if a == "-gencode"}  # fmt: skip
+        b for a, b in zip(flags, flags[1:]) if a == "-gencode"
+    }
 
 
 @pytest.mark.needs("torch")
@@ -233,21 +242,35 @@ def test_causal_conv1d_patch_compiles_for_the_cells_archs(tmp_path):
 
     obj = tmp_path / "update.o"
     includes = [f"-I{d}" for d in (*ext["include_dirs"], sysconfig.get_paths()["include"])]
-    cmd = [str(toolkit.nvcc), "-c", "csrc/causal_conv1d_update.cu", "-o", str(obj), *includes, "-std=c++17",
-           "-Xcompiler", "-fPIC", "-DTORCH_EXTENSION_NAME=causal_conv1d_cuda", *ext["nvcc"]]  # fmt: skip
+    cmd = [
+        str(toolkit.nvcc),
+        "-c",
+        "csrc/causal_conv1d_update.cu",
+        "-o",
+        str(obj),
+        *includes,
+        "-std=c++17",
+        "-Xcompiler",
+        "-fPIC",
+        "-DTORCH_EXTENSION_NAME=causal_conv1d_cuda",
+        *ext["nvcc"],
+    ]
     proc = subprocess.run(cmd, cwd=source, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cuobjdump = str(find_cuobjdump(toolkit))
     elf = subprocess.run([cuobjdump, "--list-elf", str(obj)], capture_output=True, text=True, check=True).stdout
     ptx = subprocess.run([cuobjdump, "--list-ptx", str(obj)], capture_output=True, text=True, check=True).stdout
     assert (sorted(re.findall(r"\.(sm_\d+)\.cubin", elf)), sorted(re.findall(r"\.(sm_\d+)\.ptx", ptx))) == (
-        ["sm_80", "sm_90"], ["sm_90"]), elf + ptx  # fmt: skip
+        ["sm_80", "sm_90"],
+        ["sm_90"],
+    ), elf + ptx
 
 
 def test_recipe_env_expands_the_cells_arch_list_and_the_deps_folder():
     recipe = load_recipe("lightgbm", RECIPES_DIR)
-    env = build_env(recipe, Path("/cuda"), Path("/build"), 1, None, base={}, archs=["9.0", "12.0+PTX"],
-                    deps_dir=Path("/job/deps"))  # fmt: skip
+    env = build_env(
+        recipe, Path("/cuda"), Path("/build"), 1, None, base={}, archs=["9.0", "12.0+PTX"], deps_dir=Path("/job/deps")
+    )
     assert "-DCMAKE_CUDA_ARCHITECTURES=90-real;120 " in env["CMAKE_ARGS"]
     assert "-DNCCL_LIBRARY=/job/deps/nvidia/nccl/lib/libnccl.so.2" in env["CMAKE_ARGS"]
     assert env["NCCL_ROOT"] == "/job/deps/nvidia/nccl"

@@ -93,11 +93,32 @@ def test_each_publish_continues_from_the_online_index_and_pip_installs_through_t
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
     for spec, version in (("cuw-example", "0.1.1+cu130"), ("cuw-example==0.1.0", "0.1.0+cu130")):
-        pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-cache-dir", "--no-deps",
-                              "--force-reinstall", "--index-url", f"{p_url}/cu130/", spec], capture_output=True, text=True, env=env)  # fmt: skip
+        pip = subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-cache-dir",
+                "--no-deps",
+                "--force-reinstall",
+                "--index-url",
+                f"{p_url}/cu130/",
+                spec,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         assert pip.returncode == 0, pip.stderr
-        got = subprocess.run([str(venv / "bin" / "python"), "-c", "import cuw_example; print(cuw_example.VERSION)"],
-                             capture_output=True, text=True, cwd=tmp_path, check=True).stdout.strip()  # fmt: skip
+        got = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import cuw_example; print(cuw_example.VERSION)"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            check=True,
+        ).stdout.strip()
         assert got == version
 
 
@@ -123,8 +144,12 @@ def test_an_unreadable_online_index_and_a_shrinking_one_are_refused(github, tmp_
 def test_the_cli_takes_the_asset_store_whole_or_not_at_all(github, tmp_path):
     assets, a_url, pages, p_url = github
     make_wheel(tmp_path / "in", W010, b"first", recipe="example")
-    run = lambda *args: subprocess.run([sys.executable, "-m", "cuw", "publish", str(tmp_path / "in"), *args],  # noqa: E731
-                                       capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    run = lambda *args: subprocess.run(
+        [sys.executable, "-m", "cuw", "publish", str(tmp_path / "in"), *args],  # noqa: E731
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     half = run(str(tmp_path / "site"), "--asset-url", a_url + "/{recipe}/{wheel}")
     assert half.returncode == 2 and "--asset-url and --upload go together" in half.stderr
     bad = run(str(tmp_path / "site"), "--asset-url", "ftp://x/{wheel}", "--upload", str(tmp_path / "up"))
@@ -134,7 +159,14 @@ def test_the_cli_takes_the_asset_store_whole_or_not_at_all(github, tmp_path):
     assert f"published {W010} (to upload: {tmp_path / 'up' / W010})" in ok.stderr
     shutil.rmtree(pages)
     shutil.copytree(tmp_path / "site", pages)
-    again = run(str(tmp_path / "site2"), "--from-url", p_url, "--asset-url", a_url + "/{recipe}/{wheel}", "--upload",
-                str(tmp_path / "up2"))  # fmt: skip
+    again = run(
+        str(tmp_path / "site2"),
+        "--from-url",
+        p_url,
+        "--asset-url",
+        a_url + "/{recipe}/{wheel}",
+        "--upload",
+        str(tmp_path / "up2"),
+    )
     assert again.returncode == 0, again.stderr
     assert f"continuing {p_url} (1 wheels published)" in again.stderr and f"already published {W010}" in again.stderr

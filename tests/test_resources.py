@@ -93,8 +93,15 @@ def test_a_long_job_keeps_its_report_small_and_its_peaks(tmp_path, monkeypatch):
 
     def fake(folder, root, proc):  # the 7th look is the peak, and thinning drops it from the samples
         i = next(looks)
-        return resources.Sample(at=float(i), mem_used_mb=9000.0 if i == 7 else 100.0 + i, mem_available_mb=50.0,
-                                mem_total_mb=16000.0, swap_used_mb=0.0, disk_free_mb=5000.0 - i, load1=1.0)  # fmt: skip
+        return resources.Sample(
+            at=float(i),
+            mem_used_mb=9000.0 if i == 7 else 100.0 + i,
+            mem_available_mb=50.0,
+            mem_total_mb=16000.0,
+            swap_used_mb=0.0,
+            disk_free_mb=5000.0 - i,
+            load1=1.0,
+        )
 
     monkeypatch.setattr(resources, "sample", fake)
     sampler = resources.Sampler(tmp_path, interval_s=60)
@@ -137,21 +144,55 @@ def test_a_killed_compiler_is_blamed_on_memory_with_the_knob(line):
 
 
 def test_a_failed_compile_or_a_clean_log_blames_nothing():
-    assert starved("a.cu(3): error: identifier \"x\" is undefined\nninja: build stopped\n", 1) == {}
+    assert starved('a.cu(3): error: identifier "x" is undefined\nninja: build stopped\n', 1) == {}
     assert starved("all good\n", 0) == {}
     assert "exit -9" in starved("", -9)["memory"]  # the build itself killed, with nothing in its log
 
 
 def test_both_gates_put_the_cause_first_with_its_numbers():
     log = "FAILED: k03.cu.o\nKilled\nwrite error: No space left on device\n"
-    record = {"peak_mem_used_mb": 15800.0, "mem_total_mb": 16000.0, "min_mem_available_mb": 120.0,
-              "largest": [{"pid": 7, "name": "cicc", "rss_mb": 11500.0}], "disk_free_start_mb": 14000.0,
-              "disk_mount": "/", "min_disk_free_mb": 0.0}  # fmt: skip
-    shard = shard_gate(ShardObservation(build_rc=1, log=log, real_objects=0, seat_compiles_seen=1, compiled=[],
-                                        failed=["k03.cu"], expected_owned=["k03.cu"], cache_files=0, resources=record))  # fmt: skip
-    link = link_gate(LinkObservation(build_rc=1, wheel=None, hits=0, misses=0, uncacheable=0, total=1, stats_zeroed_at=1,
-                                     merged_at=0, cuda_tus_in_build=[], seat_keys=[], misses_by_key=[],
-                                     uncacheable_by_key=[], shard_count=1, missing_shards=[], log=log, resources=record))  # fmt: skip
+    record = {
+        "peak_mem_used_mb": 15800.0,
+        "mem_total_mb": 16000.0,
+        "min_mem_available_mb": 120.0,
+        "largest": [{"pid": 7, "name": "cicc", "rss_mb": 11500.0}],
+        "disk_free_start_mb": 14000.0,
+        "disk_mount": "/",
+        "min_disk_free_mb": 0.0,
+    }
+    shard = shard_gate(
+        ShardObservation(
+            build_rc=1,
+            log=log,
+            real_objects=0,
+            seat_compiles_seen=1,
+            compiled=[],
+            failed=["k03.cu"],
+            expected_owned=["k03.cu"],
+            cache_files=0,
+            resources=record,
+        )
+    )
+    link = link_gate(
+        LinkObservation(
+            build_rc=1,
+            wheel=None,
+            hits=0,
+            misses=0,
+            uncacheable=0,
+            total=1,
+            stats_zeroed_at=1,
+            merged_at=0,
+            cuda_tus_in_build=[],
+            seat_keys=[],
+            misses_by_key=[],
+            uncacheable_by_key=[],
+            shard_count=1,
+            missing_shards=[],
+            log=log,
+            resources=record,
+        )
+    )
     for verdict in (shard, link):
         assert not verdict.ok and verdict.facts["starved"] == ["disk", "memory"]
         memory, disk = verdict.reasons[:2]
@@ -162,8 +203,18 @@ def test_both_gates_put_the_cause_first_with_its_numbers():
 
 def test_a_passing_shard_is_not_blamed_for_a_killed_probe():
     log = "Killed\n/usr/bin/ld: x.o: undefined reference to `k03'\n"
-    v = shard_gate(ShardObservation(build_rc=1, log=log, real_objects=2, seat_compiles_seen=1, compiled=["a.cu"],
-                                    failed=[], expected_owned=["a.cu"], cache_files=1))  # fmt: skip
+    v = shard_gate(
+        ShardObservation(
+            build_rc=1,
+            log=log,
+            real_objects=2,
+            seat_compiles_seen=1,
+            compiled=["a.cu"],
+            failed=[],
+            expected_owned=["a.cu"],
+            cache_files=1,
+        )
+    )
     assert v.ok and "starved" not in v.facts
 
 
@@ -171,10 +222,23 @@ def test_a_passing_shard_is_not_blamed_for_a_killed_probe():
 
 
 def _shard(recipes: Path, tmp_path: Path, spec: str, **env: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "cuw", "shard", "example", spec, "--work", str(tmp_path / "work"),
-           "--artifacts", str(tmp_path / "artifacts"), "--recipes", str(recipes)]  # fmt: skip
-    return subprocess.Popen(cmd, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "cuw",
+        "shard",
+        "example",
+        spec,
+        "--work",
+        str(tmp_path / "work"),
+        "--artifacts",
+        str(tmp_path / "artifacts"),
+        "--recipes",
+        str(recipes),
+    ]
+    return subprocess.Popen(
+        cmd, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _report(tmp_path: Path) -> dict:
@@ -222,9 +286,13 @@ def _sane(record: dict, started: float, ended: float) -> None:
     assert len(samples) >= 2 and [s["at"] for s in samples] == sorted(s["at"] for s in samples)
     assert started - 1 <= samples[0]["at"] and samples[-1]["at"] <= ended + 1
     for s in samples:
-        assert 0 < s["mem_used_mb"] <= s["mem_total_mb"] and abs(s["mem_used_mb"] + s["mem_available_mb"] - s["mem_total_mb"]) <= 0.2
+        assert (
+            0 < s["mem_used_mb"] <= s["mem_total_mb"] and abs(s["mem_used_mb"] + s["mem_available_mb"] - s["mem_total_mb"]) <= 0.2
+        )
         assert s["disk_free_mb"] > 0 and s["swap_used_mb"] >= 0 and s["load1"] >= 0
-        assert 1 <= len(s["top"]) <= 3 and [p["rss_mb"] for p in s["top"]] == sorted((p["rss_mb"] for p in s["top"]), reverse=True)
+        assert 1 <= len(s["top"]) <= 3 and [p["rss_mb"] for p in s["top"]] == sorted(
+            (p["rss_mb"] for p in s["top"]), reverse=True
+        )
     assert record["peak_mem_used_mb"] == max(s["mem_used_mb"] for s in samples)
     assert record["min_mem_available_mb"] == min(s["mem_available_mb"] for s in samples)
     assert record["min_disk_free_mb"] == min(s["disk_free_mb"] for s in samples)
@@ -247,8 +315,9 @@ def test_a_shard_whose_cicc_is_killed_fails_naming_memory_and_the_knob(recipes_d
     assert report["ok"] is False and report["facts"]["starved"] == ["memory"], report["reasons"]
     first = report["reasons"][0]
     # nvcc's sh said "Killed", ninja named the step and its exit code, 128 + SIGKILL.
-    assert first.startswith("the build ran out of memory (a compiler was killed: Killed (FAILED: [code=137] "
-                            "CMakeFiles/_kernels.dir/csrc/kernels/k"), first  # fmt: skip
+    assert first.startswith(
+        "the build ran out of memory (a compiler was killed: Killed (FAILED: [code=137] CMakeFiles/_kernels.dir/csrc/kernels/k"
+    ), first
     assert "max_jobs / nvcc_threads in the recipe" in first and "used at the peak of" in first
     assert f"shard gate FAIL: {first}" in err  # the verdict line leads with it
     assert "Killed" in Path(report["build_log"]).read_text()  # nvcc's own sh said so in the build's log
@@ -335,13 +404,38 @@ def test_the_timeline_draws_each_jobs_memory_in_a_browser(example_cell, tmp_path
     root = example_cell.root
     cell_dir = next((root / "work").iterdir())
     page = tmp_path / "report.html"
-    proc = subprocess.run([sys.executable, "-m", "cuw", "report", str(cell_dir), "--artifacts", str(root / "artifacts"),
-                           "--dist", str(root / "dist"), "--output", str(page)], capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "report",
+            str(cell_dir),
+            "--artifacts",
+            str(root / "artifacts"),
+            "--dist",
+            str(root / "dist"),
+            "--output",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
-    flags = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}")  # fmt: skip
+    flags = (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    )
     dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
-    reports = {f"shard {r['shard']}": r for r in (json.loads(p.read_text()) for p in example_cell.cell_artifacts.glob("*.report.json"))}
+    reports = {
+        f"shard {r['shard']}": r for r in (json.loads(p.read_text()) for p in example_cell.cell_artifacts.glob("*.report.json"))
+    }
     reports["link"] = example_cell.link_report()
     assert dom.count('<g class="resources"') == len(reports) == 4
     for name, report in reports.items():
@@ -353,7 +447,8 @@ def test_the_timeline_draws_each_jobs_memory_in_a_browser(example_cell, tmp_path
     assert len(lines) == 4 and all(len(points.split()) >= 2 for points in lines)
 
     shot = tmp_path / "shot.png"
-    subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1100,1400", page.as_uri()],
-                   capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [browser, *flags, f"--screenshot={shot}", "--window-size=1100,1400", page.as_uri()], capture_output=True, timeout=120
+    )
     purple = sum(1 for r, g, b in _pixels(shot.read_bytes()) if abs(r - 0x7A) < 40 and abs(g - 0x3B) < 40 and abs(b - 0xD6) < 40)
     assert purple > 4 * 100, purple  # four memory lines, each at least the chart's width in stroke pixels

@@ -181,7 +181,9 @@ def test_shadow_cuda_home_reaches_the_seat(tmp_path):
     assert (shadow / "include" / "cuda_runtime.h").exists()
     assert os.path.realpath(shadow / "bin" / "ptxas") == os.path.realpath(s.toolkit.home / "bin" / "ptxas")
     src = _source(s, "kernels/a.cu")
-    proc = subprocess.run([str(shadow / "bin" / "nvcc"), "-c", str(src), "-o", "a.o", *ARCH], cwd=s.src, capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(shadow / "bin" / "nvcc"), "-c", str(src), "-o", "a.o", *ARCH], cwd=s.src, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert [e["action"] for e in s.entries()] == ["compiled"]
     # The forge never mistakes a shadow for the real toolkit.
@@ -222,8 +224,9 @@ def test_nvcc_threads_runs_every_owned_compile_threaded_through_either_seat(reci
     from cuw.config.recipe import load_recipe
 
     toolkit = find_toolkit()
-    control = subprocess.run([str(toolkit.nvcc), "-v", "--dryrun", "-c", "x.cu", "-o", "x.o", *TWO_ARCHS],
-                             cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    control = subprocess.run(
+        [str(toolkit.nvcc), "-v", "--dryrun", "-c", "x.cu", "-o", "x.o", *TWO_ARCHS], cwd=tmp_path, capture_output=True, text=True
+    )
     assert "cicc" in control.stderr and not THREADED_STEP.search(control.stderr), "the marker is --threads' alone"
 
     yml = recipes_dir / "example" / "recipe.yml"
@@ -237,8 +240,10 @@ def test_nvcc_threads_runs_every_owned_compile_threaded_through_either_seat(reci
     owned = [k for k in kernels if rule.owner(k) == 1][:2]  # a TU each: each compile a miss (a hit replays output)
     foreign = next(k for k in kernels if rule.owner(k) == 2)
     env = {k: v for k, v in os.environ.items() if k not in runtime.SOURCE_FILTER_VARS}
-    seats = {"native": (ws.seat_dir / "nvcc", {"CUW_SEAT_STUB_NO_FALLBACK": "1"}),
-             "python": (ws.seat_dir / "python" / "nvcc", {})}  # fmt: skip
+    seats = {
+        "native": (ws.seat_dir / "nvcc", {"CUW_SEAT_STUB_NO_FALLBACK": "1"}),
+        "python": (ws.seat_dir / "python" / "nvcc", {}),
+    }
     assert not seats["native"][0].read_bytes().startswith(b"#!"), "the native stub is in front"
 
     assert len(owned) == 2
@@ -251,7 +256,12 @@ def test_nvcc_threads_runs_every_owned_compile_threaded_through_either_seat(reci
         last = seat_log.read_log(ws.seat_log)[-1]
         assert (last["action"], last["key"], last["outcome"]) == ("compiled", tu, "miss")
 
-        proc = subprocess.run([str(exe), "-v", "-c", foreign, "-o", f"{name}-foreign.o", *TWO_ARCHS], cwd=ws.src,
-                              env={**env, **extra_env}, capture_output=True, text=True)  # fmt: skip
+        proc = subprocess.run(
+            [str(exe), "-v", "-c", foreign, "-o", f"{name}-foreign.o", *TWO_ARCHS],
+            cwd=ws.src,
+            env={**env, **extra_env},
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0 and "cicc" not in proc.stderr, proc.stderr
         assert seat_log.read_log(ws.seat_log)[-1]["action"] == "stubbed"

@@ -53,9 +53,21 @@ F_GENERATED = _named("csrc/generated{}.cu", 2)  # written after the seat was ins
 O_GENERATED = _named("csrc/generated{}.cu", 1)  # the same, owned
 O_BAD = _named("csrc/bad{}.cu", 1)  # an owned TU that does not compile
 O_DC = _named("csrc/dc{}.cu", 1)
-SOURCES = {F_CU: KERNEL, O_CU: KERNEL, F_SPACE: KERNEL, F_QUOTE: KERNEL, F_UNICODE: KERNEL, F_TMPXFT_CU: KERNEL,
-           F_SECOND: KERNEL, F_CPP: HOST_SRC, O_CPP: HOST_SRC, F_TMPXFT_CPP: HOST_SRC, F_PROBE_CPP: HOST_SRC,
-           O_BAD: "this is not CUDA\n", O_DC: KERNEL}  # fmt: skip
+SOURCES = {
+    F_CU: KERNEL,
+    O_CU: KERNEL,
+    F_SPACE: KERNEL,
+    F_QUOTE: KERNEL,
+    F_UNICODE: KERNEL,
+    F_TMPXFT_CU: KERNEL,
+    F_SECOND: KERNEL,
+    F_CPP: HOST_SRC,
+    O_CPP: HOST_SRC,
+    F_TMPXFT_CPP: HOST_SRC,
+    F_PROBE_CPP: HOST_SRC,
+    O_BAD: "this is not CUDA\n",
+    O_DC: KERNEL,
+}
 EXTRA_ARGS = ["-DCUW_EXTRA=1"]  # the recipe's nvcc_flags
 
 
@@ -77,13 +89,52 @@ class Case:
 
 
 NVCC_CASES = [
-    Case("cmake rule", ["-Xcompiler", "-Wall -Wextra", '-DNAME="a b"', "-MD", "-MT", "obj/f.cu.o", "-MF", "obj/f.cu.o.d",
-                        "-x", "cu", "-c", "{src}/" + F_CU, "-o", "obj/f.cu.o", *ARCH], True, cwd="build"),
-    Case("torch ninja: -c -c, quoted -fPIC", ["-MD", "-MF", "t/f.o.d", "-c", "-c", F_CU, "-o", "t/f.o",
-                                              "--compiler-options", "'-fPIC'", "-std=c++17"], True),
-    Case("torch distutils", ["-DWITH_CUDA", "-Icsrc", "-c", F_CU, "-o", "build/temp/f.o", "-D__CUDA_NO_HALF_OPERATORS__",
-                             "--expt-relaxed-constexpr", "--compiler-options", "'-fPIC'", "-O3",
-                             "-gencode=arch=compute_90,code=sm_90", "-std=c++20"], True),
+    Case(
+        "cmake rule",
+        [
+            "-Xcompiler",
+            "-Wall -Wextra",
+            '-DNAME="a b"',
+            "-MD",
+            "-MT",
+            "obj/f.cu.o",
+            "-MF",
+            "obj/f.cu.o.d",
+            "-x",
+            "cu",
+            "-c",
+            "{src}/" + F_CU,
+            "-o",
+            "obj/f.cu.o",
+            *ARCH,
+        ],
+        True,
+        cwd="build",
+    ),
+    Case(
+        "torch ninja: -c -c, quoted -fPIC",
+        ["-MD", "-MF", "t/f.o.d", "-c", "-c", F_CU, "-o", "t/f.o", "--compiler-options", "'-fPIC'", "-std=c++17"],
+        True,
+    ),
+    Case(
+        "torch distutils",
+        [
+            "-DWITH_CUDA",
+            "-Icsrc",
+            "-c",
+            F_CU,
+            "-o",
+            "build/temp/f.o",
+            "-D__CUDA_NO_HALF_OPERATORS__",
+            "--expt-relaxed-constexpr",
+            "--compiler-options",
+            "'-fPIC'",
+            "-O3",
+            "-gencode=arch=compute_90,code=sm_90",
+            "-std=c++20",
+        ],
+        True,
+    ),
     Case("-o=", ["-c", F_CU, "-o=eq/f.o"], True),
     Case("-oFILE", ["-c", F_CU, "-oglued.o"], True),
     Case("--output-file and --dependency-output", ["--dependency-output", "d/x.d", "-c", F_CU, "--output-file", "d/x.o"], True),
@@ -109,26 +160,71 @@ NVCC_CASES = [
     Case("owned TU: a miss", ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH], True, action="compiled", outcome="miss"),
     Case("owned TU again: a hit", ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH], True, action="compiled", outcome="hit"),
     # The host seat as -ccbin (CMake passes its CXX) is the real g++ to the cache: the same command as above, a hit.
-    Case("owned, -ccbin the host seat", ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH, "-ccbin", "{root}/bin/g++"], True,
-         action="compiled", outcome="hit"),
-    Case("owned, -ccbin= a real compiler", ["-ccbin=/usr/bin/g++", "-c", O_CU, "-o", "own_eq.o", *ARCH], True,
-         action="compiled", outcome="miss"),
-    Case("owned, inherited CCACHE_ settings scrubbed", ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH], True,
-         env={"CCACHE_DISABLE": "1", "CCACHE_RECACHE": "1"}, action="compiled", outcome="hit"),
+    Case(
+        "owned, -ccbin the host seat",
+        ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH, "-ccbin", "{root}/bin/g++"],
+        True,
+        action="compiled",
+        outcome="hit",
+    ),
+    Case(
+        "owned, -ccbin= a real compiler",
+        ["-ccbin=/usr/bin/g++", "-c", O_CU, "-o", "own_eq.o", *ARCH],
+        True,
+        action="compiled",
+        outcome="miss",
+    ),
+    Case(
+        "owned, inherited CCACHE_ settings scrubbed",
+        ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH],
+        True,
+        env={"CCACHE_DISABLE": "1", "CCACHE_RECACHE": "1"},
+        action="compiled",
+        outcome="hit",
+    ),
     Case("owned -dc, spelled out", ["-dc", O_DC, "-o", "own_dc.o", "-MD", *ARCH], True, action="compiled", outcome="miss"),
     Case("owned -dc again: a hit", ["-dc", O_DC, "-o", "own_dc.o", "-MD", *ARCH], True, action="compiled", outcome="hit"),
-    Case("owned -rdc=true -c: the same command", ["-rdc=true", "-c", O_DC, "-o", "own_dc.o", "-MD", *ARCH], True,
-         action="compiled", outcome="hit"),
+    Case(
+        "owned -rdc=true -c: the same command",
+        ["-rdc=true", "-c", O_DC, "-o", "own_dc.o", "-MD", *ARCH],
+        True,
+        action="compiled",
+        outcome="hit",
+    ),
     Case("owned, default output and depfile", ["-MMD", "-c", O_CU, *ARCH], True, action="compiled", outcome="miss"),
-    Case("owned, a compile error", ["-c", O_BAD, "-o", "own_bad.o", *ARCH], True, action="compiled",
-         outcome="uncacheable:compile_failed"),
+    Case(
+        "owned, a compile error",
+        ["-c", O_BAD, "-o", "own_bad.o", *ARCH],
+        True,
+        action="compiled",
+        outcome="uncacheable:compile_failed",
+    ),
     Case("owned, generated after install", ["-c", O_GENERATED, "-o", "own_gen.o"], False),
     Case("owned, source filter active", ["-c", O_CU, "-o", "own_f.o"], False, env={"CUDA_WHEELS_SHARD_INDEX": "2"}),
 ]
 HOST_CASES = [
     Case("host -MD -MF", ["-MD", "-MF", "build/x.o.d", "-c", F_CPP, "-o", "build/x.o"], True, tool="g++"),
-    Case("host torch distutils", ["-Wsign-compare", "-DNDEBUG", "-g", "-fwrapv", "-O3", "-Wall", "-fPIC", "-Icsrc", "-c",
-                                  F_CPP, "-o", "build/temp/h.o", "-fopenmp", "-std=c++20"], True, tool="g++"),
+    Case(
+        "host torch distutils",
+        [
+            "-Wsign-compare",
+            "-DNDEBUG",
+            "-g",
+            "-fwrapv",
+            "-O3",
+            "-Wall",
+            "-fPIC",
+            "-Icsrc",
+            "-c",
+            F_CPP,
+            "-o",
+            "build/temp/h.o",
+            "-fopenmp",
+            "-std=c++20",
+        ],
+        True,
+        tool="g++",
+    ),
     Case("gcc's -Werror takes none", ["-O2", "-Werror", "-fPIC", "-c", F_CPP, "-o", "w.o"], True, tool="g++"),
     Case("host -oFILE, default depfile", ["-MMD", "-c", F_CPP, "-obuild/g.o"], True, tool="c++"),
     Case("host default output, -x", ["-x", "c++", "-c", F_CPP], True, tool="gcc"),
@@ -139,12 +235,23 @@ HOST_CASES = [
     Case("host response file", ["@opts.rsp", "-c", F_CPP, "-o", "rsp.o"], False, tool="g++"),
     Case("host preprocess", ["-E", F_CPP], False, tool="g++"),
     Case("host owned TU: a miss", ["-MD", "-c", O_CPP, "-o", "own.o"], True, tool="g++", action="compiled", outcome="miss"),
-    Case("host owned TU again: a hit", ["-MD", "-c", O_CPP, "-o", "own.o"], True, tool="g++", action="compiled",
-         outcome="hit"),
-    Case("host owned TU as cc: another compiler", ["-c", O_CPP, "-o", "own-cc.o"], True, tool="cc", action="compiled",
-         outcome="miss"),
-    Case("host owned TU, -O2 -fPIC", ["-O2", "-fPIC", "-c", O_CPP, "-o", "own-o2.o"], True, tool="c++",
-         action="compiled", outcome="miss"),
+    Case("host owned TU again: a hit", ["-MD", "-c", O_CPP, "-o", "own.o"], True, tool="g++", action="compiled", outcome="hit"),
+    Case(
+        "host owned TU as cc: another compiler",
+        ["-c", O_CPP, "-o", "own-cc.o"],
+        True,
+        tool="cc",
+        action="compiled",
+        outcome="miss",
+    ),
+    Case(
+        "host owned TU, -O2 -fPIC",
+        ["-O2", "-fPIC", "-c", O_CPP, "-o", "own-o2.o"],
+        True,
+        tool="c++",
+        action="compiled",
+        outcome="miss",
+    ),
     Case("host argv[0] is not the name run", ["-c", F_CPP, "-o", "argv0.o"], True, tool="g++", argv0="cc-wrapper"),
     Case("host seat run by its own name", ["-c", F_CPP, "-o", "own-name.o"], False, tool="seat/host-cc"),
     Case("host link", ["-shared", "{root}/seat/empty.o", "-o", "liblink.so"], False, tool="g++"),
@@ -200,7 +307,15 @@ class Job:
         argv = [a.format(src=self.src, root=self.root) for a in case.argv]
         env = {k: v for k, v in os.environ.items() if k not in runtime.SOURCE_FILTER_VARS}
         env.update(case.env, **(extra_env or {}))
-        proc = subprocess.run([case.argv0 or str(exe), *argv], executable=str(exe), check=False, cwd=self.root / case.cwd, env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            [case.argv0 or str(exe), *argv],
+            executable=str(exe),
+            check=False,
+            cwd=self.root / case.cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         return proc.returncode
 
     def snapshot(self) -> dict[str, str]:
@@ -266,12 +381,19 @@ def test_native_stub_matches_the_python_seat(jobs, case):
 
 
 LINK_CASES = [
-    Case("link: a shard's foreign TU compiles", ["-MD", "-c", F_CU, "-o", "l_f.o", *ARCH], True, action="compiled",
-         outcome="miss"),
+    Case(
+        "link: a shard's foreign TU compiles", ["-MD", "-c", F_CU, "-o", "l_f.o", *ARCH], True, action="compiled", outcome="miss"
+    ),
     Case("link: again, a hit", ["-MD", "-c", F_CU, "-o", "l_f.o", *ARCH], True, action="compiled", outcome="hit"),
     Case("link: generated after install", ["-c", F_GENERATED, "-o", "l_gen.o"], True, action="compiled", outcome="miss"),
-    Case("link: the source filter's variables", ["-c", F_CU, "-o", "l_sf.o"], True, action="compiled", outcome="miss",
-         env={"CUDA_WHEELS_SHARD_INDEX": "2", "CUDA_WHEELS_SHARD_COUNT": "2"}),
+    Case(
+        "link: the source filter's variables",
+        ["-c", F_CU, "-o", "l_sf.o"],
+        True,
+        action="compiled",
+        outcome="miss",
+        env={"CUDA_WHEELS_SHARD_INDEX": "2", "CUDA_WHEELS_SHARD_COUNT": "2"},
+    ),
     Case("link: non-ASCII key", ["-c", F_UNICODE, "-o", "l_u.o"], False),
     Case("link: outside the source root", ["-c", F_OUTSIDE, "-o", "l_up.o"], False),
     Case("link: probe", ["-c", F_CU, "-o", "cmTC_2.o"], False),
@@ -314,7 +436,9 @@ def test_the_foreign_table_is_the_partition_rule(jobs):
     assert F_CU in keys and O_CU not in keys and F_GENERATED not in keys
     generated = (F_GENERATED, O_GENERATED)
     assert keys == {k: owner(k, COUNT) for k in every if owner(k, COUNT) != INDEX and k not in generated}
-    owned = {line.split("\t")[0]: int(line.split("\t")[1]) for line in table.split("\nowned\n", 1)[1].split("\nkeys\n")[0].splitlines()}
+    owned = {
+        line.split("\t")[0]: int(line.split("\t")[1]) for line in table.split("\nowned\n", 1)[1].split("\nkeys\n")[0].splitlines()
+    }
     assert owned == {k: INDEX for k in every if owner(k, COUNT) == INDEX and k not in generated}
 
 
@@ -338,9 +462,16 @@ def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkey
     (root / "src" / F_CU).parent.mkdir(parents=True)
     (root / "src" / F_CU).write_text(KERNEL)
     empty = install.make_empty_object(root / "empty.o")
-    config = runtime.SeatConfig(real_nvcc=str(find_toolkit().nvcc), cache_cmd="ccache", cache_env={}, statslog_var=None,
-                             source_root=str(root / "src"), empty_object=str(empty), log=str(root / "seat.jsonl"),
-                             partition=runtime.SeatPartition(INDEX, COUNT))  # fmt: skip
+    config = runtime.SeatConfig(
+        real_nvcc=str(find_toolkit().nvcc),
+        cache_cmd="ccache",
+        cache_env={},
+        statslog_var=None,
+        source_root=str(root / "src"),
+        empty_object=str(empty),
+        log=str(root / "seat.jsonl"),
+        partition=runtime.SeatPartition(INDEX, COUNT),
+    )
     script = install.install(root / "seat", config)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     note = root / "build.log"
@@ -355,9 +486,16 @@ def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkey
 
 def test_a_seat_without_partition_keeps_the_python_scripts(tmp_path):
     (tmp_path / "src").mkdir()
-    config = runtime.SeatConfig(real_nvcc="nvcc", cache_cmd="ccache", cache_env={}, statslog_var=None,
-                             source_root=str(tmp_path / "src"), empty_object=str(tmp_path / "e.o"),
-                             log=str(tmp_path / "seat.jsonl"), partition=None)  # fmt: skip
+    config = runtime.SeatConfig(
+        real_nvcc="nvcc",
+        cache_cmd="ccache",
+        cache_env={},
+        statslog_var=None,
+        source_root=str(tmp_path / "src"),
+        empty_object=str(tmp_path / "e.o"),
+        log=str(tmp_path / "seat.jsonl"),
+        partition=None,
+    )
     script = install.install(tmp_path / "seat", config)
     assert not seat_native.install_native(tmp_path / "seat", config)
     assert script.read_text().startswith("#!") and not (tmp_path / "seat" / seat_native.NATIVE_TABLE).exists()
@@ -371,8 +509,14 @@ def test_a_link_seat_gets_the_native_stub(tmp_path):
     assert [(e["action"], e["owner"], e["outcome"]) for e in job.entries()] == [("compiled", None, "miss")]
 
 
-LOCALES = [{"LANG": "C"}, {}, {"LC_CTYPE": "POSIX"}, {"LANG": "C", "LC_ALL": "C"}, {"LANG": "C.UTF-8"},
-           {"LC_CTYPE": "no_such_locale"}]  # fmt: skip
+LOCALES = [
+    {"LANG": "C"},
+    {},
+    {"LC_CTYPE": "POSIX"},
+    {"LANG": "C", "LC_ALL": "C"},
+    {"LANG": "C.UTF-8"},
+    {"LC_CTYPE": "no_such_locale"},
+]
 
 
 def test_an_owned_compile_hashes_the_same_through_either_seat_in_any_locale(tmp_path):
@@ -385,7 +529,11 @@ def test_an_owned_compile_hashes_the_same_through_either_seat_in_any_locale(tmp_
     for i, locale_env in enumerate(LOCALES):
         env = {**base, **locale_env}
         argv = ["-c", O_CPP, "-o", f"loc{i}.o"]
-        first, second = (job.root / "seat" / "python" / "g++", job.bin / "g++") if i % 2 else (job.bin / "g++", job.root / "seat" / "python" / "g++")
+        first, second = (
+            (job.root / "seat" / "python" / "g++", job.bin / "g++")
+            if i % 2
+            else (job.bin / "g++", job.root / "seat" / "python" / "g++")
+        )
         assert subprocess.run([str(first), *argv], cwd=job.src, env={**env, **NO_FALLBACK}, check=False).returncode == 0
         assert subprocess.run([str(second), *argv], cwd=job.src, env={**env, **NO_FALLBACK}, check=False).returncode == 0
         assert job.entries()[-1]["outcome"] == "hit", f"{locale_env}: the second seat missed what the first compiled"

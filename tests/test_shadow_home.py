@@ -13,9 +13,10 @@ def test_shadow_include_adds_only_headers_the_toolkit_lacks(tmp_path):
     toolkit = find_toolkit()
     extra = wheel_include_dirs(toolkit.version.split(".")[0])
     lacking = [
-        name for name in ("cusparse.h", "cublas_v2.h")
+        name
+        for name in ("cusparse.h", "cublas_v2.h")
         if not (toolkit.home / "include" / name).exists() and any((d / name).exists() for d in extra)
-    ]  # fmt: skip
+    ]
     if not lacking:
         pytest.skip("this toolkit already has the math-library headers (or no nvidia-* wheel is installed)")
     seat = tmp_path / "seat"

@@ -33,8 +33,13 @@ def _silent_server() -> tuple[socket.socket, int]:
 def test_sigterm_while_a_verb_waits_ends_in_one_line_and_143(front, tmp_path):
     server, port = _silent_server()
     exe = [sys.executable, "-m", "cuw"] if front == "python -m cuw" else [str(Path(sys.executable).parent / "cuw")]
-    proc = subprocess.Popen([*exe, "matrix", "--package", "example", "--published", f"http://127.0.0.1:{port}"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*exe, "matrix", "--package", "example", "--published", f"http://127.0.0.1:{port}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(3.0)  # parsing, planning, then the read that never returns
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGTERM)

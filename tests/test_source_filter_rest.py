@@ -113,9 +113,17 @@ def test_the_filter_and_the_seat_leave_each_shard_its_own_slice(tmp_path):
     recipe = load_recipe("natten_like", recipes)
     spec = ShardSpec(2, 4)
     part = partition_for_seat(recipe, spec, src)
-    config = runtime.SeatConfig(real_nvcc="nvcc", cache_cmd="ccache", cache_env={}, statslog_var=None,
-                             source_root=str(src), empty_object=str(tmp_path / "e.o"), log=str(tmp_path / "l"),
-                             partition=part, real_compilers={"g++": "/usr/bin/g++"})  # fmt: skip
+    config = runtime.SeatConfig(
+        real_nvcc="nvcc",
+        cache_cmd="ccache",
+        cache_env={},
+        statslog_var=None,
+        source_root=str(src),
+        empty_object=str(tmp_path / "e.o"),
+        log=str(tmp_path / "l"),
+        partition=part,
+        real_compilers={"g++": "/usr/bin/g++"},
+    )
     table = native.foreign_table(config)
     assert "source_filter\t2/4" in table.splitlines()
     keys = {line.split("\t")[0] for line in table.split("keys\n", 1)[1].splitlines()}
@@ -139,8 +147,9 @@ def test_seat_rest_is_a_source_filter_key(recipes_dir):
 
 def _filter_seat(tmp_path: Path, index: int = 1, count: int = 2, globs=("gen/*.cu",)) -> tuple[Seat, str, str]:
     """A seat beside the filter: ``gen/*.cu`` is the filter's; a rest key another shard owns."""
-    rest_foreign = next(f"hand/h{i}.cu" for i in range(100)
-                        if runtime.SeatPartition(index, count).owner(f"hand/h{i}.cu") != index)  # fmt: skip
+    rest_foreign = next(
+        f"hand/h{i}.cu" for i in range(100) if runtime.SeatPartition(index, count).owner(f"hand/h{i}.cu") != index
+    )
     s = Seat(tmp_path, runtime.SeatPartition(index, count, filter_globs=list(globs), filter_keys=["gen/g0.cu"]))
     return s, rest_foreign, "gen/g0.cu"
 
@@ -155,8 +164,7 @@ def test_a_seat_beside_the_filter_stubs_foreign_rest_and_compiles_the_filters_fi
     assert (s.src / "f.o").read_bytes() == s.empty.read_bytes()
     proc = s.run("-c", str(s.src / filtered), "-o", "g.o", *ARCH, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert [(e["action"], e["key"], e["owner"]) for e in s.entries()] == [
-        ("stubbed", foreign, 2), ("compiled", filtered, None)]  # fmt: skip
+    assert [(e["action"], e["key"], e["owner"]) for e in s.entries()] == [("stubbed", foreign, 2), ("compiled", filtered, None)]
 
 
 def test_a_seat_refuses_when_the_filter_is_another_shard(tmp_path):
@@ -174,9 +182,16 @@ def test_the_native_stub_stubs_the_rest_beside_the_filter_and_hands_over_the_res
     part = runtime.SeatPartition(1, 2, filter_globs=["gen/*.cu"], filter_keys=["gen/g0.cu"])
     foreign = next(k for k in ("hand/h0.cu", "hand/h1.cu", "hand/h2.cu", "hand/h3.cu") if part.owner(k) == 2)
     empty = install.make_empty_object(root / "empty.o")
-    config = runtime.SeatConfig(real_nvcc="nvcc", cache_cmd="ccache", cache_env={}, statslog_var=None,
-                             source_root=str(root / "src"), empty_object=str(empty), log=str(root / "seat.jsonl"),
-                             partition=part)  # fmt: skip
+    config = runtime.SeatConfig(
+        real_nvcc="nvcc",
+        cache_cmd="ccache",
+        cache_env={},
+        statslog_var=None,
+        source_root=str(root / "src"),
+        empty_object=str(empty),
+        log=str(root / "seat.jsonl"),
+        partition=part,
+    )
     install.install(root / "seat", config)
     assert native.install_native(root / "seat", config)
     stub = str(root / "seat" / "nvcc")
@@ -194,15 +209,31 @@ def test_the_native_stub_stubs_the_rest_beside_the_filter_and_hands_over_the_res
 def test_bypass_check_reads_compile_commands_without_ninja(tmp_path):
     src, build = tmp_path / "src", tmp_path / "build"
     (build / "CMakeFiles" / "CMakeScratch").mkdir(parents=True)
-    entries = [{"directory": str(build), "file": str(src / "k/a.cu"), "command": "nvcc -c"},
-               {"directory": str(build), "file": "../src/host.cpp", "command": "c++ -c"}]  # fmt: skip
+    entries = [
+        {"directory": str(build), "file": str(src / "k/a.cu"), "command": "nvcc -c"},
+        {"directory": str(build), "file": "../src/host.cpp", "command": "c++ -c"},
+    ]
     assert cuda_compiles_from(tmp_path, src) == ([], None)
     (build / "compile_commands.json").write_text(json.dumps(entries))
-    (build / "CMakeFiles" / "CMakeScratch" / "compile_commands.json").write_text(json.dumps(
-        [{"directory": str(build), "file": str(src / "probe.cu")}]))  # fmt: skip
+    (build / "CMakeFiles" / "CMakeScratch" / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(build), "file": str(src / "probe.cu")}])
+    )
     assert cuda_compiles_from(tmp_path, src) == (["k/a.cu"], "compile_commands.json")
-    base = dict(build_rc=0, wheel="w.whl", hits=2, misses=0, uncacheable=0, total=2, stats_zeroed_at=2, merged_at=1,
-                seat_keys=[], misses_by_key=[], uncacheable_by_key=[], shard_count=2, missing_shards=[])  # fmt: skip
+    base = dict(
+        build_rc=0,
+        wheel="w.whl",
+        hits=2,
+        misses=0,
+        uncacheable=0,
+        total=2,
+        stats_zeroed_at=2,
+        merged_at=1,
+        seat_keys=[],
+        misses_by_key=[],
+        uncacheable_by_key=[],
+        shard_count=2,
+        missing_shards=[],
+    )
     verdict = link_gate(LinkObservation(cuda_tus_in_build=["k/a.cu"], compile_db="compile_commands.json", **base))
     assert not verdict.ok and "bypassed the seat" in verdict.line
     verdict = link_gate(LinkObservation(cuda_tus_in_build=[], compile_db=None, **base))

@@ -137,8 +137,12 @@ def bare_repo(tmp_path) -> str:
 
 
 def _tag_commit(url: str, tag: str) -> str:
-    return subprocess.run(["git", "--git-dir", url.removeprefix("file://"), "rev-parse", f"{tag}^{{commit}}"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        ["git", "--git-dir", url.removeprefix("file://"), "rev-parse", f"{tag}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def test_git_tag_checkout(bare_repo, tmp_path):
@@ -163,8 +167,11 @@ def test_a_tag_that_moved_since_the_pin_is_refused_before_cloning(bare_repo, tmp
         checkout_git(bare_repo, "v1.0", pinned, False, tmp_path / "src")
     assert not (tmp_path / "src").exists()
     # An annotated tag is compared by the commit it names (its peeled ref), not the tag object.
-    subprocess.run(["git", "--git-dir", bare, "-c", "user.email=t@t", "-c", "user.name=t", "tag", "-f", "-a", "-m", "x",
-                    "v1.0", pinned], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["git", "--git-dir", bare, "-c", "user.email=t@t", "-c", "user.name=t", "tag", "-f", "-a", "-m", "x", "v1.0", pinned],
+        check=True,
+        capture_output=True,
+    )
     src = checkout_git(bare_repo, "v1.0", pinned, False, tmp_path / "src")
     assert (src / "setup.py").read_text() == "print('v1')\n"
 
@@ -218,8 +225,13 @@ _DATES = {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026
 
 def _git(repo: Path, *args: str) -> str:
     """git in ``repo`` with fixed names and dates: the upstream's commits have the same ids every run."""
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args], check=True,
-                          capture_output=True, text=True, env={**os.environ, **_DATES}).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **_DATES},
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -406,9 +418,14 @@ def test_tarball_cannot_carry_submodules(upstream, recipes_dir, tmp_path, monkey
 @pytest.mark.parametrize(
     "source, message",
     [
-        ("{git: 'file:///x.git', tag: v1, commit: " + "a" * 40 + ", archive_sha256: abc}", "archive_sha256 'abc' is not a sha256"),
-        ("{git: 'file:///x.git', tag: v1, commit: " + "a" * 40 + ", archive_sha256: " + "A" * 64 + "}",
-         "is not a sha256 (64 lowercase"),
+        (
+            "{git: 'file:///x.git', tag: v1, commit: " + "a" * 40 + ", archive_sha256: abc}",
+            "archive_sha256 'abc' is not a sha256",
+        ),
+        (
+            "{git: 'file:///x.git', tag: v1, commit: " + "a" * 40 + ", archive_sha256: " + "A" * 64 + "}",
+            "is not a sha256 (64 lowercase",
+        ),
         ("{pypi: 'six==1.16.0', sha256: " + "a" * 64 + ", archive_sha256: " + "a" * 64 + "}", "go with source.git"),
     ],
 )
@@ -433,8 +450,9 @@ def _cli(args: list[str], env_mirror: str | None = None) -> subprocess.Completed
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUW_")}
     if env_mirror is not None:
         env["CUW_GIT_MIRROR"] = env_mirror
-    return subprocess.run([sys.executable, "-m", "cuw", *args], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cuw", *args], capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parent.parent
+    )
 
 
 def test_cli_option_and_variable_reach_the_fetch(upstream, recipes_dir, tmp_path):
@@ -449,8 +467,10 @@ def test_cli_option_and_variable_reach_the_fetch(upstream, recipes_dir, tmp_path
     bad = _cli(["plan", "pkg", "--recipes", str(recipes_dir), "--git-mirror", str(tmp_path / "nowhere")])
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert bad.stderr.startswith(f"cuw: error: --git-mirror {tmp_path / 'nowhere'}: no such file or folder")
-    wrong = _cli(["shard", "pkg", "1/2", "--recipes", str(recipes_dir), "--work", str(tmp_path / "w"),
-                  "--artifacts", str(tmp_path / "a")], env_mirror=str(tmp_path / "nowhere"))  # fmt: skip
+    wrong = _cli(
+        ["shard", "pkg", "1/2", "--recipes", str(recipes_dir), "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a")],
+        env_mirror=str(tmp_path / "nowhere"),
+    )
     assert wrong.returncode == 2 and "$CUW_GIT_MIRROR" in wrong.stderr and "Traceback" not in wrong.stderr
     assert not (tmp_path / "w").exists() and not (tmp_path / "a").exists(), "checked before any folder is made"
 

@@ -26,13 +26,11 @@ from cuw.toolchain.toolkit import Toolkit, find_toolkit, make_shadow_home
 from conftest import expected_tu_values, wheel_tu_values
 
 # The programs a CUDA toolkit puts in bin/ (and /usr/local/bin here holds copies or wrappers of).
-CUDA_TOOLS = {"nvcc", "ptxas", "fatbinary", "cudafe++", "nvlink", "bin2c", "__nvcc_device_query", "cuobjdump",
-              "nvdisasm", "cicc"}  # fmt: skip
+CUDA_TOOLS = {"nvcc", "ptxas", "fatbinary", "cudafe++", "nvlink", "bin2c", "__nvcc_device_query", "cuobjdump", "nvdisasm", "cicc"}
 
 
 def _cuw(*args: str, env: dict, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cuw", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "cuw", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _edit_policy(recipes_dir: Path, **changes) -> None:
@@ -82,9 +80,22 @@ def test_the_shipped_policy_pins_cuda_13_only():
 
 def test_cli_errors_name_the_option_and_the_fix(tmp_path, recipes_dir):
     env = {k: v for k, v in os.environ.items() if k != "CUW_TOOLKIT"}
-    proc = _cuw("build", "example", "--toolkit", str(tmp_path / "nowhere"), "--recipes", str(recipes_dir),
-                "--work", str(tmp_path / "w"), "--artifacts", str(tmp_path / "a"), "--dist", str(tmp_path / "d"),
-                env=env, cwd=tmp_path)  # fmt: skip
+    proc = _cuw(
+        "build",
+        "example",
+        "--toolkit",
+        str(tmp_path / "nowhere"),
+        "--recipes",
+        str(recipes_dir),
+        "--work",
+        str(tmp_path / "w"),
+        "--artifacts",
+        str(tmp_path / "a"),
+        "--dist",
+        str(tmp_path / "d"),
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     assert f"cuw: error: --toolkit = {tmp_path / 'nowhere'}: no bin/nvcc there" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -103,7 +114,10 @@ def test_toolkit_path_from_the_policy_is_checked_against_the_line(tmp_path, reci
     env = {k: v for k, v in os.environ.items() if k != "CUW_TOOLKIT"}
     proc = _cuw("toolkit", "--cuda", other, "--recipes", str(recipes_dir), env=env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert f"toolkits.{other} in recipes/defaults.yml = {system.home}: that toolkit is CUDA {system.version}, not {other}" in proc.stderr
+    assert (
+        f"toolkits.{other} in recipes/defaults.yml = {system.home}: that toolkit is CUDA {system.version}, not {other}"
+        in proc.stderr
+    )
     _edit_policy(recipes_dir, toolkits={system.version: str(system.home)})
     proc = _cuw("toolkit", "--cuda", system.version, "--recipes", str(recipes_dir), env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -133,7 +147,9 @@ def hidden_view(tmp_path: Path) -> dict:
     ``find_toolkit`` looks: no ``CUW_CUDA_HOME``; ``CUDA_HOME`` an empty folder (else the
     default /usr/local/cuda-13.0 would be taken); PATH without toolkit bin folders, and a
     folder holding CUDA programs (/usr/local/bin's nvcc wrapper) replaced by links to its others."""
-    env = {k: v for k, v in os.environ.items() if k not in ("CUW_CUDA_HOME", "CUDA_PATH", "CUW_TOOLKIT", "PYTORCH_NVCC", "CUDACXX")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("CUW_CUDA_HOME", "CUDA_PATH", "CUW_TOOLKIT", "PYTORCH_NVCC", "CUDACXX")
+    }
     nowhere = tmp_path / "no-cuda"
     nowhere.mkdir()
     env["CUDA_HOME"] = str(nowhere)
@@ -158,8 +174,12 @@ def hidden_view(tmp_path: Path) -> dict:
 def test_the_hidden_view_really_hides_the_system_toolkit(tmp_path):
     env = hidden_view(tmp_path)
     assert shutil.which("nvcc", path=env["PATH"]) is None
-    proc = subprocess.run([sys.executable, "-c", "from cuw.toolchain.toolkit import find_toolkit; print(find_toolkit())"],
-                          env=env, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", "from cuw.toolchain.toolkit import find_toolkit; print(find_toolkit())"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
     assert "has no bin/nvcc" in proc.stderr
 
@@ -189,8 +209,15 @@ def test_example_builds_with_the_wheel_toolkit_where_the_system_one_is_hidden(tm
     env = hidden_view(tmp_path)
     started = time.monotonic()
     common = ["--recipes", str(recipes_dir)]
-    wheels = [*common, "--work", str(tmp_path / "w-wheels"), "--artifacts", str(tmp_path / "a-wheels"),
-              "--dist", str(tmp_path / "d-wheels")]  # fmt: skip
+    wheels = [
+        *common,
+        "--work",
+        str(tmp_path / "w-wheels"),
+        "--artifacts",
+        str(tmp_path / "a-wheels"),
+        "--dist",
+        str(tmp_path / "d-wheels"),
+    ]
     proc = _cuw("build", "example", "--toolkit", "wheels", *wheels, env=env, cwd=tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "toolkit: CUDA 13.0: toolkit from the pinned wheels at " in proc.stderr, proc.stderr[-2000:]
@@ -209,8 +236,15 @@ def test_example_builds_with_the_wheel_toolkit_where_the_system_one_is_hidden(tm
     assert wheel_tu_values(wheel_a, "cuw_example", tmp_path / "import-wheels") == expected_tu_values()
 
     system_env = {k: v for k, v in os.environ.items() if k != "CUW_TOOLKIT"}
-    system = [*common, "--work", str(tmp_path / "w-sys"), "--artifacts", str(tmp_path / "a-sys"),
-              "--dist", str(tmp_path / "d-sys")]  # fmt: skip
+    system = [
+        *common,
+        "--work",
+        str(tmp_path / "w-sys"),
+        "--artifacts",
+        str(tmp_path / "a-sys"),
+        "--dist",
+        str(tmp_path / "d-sys"),
+    ]
     proc = _cuw("build", "example", "--toolkit", "system", *system, env=system_env, cwd=tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel_b,) = (tmp_path / "d-sys").glob("*.whl")
@@ -223,5 +257,7 @@ def test_example_builds_with_the_wheel_toolkit_where_the_system_one_is_hidden(tm
     for name, symbols in from_wheels.items():
         assert symbols, f"{name} exports nothing"
         assert symbols == from_system[name], (name, sorted(symbols ^ from_system[name])[:20])
-    print(f"wheel toolkit build {wheel_built:.0f} s, both builds {time.monotonic() - started:.0f} s; "
-          f"{sum(map(len, from_wheels.values()))} exported symbols in {len(from_wheels)} .so, identical")
+    print(
+        f"wheel toolkit build {wheel_built:.0f} s, both builds {time.monotonic() - started:.0f} s; "
+        f"{sum(map(len, from_wheels.values()))} exported symbols in {len(from_wheels)} .so, identical"
+    )

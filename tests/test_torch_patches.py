@@ -26,8 +26,12 @@ def test_patch_releases_are_the_lines_releases_for_the_cells_python_and_platform
 
 
 def test_torch_index_without_torch_patches_is_refused(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cuw", "verify", str(tmp_path / "x.whl"), "--torch-index", "http://x"],
-                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "cuw", "verify", str(tmp_path / "x.whl"), "--torch-index", "http://x"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
@@ -40,8 +44,22 @@ def test_a_torch_wheel_imports_under_every_patch_release_of_its_line(recipes_dir
 
     outcomes, link = run_build(load_recipe("example_torch", recipes_dir), paths, count=1, recipes_dir=recipes_dir)
     assert link.ok and link.wheel is not None
-    proc = subprocess.run([sys.executable, "-m", "cuw", "verify", str(link.wheel), "--recipe", "example_torch",
-                           "--recipes", str(recipes_dir), "--torch-patches"], capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "verify",
+            str(link.wheel),
+            "--recipe",
+            "example_torch",
+            "--recipes",
+            str(recipes_dir),
+            "--torch-patches",
+        ],
+        capture_output=True,
+        text=True,
+    )
     line = next(line for line in proc.stdout.splitlines() if "torch-patches" in line)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for release in ("2.14.0", "2.14.1"):

@@ -81,16 +81,22 @@ class Handler(JsonHandler):
                 query = urllib.parse.parse_qs(url.query)
                 wanted = set(query["labels"][0].split(","))
                 state = query.get("state", ["open"])[0]
-                found = [i for i in srv.issues.values()
-                         if wanted <= {lab["name"] for lab in i["labels"]} and (state == "all" or i["state"] == state)]  # fmt: skip
+                found = [
+                    i
+                    for i in srv.issues.values()
+                    if wanted <= {lab["name"] for lab in i["labels"]} and (state == "all" or i["state"] == state)
+                ]
                 return self.answer(200, sorted(found, key=lambda i: -i["number"]))
             if method == "POST" and url.path == base:
                 number = len(srv.issues) + 1
                 srv.issues[number] = {
-                    "number": number, "title": payload["title"], "body": payload.get("body", ""), "state": "open",
+                    "number": number,
+                    "title": payload["title"],
+                    "body": payload.get("body", ""),
+                    "state": "open",
                     "labels": [{"name": name} for name in payload.get("labels", [])],
                     "html_url": f"https://github.example/{OWNER_REPO}/issues/{number}",
-                }  # fmt: skip
+                }
                 return self.answer(201, srv.issues[number])
             if m and int(m.group(1)) in srv.issues:
                 issue = srv.issues[int(m.group(1))]
@@ -122,16 +128,26 @@ def github():
     srv.server_close()
 
 
-def file_issue(github: StandIn, tmp_path, watcher: str, text: str | None, outcome: str = "findings", *extra: str,
-               timeout: int = 60) -> subprocess.CompletedProcess:  # fmt: skip
+def file_issue(
+    github: StandIn, tmp_path, watcher: str, text: str | None, outcome: str = "findings", *extra: str, timeout: int = 60
+) -> subprocess.CompletedProcess:
     findings = tmp_path / f"{watcher}-{len(github.log)}.md"
     findings.write_text(text or "")
-    env = {"PATH": "/usr/bin:/bin", "GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": OWNER_REPO, "GH_TOKEN": TOKEN,
-           "GITHUB_SERVER_URL": "https://github.example", "GITHUB_RUN_ID": "77"}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": OWNER_REPO,
+        "GH_TOKEN": TOKEN,
+        "GITHUB_SERVER_URL": "https://github.example",
+        "GITHUB_RUN_ID": "77",
+    }
     return subprocess.run(
         [sys.executable, str(SCRIPT), watcher, str(findings), "--outcome", outcome, "--backoff", "0.05", *extra],
-        env=env, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _module():
@@ -148,9 +164,13 @@ def test_the_fingerprint_ignores_volatile_parts_and_changes_with_the_findings():
     fi = _module()
     fp = fi.fingerprint(AUDIT)
     assert re.fullmatch(r"[0-9a-f]{12}", fp)
-    volatile = (AUDIT.replace("token=abc123", "token=zzz999").replace("sig=ff01", "sig=0a0b&x=1")
-                .replace("2025-01-02T03:04:05Z", "2025-02-03T10:11:12+01:00").replace("312.5 s", "9 s")
-                .replace("| no published wheel |", "|   no   published  wheel   |"))  # fmt: skip
+    volatile = (
+        AUDIT.replace("token=abc123", "token=zzz999")
+        .replace("sig=ff01", "sig=0a0b&x=1")
+        .replace("2025-01-02T03:04:05Z", "2025-02-03T10:11:12+01:00")
+        .replace("312.5 s", "9 s")
+        .replace("| no published wheel |", "|   no   published  wheel   |")
+    )
     assert volatile != AUDIT and fi.fingerprint(volatile) == fp
     reordered = AUDIT.splitlines()
     reordered[-2], reordered[-1] = reordered[-1], reordered[-2]  # the same findings in another order
@@ -248,12 +268,21 @@ def test_dry_run_reads_but_sends_nothing(github, tmp_path):
     "fault, extra",
     [
         ((429, {"Retry-After": "1"}, {"message": "API rate limit exceeded"}), []),
-        ((403, {}, {"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}),
-         ["--rate-limit-wait", "1"]),  # no Retry-After: the wait it is told
-        ((403, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "0"}, {"message": "API rate limit exceeded for installation"}), []),
+        (
+            (403, {}, {"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}),
+            ["--rate-limit-wait", "1"],
+        ),  # no Retry-After: the wait it is told
+        (
+            (
+                403,
+                {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "0"},
+                {"message": "API rate limit exceeded for installation"},
+            ),
+            [],
+        ),
     ],
     ids=["429-retry-after", "403-secondary", "403-primary-reset"],
-)  # fmt: skip
+)
 def test_a_rate_limited_answer_is_retried_after_the_wait_github_names(github, tmp_path, fault, extra):
     github.faults = [fault]
     started = time.monotonic()
@@ -272,8 +301,10 @@ def test_a_500_that_never_ends_is_one_line_and_exit_2(github, tmp_path):
     assert proc.returncode == 2
     assert len(github.log) == 3 and not github.issues
     errors = [line for line in proc.stderr.splitlines() if not line.endswith(tuple(f"again in {w:g} s" for w in (0.05, 0.1)))]
-    assert errors == [f"file_issue: error: GET {github.url}/repos/forge/wheels/issues?labels=watch%3Agrid&state=open&per_page=100: "
-                      "HTTP 500: Server Error after 3 tries"]  # fmt: skip
+    assert errors == [
+        f"file_issue: error: GET {github.url}/repos/forge/wheels/issues?labels=watch%3Agrid&state=open&per_page=100: "
+        "HTTP 500: Server Error after 3 tries"
+    ]
     assert "Traceback" not in proc.stderr
 
 
@@ -283,18 +314,27 @@ def test_a_403_that_is_not_a_rate_limit_is_not_retried(github, tmp_path):
     assert proc.returncode == 2 and len(github.log) == 1
     assert proc.stderr.strip().splitlines() == [
         f"file_issue: error: GET {github.url}/repos/forge/wheels/issues?labels=watch%3Aaudit&state=open&per_page=100: "
-        "HTTP 403: Resource not accessible by integration"]  # fmt: skip
+        "HTTP 403: Resource not accessible by integration"
+    ]
 
 
 def test_no_token_is_a_one_line_error(tmp_path):
     findings = tmp_path / "f.md"
     findings.write_text(GRID)
-    proc = subprocess.run([sys.executable, str(SCRIPT), "grid", str(findings), "--outcome", "findings"],
-                          env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "grid", str(findings), "--outcome", "findings"],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "file_issue: error: needs $GITHUB_REPOSITORY and $GH_TOKEN (or --dry-run)"
-    dry = subprocess.run([sys.executable, str(SCRIPT), "grid", str(findings), "--outcome", "findings", "--dry-run"],
-                         env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)  # fmt: skip
+    dry = subprocess.run(
+        [sys.executable, str(SCRIPT), "grid", str(findings), "--outcome", "findings", "--dry-run"],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
     assert dry.returncode == 0, dry.stderr
     assert "would look for the open issue labelled watch:grid" in dry.stdout and "[watch:grid] 3 findings (fp " in dry.stdout
 
@@ -340,8 +380,13 @@ def _run_step(step_script: str, rc: int, tmp_path) -> tuple[subprocess.Completed
     (bin_dir / "nox").chmod(0o755)
     (bin_dir / "python").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/called\n')
     (bin_dir / "python").chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "GITHUB_OUTPUT": str(tmp_path / "out"), "GITHUB_STEP_SUMMARY": str(tmp_path / "sum"),
-           "INDEX": "https://wheels.example/", "DRY_RUN": "false"}  # fmt: skip
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "GITHUB_OUTPUT": str(tmp_path / "out"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "sum"),
+        "INDEX": "https://wheels.example/",
+        "DRY_RUN": "false",
+    }
     proc = subprocess.run(["bash", "-e", "-c", step_script], cwd=tmp_path, env=env, capture_output=True, text=True)
     called = (tmp_path / "called").read_text() if (tmp_path / "called").exists() else ""
     return proc, called

@@ -69,8 +69,22 @@ def test_archives_round_trip_through_folders_with_spaces(tmp_path):
     (folder / "0" / "1").mkdir(parents=True)
     (folder / "0" / "1" / "entryR").write_bytes(b"entry")
     cell = Cell("example", "windows", "3.11", "13.0", None)
-    manifest = archive.Manifest(archive.FORMAT, "0.1.0", cell.to_dict(), 1, 2, "seat", "sccache", "0.16.0", None, [], [], {},
-                                fingerprint={"source": "0" * 16}, builder=current_builder().to_dict())  # fmt: skip
+    manifest = archive.Manifest(
+        archive.FORMAT,
+        "0.1.0",
+        cell.to_dict(),
+        1,
+        2,
+        "seat",
+        "sccache",
+        "0.16.0",
+        None,
+        [],
+        [],
+        {},
+        fingerprint={"source": "0" * 16},
+        builder=current_builder().to_dict(),
+    )
     dest = archive.pack(Ccache(folder, folder.parent), manifest, tmp_path / "out dir" / archive.archive_name(cell, 1, 2))
     assert dest.name == "cuw-shard-example-windows-py3.11-cu13.0-notorch-1of2.tar"
     (tmp_path / "staging area").mkdir()
@@ -108,7 +122,6 @@ def test_msvc_shapes_in_the_shard_gate():
     obs = ShardObservation(1, unresolved, 3, 9, ["a.cu"], [], ["a.cu"], 1)
     assert shard_gate(obs).ok
     assert compile_errors("D:\\a\\src\\module.cpp(12): error C2065: 'x': undeclared identifier\n")
-
 
 
 # -- the toolkit: bin\nvcc.exe -----------------------------------------------------------
@@ -261,8 +274,15 @@ def _verify_windows(recipes_dir: Path, wheel: Path, import_check: bool = False) 
     recipe_yml = recipes_dir / "example" / "recipe.yml"
     recipe_yml.write_text(recipe_yml.read_text().replace("wheel_python: py3 ", "wheel_python: per-interpreter "))
     cell = Cell("example", "windows", "3.11", "13.0", None)
-    report = verify(wheel, load_recipe("example", recipes_dir), cell, find_toolkit(), load_policy(recipes_dir).wheel, [],
-                    import_check=import_check)  # fmt: skip
+    report = verify(
+        wheel,
+        load_recipe("example", recipes_dir),
+        cell,
+        find_toolkit(),
+        load_policy(recipes_dir).wheel,
+        [],
+        import_check=import_check,
+    )
     return {c.name: c for c in report.checks}
 
 
@@ -279,11 +299,14 @@ def test_verify_reads_a_real_pyd(recipes_dir, tmp_path):
     assert read.kind == "pe" and read.exports_pyinit == "_core"
     assert {d.lower() for d in read.needed} >= {"python311.dll", "cudart64_13.dll", "helper.dll", "kernel32.dll"}
 
-    wheel = _windows_wheel(tmp_path, {
-        "cuw_example/__init__.py": b"from ._core import *\n",
-        "cuw_example/_core.cp311-win_amd64.pyd": pyd,
-        "cuw_example/helper.dll": helper,  # shipped: its import is allowed
-    })  # fmt: skip
+    wheel = _windows_wheel(
+        tmp_path,
+        {
+            "cuw_example/__init__.py": b"from ._core import *\n",
+            "cuw_example/_core.cp311-win_amd64.pyd": pyd,
+            "cuw_example/helper.dll": helper,  # shipped: its import is allowed
+        },
+    )
     checks = _verify_windows(recipes_dir, wheel)
     failed = {n: c.details for n, c in checks.items() if not c.ok}
     assert not failed, failed
@@ -300,14 +323,17 @@ def test_verify_refuses_a_pyd_with_foreign_dlls_or_the_wrong_init(recipes_dir, t
     build = tmp_path / "build"
     build.mkdir()
     _helper_dll(build)
-    wheel = _windows_wheel(tmp_path, {
-        # helper.dll imported but not shipped; libgomp-1.dll is mingw's OpenMP, not the system's
-        "cuw_example/_core.cp311-win_amd64.pyd": _pyd(build, "_core", extra=("helper", "libgomp-1")),
-        # built against Python 3.10 in a 3.11 cell
-        "cuw_example/_old.cp311-win_amd64.pyd": _pyd(build, "_old", python="python310"),
-        # renamed after the build: Python would look for PyInit__renamed
-        "cuw_example/_renamed.cp311-win_amd64.pyd": _pyd(build, "_orig"),
-    })  # fmt: skip
+    wheel = _windows_wheel(
+        tmp_path,
+        {
+            # helper.dll imported but not shipped; libgomp-1.dll is mingw's OpenMP, not the system's
+            "cuw_example/_core.cp311-win_amd64.pyd": _pyd(build, "_core", extra=("helper", "libgomp-1")),
+            # built against Python 3.10 in a 3.11 cell
+            "cuw_example/_old.cp311-win_amd64.pyd": _pyd(build, "_old", python="python310"),
+            # renamed after the build: Python would look for PyInit__renamed
+            "cuw_example/_renamed.cp311-win_amd64.pyd": _pyd(build, "_orig"),
+        },
+    )
     checks = _verify_windows(recipes_dir, wheel)
     assert sorted(checks["needed"].details) == [
         "cuw_example/_core.cp311-win_amd64.pyd: helper.dll",
@@ -324,8 +350,9 @@ def test_verify_refuses_a_pyd_with_foreign_dlls_or_the_wrong_init(recipes_dir, t
 def test_verify_refuses_a_linux_wheel_in_the_windows_cell(recipes_dir, tmp_path):
     build = tmp_path / "build"
     build.mkdir()
-    wheel = _windows_wheel(tmp_path, {"cuw_example/_core.cp311-win_amd64.pyd": _pyd(build, "_core")},
-                           tag="cp311-cp311-manylinux_2_34_x86_64")  # fmt: skip
+    wheel = _windows_wheel(
+        tmp_path, {"cuw_example/_core.cp311-win_amd64.pyd": _pyd(build, "_core")}, tag="cp311-cp311-manylinux_2_34_x86_64"
+    )
     checks = _verify_windows(recipes_dir, wheel)
     assert not checks["filename"].ok and "win_amd64" in checks["filename"].details[0]
 
@@ -338,8 +365,18 @@ STUB_SOURCE = Path(__file__).resolve().parent.parent / "cuw" / "seat" / "seat_st
 def _cross_compile_stub(out: Path, seat_dir: str, host: int) -> Path:
     from cuw.seat.native import _c_literal
 
-    cmd = [MINGW, "-O2", "-Wall", "-Wextra", "-Werror", f"-DSEAT_DIR={_c_literal(seat_dir)}", f"-DSEAT_HOST={host}",
-           str(STUB_SOURCE), "-o", str(out)]  # fmt: skip
+    cmd = [
+        MINGW,
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        f"-DSEAT_DIR={_c_literal(seat_dir)}",
+        f"-DSEAT_HOST={host}",
+        str(STUB_SOURCE),
+        "-o",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return out
@@ -365,8 +402,6 @@ def test_the_native_stub_cross_compiles_to_a_windows_executable(tmp_path, host):
     assert needed and all(_allowed(d.lower(), WINDOWS_SYSTEM_DLLS) for d in needed), needed
 
 
-
-
 @needs_mingw
 @pytest.mark.needs("wine")  # without it the Windows launcher is compiled but not run
 def test_the_windows_launcher_hands_every_call_to_the_python_seat_under_wine(tmp_path):
@@ -377,7 +412,7 @@ def test_the_windows_launcher_hands_every_call_to_the_python_seat_under_wine(tmp
     interp_dir = tmp_path / "py dir"
     interp_dir.mkdir()
     (tmp_path / "echo.c").write_text(
-        '#include <stdio.h>\n#include <stdlib.h>\nint main(int argc, char **argv) {\n'
+        "#include <stdio.h>\n#include <stdlib.h>\nint main(int argc, char **argv) {\n"
         '  for (int i = 1; i < argc; ++i) printf("[%s]\\n", argv[i]);\n'
         '  return getenv("FAKE_EXIT") ? atoi(getenv("FAKE_EXIT")) : 0;\n}\n'
     )
@@ -390,8 +425,14 @@ def test_the_windows_launcher_hands_every_call_to_the_python_seat_under_wine(tmp
     nvcc = _cross_compile_stub(tmp_path / "nvcc.exe", windows_path(seat), 0)
     host = _cross_compile_stub(tmp_path / "g++.exe", windows_path(seat), 1)
 
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WINEPREFIX": str(tmp_path / "wineprefix"),
-           "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml,winemenubuilder.exe=d", "FAKE_EXIT": "5"}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "WINEPREFIX": str(tmp_path / "wineprefix"),
+        "WINEDEBUG": "-all",
+        "WINEDLLOVERRIDES": "mscoree,mshtml,winemenubuilder.exe=d",
+        "FAKE_EXIT": "5",
+    }
     args = ["-c", "a b.cu", "-o", 'x"y.obj', '-DX="1 2"', "back\\\\slash\\"]
     run = subprocess.run([_wine(), str(nvcc), *args], capture_output=True, text=True, env=env, timeout=240)
     assert run.returncode == 5, run.stderr  # the Python seat's exit code

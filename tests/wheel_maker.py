@@ -29,15 +29,22 @@ def make_wheel(folder: Path, filename: str, payload: bytes = b"", record: bool =
     info = tree / f"{module}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    (info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
-                                + "".join(f"Tag: {t}\n" for t in sorted(map(str, tags))))  # fmt: skip
+    (info / "WHEEL").write_text(
+        "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n" + "".join(f"Tag: {t}\n" for t in sorted(map(str, tags)))
+    )
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / filename
     with WheelFile(out, "w") as wf:
         wf.write_files(str(tree))
     shutil.rmtree(tree)
     if record:
-        body = {"format": 2, "wheel": filename, "sha256": sha256_of(out), "verify": {"ok": True, "checks": []},
-                "link": {"misses": 0}, **fields}  # fmt: skip
+        body = {
+            "format": 2,
+            "wheel": filename,
+            "sha256": sha256_of(out),
+            "verify": {"ok": True, "checks": []},
+            "link": {"misses": 0},
+            **fields,
+        }
         out.with_name(filename + RECORD_SUFFIX).write_text(json.dumps(body, indent=2))
     return out

@@ -48,7 +48,9 @@ def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
     try:
         return tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
     except OSError as exc:
-        raise CuwError(f"{option} {dest}: cannot write in {dest.parent} ({exc.strerror or exc}); pick a writable folder") from None
+        raise CuwError(
+            f"{option} {dest}: cannot write in {dest.parent} ({exc.strerror or exc}); pick a writable folder"
+        ) from None
 
 
 def _replace(dest: Path, option: str, fill: Callable[[str], None]) -> Path:

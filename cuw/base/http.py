@@ -33,8 +33,10 @@ def fetch(url: str, what: str, limit: int = MAX_BYTES) -> bytes:
                     break
                 data += block
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:  # HTTPException: not HTTP at all
-        raise CuwError(f"{what}: cannot read {url} ({getattr(exc, 'reason', None) or exc}); an index that "
-                       "cannot be read is an error (read as empty it would rebuild or republish everything)") from None  # fmt: skip
+        raise CuwError(
+            f"{what}: cannot read {url} ({getattr(exc, 'reason', None) or exc}); an index that "
+            "cannot be read is an error (read as empty it would rebuild or republish everything)"
+        ) from None
     if len(data) > limit:
         raise CuwError(f"{what}: {url} is over {limit >> 20} MiB; not an index file")
     return bytes(data)

@@ -50,9 +50,7 @@ class Meter:
         self._last_done: Optional[int] = None
         use_bar = self.stream.isatty() if terminal is None else terminal
         self.bar: Optional[tqdm] = (
-            tqdm(total=total, desc=label, unit=f" {unit}", file=self.stream, dynamic_ncols=True, leave=True)
-            if use_bar
-            else None
+            tqdm(total=total, desc=label, unit=f" {unit}", file=self.stream, dynamic_ncols=True, leave=True) if use_bar else None
         )
 
     def line(self) -> str:

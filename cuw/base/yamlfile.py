@@ -35,12 +35,16 @@ class _StrictLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise yaml.YAMLError(f"an alias (*{event.anchor}) at line {event.start_mark.line + 1}: "
-                                 "anchors and aliases are not read here; write the value out")  # fmt: skip
+            raise yaml.YAMLError(
+                f"an alias (*{event.anchor}) at line {event.start_mark.line + 1}: "
+                "anchors and aliases are not read here; write the value out"
+            )
         event = self.peek_event()
         if getattr(event, "anchor", None):
-            raise yaml.YAMLError(f"an anchor (&{event.anchor}) at line {event.start_mark.line + 1}: "
-                                 "anchors and aliases are not read here; write the value out")  # fmt: skip
+            raise yaml.YAMLError(
+                f"an anchor (&{event.anchor}) at line {event.start_mark.line + 1}: "
+                "anchors and aliases are not read here; write the value out"
+            )
         self._depth = getattr(self, "_depth", 0) + 1
         try:
             if self._depth > DEPTH:
@@ -59,8 +63,10 @@ class _StrictLoader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: the base class says so
                     break
                 if first is not None:
-                    raise yaml.YAMLError(f"the key {key!r} appears twice in one mapping ({_where(first)} and "
-                                         f"{_where(key_node)}): YAML would keep the last silently; keep one")  # fmt: skip
+                    raise yaml.YAMLError(
+                        f"the key {key!r} appears twice in one mapping ({_where(first)} and "
+                        f"{_where(key_node)}): YAML would keep the last silently; keep one"
+                    )
                 seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 

@@ -62,8 +62,9 @@ def _wheel_file(where: str, name: str, into: Path, limit: int) -> Path:
                     raise ValueError(f"over {limit} bytes, more than the index lists or a lane allows")
                 out.write(block)
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        raise CuwError(f"audit: cannot read {where} ({getattr(exc, 'reason', None) or exc}); an index that cannot be "
-                       "read is an error") from None  # fmt: skip
+        raise CuwError(
+            f"audit: cannot read {where} ({getattr(exc, 'reason', None) or exc}); an index that cannot be read is an error"
+        ) from None
     return target
 
 
@@ -73,8 +74,9 @@ def _limit(name: str, policy: Policy, sizes: dict[str, int]) -> int:
     return sizes[name] if name in sizes else (max(policy.wheel.max_size_mb.values(), default=4096) + 1) << 20
 
 
-def audit(location: str, recipes: list[Recipe], policy: Policy, toolkit: Toolkit, images: dict[str, str],
-          say: Say = lambda _: None) -> list[Finding]:  # fmt: skip
+def audit(
+    location: str, recipes: list[Recipe], policy: Policy, toolkit: Toolkit, images: dict[str, str], say: Say = lambda _: None
+) -> list[Finding]:
     """Every finding about the index at ``location`` for ``recipes`` (folder or URL)."""
     published = read_index(location, "--index")
     records = published.records
@@ -84,8 +86,10 @@ def audit(location: str, recipes: list[Recipe], policy: Policy, toolkit: Toolkit
     missing = sorted((c.id, c.lane) for _, c, _ in planned if c.id in status.missing)
     held = [cell_id for cell_id, lane in missing if lane in UNVERIFIED_LANES]
     if held:  # not a gap: the farm does not build there until a run has verified the lane
-        say(f"audit: {len(held)} cell(s) of unverified lanes not built, as planned: {', '.join(held[:3])}"
-            + (", ..." if len(held) > 3 else ""))  # fmt: skip
+        say(
+            f"audit: {len(held)} cell(s) of unverified lanes not built, as planned: {', '.join(held[:3])}"
+            + (", ..." if len(held) > 3 else "")
+        )
     findings = [Finding("gap", cell_id, "no published wheel") for cell_id, lane in missing if lane not in UNVERIFIED_LANES]
     findings += [Finding("stale", cell_id, why) for cell_id, why in sorted(status.stale.items())]
     with tempfile.TemporaryDirectory(prefix="cuw-audit-") as tmp:
@@ -112,8 +116,7 @@ def audit(location: str, recipes: list[Recipe], policy: Policy, toolkit: Toolkit
 
 def markdown(location: str, findings: list[Finding]) -> str:
     counts = {kind: sum(f.kind == kind for f in findings) for kind in ("gap", "stale", "wheel")}
-    head = (f"### audit of {location}: {counts['gap']} gap(s), {counts['stale']} stale, {counts['wheel']} wheel "
-            f"finding(s)")  # fmt: skip
+    head = f"### audit of {location}: {counts['gap']} gap(s), {counts['stale']} stale, {counts['wheel']} wheel finding(s)"
     if not findings:
         return head + "\n\nNothing found.\n"
     rows = ["| kind | what | detail |", "|---|---|---|"]
@@ -122,8 +125,12 @@ def markdown(location: str, findings: list[Finding]) -> str:
 
 
 def to_html(location: str, findings: list[Finding]) -> str:
-    rows = "".join(f"<tr class='{f.kind}'><td>{f.kind}</td><td>{html.escape(f.subject)}</td><td>{html.escape(f.detail)}</td></tr>"
-                   for f in findings)  # fmt: skip
+    rows = "".join(
+        f"<tr class='{f.kind}'><td>{f.kind}</td><td>{html.escape(f.subject)}</td><td>{html.escape(f.detail)}</td></tr>"
+        for f in findings
+    )
     body = f"<table><tr><th>kind</th><th>what</th><th>detail</th></tr>{rows}</table>" if findings else "<p>Nothing found.</p>"
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>audit of {html.escape(location)}</title></head>"
-            f"<body><h1>audit of {html.escape(location)}</h1><p id='counts'>{len(findings)} finding(s)</p>{body}</body></html>\n")  # fmt: skip
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>audit of {html.escape(location)}</title></head>"
+        f"<body><h1>audit of {html.escape(location)}</h1><p id='counts'>{len(findings)} finding(s)</p>{body}</body></html>\n"
+    )

@@ -148,8 +148,18 @@ class CibwJob:
     def forge_args(self) -> list[str]:
         """The ``cuw`` command the build runs: the same verb, folders and cache as a direct job."""
         args = [self.verb, self.recipe.key, *([str(self.spec)] if self.spec else [])]
-        args += ["--recipes", self.seen(self.recipes_dir), "--work", self.seen(self.work),
-                 "--artifacts", self.seen(self.artifacts), "--jobs", str(self.jobs), "--cache-tool", self.cache.tool]  # fmt: skip
+        args += [
+            "--recipes",
+            self.seen(self.recipes_dir),
+            "--work",
+            self.seen(self.work),
+            "--artifacts",
+            self.seen(self.artifacts),
+            "--jobs",
+            str(self.jobs),
+            "--cache-tool",
+            self.cache.tool,
+        ]
         if self.spec is None:
             args += ["--dist", self.seen(self.dist)]
         if self.cache.remote:
@@ -167,10 +177,17 @@ class CibwJob:
         source_filter = self.recipe.sharding.filter == "source"
         archs = cell_archs(self.recipe, load_policy(self.recipes_dir).archs, self.cell)
         env = build_env(
-            self.recipe, ws.cuda_home, ws.build, self.jobs, self.spec if source_filter and self.spec else None,
-            base={}, lane=self.cell.lane, shard=self.spec, archs=archs,
+            self.recipe,
+            ws.cuda_home,
+            ws.build,
+            self.jobs,
+            self.spec if source_filter and self.spec else None,
+            base={},
+            lane=self.cell.lane,
+            shard=self.spec,
+            archs=archs,
             deps_dir=ws.deps if self.recipe.extra_deps else None,
-        )  # fmt: skip
+        )
         env.pop("PATH")  # the image's own PATH: cibuildwheel puts the build Python first
         env[f"{self.cache.tool.upper()}_DIR"] = str(ws.cache_dir)
         if self.toolkit == "system":
@@ -199,7 +216,9 @@ class CibwJob:
         torch = f"TORCH={self.cell.torch} " if self.cell.torch else ""
         steps = [f'bash -c "cd forge && {torch}CUDA_LINE={self.cell.cuda} bash .github/scripts/install-forge.sh"']
         if self.toolkit == "wheels":  # the forge's own install of the pinned toolkit wheels, checked
-            steps.append(f'python -m cuw toolkit --toolkit wheels --cuda {self.cell.cuda} --recipes "{self.seen(self.recipes_dir)}"')
+            steps.append(
+                f'python -m cuw toolkit --toolkit wheels --cuda {self.cell.cuda} --recipes "{self.seen(self.recipes_dir)}"'
+            )
         if self.recipe.extra_deps:
             steps.append("python -m pip install " + " ".join(f'"{dep}"' for dep in self.recipe.extra_deps))
         return steps
@@ -258,8 +277,14 @@ def render(job: CibwJob) -> str:
 
 
 def job_for(
-    recipe: Recipe, recipes_dir: Path, cell: Cell, spec: Optional[ShardSpec], paths: Paths, cache: CacheChoice,
-    jobs: Optional[int], toolkit: Optional[str] = None,
+    recipe: Recipe,
+    recipes_dir: Path,
+    cell: Cell,
+    spec: Optional[ShardSpec],
+    paths: Paths,
+    cache: CacheChoice,
+    jobs: Optional[int],
+    toolkit: Optional[str] = None,
 ) -> CibwJob:
     """A job of a cell the recipe's grid has, on a lane that shards when it is one of N > 1.
     ``toolkit``: ``--toolkit`` (else ``$CUW_TOOLKIT``, else the policy's entry for the cell's line)."""
@@ -268,8 +293,18 @@ def job_for(
     if spec is not None:
         check_lane(recipe, cell, spec)
     choice = toolkits.for_container(policy, toolkit, cell.cuda)
-    return CibwJob(recipe, recipes_dir.resolve(), cell, spec, paths.work, paths.artifacts, paths.dist, cache,
-                   jobs or os.cpu_count() or 1, choice)  # fmt: skip
+    return CibwJob(
+        recipe,
+        recipes_dir.resolve(),
+        cell,
+        spec,
+        paths.work,
+        paths.artifacts,
+        paths.dist,
+        cache,
+        jobs or os.cpu_count() or 1,
+        choice,
+    )
 
 
 def job_specs(recipe: Recipe, verb: str, shard: Optional[str], shards: Optional[int]) -> list[Optional[ShardSpec]]:
@@ -285,8 +320,14 @@ def job_specs(recipe: Recipe, verb: str, shard: Optional[str], shards: Optional[
 
 
 def run_jobs(
-    recipe: Recipe, recipes_dir: Path, cell: Cell, specs: list[Optional[ShardSpec]], paths: Paths,
-    cache: CacheChoice, jobs: Optional[int], toolkit: Optional[str] = None,
+    recipe: Recipe,
+    recipes_dir: Path,
+    cell: Cell,
+    specs: list[Optional[ShardSpec]],
+    paths: Paths,
+    cache: CacheChoice,
+    jobs: Optional[int],
+    toolkit: Optional[str] = None,
 ) -> bool:
     """Each job in turn; a failed shard does not stop the link (it restores what arrived)."""
     planned = [job_for(recipe, recipes_dir, cell, spec, paths, cache, jobs, toolkit) for spec in specs]
@@ -314,13 +355,24 @@ def run_job(job: CibwJob) -> bool:
     if platform == "windows" and not sys.platform.startswith("win"):
         raise _cannot_start(job, "cibuildwheel builds windows wheels on a Windows host only")
     if platform == "linux" and shutil.which(ENGINE) is None:
-        raise _cannot_start(job, f"no container engine here ({ENGINE} is not on PATH), so cibuildwheel cannot start the {build_identifier(job.cell)} container")
+        raise _cannot_start(
+            job,
+            f"no container engine here ({ENGINE} is not on PATH), so cibuildwheel cannot start the {build_identifier(job.cell)} container",
+        )
     cmd = [_cibuildwheel(), "--platform", platform, "--config-file", str(config), "--output-dir", str(job.output_dir), "."]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
     log_path = job.driver_dir / "cibuildwheel.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=job.driver_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace")  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            cwd=job.driver_dir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
@@ -328,8 +380,14 @@ def run_job(job: CibwJob) -> bool:
         rc = proc.wait()
     if rc == _ENGINE_BROKEN_RC:
         raise _cannot_start(job, f"cibuildwheel could not start a {ENGINE} container (no daemon running? see {log_path})")
-    refused = next((line.strip() for line in log_path.read_text(errors="replace").splitlines()
-                    if line.lstrip().startswith("Error response from daemon")), None)  # fmt: skip
+    refused = next(
+        (
+            line.strip()
+            for line in log_path.read_text(errors="replace").splitlines()
+            if line.lstrip().startswith("Error response from daemon")
+        ),
+        None,
+    )
     if rc != 0 and refused:  # the engine runs but cannot get the image (an unreachable registry)
         raise _cannot_start(job, f"cibuildwheel could not start the {build_identifier(job.cell)} container: {refused}")
     if rc != 0:

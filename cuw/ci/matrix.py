@@ -50,8 +50,16 @@ class Job:
 
 def jobs_for_cell(recipe: Recipe, cell: Cell, images: Optional[Mapping[str, str]] = None, pin: str = "") -> list[Job]:
     n = recipe.sharding.count if cell.lane in recipe.sharding.platforms else 1
-    base = dict(recipe=recipe.key, lane=cell.lane, python=cell.python, cuda=cell.cuda, torch=cell.torch or "", cell=cell.id,
-                image=(images or {}).get(cell.lane, ""), torch_pin=pin)  # fmt: skip
+    base = dict(
+        recipe=recipe.key,
+        lane=cell.lane,
+        python=cell.python,
+        cuda=cell.cuda,
+        torch=cell.torch or "",
+        cell=cell.id,
+        image=(images or {}).get(cell.lane, ""),
+        torch_pin=pin,
+    )
     if n == 1:
         return [Job(kind="build", shard="", artifact="", **base)]
     shards = [Job(kind="shard", shard=f"{i}/{n}", artifact=archive_name(cell, i, n), **base) for i in range(1, n + 1)]
@@ -73,12 +81,17 @@ def select(recipe: Recipe, grid: Grid, f: Filters) -> list[Cell]:
     ):
         unknown = [v for v in values if v not in axis]
         if unknown:
-            raise CuwError(f"{name} {', '.join(unknown)} matches no cell of {recipe.key} (it has: {', '.join(sorted(axis)) or 'none'})")
+            raise CuwError(
+                f"{name} {', '.join(unknown)} matches no cell of {recipe.key} (it has: {', '.join(sorted(axis)) or 'none'})"
+            )
     chosen = [
-        c for c in everything
-        if (not f.platform or c.lane in f.platform) and (not f.cuda or c.cuda in f.cuda)
-        and (not f.pytorch or c.torch in f.pytorch) and (not f.python or c.python in f.python)
-    ]  # fmt: skip
+        c
+        for c in everything
+        if (not f.platform or c.lane in f.platform)
+        and (not f.cuda or c.cuda in f.cuda)
+        and (not f.pytorch or c.torch in f.pytorch)
+        and (not f.python or c.python in f.python)
+    ]
     if not chosen:
         raise CuwError(f"the filters match no cell of {recipe.key}: each value exists, but not together")
     return collapse(recipe, chosen)
@@ -90,8 +103,10 @@ def collapse_note(recipe: Recipe, grid: Grid) -> str:
         return ""
     pythons = sorted({c.python for c in cells(recipe, grid, per_python=True)}, key=lambda v: tuple(map(int, v.split("."))))
     tag = "py3-none" if recipe.wheel_python == "py3" else f"abi3 from Python {recipe.abi3_min_python}"
-    return (f"Python axis collapsed (wheel_python: {recipe.wheel_python}, a {tag} wheel): one cell per lane x CUDA"
-            f"{' x torch' if recipe.links_torch else ''}, built with the lowest Python, serving {', '.join(pythons)}")
+    return (
+        f"Python axis collapsed (wheel_python: {recipe.wheel_python}, a {tag} wheel): one cell per lane x CUDA"
+        f"{' x torch' if recipe.links_torch else ''}, built with the lowest Python, serving {', '.join(pythons)}"
+    )
 
 
 def _chunk_groups(jobs: list[Job]) -> list[tuple[str, list[Job]]]:
@@ -125,8 +140,9 @@ def _size(jobs: list[Job]) -> int:
     return len(json.dumps({"include": [asdict(j) for j in jobs]}, sort_keys=True, separators=(",", ":")))
 
 
-def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Mapping[str, str]] = None,
-         hold_back: bool = False) -> dict:  # fmt: skip
+def plan(
+    recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Mapping[str, str]] = None, hold_back: bool = False
+) -> dict:
     """The chunk plan: deterministic (same input, same bytes). ``images``: per lane, the build
     image its jobs run in (recipes/defaults.yml images.<lane>.ref); a lane without one runs on the runner.
     ``hold_back``: leave out the cells of :data:`UNVERIFIED_LANES` unless ``--platform`` names them
@@ -157,8 +173,10 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Map
     if not jobs:
         reasons = "; ".join(skipped.values()) or "no recipes"
         raise CuwError(f"the filters match no cell: {reasons}")
-    held_back = {lane: f"{n} cell(s) held back: {UNVERIFIED_LANES[lane]}; ask for them with --platform {lane}"
-                 for lane, n in sorted(held.items())}  # fmt: skip
+    held_back = {
+        lane: f"{n} cell(s) held back: {UNVERIFIED_LANES[lane]}; ask for them with --platform {lane}"
+        for lane, n in sorted(held.items())
+    }
     chunks = []
     for chunk_id, chunk_jobs in _chunk_groups(jobs):
         chunks.append(
@@ -169,8 +187,13 @@ def plan(recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Map
                 "link": {"include": [asdict(j) for j in chunk_jobs if j.kind == "link"]},
             }
         )
-    return {"total_jobs": len(jobs), "chunks": chunks, "skipped": skipped, "collapsed": collapsed,
-            **({"held_back": held_back} if held_back else {})}  # fmt: skip
+    return {
+        "total_jobs": len(jobs),
+        "chunks": chunks,
+        "skipped": skipped,
+        "collapsed": collapsed,
+        **({"held_back": held_back} if held_back else {}),
+    }
 
 
 def keep_cells(result: dict, keep: set[str], published: dict) -> dict:
@@ -180,8 +203,14 @@ def keep_cells(result: dict, keep: set[str], published: dict) -> dict:
     for c in result["chunks"]:
         compile_jobs = [j for j in c["compile"]["include"] if j["cell"] in keep]
         link_jobs = [j for j in c["link"]["include"] if j["cell"] in keep]
-        chunks.append({**c, "jobs": len(compile_jobs) + len(link_jobs), "compile": {"include": compile_jobs},
-                       "link": {"include": link_jobs}})  # fmt: skip
+        chunks.append(
+            {
+                **c,
+                "jobs": len(compile_jobs) + len(link_jobs),
+                "compile": {"include": compile_jobs},
+                "link": {"include": link_jobs},
+            }
+        )
     return {**result, "chunks": chunks, "total_jobs": sum(c["jobs"] for c in chunks), "published": published}
 
 
@@ -202,8 +231,7 @@ def dumps(result: dict) -> str:
 # job counts. An entry goes when a cell of the lane has built, linked and verified there.
 UNVERIFIED_LANES = {
     "windows": (
-        "UNVERIFIED: no Windows runner has built a cell yet; its pieces are tested on Linux only "
-        "(docs/compiler-caches.md)"
+        "UNVERIFIED: no Windows runner has built a cell yet; its pieces are tested on Linux only (docs/compiler-caches.md)"
     ),
 }
 
@@ -228,12 +256,16 @@ def summary(result: dict) -> str:
     lines += [f"  lane {lane}: {note}" for lane, note in sorted(result.get("held_back", {}).items())]
     published = result.get("published")
     if published:
-        lines.append(f"  published at {published['from']}: {len(published['current'])} cell(s) up to date, "
-                     f"{len(published['stale'])} stale, {len(published['missing'])} missing; --rebuild "
-                     f"{published['rebuild']}: {published['building']} cell(s) planned")  # fmt: skip
+        lines.append(
+            f"  published at {published['from']}: {len(published['current'])} cell(s) up to date, "
+            f"{len(published['stale'])} stale, {len(published['missing'])} missing; --rebuild "
+            f"{published['rebuild']}: {published['building']} cell(s) planned"
+        )
         lines += [f"    up to date, left out: {cell}" for cell in published["current"] if cell not in published["built"]]
-        lines += [f"    stale: {cell}: {why}" + ("" if cell in published["built"] else " (not rebuilt: --rebuild stale or all)")
-                  for cell, why in sorted(published["stale"].items())]  # fmt: skip
+        lines += [
+            f"    stale: {cell}: {why}" + ("" if cell in published["built"] else " (not rebuilt: --rebuild stale or all)")
+            for cell, why in sorted(published["stale"].items())
+        ]
     return "\n".join(lines)
 
 

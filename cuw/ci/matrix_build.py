@@ -66,7 +66,10 @@ def cells_at_once(cells: int, cores: int, mem_gb: float, jobs: Optional[int]) ->
 
 
 def plan_local(
-    recipe: Recipe, selected: list[Cell], lane: str, toolkits: Mapping[str, LineToolkit],
+    recipe: Recipe,
+    selected: list[Cell],
+    lane: str,
+    toolkits: Mapping[str, LineToolkit],
     find: Callable[[str], tuple[Optional[cell_env.Interpreter], list[str]]] = cell_env.find_python,
 ) -> tuple[list[Buildable], list[Row]]:
     """The cells this machine can build (with their Python and their line's toolkit), and a skipped
@@ -86,8 +89,14 @@ def plan_local(
             pythons[cell.python] = find(cell.python)
         interp, looked = pythons[cell.python]
         if interp is None:
-            skipped.append(Row(cell, "skipped", f"Python {cell.python}: none found (looked at {', '.join(looked)}); "
-                                                f"install it (pyenv install {cell.python}, or uv python install {cell.python})"))  # fmt: skip
+            skipped.append(
+                Row(
+                    cell,
+                    "skipped",
+                    f"Python {cell.python}: none found (looked at {', '.join(looked)}); "
+                    f"install it (pyenv install {cell.python}, or uv python install {cell.python})",
+                )
+            )
             continue
         build.append(Buildable(cell, interp, str(line.chosen.toolkit.home)))
     return build, skipped
@@ -112,8 +121,14 @@ def _pump(proc: subprocess.Popen, log: Path, prefix: str, say: Callable[[str], N
 
 
 def run_matrix(
-    recipe: Recipe, grid: Grid, torch_index: dict[str, str], build: list[Buildable],
-    args: list[str], work: Path, jobs: Optional[int], say: Callable[[str], None],
+    recipe: Recipe,
+    grid: Grid,
+    torch_index: dict[str, str],
+    build: list[Buildable],
+    args: list[str],
+    work: Path,
+    jobs: Optional[int],
+    say: Callable[[str], None],
     venv_root: Optional[Path] = None,
 ) -> list[Row]:
     """Builds each cell with ``cuw build <recipe> <args>`` in its environment, several at once."""
@@ -131,8 +146,11 @@ def run_matrix(
         started = time.monotonic()
         try:
             spec = _spec(recipe, cell, interp, torch_index)
-            say(f"matrix: {cell.id}: environment for Python {interp.version} ({interp.where})"
-                + (f", {spec.torch}" if spec.torch else "") + " ...")  # fmt: skip
+            say(
+                f"matrix: {cell.id}: environment for Python {interp.version} ({interp.where})"
+                + (f", {spec.torch}" if spec.torch else "")
+                + " ..."
+            )
             python, reused = cell_env.ensure(spec, venv_root)
         except CuwError as exc:
             row.status, row.why, row.wall = "skipped", f"its environment could not be made: {exc}", time.monotonic() - started
@@ -147,8 +165,16 @@ def run_matrix(
         # The cell's line's toolkit, whatever this run's own is: its build exports it to its jobs.
         env.update(CUW_TOOLKIT=item.toolkit_home, CUW_CUDA_HOME=item.toolkit_home, CUDA_HOME=item.toolkit_home)
         cmd = [str(python), "-m", "cuw", "build", recipe.key, *args, "--jobs", str(jobs_each)]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, errors="replace", start_new_session=os.name == "posix")  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            start_new_session=os.name == "posix",
+        )
         pump = threading.Thread(target=_pump, args=(proc, logs / f"{cell.id}.log", cell.id, say, row.verdicts), daemon=True)
         pump.start()
         running.append((row, proc, pump, started))

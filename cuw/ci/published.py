@@ -58,7 +58,7 @@ def locate(location: str, option: str = "--published") -> Union[str, Path]:
         return Path(location)
     scheme = match.group(1).lower()
     if scheme in ("http", "https"):
-        return scheme + location[len(scheme):].rstrip("/")
+        return scheme + location[len(scheme) :].rstrip("/")
     parts = urlsplit(location)
     if scheme == "file" and parts.netloc in ("", "localhost"):
         return Path(unquote(parts.path))
@@ -97,8 +97,11 @@ def read_index(location: str, option: str = "--published") -> Published:
     else:
         folder = where
         if not folder.is_dir():
-            fix = ("make it empty for a first run, or leave out --published" if option == "--published"
-                   else "give the folder the index was published to")  # fmt: skip
+            fix = (
+                "make it empty for a first run, or leave out --published"
+                if option == "--published"
+                else "give the folder the index was published to"
+            )
             what = "is a file, not an index folder" if folder.exists() else "no such index folder"
             raise CuwError(f"{option} {location}: {what} ({fix})")
         names = sorted(published_files(folder))
@@ -125,7 +128,9 @@ def read_index(location: str, option: str = "--published") -> Published:
 
 def _check_names(names: list[str], marker: str, option: str) -> None:
     for name in names:
-        if not (name.endswith(".whl") and not name.startswith(".") and "/" not in name and "\\" not in name and name.isprintable()):
+        if not (
+            name.endswith(".whl") and not name.startswith(".") and "/" not in name and "\\" not in name and name.isprintable()
+        ):
             raise CuwError(f"{option}: {marker} lists {name!r}, not a wheel file name; restore the index")
 
 
@@ -164,8 +169,10 @@ def check_cells(records: list[dict[str, Any]], option: str = "--published") -> N
     it, and publish would then refuse the rebuild (the name is published)."""
     for record in records:
         if record_cell(record) is None:
-            raise CuwError(f"{option}: the record of {record.get('wheel')} names no cell (its inputs.cell, or its cell, "
-                           "is missing or malformed); restore the index")  # fmt: skip
+            raise CuwError(
+                f"{option}: the record of {record.get('wheel')} names no cell (its inputs.cell, or its cell, "
+                "is missing or malformed); restore the index"
+            )
 
 
 def _changed(old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -173,8 +180,12 @@ def _changed(old: dict[str, Any], new: dict[str, Any]) -> str:
     return ", ".join(fields) or "the digest"
 
 
-def cell_status(cells: Iterable[tuple[Recipe, Cell, str]], policy: Policy, records: list[dict[str, Any]],
-                say: Callable[[str], None] = lambda _: None) -> CellStatus:  # fmt: skip
+def cell_status(
+    cells: Iterable[tuple[Recipe, Cell, str]],
+    policy: Policy,
+    records: list[dict[str, Any]],
+    say: Callable[[str], None] = lambda _: None,
+) -> CellStatus:
     """Each planned cell (recipe, cell, its build image) against the published records."""
     by_cell: dict[str, list[dict[str, Any]]] = {}
     for record in records:

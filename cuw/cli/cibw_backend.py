@@ -29,7 +29,6 @@ from packaging.tags import sys_tags
 from cuw.ci.cibw import COMMAND_VAR
 
 
-
 def _job_args() -> list[str]:
     text = os.environ.get(COMMAND_VAR)
     if not text:

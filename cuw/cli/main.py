@@ -104,7 +104,8 @@ def _run_once(argv: Optional[list[str]]) -> int:
     except Exception as exc:  # noqa: BLE001 - the boundary: a bug must still end in one line
         log = _crash_log(exc)
         where = f"traceback in {log}" if log else "no log could be written"
-        print(f"cuw: internal error (a bug in the forge, please report it): {type(exc).__name__}: "
-              f"{_one_line(str(exc))} ({where})",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"cuw: internal error (a bug in the forge, please report it): {type(exc).__name__}: {_one_line(str(exc))} ({where})",
+            file=sys.stderr,
+        )
         return 2

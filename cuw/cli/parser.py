@@ -17,10 +17,14 @@ from cuw.toolchain.cache import TOOLS
 
 
 def _git_mirror(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--git-mirror", default=None, metavar="PATH",
-                   help="take a git source from here instead of its URL: a git repository, a folder of mirrors "
-                        "(<name>.git, <name>, <owner>/<name>[.git], <name>-<version>.tar.gz) or a `git archive` "
-                        "tarball checked against source.archive_sha256 (default: $CUW_GIT_MIRROR)")  # fmt: skip
+    p.add_argument(
+        "--git-mirror",
+        default=None,
+        metavar="PATH",
+        help="take a git source from here instead of its URL: a git repository, a folder of mirrors "
+        "(<name>.git, <name>, <owner>/<name>[.git], <name>-<version>.tar.gz) or a `git archive` "
+        "tarball checked against source.archive_sha256 (default: $CUW_GIT_MIRROR)",
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,35 +40,62 @@ def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
     if dist:
         p.add_argument("--dist", type=Path, default=Paths.dist, help="wheels that passed the link gate (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs inside one build (default: cores)")
-    p.add_argument("--cache-tool", choices=TOOLS, default=None,
-                   help="compiler cache (default: $CUW_CACHE_TOOL, else the lane's in recipes/defaults.yml)")
-    p.add_argument("--cache-remote", default=None, metavar="URL",
-                   help="shared ccache remote (redis://, http://, file:); replaces the archives "
-                        "(default: $CUW_CACHE_REMOTE, else recipes/defaults.yml)")  # fmt: skip
-    p.add_argument("--backend", choices=("pip", "cibuildwheel"), default="pip",
-                   help="pip: build here (default); cibuildwheel: the same job inside cibuildwheel's "
-                        "manylinux container or Windows build")  # fmt: skip
-    p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
-                   help="with --backend cibuildwheel: the cell to build (default: this machine's)")
-    p.add_argument("--image", default=None, metavar="REF",
-                   help="run each job in a container of this build image (its /opt/python, compiler and glibc; "
-                        "the wheel gets its floor): a reference the engine has, e.g. the one `cuw image` prints")  # fmt: skip
+    p.add_argument(
+        "--cache-tool",
+        choices=TOOLS,
+        default=None,
+        help="compiler cache (default: $CUW_CACHE_TOOL, else the lane's in recipes/defaults.yml)",
+    )
+    p.add_argument(
+        "--cache-remote",
+        default=None,
+        metavar="URL",
+        help="shared ccache remote (redis://, http://, file:); replaces the archives "
+        "(default: $CUW_CACHE_REMOTE, else recipes/defaults.yml)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("pip", "cibuildwheel"),
+        default="pip",
+        help="pip: build here (default); cibuildwheel: the same job inside cibuildwheel's manylinux container or Windows build",
+    )
+    p.add_argument(
+        "--cell",
+        default=None,
+        metavar="LANE/PY/CUDA[/TORCH]",
+        help="with --backend cibuildwheel: the cell to build (default: this machine's)",
+    )
+    p.add_argument(
+        "--image",
+        default=None,
+        metavar="REF",
+        help="run each job in a container of this build image (its /opt/python, compiler and glibc; "
+        "the wheel gets its floor): a reference the engine has, e.g. the one `cuw image` prints",
+    )
     _engine_option(p)
     _git_mirror(p)
     _toolkit_option(p)
 
 
 def _engine_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=("docker", "podman"), default=None,
-                   help="the container engine (default: $CUW_ENGINE, else docker, then podman on PATH)")
+    p.add_argument(
+        "--engine",
+        choices=("docker", "podman"),
+        default=None,
+        help="the container engine (default: $CUW_ENGINE, else docker, then podman on PATH)",
+    )
 
 
 def _toolkit_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--toolkit", default=None, metavar="system|wheels|PATH",
-                   help="the CUDA toolkit for this run: system (CUW_CUDA_HOME, CUDA_HOME, nvcc on PATH, "
-                        "/usr/local/cuda-13.0), wheels (NVIDIA's wheels pinned in recipes/defaults.yml toolkit_wheels, "
-                        "installed once under $CUW_TOOLKITS) or a toolkit folder "
-                        "(default: $CUW_TOOLKIT, else toolkits.<line> in recipes/defaults.yml, else system)")  # fmt: skip
+    p.add_argument(
+        "--toolkit",
+        default=None,
+        metavar="system|wheels|PATH",
+        help="the CUDA toolkit for this run: system (CUW_CUDA_HOME, CUDA_HOME, nvcc on PATH, "
+        "/usr/local/cuda-13.0), wheels (NVIDIA's wheels pinned in recipes/defaults.yml toolkit_wheels, "
+        "installed once under $CUW_TOOLKITS) or a toolkit folder "
+        "(default: $CUW_TOOLKIT, else toolkits.<line> in recipes/defaults.yml, else system)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -84,14 +115,19 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="the whole cell here: all shards in parallel, then the link")
     p.add_argument("recipe", nargs="?", default="example", help="recipe name (default: %(default)s, the built-in example)")
     p.add_argument("--shards", type=int, default=None, help="N (default: the recipe's sharding.count)")
-    p.add_argument("--matrix", action="store_true",
-                   help="every cell of the recipe's matrix this machine can build; the others are listed as skipped")
+    p.add_argument(
+        "--matrix",
+        action="store_true",
+        help="every cell of the recipe's matrix this machine can build; the others are listed as skipped",
+    )
     for flag in ("platform", "cuda", "pytorch", "python"):
-        p.add_argument(f"--{flag}", action="append", default=[], help=f"with --matrix: only these {flag} values")  # fmt: skip
+        p.add_argument(f"--{flag}", action="append", default=[], help=f"with --matrix: only these {flag} values")
     _common(p)
 
-    p = sub.add_parser("lint-guards", help="CMake consumers of targets that exist only when their sources do, "
-                                           "not under if(TARGET ...) (exit 1 on findings)")  # fmt: skip
+    p = sub.add_parser(
+        "lint-guards",
+        help="CMake consumers of targets that exist only when their sources do, not under if(TARGET ...) (exit 1 on findings)",
+    )
     p.add_argument("target", help="a source folder or CMake file, or a recipe name (its fetched, patched source)")
     p.add_argument("--recipes", type=Path, default=None)
     _git_mirror(p)
@@ -101,11 +137,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe", default=None, help="recipe name (default: the recipe whose name matches the wheel)")
     p.add_argument("--recipes", type=Path, default=None)
     p.add_argument("--no-import", action="store_true", help="skip importing the modules")
-    p.add_argument("--torch-patches", action="store_true",
-                   help="also import the wheel under every patch release of the cell's torch line the index offers, "
-                        "each in a clean venv (made once under $CUW_TORCH_VENVS or ~/.cache/cuw/torch-venvs)")
-    p.add_argument("--torch-index", default=None, metavar="URL",
-                   help="with --torch-patches: the simple index to take torch from (default: the CUDA line's torch_index)")
+    p.add_argument(
+        "--torch-patches",
+        action="store_true",
+        help="also import the wheel under every patch release of the cell's torch line the index offers, "
+        "each in a clean venv (made once under $CUW_TORCH_VENVS or ~/.cache/cuw/torch-venvs)",
+    )
+    p.add_argument(
+        "--torch-index",
+        default=None,
+        metavar="URL",
+        help="with --torch-patches: the simple index to take torch from (default: the CUDA line's torch_index)",
+    )
 
     p = sub.add_parser("index", help="a PEP 503 index (flat root and per-CUDA/torch channels) from a folder of wheels")
     p.add_argument("wheel_dir", type=Path)
@@ -117,85 +160,148 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{flag}", action="append", default=[], help=f"only these {flag} values (repeat or comma-separate)")
     p.add_argument("--chunk", default=None, help="print only this chunk (its id from the plan)")
     p.add_argument("--output", type=Path, default=None, help="write the JSON here instead of stdout")
-    p.add_argument("--on-host", action="store_true",
-                   help="jobs run on the runner itself, not in their lane's build image (images.<lane> in "
-                        "recipes/defaults.yml): for a local run of the workflow in act's host mode")  # fmt: skip
-    p.add_argument("--published", default=None, metavar="FOLDER|URL",
-                   help="the published index (a folder, or the URL it is served at): cells whose build record there "
-                        "names today's inputs (recipe, source, archs, image, toolkit, wheel policy) are left out")  # fmt: skip
-    p.add_argument("--rebuild", choices=("missing", "stale", "all"), default=None,
-                   help="with --published: plan the missing cells only, the stale ones too (default), or all")
-    p.add_argument("--image", action="append", default=[], metavar="LANE=REF",
-                   help="the jobs of this Linux lane run in REF (pinned by digest) instead of images.<lane>.ref: "
-                        "a local run's stand-in (repeat or comma-separate)")  # fmt: skip
+    p.add_argument(
+        "--on-host",
+        action="store_true",
+        help="jobs run on the runner itself, not in their lane's build image (images.<lane> in "
+        "recipes/defaults.yml): for a local run of the workflow in act's host mode",
+    )
+    p.add_argument(
+        "--published",
+        default=None,
+        metavar="FOLDER|URL",
+        help="the published index (a folder, or the URL it is served at): cells whose build record there "
+        "names today's inputs (recipe, source, archs, image, toolkit, wheel policy) are left out",
+    )
+    p.add_argument(
+        "--rebuild",
+        choices=("missing", "stale", "all"),
+        default=None,
+        help="with --published: plan the missing cells only, the stale ones too (default), or all",
+    )
+    p.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="LANE=REF",
+        help="the jobs of this Linux lane run in REF (pinned by digest) instead of images.<lane>.ref: "
+        "a local run's stand-in (repeat or comma-separate)",
+    )
     p.add_argument("--recipes", type=Path, default=None)
 
-    p = sub.add_parser("audit", help="check a published index against the grid and the policy: gaps, stale wheels, "
-                                     "and every wheel through verify (names, RECORD, size, device code); exit 1 on findings")  # fmt: skip
-    p.add_argument("--index", required=True, metavar="FOLDER|URL", help="the published index (a folder, or the URL it is served at)")
+    p = sub.add_parser(
+        "audit",
+        help="check a published index against the grid and the policy: gaps, stale wheels, "
+        "and every wheel through verify (names, RECORD, size, device code); exit 1 on findings",
+    )
+    p.add_argument(
+        "--index", required=True, metavar="FOLDER|URL", help="the published index (a folder, or the URL it is served at)"
+    )
     p.add_argument("--package", default="all", help="a recipe, or all (default)")
     p.add_argument("--format", choices=("md", "html"), default="md", help="the report's format (default md)")
     p.add_argument("--output", type=Path, default=None, help="write the report here instead of stdout")
     p.add_argument("--on-host", action="store_true", help="the wheels were built on their runners, not in the lanes' images")
-    p.add_argument("--image", action="append", default=[], metavar="LANE=REF", help="the build image a lane's wheels were built in")
+    p.add_argument(
+        "--image", action="append", default=[], metavar="LANE=REF", help="the build image a lane's wheels were built in"
+    )
     p.add_argument("--recipes", type=Path, default=None)
 
     p = sub.add_parser("recipes", help="list the recipes: source, torch axis, sharding, platforms, cells")
     p.add_argument("--recipes", type=Path, default=None)
 
-    p = sub.add_parser("toolkit", help="provision or find the CUDA toolkit of a line (system, a path, or pinned wheels) "
-                                       "and print its folder")  # fmt: skip
+    p = sub.add_parser(
+        "toolkit", help="provision or find the CUDA toolkit of a line (system, a path, or pinned wheels) and print its folder"
+    )
     p.add_argument("--cuda", default=None, metavar="X.Y", help="the CUDA line (default: the system toolkit's)")
     p.add_argument("--recipes", type=Path, default=None)
-    p.add_argument("--github-env", action="store_true",
-                   help="in a workflow: append CUW_CUDA_HOME/CUDA_HOME to $GITHUB_ENV and source=system|wheels|path "
-                        "to $GITHUB_OUTPUT; a system line is left to the install step that follows")  # fmt: skip
+    p.add_argument(
+        "--github-env",
+        action="store_true",
+        help="in a workflow: append CUW_CUDA_HOME/CUDA_HOME to $GITHUB_ENV and source=system|wheels|path "
+        "to $GITHUB_OUTPUT; a system line is left to the install step that follows",
+    )
     _toolkit_option(p)
 
     p = sub.add_parser("show", help="the merged, resolved configuration of a recipe for one cell (JSON)")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     p.add_argument("--recipes", type=Path, default=None)
-    p.add_argument("--cell", default=None, metavar="LANE/PY/CUDA[/TORCH]",
-                   help="for example linux/3.11/13.0/2.14 (default: this machine's cell)")  # fmt: skip
+    p.add_argument(
+        "--cell",
+        default=None,
+        metavar="LANE/PY/CUDA[/TORCH]",
+        help="for example linux/3.11/13.0/2.14 (default: this machine's cell)",
+    )
 
-    p = sub.add_parser("plan", help="per N: TUs and families per shard, jobs per lane, predicted times; "
-                                    "a recommended N and the checklist (no compile); --farm: the whole grid")  # fmt: skip
+    p = sub.add_parser(
+        "plan",
+        help="per N: TUs and families per shard, jobs per lane, predicted times; "
+        "a recommended N and the checklist (no compile); --farm: the whole grid",
+    )
     p.add_argument("recipe", nargs="?", default=None, help="recipe name (cuw recipes lists them); none with --farm")
-    p.add_argument("--farm", action="store_true",
-                   help="the whole grid from every recipe's cost table: runner-hours per lane and the wall time under "
-                        "--concurrency limits, shard jobs over GitHub's 6 h cap")  # fmt: skip
-    p.add_argument("--concurrency", default="20,60", metavar="C,C",
-                   help="with --farm: concurrent jobs to plan for (default 20,60: GitHub Free and Team)")
-    p.add_argument("--count", action="append", default=[], metavar="RECIPE=N",
-                   help="with --farm: plan RECIPE at N shards instead of its sharding.count (repeatable)")
+    p.add_argument(
+        "--farm",
+        action="store_true",
+        help="the whole grid from every recipe's cost table: runner-hours per lane and the wall time under "
+        "--concurrency limits, shard jobs over GitHub's 6 h cap",
+    )
+    p.add_argument(
+        "--concurrency",
+        default="20,60",
+        metavar="C,C",
+        help="with --farm: concurrent jobs to plan for (default 20,60: GitHub Free and Team)",
+    )
+    p.add_argument(
+        "--count",
+        action="append",
+        default=[],
+        metavar="RECIPE=N",
+        help="with --farm: plan RECIPE at N shards instead of its sharding.count (repeatable)",
+    )
     p.add_argument("--shards", type=int, default=None, help="plan this N only")
     p.add_argument("--range", default=None, metavar="A..B", help="plan every N from A to B (default: 2..64)")
     p.add_argument("--costs", type=Path, default=None, help="a cost table (default: the recipe's costs.json)")
     p.add_argument("--from-log", type=Path, default=None, help="seat filter: the TUs of this recorded seat log")
     p.add_argument("--check", type=int, default=None, metavar="N", help="run the checklist at N (default: sharding.count)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (same as --format json)")
-    p.add_argument("--format", choices=("text", "json", "markdown", "html"), default=None,
-                   help="text (default), json, markdown (a table for a step summary) or html (a page with the curve)")
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "markdown", "html"),
+        default=None,
+        help="text (default), json, markdown (a table for a step summary) or html (a page with the curve)",
+    )
     p.add_argument("--output", type=Path, default=None, help="write the plan here instead of stdout")
     p.add_argument("--recipes", type=Path, default=None)
     _git_mirror(p)
 
     p = sub.add_parser("grid", help="the build grid; --check asks the torch indexes what the grid lacks (exit 1 then)")
     p.add_argument("--check", action="store_true", help="compare grid.torch with each CUDA line's torch_index")
-    p.add_argument("--index", action="append", default=[], metavar="CUDA=URL",
-                   help="ask this simple index for a CUDA line instead of torch_index (repeatable)")
+    p.add_argument(
+        "--index",
+        action="append",
+        default=[],
+        metavar="CUDA=URL",
+        help="ask this simple index for a CUDA line instead of torch_index (repeatable)",
+    )
     p.add_argument("--recipes", type=Path, default=None)
 
     p = sub.add_parser("report", help="a cell's shard timeline as one self-contained HTML file (inline SVG, no network)")
     p.add_argument("cell_dir", type=Path, help="the cell's work folder, e.g. .cuw/work/example-linux-py3.11-cu13.0-notorch")
-    p.add_argument("--artifacts", type=Path, default=Paths.artifacts, help="where the shard gate reports are (default: %(default)s)")
+    p.add_argument(
+        "--artifacts", type=Path, default=Paths.artifacts, help="where the shard gate reports are (default: %(default)s)"
+    )
     p.add_argument("--dist", type=Path, default=Paths.dist, help="where the link report is (default: %(default)s)")
     p.add_argument("--output", type=Path, default=None, help="the HTML file (default: <cell_dir>/report.html)")
 
     p = sub.add_parser("costs", help="record a recipe's cost table (recipes/<name>/costs.json) from real build logs")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
-    p.add_argument("--from", dest="logs", type=Path, action="append", required=True,
-                   help="a seat log (logs/seat.jsonl), a build's .ninja_log, a shard report (cuw-shard-*.report.json: its seat log's TUs, and the shard's cost beside its compiles) or a link report (link.report.json, <wheel>.link.json: the link's cost beside its replays, for the planner); repeat for several")  # fmt: skip
+    p.add_argument(
+        "--from",
+        dest="logs",
+        type=Path,
+        action="append",
+        required=True,
+        help="a seat log (logs/seat.jsonl), a build's .ninja_log, a shard report (cuw-shard-*.report.json: its seat log's TUs, and the shard's cost beside its compiles) or a link report (link.report.json, <wheel>.link.json: the link's cost beside its replays, for the planner); repeat for several",
+    )
     p.add_argument("--source-root", type=Path, default=None, help="with a .ninja_log outside a forge job: the source root")
     p.add_argument("--output", type=Path, default=None, help="write here (default: the recipe's costs.json)")
     p.add_argument("--recipes", type=Path, default=None)
@@ -210,34 +316,60 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("incoming", type=Path, help="folder of wheels and their .build.json records (searched recursively)")
     p.add_argument("index", type=Path, help="the index folder (created when new)")
     p.add_argument("--reports", type=Path, default=None, help="the links' gate reports: cells not published are named with why")
-    p.add_argument("--from-url", default=None, metavar="URL",
-                   help="continue the index served at URL (its cuw-index.json and build records, fetched into INDEX, "
-                        "a new folder): a runner that starts empty never publishes from nothing, nor fewer wheels")  # fmt: skip
-    p.add_argument("--asset-url", default=None, metavar="TEMPLATE",
-                   help="keep the wheels elsewhere (release assets): the pages link TEMPLATE with {recipe} and {wheel} "
-                        "filled in, and the new wheels go to --upload for the upload step")  # fmt: skip
+    p.add_argument(
+        "--from-url",
+        default=None,
+        metavar="URL",
+        help="continue the index served at URL (its cuw-index.json and build records, fetched into INDEX, "
+        "a new folder): a runner that starts empty never publishes from nothing, nor fewer wheels",
+    )
+    p.add_argument(
+        "--asset-url",
+        default=None,
+        metavar="TEMPLATE",
+        help="keep the wheels elsewhere (release assets): the pages link TEMPLATE with {recipe} and {wheel} "
+        "filled in, and the new wheels go to --upload for the upload step",
+    )
     p.add_argument("--upload", type=Path, default=None, metavar="DIR", help="with --asset-url: where the new wheels go")
 
-    p = sub.add_parser("image", help="build the local stand-in build image from its recipe (once per recipe digest) "
-                                     "and print its reference")  # fmt: skip
-    p.add_argument("--from", dest="yml", type=Path, default=None, metavar="YML",
-                   help="the image recipe (default: images/standin-<this machine's arch>.yml)")
+    p = sub.add_parser(
+        "image", help="build the local stand-in build image from its recipe (once per recipe digest) and print its reference"
+    )
+    p.add_argument(
+        "--from",
+        dest="yml",
+        type=Path,
+        default=None,
+        metavar="YML",
+        help="the image recipe (default: images/standin-<this machine's arch>.yml)",
+    )
     _engine_option(p)
 
-    p = sub.add_parser("workflow", help="run .github/workflows/build.yml here with act for a recipe's chunk: host mode, "
-                                        "or with --engine docker every job in a container of its own")  # fmt: skip
+    p = sub.add_parser(
+        "workflow",
+        help="run .github/workflows/build.yml here with act for a recipe's chunk: host mode, "
+        "or with --engine docker every job in a container of its own",
+    )
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     for flag in ("platform", "cuda", "pytorch", "python"):
         p.add_argument(f"--{flag}", action="append", default=[], help=f"only these {flag} values (repeat or comma-separate)")
     p.add_argument("--chunk", default=None, help="the chunk id, when the filters leave more than one")
     p.add_argument("--index", type=Path, default=None, help="the index folder the publish job adds to (default: .cuw/farm/index)")
-    p.add_argument("--fail-shard", default=None, metavar="CELL:I/N",
-                   help="fault switch: make this shard job fail (for example example-linux-py3.11-cu13.0-notorch:2/4)")
+    p.add_argument(
+        "--fail-shard",
+        default=None,
+        metavar="CELL:I/N",
+        help="fault switch: make this shard job fail (for example example-linux-py3.11-cu13.0-notorch:2/4)",
+    )
     p.add_argument("--jobs", type=int, default=None, help="act's concurrent jobs (default: act's, the number of CPUs)")
-    p.add_argument("--engine", choices=("docker",), default=None,
-                   help="act in docker mode: the plan and publish jobs in the runner image (images/runner-<arch>.yml), "
-                        "the Linux build jobs in the stand-in build image pinned through a registry on 127.0.0.1, "
-                        "each job in its own container (default: host mode, every job a process tree here)")  # fmt: skip
+    p.add_argument(
+        "--engine",
+        choices=("docker",),
+        default=None,
+        help="act in docker mode: the plan and publish jobs in the runner image (images/runner-<arch>.yml), "
+        "the Linux build jobs in the stand-in build image pinned through a registry on 127.0.0.1, "
+        "each job in its own container (default: host mode, every job a process tree here)",
+    )
     p.add_argument("--recipes", type=Path, default=None)
     return top
 
@@ -276,11 +408,16 @@ def verb_specs() -> list[VerbSpec]:
                 continue
             positional = not action.option_strings
             flag = action.dest if positional else max(action.option_strings, key=len)
-            options.append(OptionSpec(
-                flag=flag, dest=action.dest, help=(action.help or "").replace("%(default)s", str(action.default)),
-                positional=positional, switch=isinstance(action, argparse._StoreTrueAction),
-                repeat=isinstance(action, argparse._AppendAction),
-                required=positional and action.nargs not in ("?", "*"),
-            ))  # fmt: skip
+            options.append(
+                OptionSpec(
+                    flag=flag,
+                    dest=action.dest,
+                    help=(action.help or "").replace("%(default)s", str(action.default)),
+                    positional=positional,
+                    switch=isinstance(action, argparse._StoreTrueAction),
+                    repeat=isinstance(action, argparse._AppendAction),
+                    required=positional and action.nargs not in ("?", "*"),
+                )
+            )
         specs.append(VerbSpec(name, helps.get(name, ""), tuple(options)))
     return specs

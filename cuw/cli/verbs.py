@@ -86,10 +86,13 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
 
         index = args.torch_index or policy.torch_index.get(cell.cuda)
         if not index:
-            raise CuwError(f"--torch-patches: no torch_index for CUDA {cell.cuda} in recipes/defaults.yml; pass --torch-index URL")
+            raise CuwError(
+                f"--torch-patches: no torch_index for CUDA {cell.cuda} in recipes/defaults.yml; pass --torch-index URL"
+            )
         patches = TorchPatches(index, torch_venvs.default_root())
-    checked = verify(args.wheel, recipe, cell, toolkit, policy.wheel, archs, import_check=not args.no_import,
-                     torch_patches=patches)  # fmt: skip
+    checked = verify(
+        args.wheel, recipe, cell, toolkit, policy.wheel, archs, import_check=not args.no_import, torch_patches=patches
+    )
     for check in checked.checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:12} {'; '.join(check.details)}")
     as_json, as_md = write_verify_reports(checked, args.wheel)
@@ -102,7 +105,9 @@ def _split(values: list[str], flag: str = "filter") -> tuple[str, ...]:
     """Repeated or comma-separated filter values; an empty one is refused (it would match everything)."""
     out = tuple(v.strip() for value in values for v in value.split(","))
     if any(not v for v in out):
-        raise CuwError(f"--{flag}: an empty value (give a value like --{flag} {_EXAMPLE.get(flag, 'X')}, or leave the option out)")
+        raise CuwError(
+            f"--{flag}: an empty value (give a value like --{flag} {_EXAMPLE.get(flag, 'X')}, or leave the option out)"
+        )
     return out
 
 
@@ -137,11 +142,21 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
     for row in skipped:
         report.say(f"skipped {row.cell.id}: needs {row.why}")
     if not build:
-        raise CuwError(f"none of the {len(selected)} selected cells of {recipe.key} can be built on this machine: "
-                       + "; ".join(f"{r.cell.id}: {r.why}" for r in skipped[:3]))  # fmt: skip
+        raise CuwError(
+            f"none of the {len(selected)} selected cells of {recipe.key} can be built on this machine: "
+            + "; ".join(f"{r.cell.id}: {r.why}" for r in skipped[:3])
+        )
     paths = _paths(args)
-    child = ["--work", str(paths.work.resolve()), "--artifacts", str(paths.artifacts.resolve()),
-             "--dist", str(paths.dist.resolve()), "--recipes", str(recipes_dir.resolve())]  # fmt: skip
+    child = [
+        "--work",
+        str(paths.work.resolve()),
+        "--artifacts",
+        str(paths.artifacts.resolve()),
+        "--dist",
+        str(paths.dist.resolve()),
+        "--recipes",
+        str(recipes_dir.resolve()),
+    ]
     if args.shards is not None:
         child += ["--shards", str(args.shards)]
     if args.cache_tool:
@@ -233,8 +248,10 @@ def _outside_index(output: Path, location: Optional[str], option: str) -> None:
     if isinstance(where, Path) and where.is_dir():
         root, out = where.resolve(), output.resolve()
         if out == root or root in out.parents:
-            raise CuwError(f"--output {output} is inside the index {location} ({option}), which is read, never written; "
-                           "give a path outside it")  # fmt: skip
+            raise CuwError(
+                f"--output {output} is inside the index {location} ({option}), which is read, never written; "
+                "give a path outside it"
+            )
 
 
 def _drop_published(result: dict, recipes: list[Recipe], policy, location: str, rebuild: Optional[str]) -> dict:
@@ -244,18 +261,32 @@ def _drop_published(result: dict, recipes: list[Recipe], policy, location: str, 
     from cuw.config.cell import Cell
 
     by_key = {r.key: r for r in recipes}
-    cells = [(by_key[key], Cell(key, lane, python, cuda, torch or None), image)
-             for key, lane, python, cuda, torch, image in matrix.planned_cells(result)]  # fmt: skip
+    cells = [
+        (by_key[key], Cell(key, lane, python, cuda, torch or None), image)
+        for key, lane, python, cuda, torch, image in matrix.planned_cells(result)
+    ]
     records = read_records(location)
     check_cells(records)  # a record read as no cell would have its cell rebuilt, and the rebuild refused
     status = cell_status(cells, policy, records)
     mode = rebuild or "stale"
     keep = status.to_build(mode)
-    report.say(f"matrix: published at {location}: {len(status.current)} cell(s) up to date, {len(status.stale)} stale, "
-               f"{len(status.missing)} missing; --rebuild {mode}: {len(keep)} cell(s) planned")  # fmt: skip
-    return matrix.keep_cells(result, keep, {"from": location, "rebuild": mode, "current": status.current,
-                                            "stale": status.stale, "missing": status.missing,
-                                            "building": len(keep), "built": sorted(keep)})  # fmt: skip
+    report.say(
+        f"matrix: published at {location}: {len(status.current)} cell(s) up to date, {len(status.stale)} stale, "
+        f"{len(status.missing)} missing; --rebuild {mode}: {len(keep)} cell(s) planned"
+    )
+    return matrix.keep_cells(
+        result,
+        keep,
+        {
+            "from": location,
+            "rebuild": mode,
+            "current": status.current,
+            "stale": status.stale,
+            "missing": status.missing,
+            "building": len(keep),
+            "built": sorted(keep),
+        },
+    )
 
 
 def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
@@ -331,8 +362,12 @@ def _plan(args: argparse.Namespace, recipes_dir: Path) -> int:
     result = planner.plan(recipe, counts, args.costs, args.from_log, checked_n=args.check)
     from cuw.tools import plan_views
 
-    text = {"json": result.to_json, "markdown": lambda: plan_views.markdown(result), "html": lambda: plan_views.html(result),
-            "text": lambda: planner.render(result) + "\n"}[fmt]()  # fmt: skip
+    text = {
+        "json": result.to_json,
+        "markdown": lambda: plan_views.markdown(result),
+        "html": lambda: plan_views.html(result),
+        "text": lambda: planner.render(result) + "\n",
+    }[fmt]()
     if args.output is not None:
         write_text(args.output, text, "--output")
         report.say(f"plan: {args.output}")
@@ -365,8 +400,10 @@ def _set_git_mirror(args: argparse.Namespace) -> None:
 
     if args.git_mirror is not None:
         if not args.git_mirror.strip():
-            raise CuwError(f"--git-mirror: an empty value (give a git repository, a folder of mirrors or a tarball, "
-                           f"or leave the option out to use ${MIRROR_VAR} or the recipe's URL)")  # fmt: skip
+            raise CuwError(
+                f"--git-mirror: an empty value (give a git repository, a folder of mirrors or a tarball, "
+                f"or leave the option out to use ${MIRROR_VAR} or the recipe's URL)"
+            )
         os.environ[MIRROR_VAR] = str(check_mirror(Path(args.git_mirror), "--git-mirror"))
     elif (env := mirror_from_env()) is not None:
         os.environ[MIRROR_VAR] = str(check_mirror(env))
@@ -446,13 +483,15 @@ def run(argv: list[str]) -> int:
             )
     spec = parse_shard_spec(args.shard) if args.verb == "shard" else None
     recipe = load_recipe(args.recipe, recipes_dir)
-    from cuw.jobs.local import run_build# the build verbs only: the others start faster
-    from cuw.jobs.link import run_link# the build verbs only: the others start faster
-    from cuw.jobs.shard import run_shard# the build verbs only: the others start faster
+    from cuw.jobs.local import run_build  # the build verbs only: the others start faster
+    from cuw.jobs.link import run_link  # the build verbs only: the others start faster
+    from cuw.jobs.shard import run_shard  # the build verbs only: the others start faster
+
     if args.backend == "cibuildwheel":
         if args.image is not None:
-            raise CuwError("--image goes with the pip backend; cibuildwheel runs its own image "
-                           "(images.<lane>.ref in recipes/defaults.yml)")  # fmt: skip
+            raise CuwError(
+                "--image goes with the pip backend; cibuildwheel runs its own image (images.<lane>.ref in recipes/defaults.yml)"
+            )
         return _cibuildwheel(args, recipe, recipes_dir)
     if args.image is not None and getattr(args, "matrix", False):
         raise CuwError("--image builds this machine's cell; build --matrix picks each cell's environment itself")
@@ -489,8 +528,7 @@ def run(argv: list[str]) -> int:
     if image_job is not None:
         return _in_image(args, image_job, recipe, recipes_dir, spec)
     if spec is not None:
-        result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say,
-                           cache=cache)  # fmt: skip
+        result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say, cache=cache)
         return 0 if result.verdict.ok else 1
     if args.verb == "link":
         linked = run_link(recipe, _paths(args), args.jobs, cache=cache)
@@ -522,8 +560,14 @@ def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec, jo
     argv = [verb, args.recipe] + ([str(spec)] if spec is not None else [])
     if job.foreign:  # the host's toolkit cannot run there: NVIDIA's pinned wheels for its machine
         argv += ["--toolkit", "wheels"]
-    argv += ["--work", str(args.work.resolve()), "--artifacts", str(args.artifacts.resolve()),
-             "--recipes", str(recipes_dir.resolve())]  # fmt: skip
+    argv += [
+        "--work",
+        str(args.work.resolve()),
+        "--artifacts",
+        str(args.artifacts.resolve()),
+        "--recipes",
+        str(recipes_dir.resolve()),
+    ]
     if verb != "shard":
         argv += ["--dist", str(args.dist.resolve())]
     elif args.quiet:
@@ -550,14 +594,15 @@ def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes
     from cuw.toolchain.toolkit import find_toolkit
 
     if job.foreign and toolkits.requested(getattr(args, "toolkit", None))[0] not in (None, "wheels"):
-        raise CuwError(f"--image {job.ref} runs on {job.machine}, this machine on {platform.machine()}: its jobs use "
-                       "NVIDIA's pinned wheels for its machine (--toolkit wheels), not a toolkit of this one")  # fmt: skip
+        raise CuwError(
+            f"--image {job.ref} runs on {job.machine}, this machine on {platform.machine()}: its jobs use "
+            "NVIDIA's pinned wheels for its machine (--toolkit wheels), not a toolkit of this one"
+        )
     cell_work = _paths(args).cell_work(local_cell(recipe, find_toolkit(), job.lane))
     if args.verb in ("shard", "link"):  # the forge inside writes the timeline report after a link
         label = f"shard {spec}" if spec is not None else "link"
         lock = cell_work / f".{'shard-' + spec.tag if spec is not None else 'link'}.image.lock"
-        return run_verb(job, _inner_argv(args, args.verb, recipes_dir, spec, job), folders, read_only, label,
-                        report.say, lock)  # fmt: skip
+        return run_verb(job, _inner_argv(args, args.verb, recipes_dir, spec, job), folders, read_only, label, report.say, lock)
     from cuw.jobs.local import run_build
 
     def link() -> bool:
@@ -566,8 +611,7 @@ def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes
 
     # The reference as given (the records name it); a tag moved meanwhile is caught by the id the link compares.
     shard_args = ["--image", job.ref, "--engine", job.engine.name]
-    outcomes, linked = run_build(recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link,
-                                 lane=job.lane)  # fmt: skip
+    outcomes, linked = run_build(recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link, lane=job.lane)
     return 0 if linked and all(outcomes) else 1
 
 

@@ -17,8 +17,11 @@ DOCS = Path(cuw.FORGE_ROOT) / "docs"
 
 
 def recipe_schema() -> str:
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "recipe.yml",
-              **json_schema(Recipe, hidden=LOADER_ONLY)}  # fmt: skip
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "recipe.yml",
+        **json_schema(Recipe, hidden=LOADER_ONLY),
+    }
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 

@@ -85,8 +85,9 @@ def served_pythons(recipe, grid: Grid, cell: Cell) -> list[str]:
     """The Pythons one cell's wheel serves: its own, or every Python of its collapsed group."""
     if not collapses_python(recipe):
         return [cell.python]
-    return [c.python for c in cells(recipe, grid, per_python=True)
-            if (c.lane, c.cuda, c.torch) == (cell.lane, cell.cuda, cell.torch)]  # fmt: skip
+    return [
+        c.python for c in cells(recipe, grid, per_python=True) if (c.lane, c.cuda, c.torch) == (cell.lane, cell.cuda, cell.torch)
+    ]
 
 
 def cells(recipe, grid: Grid, per_python: bool = False) -> list[Cell]:
@@ -167,7 +168,6 @@ def cmake_archs(archs: list[str]) -> str:
     return ";".join(out)
 
 
-
 def torch_pin(grid: Grid, torch: Optional[str]) -> str:
     """The exact torch a cell of release ``torch`` installs (``2.14.1``), or "" where the grid pins none."""
     release = grid.torch.get(torch or "")
@@ -180,12 +180,15 @@ def check_torch_rows(grid: Grid, source: str) -> None:
 
     for version, release in grid.torch.items():
         if release.patch is not None and not re.fullmatch(rf"{re.escape(version)}\.\d+", release.patch):
-            raise CuwError(f"{source}: grid.torch.{version}.patch {release.patch!r} is not a release of {version} "
-                           f"(for example {version}.1)")  # fmt: skip
+            raise CuwError(
+                f"{source}: grid.torch.{version}.patch {release.patch!r} is not a release of {version} (for example {version}.1)"
+            )
         for lane, lines in release.holes.items():
             if lane not in grid.platforms:
                 raise CuwError(f"{source}: grid.torch.{version}.holes names lane {lane!r}, not one of grid.platforms")
             unknown = [line for line in lines if line not in release.cuda]
             if unknown:
-                raise CuwError(f"{source}: grid.torch.{version}.holes.{lane}: CUDA {', '.join(unknown)} is not a line of "
-                               f"this release ({', '.join(release.cuda)})")  # fmt: skip
+                raise CuwError(
+                    f"{source}: grid.torch.{version}.holes.{lane}: CUDA {', '.join(unknown)} is not a line of "
+                    f"this release ({', '.join(release.cuda)})"
+                )

@@ -135,9 +135,14 @@ class CheckResult:
     def edit(self, grid: Grid) -> str:
         """The YAML for ``grid.torch`` in recipes/defaults.yml with every finding applied."""
         merged: dict[str, dict[str, Any]] = {
-            t: {"cuda": set(r.cuda), "python": set(r.python), "patch": r.patch,
-                "holes": {lane: set(lines) for lane, lines in r.holes.items()}} for t, r in grid.torch.items()
-        }  # fmt: skip
+            t: {
+                "cuda": set(r.cuda),
+                "python": set(r.python),
+                "patch": r.patch,
+                "holes": {lane: set(lines) for lane, lines in r.holes.items()},
+            }
+            for t, r in grid.torch.items()
+        }
         for f in self.findings:
             entry = merged.setdefault(f.torch, {"cuda": set(), "python": set(), "patch": None, "holes": {}})
             if f.hole:
@@ -152,8 +157,10 @@ class CheckResult:
             extra = f', patch: "{merged[torch]["patch"]}"' if merged[torch]["patch"] else ""
             holes = merged[torch]["holes"]
             if holes:
-                listed = ", ".join(f"{lane}: [{', '.join(chr(34) + c + chr(34) for c in sorted(v, key=Version))}]"
-                                   for lane, v in sorted(holes.items()))  # fmt: skip
+                listed = ", ".join(
+                    f"{lane}: [{', '.join(chr(34) + c + chr(34) for c in sorted(v, key=Version))}]"
+                    for lane, v in sorted(holes.items())
+                )
                 extra += f", holes: {{{listed}}}"
             lines.append(f'    "{torch}": {{cuda: [{cudas}], python: [{pythons}]{extra}}}')
         return "\n".join(lines)
@@ -213,8 +220,10 @@ def render(result: CheckResult, grid: Grid) -> str:
         return "\n".join(lines)
     for f in result.findings:
         if f.hole:
-            lines.append(f"HOLE torch {f.torch} ships no {f.hole} wheel for CUDA {f.cuda} (the index serves {f.hole} for "
-                         f"other torch lines): its {f.hole} cells would find no torch to install")  # fmt: skip
+            lines.append(
+                f"HOLE torch {f.torch} ships no {f.hole} wheel for CUDA {f.cuda} (the index serves {f.hole} for "
+                f"other torch lines): its {f.hole} cells would find no torch to install"
+            )
             continue
         what = "a torch line the grid lacks" if f.new_line else "missing from the grid's entry"
         release = result.newest.get(f.cuda, {}).get(f.torch, f.torch)

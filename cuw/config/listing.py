@@ -18,6 +18,8 @@ def recipes_table(recipes_dir: Path) -> str:
         src = r.source.path or r.source.pypi or f"{r.source.git}@{r.source.tag}"
         torch = "links" if r.links_torch else "torch-free"
         sharding = f"{r.sharding.count} ({r.sharding.filter})"
-        rows.append(f"{key:16} {src[:28]:28} {r.backend:18} {torch:10} {sharding:14} "
-                    f"{','.join(r.sharding.platforms):26} {len(cells(r, grid))}")  # fmt: skip
+        rows.append(
+            f"{key:16} {src[:28]:28} {r.backend:18} {torch:10} {sharding:14} "
+            f"{','.join(r.sharding.platforms):26} {len(cells(r, grid))}"
+        )
     return "\n".join(rows) + "\n"

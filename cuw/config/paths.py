@@ -53,12 +53,16 @@ def check_job_folders(folders: dict[str, Path], source: Path) -> None:
     src = source.resolve()
     for option, folder in resolved.items():
         if _inside(folder, src):
-            raise CuwError(f"{option} {folder} is inside the recipe's source {src}: the job copies that source into "
-                           f"its work folder, which would copy itself; pick a folder outside it")  # fmt: skip
+            raise CuwError(
+                f"{option} {folder} is inside the recipe's source {src}: the job copies that source into "
+                f"its work folder, which would copy itself; pick a folder outside it"
+            )
         for other, there in resolved.items():
             if other != option and _inside(folder, there):
-                raise CuwError(f"{option} {folder} is {'the same folder as' if folder == there else 'inside'} {other} "
-                               f"{there}: give each its own folder")  # fmt: skip
+                raise CuwError(
+                    f"{option} {folder} is {'the same folder as' if folder == there else 'inside'} {other} "
+                    f"{there}: give each its own folder"
+                )
         try:
             existing = next(p for p in (folder, *folder.parents) if p.exists())
             path_max, name_max = os.pathconf(existing, "PC_PATH_MAX"), os.pathconf(existing, "PC_NAME_MAX")
@@ -66,8 +70,12 @@ def check_job_folders(folders: dict[str, Path], source: Path) -> None:
             path_max, name_max = 4096, 255
         long_name = next((part for part in folder.parts if len(os.fsencode(part)) > name_max), None)
         if long_name is not None:
-            raise CuwError(f"{option}: the folder name {long_name[:40]}... is over {name_max} bytes, more than the "
-                           "file system takes; pick a shorter path")  # fmt: skip
+            raise CuwError(
+                f"{option}: the folder name {long_name[:40]}... is over {name_max} bytes, more than the "
+                "file system takes; pick a shorter path"
+            )
         if len(os.fsencode(str(folder))) > path_max - ROOM_FOR_JOBS:
-            raise CuwError(f"{option} is {len(str(folder))} characters long: the job folders and the source tree under it "
-                           f"need about {ROOM_FOR_JOBS} more within the file system's {path_max}; pick a shorter path")  # fmt: skip
+            raise CuwError(
+                f"{option} is {len(str(folder))} characters long: the job folders and the source tree under it "
+                f"need about {ROOM_FOR_JOBS} more within the file system's {path_max}; pick a shorter path"
+            )

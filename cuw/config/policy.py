@@ -89,16 +89,22 @@ def load_policy(recipes_dir: Path) -> Policy:
         if choice == "wheels" and line not in policy.toolkit_wheels:
             major = line.split(".")[0]
             if major.isdigit() and int(major) < 13:
-                raise CuwError(f"{path}: toolkits.{line} = wheels: {NO_NVCC_WHEEL.format(major=major, line=line)}; "
-                               f"set it to system or a toolkit path")  # fmt: skip
-            raise CuwError(f"{path}: toolkits.{line} = wheels but toolkit_wheels has no {line!r} pins; add them "
-                           f"(nvidia-cuda-nvcc=={line}.*'s release and its companions) or use system")  # fmt: skip
+                raise CuwError(
+                    f"{path}: toolkits.{line} = wheels: {NO_NVCC_WHEEL.format(major=major, line=line)}; "
+                    f"set it to system or a toolkit path"
+                )
+            raise CuwError(
+                f"{path}: toolkits.{line} = wheels but toolkit_wheels has no {line!r} pins; add them "
+                f"(nvidia-cuda-nvcc=={line}.*'s release and its companions) or use system"
+            )
     for line, folders in policy.wheel.cuda_runtime_rpath.items():
         for folder in folders:
             parts = folder.replace("\\", "/").split("/")
             if not folder or folder.startswith(("/", "$")) or ".." in parts or ":" in folder:
-                raise CuwError(f"{path}: wheel.cuda_runtime_rpath.{line}: {folder!r} must be a folder relative to "
-                               "site-packages, like nvidia/cu13/lib (no '..', no absolute path, no $ORIGIN)")  # fmt: skip
+                raise CuwError(
+                    f"{path}: wheel.cuda_runtime_rpath.{line}: {folder!r} must be a folder relative to "
+                    "site-packages, like nvidia/cu13/lib (no '..', no absolute path, no $ORIGIN)"
+                )
     for lane, image in policy.images.items():
         check_image_policy(lane, image, f"{path}: images.{lane}")
     from cuw.config.grid import check_torch_rows
@@ -118,9 +124,7 @@ class CacheChoice:
     remote: Optional[str]
 
 
-def cache_choice(
-    policy: Policy, lane: str, tool: Optional[str] = None, remote: Optional[str] = None
-) -> CacheChoice:
+def cache_choice(policy: Policy, lane: str, tool: Optional[str] = None, remote: Optional[str] = None) -> CacheChoice:
     """The lane's cache tool and remote: command line, then $CUW_CACHE_TOOL /
     $CUW_CACHE_REMOTE, then the policy."""
     chosen_tool = tool or os.environ.get("CUW_CACHE_TOOL") or policy.cache.tool.get(lane, "ccache")
@@ -138,8 +142,9 @@ def check_remote_url(url: str, source: str) -> None:
 
     parsed = urlparse(url.split("|", 1)[0])
     if parsed.scheme not in ("redis", "http", "https", "file"):
-        raise CuwError(f"{source} {url!r}: unsupported scheme {parsed.scheme!r} (use redis://host:port, "
-                       "http(s)://host/path or file:/folder)")  # fmt: skip
+        raise CuwError(
+            f"{source} {url!r}: unsupported scheme {parsed.scheme!r} (use redis://host:port, http(s)://host/path or file:/folder)"
+        )
     try:
         parsed.port
     except ValueError as exc:
@@ -175,13 +180,16 @@ def check_pinned(ref: str, source: str) -> None:
     name, at, digest = ref.rpartition("@")
     if not at or not digest.startswith("sha256:"):
         raise CuwError(f"{source} {ref!r}: pin the image by digest (name@sha256:<64 hex digits>): a tag can move under the farm")
-    if not re.fullmatch(r"[0-9a-f]{64}", digest[len("sha256:"):]):
-        raise CuwError(f"{source} {ref!r}: the digest after @sha256: is 64 lowercase hex digits "
-                       f"(this one has {len(digest) - len('sha256:')} characters)")  # fmt: skip
+    if not re.fullmatch(r"[0-9a-f]{64}", digest[len("sha256:") :]):
+        raise CuwError(
+            f"{source} {ref!r}: the digest after @sha256: is 64 lowercase hex digits "
+            f"(this one has {len(digest) - len('sha256:')} characters)"
+        )
     if not re.fullmatch(IMAGE_NAME, name):
         why = "an image name is lowercase" if name != name.lower() else f"{name!r} is not an image name"
-        raise CuwError(f"{source} {ref!r}: {why} ([registry[:port]/]path[:tag]@sha256:<digest>, path parts of "
-                       "a-z and 0-9 joined by . _ -)")  # fmt: skip
+        raise CuwError(
+            f"{source} {ref!r}: {why} ([registry[:port]/]path[:tag]@sha256:<digest>, path parts of a-z and 0-9 joined by . _ -)"
+        )
 
 
 def image_overrides(values: list[str], policy: "Policy", source: str = "--image") -> dict[str, str]:

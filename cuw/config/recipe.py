@@ -266,20 +266,26 @@ def _validate_source(source: Source, path: Path) -> None:
         raise CuwError(f"{path}: source.sha256 goes with source.pypi")
     if source.git is not None and not re.fullmatch(r"(https?|ssh|git|file)://[^\s]+", source.git):
         # git reads "--upload-pack=<command>" and "ext::<command>" as commands to run: only a URL passes.
-        raise CuwError(f"{path}: source.git {source.git!r} is not a repository URL "
-                       "(https://, http://, ssh://, git:// or file://)")  # fmt: skip
+        raise CuwError(
+            f"{path}: source.git {source.git!r} is not a repository URL (https://, http://, ssh://, git:// or file://)"
+        )
     if source.git is not None and (not source.tag or source.tag.startswith("-")):
         raise CuwError(f"{path}: source.git needs source.tag (a release tag; a branch is refused)")
-    if source.git is None and (source.tag is not None or source.recursive or source.archive_sha256 is not None
-                               or source.commit is not None):  # fmt: skip
+    if source.git is None and (
+        source.tag is not None or source.recursive or source.archive_sha256 is not None or source.commit is not None
+    ):
         raise CuwError(f"{path}: source.tag, source.commit, source.recursive and source.archive_sha256 go with source.git")
     if source.git is not None and not (source.commit and re.fullmatch(r"[0-9a-f]{40}", source.commit)):
-        raise CuwError(f"{path}: source.commit {source.commit!r} must be the commit source.tag names (40 lowercase hex "
-                       f"digits: `git ls-remote {source.git} 'refs/tags/{source.tag}^{{}}'`): every job checks out that commit")  # fmt: skip
+        raise CuwError(
+            f"{path}: source.commit {source.commit!r} must be the commit source.tag names (40 lowercase hex "
+            f"digits: `git ls-remote {source.git} 'refs/tags/{source.tag}^{{}}'`): every job checks out that commit"
+        )
     pin = source.archive_sha256
     if pin is not None and not (len(pin) == 64 and all(c in "0123456789abcdef" for c in pin)):
-        raise CuwError(f"{path}: source.archive_sha256 {pin!r} is not a sha256 (64 lowercase hex digits): "
-                       "write the output of `sha256sum <tarball>`")  # fmt: skip
+        raise CuwError(
+            f"{path}: source.archive_sha256 {pin!r} is not a sha256 (64 lowercase hex digits): "
+            "write the output of `sha256sum <tarball>`"
+        )
 
 
 def _validate(recipe: Recipe, path: Path) -> None:
@@ -343,9 +349,7 @@ def _validate_sharding(sharding: Sharding, path: Path) -> None:
             f"use filter: source, or {record}"
         )
     if sharding.source.families and sharding.filter == "seat" and not has_costs:
-        raise CuwError(
-            f"{path}: sharding.source.families needs the full set of TUs (filter: source, or a cost table): {record}"
-        )
+        raise CuwError(f"{path}: sharding.source.families needs the full set of TUs (filter: source, or a cost table): {record}")
     if sharding.per_family and sharding.rule == "hash":
         raise CuwError(f"{path}: sharding.per_family needs rule sorted or cost (the hash rule cannot spread a family)")
     if sharding.per_family and not sharding.source.families:

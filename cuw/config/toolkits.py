@@ -58,8 +58,14 @@ def choose(policy: Policy, option: Optional[str] = None, line: Optional[str] = N
                 system = find_toolkit()
             except CuwError as exc:
                 wheel_lines = sorted(policy.toolkit_wheels)
-                hint = (f"; or pass --toolkit wheels (CUW_TOOLKIT=wheels) for CUDA {wheel_lines[-1]} from the pinned "
-                        f"wheels in recipes/defaults.yml toolkit_wheels") if wheel_lines else ""  # fmt: skip
+                hint = (
+                    (
+                        f"; or pass --toolkit wheels (CUW_TOOLKIT=wheels) for CUDA {wheel_lines[-1]} from the pinned "
+                        f"wheels in recipes/defaults.yml toolkit_wheels"
+                    )
+                    if wheel_lines
+                    else ""
+                )
                 raise CuwError(f"{exc}{hint}") from None
             line = system.version
             if policy_choice(policy, line) == "system":
@@ -68,26 +74,38 @@ def choose(policy: Policy, option: Optional[str] = None, line: Optional[str] = N
     if forced == "system":
         system = find_toolkit()
         if line is not None and system.version != line:
-            raise CuwError(f"CUDA {line}: {source} is system, but the system toolkit is CUDA {system.version} "
-                           f"({system.home}); {_other_line_fix(line)}")
+            raise CuwError(
+                f"CUDA {line}: {source} is system, but the system toolkit is CUDA {system.version} "
+                f"({system.home}); {_other_line_fix(line)}"
+            )
         return Chosen(system, "system", f"CUDA {system.version}: system toolkit {system.home} ({source})")
     if forced == "wheels":
         if line is None:
             if not policy.toolkit_wheels:
-                raise CuwError(f"{source} = wheels: recipes/defaults.yml has no toolkit_wheels pins; add them "
-                               "(a CUDA line mapped to its nvidia-cuda-nvcc, -runtime, -cccl, -crt, nvvm pins)")  # fmt: skip
+                raise CuwError(
+                    f"{source} = wheels: recipes/defaults.yml has no toolkit_wheels pins; add them "
+                    "(a CUDA line mapped to its nvidia-cuda-nvcc, -runtime, -cccl, -crt, nvvm pins)"
+                )
             line = max(policy.toolkit_wheels, key=version_key)
         pins = policy.toolkit_wheels.get(line)
         if not pins:
             major = line.split(".")[0]
             if major.isdigit() and int(major) < 13:
-                raise CuwError(f"CUDA {line}: {source} = wheels, but {provision.NO_NVCC_WHEEL.format(major=major, line=line)} "
-                               f"(set toolkits.{line} to system or a path and install it: .github/scripts/install-cuda.sh {line})")  # fmt: skip
-            raise CuwError(f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels has no {line!r} pins; add them")
+                raise CuwError(
+                    f"CUDA {line}: {source} = wheels, but {provision.NO_NVCC_WHEEL.format(major=major, line=line)} "
+                    f"(set toolkits.{line} to system or a path and install it: .github/scripts/install-cuda.sh {line})"
+                )
+            raise CuwError(
+                f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels has no {line!r} pins; add them"
+            )
         got = provision.ensure(provision.WheelToolkit(line, tuple(pins)))
         state = "reused" if got.reused else f"installed in {got.seconds:.1f} s"
-        return Chosen(got.toolkit, "wheels", f"CUDA {line}: toolkit from the pinned wheels at {got.toolkit.home} "
-                                             f"({state}, {got.size_mb:.0f} MB; {source})", got)  # fmt: skip
+        return Chosen(
+            got.toolkit,
+            "wheels",
+            f"CUDA {line}: toolkit from the pinned wheels at {got.toolkit.home} ({state}, {got.size_mb:.0f} MB; {source})",
+            got,
+        )
     home = _toolkit_folder(forced, source)
     version = _version_of(str(home / "bin" / exe_name("nvcc")))
     if line is not None and version != line:
@@ -99,10 +117,14 @@ def _other_line_fix(line: str) -> str:
     """What makes a CUDA line other than the system's buildable here."""
     major = line.split(".")[0]
     if major.isdigit() and int(major) < 13:
-        return (f"install CUDA {line} and point CUW_CUDA_HOME at it, or name its folder in toolkits.{line} of "
-                f"recipes/defaults.yml ({provision.NO_NVCC_WHEEL.format(major=major, line=line)})")  # fmt: skip
-    return (f"install CUDA {line} and point CUW_CUDA_HOME at it, or build with --toolkit wheels (pinned in "
-            f"recipes/defaults.yml toolkit_wheels), or set toolkits.{line} there")  # fmt: skip
+        return (
+            f"install CUDA {line} and point CUW_CUDA_HOME at it, or name its folder in toolkits.{line} of "
+            f"recipes/defaults.yml ({provision.NO_NVCC_WHEEL.format(major=major, line=line)})"
+        )
+    return (
+        f"install CUDA {line} and point CUW_CUDA_HOME at it, or build with --toolkit wheels (pinned in "
+        f"recipes/defaults.yml toolkit_wheels), or set toolkits.{line} there"
+    )
 
 
 @dataclass(frozen=True)
@@ -141,9 +163,14 @@ def for_container(policy: Policy, option: Optional[str], line: str) -> str:
         newest = max(policy.toolkit_wheels, key=version_key, default=None)
         if line != newest:
             # The job's forge takes "wheels" as the newest pinned line: it finds its cell from the toolkit.
-            raise CuwError(f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels "
-                           + (f"pins {newest} as the newest line, which a job given wheels builds; name the {line} "
-                              "toolkit's folder instead" if newest else "has no pins; add them"))  # fmt: skip
+            raise CuwError(
+                f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels "
+                + (
+                    f"pins {newest} as the newest line, which a job given wheels builds; name the {line} toolkit's folder instead"
+                    if newest
+                    else "has no pins; add them"
+                )
+            )
     elif forced != "system":
         _toolkit_folder(forced, source)
     return forced

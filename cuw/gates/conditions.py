@@ -154,8 +154,9 @@ def starved(log: str, build_rc: int = 0, resources: Optional[dict[str, Any]] = N
         found["memory"] = f"the build ran out of memory ({what}){_memory_numbers(resources)}; {MEMORY_KNOBS}"
     full = DISK_FULL.search(log)
     if full:
-        found["disk"] = (f"the disk filled ({full.group(0)}: {_log_line(log, full.start())}){_disk_numbers(resources)}; "
-                         f"{DISK_KNOBS}")  # fmt: skip
+        found["disk"] = (
+            f"the disk filled ({full.group(0)}: {_log_line(log, full.start())}){_disk_numbers(resources)}; {DISK_KNOBS}"
+        )
     return found
 
 
@@ -271,8 +272,10 @@ def shard_gate(obs: ShardObservation) -> Verdict:
     if unseen_host and obs.build_rc != 0:
         # Without a compile database a host source may be a test or an example no step builds: a
         # note, not a failure, that says what the gate could not check.
-        v.reasons.append(f"note: without a compile database only CUDA TUs are checked; {len(unseen_host)} host TUs of its "
-                         f"slice were never seen compiled (the link would miss any the build needs): {_listing(unseen_host)}")  # fmt: skip
+        v.reasons.append(
+            f"note: without a compile database only CUDA TUs are checked; {len(unseen_host)} host TUs of its "
+            f"slice were never seen compiled (the link would miss any the build needs): {_listing(unseen_host)}"
+        )
     if obs.uncacheable:
         v.ok = False
         v.facts["uncacheable"] = sorted(obs.uncacheable)
@@ -296,9 +299,13 @@ def shard_gate(obs: ShardObservation) -> Verdict:
     if v.ok:
         how = "build succeeded" if obs.build_rc == 0 else "link failed on undefined references, as a shard should"
         n = len(obs.compiled)
-        slice_note = (f"compiled {n} TU{'' if n == 1 else 's'}" if n else
-                      f"compiled none of the {len(obs.expected_owned)} TUs of its slice: no build step compiles them"
-                      if obs.expected_owned else "empty slice (no TU hashes to this shard)")  # fmt: skip
+        slice_note = (
+            f"compiled {n} TU{'' if n == 1 else 's'}"
+            if n
+            else f"compiled none of the {len(obs.expected_owned)} TUs of its slice: no build step compiles them"
+            if obs.expected_owned
+            else "empty slice (no TU hashes to this shard)"
+        )
         v.reasons.insert(0, f"{slice_note}; {how}")
     return v
 
@@ -371,9 +378,13 @@ def link_gate(obs: LinkObservation) -> Verdict:
     ):
         if count:
             v.ok = False
-            v.reasons.append(f"{noun}: {count} (must be 0): " + attribute(keys, obs.shard_count, obs.missing_shards, obs.assignment))
+            v.reasons.append(
+                f"{noun}: {count} (must be 0): " + attribute(keys, obs.shard_count, obs.missing_shards, obs.assignment)
+            )
     if v.ok:
-        v.reasons.insert(0, f"{total} compiler calls, {obs.hits} cache hits, zero misses; {len(obs.cuda_tus_in_build)} CUDA TUs in the build")
+        v.reasons.insert(
+            0, f"{total} compiler calls, {obs.hits} cache hits, zero misses; {len(obs.cuda_tus_in_build)} CUDA TUs in the build"
+        )
     v.facts["compile_db"] = obs.compile_db
     if obs.compile_db is None:
         v.reasons.append(
@@ -381,8 +392,10 @@ def link_gate(obs: LinkObservation) -> Verdict:
             "so the seat-bypass check could not run"
         )
     elif not obs.cuda_tus_in_build and total:
-        v.reasons.append(f"note: the build's compile database ({obs.compile_db}) lists no CUDA TU, "
-                         "so the seat-bypass check had nothing to compare")  # fmt: skip
+        v.reasons.append(
+            f"note: the build's compile database ({obs.compile_db}) lists no CUDA TU, "
+            "so the seat-bypass check had nothing to compare"
+        )
     return v
 
 

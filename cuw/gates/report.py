@@ -25,8 +25,14 @@ def write(verdict: Verdict, path: Path, context: dict[str, Any]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CuwError(f"report {path}: cannot create {path.parent} ({exc.strerror or exc})") from None
-    body = {"gate": verdict.gate, "ok": verdict.ok, "reasons": verdict.reasons, "facts": verdict.facts,
-            "state": "finished", **context}  # fmt: skip
+    body = {
+        "gate": verdict.gate,
+        "ok": verdict.ok,
+        "reasons": verdict.reasons,
+        "facts": verdict.facts,
+        "state": "finished",
+        **context,
+    }
     written = write_text(path, json.dumps(body, indent=2, sort_keys=True, default=str) + "\n", option="report")
     try:
         written.chmod(0o644)  # the temp file it was renamed from was made private (0600)
@@ -52,8 +58,10 @@ def begin(gate: str, path: Path, context: dict[str, Any]) -> Path:
     except (OSError, ValueError):
         pass
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    reason = (f"a run started at {started} (pid {os.getpid()}) has not finished: "
-              "no result of it has been handed over; if it is gone, run it again")  # fmt: skip
+    reason = (
+        f"a run started at {started} (pid {os.getpid()}) has not finished: "
+        "no result of it has been handed over; if it is gone, run it again"
+    )
     marker = Verdict(gate, False, [reason])
     body = {**context, "state": "running", "started_at": started, "pid": os.getpid(), "previous": previous}
     written = write(marker, path, body)

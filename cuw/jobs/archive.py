@@ -68,26 +68,40 @@ class Manifest:
         if not isinstance(data, dict):
             raise CuwError(f"{where}: manifest is not a JSON object; not a shard archive of this forge")
         if _is_int(data.get("format")) and data["format"] != FORMAT:
-            raise CuwError(f"{where}: archive format {data['format']}, this forge reads {FORMAT} (forge {__version__}): "
-                           "run the shards again with this forge")  # fmt: skip
+            raise CuwError(
+                f"{where}: archive format {data['format']}, this forge reads {FORMAT} (forge {__version__}): "
+                "run the shards again with this forge"
+            )
         unknown = sorted(set(data) - set(_FIELDS))
-        missing = sorted(k for k, f in Manifest.__dataclass_fields__.items()
-                         if k not in data and f.default is MISSING and f.default_factory is MISSING)  # fmt: skip
+        missing = sorted(
+            k
+            for k, f in Manifest.__dataclass_fields__.items()
+            if k not in data and f.default is MISSING and f.default_factory is MISSING
+        )
         if unknown or missing:
-            raise CuwError(f"{where}: manifest does not match format {FORMAT} "
-                           f"({'unknown field(s) ' + ', '.join(unknown) if unknown else 'missing ' + ', '.join(missing)})")  # fmt: skip
+            raise CuwError(
+                f"{where}: manifest does not match format {FORMAT} "
+                f"({'unknown field(s) ' + ', '.join(unknown) if unknown else 'missing ' + ', '.join(missing)})"
+            )
         for key, value in data.items():
             check, what = _FIELDS[key]
             if not check(value):
                 raise CuwError(f"{where}: manifest field {key!r} is {json.dumps(value)[:80]}, not {what}")
         if not 1 <= data["shard_index"] <= data["shard_count"]:
-            raise CuwError(f"{where}: manifest says shard {data['shard_index']} of {data['shard_count']}; "
-                           "a shard index runs from 1 to the count")  # fmt: skip
+            raise CuwError(
+                f"{where}: manifest says shard {data['shard_index']} of {data['shard_count']}; "
+                "a shard index runs from 1 to the count"
+            )
         cell = data["cell"]
-        if set(cell) != _CELL_KEYS or not all(isinstance(cell[k], str) and _safe_name(cell[k]) for k in _CELL_KEYS - {"torch"}) \
-                or not (cell["torch"] is None or (isinstance(cell["torch"], str) and _safe_name(cell["torch"]))):
-            raise CuwError(f"{where}: manifest cell {json.dumps(cell)[:160]} is not a cell "
-                           f"({', '.join(sorted(_CELL_KEYS))}: names of letters, digits, '.', '_', '-')")  # fmt: skip
+        if (
+            set(cell) != _CELL_KEYS
+            or not all(isinstance(cell[k], str) and _safe_name(cell[k]) for k in _CELL_KEYS - {"torch"})
+            or not (cell["torch"] is None or (isinstance(cell["torch"], str) and _safe_name(cell["torch"])))
+        ):
+            raise CuwError(
+                f"{where}: manifest cell {json.dumps(cell)[:160]} is not a cell "
+                f"({', '.join(sorted(_CELL_KEYS))}: names of letters, digits, '.', '_', '-')"
+            )
         return Manifest(**data)
 
 
@@ -116,10 +130,14 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # every Manifest fiel
     "cache_remote": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "owned": (_strings, "a list of strings"),
     "compiled": (_strings, "a list of strings"),
-    "counters": (lambda v: isinstance(v, dict) and all(isinstance(k, str) and _is_int(n) for k, n in v.items()),
-                 "an object of integers"),
-    "fingerprint": (lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
-                    "an object of strings"),
+    "counters": (
+        lambda v: isinstance(v, dict) and all(isinstance(k, str) and _is_int(n) for k, n in v.items()),
+        "an object of integers",
+    ),
+    "fingerprint": (
+        lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+        "an object of strings",
+    ),
     "timeline": (lambda v: isinstance(v, list) and all(isinstance(row, list) for row in v), "a list of rows"),
     "builder": (lambda v: v is None or isinstance(v, dict), "an object or null"),
 }
@@ -143,19 +161,25 @@ def check_digest(path: Path) -> None:
     try:
         body = json.loads(recorded_in.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CuwError(f"{path}: its shard's report {recorded_in.name} is missing, so the archive cannot be checked "
-                       "against the digest its shard recorded: hand over the shard's archive and report together") from None  # fmt: skip
+        raise CuwError(
+            f"{path}: its shard's report {recorded_in.name} is missing, so the archive cannot be checked "
+            "against the digest its shard recorded: hand over the shard's archive and report together"
+        ) from None
     except (OSError, ValueError) as exc:
         raise CuwError(f"{recorded_in}: unreadable shard report ({exc}); run that shard again") from None
     recorded = body.get("archive_sha256") if isinstance(body, dict) else None
     shard = body.get("shard") if isinstance(body, dict) else None
     if not (isinstance(recorded, str) and len(recorded) == 64 and all(c in "0123456789abcdef" for c in recorded)):
-        raise CuwError(f"{recorded_in}: records no archive_sha256 for {path.name} (a shard that did not finish, or an "
-                       f"older forge's): run shard {shard or 'i/N'} again")  # fmt: skip
+        raise CuwError(
+            f"{recorded_in}: records no archive_sha256 for {path.name} (a shard that did not finish, or an "
+            f"older forge's): run shard {shard or 'i/N'} again"
+        )
     got = sha256_of(path)
     if got != recorded:
-        raise CuwError(f"{path}: SHA-256 {got[:16]}… is not the {recorded[:16]}… shard {shard} recorded when it made "
-                       "the archive: it was altered, cut short or replaced since; run that shard again")  # fmt: skip
+        raise CuwError(
+            f"{path}: SHA-256 {got[:16]}… is not the {recorded[:16]}… shard {shard} recorded when it made "
+            "the archive: it was altered, cut short or replaced since; run that shard again"
+        )
 
 
 def _partial_prefix(dest: Path) -> str:
@@ -447,8 +471,7 @@ def expect(manifest: Manifest, path: Path, cell: Cell, job_cache: Cache, count: 
         )
     if manifest.cache_remote != job_cache.remote:
         raise CuwError(
-            f"{path}: shard used remote cache {manifest.cache_remote or 'none'}, "
-            f"this link uses {job_cache.remote or 'none'}"
+            f"{path}: shard used remote cache {manifest.cache_remote or 'none'}, this link uses {job_cache.remote or 'none'}"
         )
     if count is not None and manifest.shard_count != count:
         raise CuwError(f"{path}: archive is shard {manifest.shard_index}/{manifest.shard_count}, others are of {count}")
@@ -462,8 +485,10 @@ def check_builder(manifest: Manifest, path: Path, here: Builder) -> None:
     its objects carry that builder's glibc and compiler, and the wheel gets this builder's floor."""
     theirs = Builder.from_dict(manifest.builder, str(path))
     if not here.same_as(theirs):
-        raise CuwError(f"{path}: shard {manifest.shard_index}/{manifest.shard_count} was compiled {theirs.describe()}; "
-                       f"this link runs {here.describe()}: run shards and link in one image (--image)")  # fmt: skip
+        raise CuwError(
+            f"{path}: shard {manifest.shard_index}/{manifest.shard_count} was compiled {theirs.describe()}; "
+            f"this link runs {here.describe()}: run shards and link in one image (--image)"
+        )
 
 
 def check_builders(folder: Path, here: Builder) -> None:

@@ -167,7 +167,14 @@ def build_command(project_dir: Path, wheel_dir: Path) -> list[str]:
     """Every backend builds through pip, in the forge's environment (no isolation:
     the backend, torch and the pinned cache tool are the ones installed here)."""
     return [
-        sys.executable, "-m", "pip", "wheel", "-v",
-        "--no-build-isolation", "--no-deps",
-        "-w", str(wheel_dir), str(project_dir),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-v",
+        "--no-build-isolation",
+        "--no-deps",
+        "-w",
+        str(wheel_dir),
+        str(project_dir),
+    ]

@@ -82,8 +82,12 @@ def _state_root() -> Path:
 
 def ca_bundle() -> Optional[Path]:
     """The CA bundle pip uses here ($PIP_CERT, else Python's default): TLS inside goes through it."""
-    for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile,
-                      "/etc/ssl/certs/ca-certificates.crt"):  # fmt: skip
+    for candidate in (
+        os.environ.get("PIP_CERT"),
+        os.environ.get("SSL_CERT_FILE"),
+        ssl.get_default_verify_paths().cafile,
+        "/etc/ssl/certs/ca-certificates.crt",
+    ):
         if candidate and Path(candidate).is_file():
             return Path(candidate).resolve()
     return None
@@ -161,9 +165,11 @@ def image_env(job: ImageJob, say: Say) -> Path:
         say(f"image: making the forge's environment for {job.ref} ({abi}, {len(requirements)} requirements) in {venv}")
         log = venv.parent / f"{venv.name}.log"
         python = f"/opt/python/{abi}/bin/python"
-        script = (f'test -x {python} || {{ echo "no {python} in the image; it has: $(ls /opt/python 2>/dev/null)"; exit 3; }}; '
-                  f"rm -rf {venv} && {python} -m venv {venv} && {venv}/bin/python -m pip install --quiet "
-                  "--disable-pip-version-check " + " ".join(f"'{r}'" for r in requirements))  # fmt: skip
+        script = (
+            f'test -x {python} || {{ echo "no {python} in the image; it has: $(ls /opt/python 2>/dev/null)"; exit 3; }}; '
+            f"rm -rf {venv} && {python} -m venv {venv} && {venv}/bin/python -m pip install --quiet "
+            "--disable-pip-version-check " + " ".join(f"'{r}'" for r in requirements)
+        )
         env = {"HOME": str(_home(job)), "PIP_NO_INPUT": "1"}
         mounts = {venv.parent: True, _home(job): True}
         _home(job).mkdir(parents=True, exist_ok=True)
@@ -181,8 +187,9 @@ def _home(job: ImageJob) -> Path:
     return _state_root() / "home" / job.short
 
 
-def run_verb(job: ImageJob, argv: list[str], folders: list[Path], read_only: list[Path], label: str, say: Say,
-             lock: Optional[Path] = None) -> int:  # fmt: skip
+def run_verb(
+    job: ImageJob, argv: list[str], folders: list[Path], read_only: list[Path], label: str, say: Say, lock: Optional[Path] = None
+) -> int:
     """``cuw <argv>`` inside the image; returns its exit code. ``folders`` are mounted read-write
     (made first), ``read_only`` read-only; both at their host paths. ``lock``: held while it runs
     (a second run of the same job is refused)."""

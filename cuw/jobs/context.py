@@ -19,8 +19,6 @@ from cuw.config.paths import Paths
 from cuw.toolchain.cache import Cache, tool_class
 
 
-
-
 Progress = Callable[[str], None]
 
 
@@ -53,8 +51,10 @@ def check_floor(recipe: Recipe, cell: Cell) -> None:
     if image is None or builder.image is None or builder.image.rsplit("@", 1)[0] != image.ref:
         return
     if builder.floor != image.floor:
-        raise CuwError(f"recipes/defaults.yml: images.{cell.lane}.floor is {image.floor}, but {image.ref} "
-                       f"has glibc {builder.glibc}, whose floor is {builder.floor}: correct the policy")  # fmt: skip
+        raise CuwError(
+            f"recipes/defaults.yml: images.{cell.lane}.floor is {image.floor}, but {image.ref} "
+            f"has glibc {builder.glibc}, whose floor is {builder.floor}: correct the policy"
+        )
 
 
 def resolve_cache(recipe: Recipe, cell: Cell, choice: Optional[CacheChoice]) -> CacheChoice:

@@ -47,16 +47,21 @@ def tree_digest(root: Path) -> str:
 
 def _nvcc_version(toolkit: Toolkit) -> str:
     try:
-        out = subprocess.run([str(toolkit.nvcc), "--version"], capture_output=True, text=True, errors="replace",
-                             timeout=60, stdin=subprocess.DEVNULL).stdout  # fmt: skip
+        out = subprocess.run(
+            [str(toolkit.nvcc), "--version"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CuwError(f"{toolkit.nvcc} --version: {exc}") from None
     lines = [line for line in out.splitlines() if line.strip()]
     return lines[-1] if lines else toolkit.version
 
 
-def handoff_fingerprint(recipe: Recipe, src: Path, archs: list[str], toolkit: Toolkit, count: int,
-                        lane: str) -> dict[str, str]:  # fmt: skip
+def handoff_fingerprint(recipe: Recipe, src: Path, archs: list[str], toolkit: Toolkit, count: int, lane: str) -> dict[str, str]:
     """The job's fingerprint (:data:`FIELDS`), from its patched source ``src`` and the cell's N."""
     rule = recipe_assignment(recipe, count, src, lane)
     ownership = json.dumps([rule.count, rule.rule, sorted(rule.table.items())]).encode()
@@ -74,6 +79,8 @@ def check_fingerprint(theirs: dict[str, str], ours: dict[str, str], archive: Pat
     """The archive's fingerprint against the link's: the first field that differs, named."""
     for field, meaning in FIELDS.items():
         if theirs.get(field) != ours.get(field):
-            raise CuwError(f"{archive}: shard {shard} was built with another {field} ({meaning}: "
-                           f"{theirs.get(field) or 'none'} there, {ours[field]} here); its cache would miss here: "
-                           f"run the shards again with this forge, recipe and source")  # fmt: skip
+            raise CuwError(
+                f"{archive}: shard {shard} was built with another {field} ({meaning}: "
+                f"{theirs.get(field) or 'none'} there, {ours[field]} here); its cache would miss here: "
+                f"run the shards again with this forge, recipe and source"
+            )

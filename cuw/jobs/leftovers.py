@@ -63,8 +63,10 @@ def stop_orphans(cuda_home: Path, what: str, timeout: float = 30.0) -> list[int]
         if not pids:
             return sorted(killed)
         if time.monotonic() > deadline:
-            raise CuwError(f"{what}: processes {', '.join(map(str, pids[:5]))} of an earlier build in "
-                           f"{cuda_home.parent} did not stop when killed; stop them and run again")  # fmt: skip
+            raise CuwError(
+                f"{what}: processes {', '.join(map(str, pids[:5]))} of an earlier build in "
+                f"{cuda_home.parent} did not stop when killed; stop them and run again"
+            )
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -68,8 +68,7 @@ def _checked_archives(recipe: Recipe, cell: Cell, paths: Paths, job_cache: Cache
     archives = archive.shard_archives(folder)
     if not archives:
         raise CuwError(
-            f"no shard archives for {cell.id} in {folder}: run the shards first "
-            f"(nox -s shard -- {recipe.key} 1/N, ... N/N)"
+            f"no shard archives for {cell.id} in {folder}: run the shards first (nox -s shard -- {recipe.key} 1/N, ... N/N)"
         )
     manifests = [archive.check_archive(a) if whole else archive.read_manifest(a) for a in archives]
     count = manifests[0].shard_count
@@ -136,8 +135,15 @@ def run_link(
             return _run_link(recipe, paths, jobs, progress, zero_stats, cache, sampler)
 
 
-def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optional[Progress], zero_stats: bool,
-              cache: Optional[CacheChoice], sampler: resources.Sampler) -> LinkResult:  # fmt: skip
+def _run_link(
+    recipe: Recipe,
+    paths: Paths,
+    jobs: Optional[int],
+    progress: Optional[Progress],
+    zero_stats: bool,
+    cache: Optional[CacheChoice],
+    sampler: resources.Sampler,
+) -> LinkResult:
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     archs = cell_archs_in_grid(recipe, cell)
@@ -173,10 +179,20 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
         progress(f"link: restored {got}/{count} shard caches into {ws.cache_dir}")
         progress(resources.disk_line("link", sampler))  # once the job is sure to build: a refusal stays one line
         if missing:
-            progress(f"link: missing shard archives: {shard_listing(missing, count)}; their TUs recompile here "
-                     "and the gate will report them")  # fmt: skip
-    env = build_env(recipe, ws.cuda_home, ws.build, jobs or default_jobs(), None, lane=cell.lane, archs=archs,
-                    deps_dir=install_extra_deps(recipe, ws, cell.cuda))  # fmt: skip
+            progress(
+                f"link: missing shard archives: {shard_listing(missing, count)}; their TUs recompile here "
+                "and the gate will report them"
+            )
+    env = build_env(
+        recipe,
+        ws.cuda_home,
+        ws.build,
+        jobs or default_jobs(),
+        None,
+        lane=cell.lane,
+        archs=archs,
+        deps_dir=install_extra_deps(recipe, ws, cell.cuda),
+    )
     phases["deps_s"] = round(time.monotonic() - clock, 1)
     job_cache.start()
     try:
@@ -219,9 +235,17 @@ def _run_link(recipe: Recipe, paths: Paths, jobs: Optional[int], progress: Optio
         resources=resources.summary(sampler.record()),
     )
     verdict = link_gate(obs)
-    context = {"cell": cell.to_dict(), "shard_count": count, "fingerprint": fingerprint, "build_log": str(ws.build_log), "wheel": obs.wheel, "build_s": build_s,
-               "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote},
-               "phases": phases, "builder": current_builder().to_dict()}  # fmt: skip
+    context = {
+        "cell": cell.to_dict(),
+        "shard_count": count,
+        "fingerprint": fingerprint,
+        "build_log": str(ws.build_log),
+        "wheel": obs.wheel,
+        "build_s": build_s,
+        "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote},
+        "phases": phases,
+        "builder": current_builder().to_dict(),
+    }
     report.step_summary(f"{recipe.key} link", verdict)
     report.say(verdict.line)
     shipped: Optional[Path] = None
@@ -266,14 +290,28 @@ def _finish_and_verify(
     policy = load_policy(recipes_dir).wheel
     out = ws.root / "finished"
     try:
-        retagged = retag(wheel, cell, recipe, out / "retagged", dist_versions(paths.dist, cell, recipes_dir),
-                         CudaRuntime.for_cell(policy, recipe, cell))  # fmt: skip
+        retagged = retag(
+            wheel,
+            cell,
+            recipe,
+            out / "retagged",
+            dist_versions(paths.dist, cell, recipes_dir),
+            CudaRuntime.for_cell(policy, recipe, cell),
+        )
         final = repair(retagged, cell.lane, policy, recipe, out / "repaired", current_builder().floor)
     except CuwError as exc:
         failed = VerifyReport(str(wheel), [Check("finish", False, [str(exc)])])
         report.say(f"verify gate FAIL: finish: {exc}")
         return failed, wheel
-    checked = verify(final, recipe, cell, toolkit, policy, archs, floor=current_builder().floor if lanes.lane(cell.lane).os == "linux" else None)
+    checked = verify(
+        final,
+        recipe,
+        cell,
+        toolkit,
+        policy,
+        archs,
+        floor=current_builder().floor if lanes.lane(cell.lane).os == "linux" else None,
+    )
     report.say(checked.line)
     report.append_summary(checked.to_markdown())
     return checked, final

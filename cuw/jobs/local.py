@@ -79,8 +79,21 @@ def run_build(
         while pending or running:
             while pending and len(running) < parallel:
                 spec = pending.pop(0)
-                cmd = [sys.executable, "-m", "cuw", "shard", recipe.key, str(spec), "--quiet", "--jobs", str(jobs),
-                       "--work", str(paths.work), "--artifacts", str(paths.artifacts)]  # fmt: skip
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "cuw",
+                    "shard",
+                    recipe.key,
+                    str(spec),
+                    "--quiet",
+                    "--jobs",
+                    str(jobs),
+                    "--work",
+                    str(paths.work),
+                    "--artifacts",
+                    str(paths.artifacts),
+                ]
                 if recipes_dir:
                     cmd += ["--recipes", str(recipes_dir)]
                 cmd += ["--cache-tool", choice.tool] + (["--cache-remote", choice.remote] if choice.remote else [])

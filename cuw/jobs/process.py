@@ -61,8 +61,6 @@ def stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
         proc.wait()
 
 
-
-
 def _sigterm_raises():
     """A context in which SIGTERM raises :class:`cuw.base.errors.Terminated`, so the build child is stopped
     and reaped on the way out (only the main thread can set a handler; elsewhere nothing changes)."""
@@ -118,7 +116,12 @@ def watch(
 
 
 def build(
-    ws: Workspace, recipe: Recipe, env: dict[str, str], label: str, owned: Optional[int], progress: Optional[Progress],
+    ws: Workspace,
+    recipe: Recipe,
+    env: dict[str, str],
+    label: str,
+    owned: Optional[int],
+    progress: Optional[Progress],
     count_host: bool = False,
 ) -> int:
     project = ws.src / recipe.build_subdir
@@ -129,8 +132,14 @@ def build(
             with open(ws.build_log, "ab") as fh:
                 fh.write(f"$ (pre_build) {recipe.pre_build}\n".encode())
                 fh.flush()
-                pre = spawn(["bash", "-c", recipe.pre_build], env=env, cwd=project, stdout=fh,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+                pre = spawn(
+                    ["bash", "-c", recipe.pre_build],
+                    env=env,
+                    cwd=project,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
                 rc = watch(pre, ws, label, owned, None)
             if rc != 0:
                 return rc

@@ -172,18 +172,22 @@ def sample(folder: Path, root: int, proc: Path = _PROC) -> Optional[Sample]:
     except (OSError, ValueError, IndexError):
         load1 = 0.0
     return Sample(
-        at=round(time.time(), 1), mem_used_mb=_mb(total - available), mem_available_mb=_mb(available),
-        mem_total_mb=_mb(total), swap_used_mb=_mb(swap), disk_free_mb=disk_free_mb(folder), load1=load1,
+        at=round(time.time(), 1),
+        mem_used_mb=_mb(total - available),
+        mem_available_mb=_mb(available),
+        mem_total_mb=_mb(total),
+        swap_used_mb=_mb(swap),
+        disk_free_mb=disk_free_mb(folder),
+        load1=load1,
         top=largest(root, TOP, proc),
-    )  # fmt: skip
+    )
 
 
 class Sampler:
     """Samples the machine from a daemon thread until :meth:`stop`; :meth:`record` is the report's
     ``resources`` object at any moment. A failed look is skipped: sampling never fails a job."""
 
-    def __init__(self, folder: Path, interval_s: Optional[float] = None, root: Optional[int] = None,
-                 proc: Path = _PROC) -> None:  # fmt: skip
+    def __init__(self, folder: Path, interval_s: Optional[float] = None, root: Optional[int] = None, proc: Path = _PROC) -> None:
         self.folder = folder
         self.proc = proc
         self.interval_s = sample_interval() if interval_s is None else interval_s
@@ -192,9 +196,14 @@ class Sampler:
         self.started_at = time.time()
         self.samples: list[Sample] = []
         self._stride, self._skipped = 1, 0
-        self._peaks: dict[str, Optional[float]] = {"peak_mem_used_mb": None, "min_mem_available_mb": None,
-                                                   "min_disk_free_mb": None, "max_swap_used_mb": None,
-                                                   "peak_load1": None, "mem_total_mb": None}  # fmt: skip
+        self._peaks: dict[str, Optional[float]] = {
+            "peak_mem_used_mb": None,
+            "min_mem_available_mb": None,
+            "min_disk_free_mb": None,
+            "max_swap_used_mb": None,
+            "peak_load1": None,
+            "mem_total_mb": None,
+        }
         self._largest: dict[int, Proc] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -284,8 +293,6 @@ def summary(record: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
     if not record:
         return None
     return {k: v for k, v in record.items() if k != "samples"}
-
-
 
 
 def disk_line(label: str, sampler: Sampler) -> str:

@@ -1,5 +1,4 @@
-"""The compile shard: its slice of the TUs, the build, the shard gate and the cache archive.
-"""
+"""The compile shard: its slice of the TUs, the build, the shard gate and the cache archive."""
 
 from __future__ import annotations
 
@@ -98,8 +97,15 @@ def run_shard(
             return _run_shard(recipe, spec, paths, jobs, progress, cache, sampler)
 
 
-def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int], progress: Optional[Progress],
-               cache: Optional[CacheChoice], sampler: resources.Sampler) -> ShardResult:  # fmt: skip
+def _run_shard(
+    recipe: Recipe,
+    spec: ShardSpec,
+    paths: Paths,
+    jobs: Optional[int],
+    progress: Optional[Progress],
+    cache: Optional[CacheChoice],
+    sampler: resources.Sampler,
+) -> ShardResult:
     toolkit = find_toolkit()
     cell = local_cell(recipe, toolkit)
     check_lane(recipe, cell, spec)
@@ -136,13 +142,18 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
             will_compile = len(owned)
             known = len(covered_keys(recipe, ws.src, cell.lane))
             if progress and spec.count > known:
-                progress(f"shard {spec}: warning: N={spec.count} is more than the {known} TUs known in the source; "
-                         f"at least {spec.count - known} shards get an empty slice (cuw plan {recipe.key} picks N)")  # fmt: skip
+                progress(
+                    f"shard {spec}: warning: N={spec.count} is more than the {known} TUs known in the source; "
+                    f"at least {spec.count - known} shards get an empty slice (cuw plan {recipe.key} picks N)"
+                )
     except CuwError as exc:  # nothing was built: the report says so instead of "running"
         record = sampler.record()
         causes = starved(str(exc), 0, resources.summary(record))  # a source copy or a pip install can fill the disk
-        report.write(Verdict("shard", False, [*causes.values(), f"the shard did not start its build: {exc}"]), report_path,
-                     {"cell": cell.to_dict(), "shard": str(spec), "archive": None, "resources": record})  # fmt: skip
+        report.write(
+            Verdict("shard", False, [*causes.values(), f"the shard did not start its build: {exc}"]),
+            report_path,
+            {"cell": cell.to_dict(), "shard": str(spec), "archive": None, "resources": record},
+        )
         raise
     label = f"shard {spec}"
     if progress:
@@ -153,9 +164,16 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
             f"{describe_cache(job_cache)}); log {ws.build_log}"
         )
     env = build_env(
-        recipe, ws.cuda_home, ws.build, jobs or default_jobs(), spec if source_filter else None,
-        lane=cell.lane, shard=spec, archs=archs, deps_dir=install_extra_deps(recipe, ws, cell.cuda),
-    )  # fmt: skip
+        recipe,
+        ws.cuda_home,
+        ws.build,
+        jobs or default_jobs(),
+        spec if source_filter else None,
+        lane=cell.lane,
+        shard=spec,
+        archs=archs,
+        deps_dir=install_extra_deps(recipe, ws, cell.cuda),
+    )
     job_cache.start()
     try:
         job_cache.zero()
@@ -175,9 +193,7 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
         build_rc=rc,
         log=ws.build_log.read_text(errors="replace"),
         real_objects=real_objects(ws),
-        seat_compiles_seen=sum(
-            1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") != "host"
-        ),
+        seat_compiles_seen=sum(1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") != "host"),
         compiled=sorted({e["key"] for e in compiles if e.get("rc") == 0}),
         failed=sorted({e["key"] for e in compiles if e.get("rc") != 0}),
         expected_owned=owned,
@@ -186,13 +202,22 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
         host_compiles_seen=sum(1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") == "host"),
         device_code=recipe.device_code,
         resources=resources.summary(sampler.record()),
-        uncacheable={e["key"]: str(e["outcome"]).split(":", 1)[-1] for e in compiles
-                     if e.get("rc") == 0 and str(e.get("outcome", "")).startswith("uncacheable")},  # fmt: skip
+        uncacheable={
+            e["key"]: str(e["outcome"]).split(":", 1)[-1]
+            for e in compiles
+            if e.get("rc") == 0 and str(e.get("outcome", "")).startswith("uncacheable")
+        },
     )
     verdict = shard_gate(obs)
     written: Optional[Path] = None
-    context = {"cell": cell.to_dict(), "shard": str(spec), "archive": None, "build_s": build_s,
-               "build_log": str(ws.build_log), "counters": stats.summary()}  # fmt: skip
+    context = {
+        "cell": cell.to_dict(),
+        "shard": str(spec),
+        "archive": None,
+        "build_s": build_s,
+        "build_log": str(ws.build_log),
+        "counters": stats.summary(),
+    }
     # Taken again at each write: the record covers the job up to the report that carries it.
     context["resources"] = sampler.record()
     if verdict.ok and job_cache.remote:
@@ -200,8 +225,10 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
         if lost:
             # Entries that never reached the remote: a manifest would claim a cache the link cannot find.
             counts = ", ".join(f"{k} {v}" for k, v in sorted(lost.items()))
-            why = (f"remote cache {job_cache.remote} failed during the build ({counts}): "
-                   "this shard's cache did not all reach it; no manifest handed over, run the shard again")  # fmt: skip
+            why = (
+                f"remote cache {job_cache.remote} failed during the build ({counts}): "
+                "this shard's cache did not all reach it; no manifest handed over, run the shard again"
+            )
             verdict = Verdict(verdict.gate, False, [why], verdict.facts)
             target.unlink(missing_ok=True)
             report.write(verdict, report_path, context)
@@ -221,15 +248,22 @@ def _run_shard(recipe: Recipe, spec: ShardSpec, paths: Paths, jobs: Optional[int
             compiled=obs.compiled,
             counters=stats.summary(),
             fingerprint=fingerprint,
-            timeline=[[e["key"], round(e["at"] - e["seconds"], 3), e["seconds"], e.get("outcome")] for e in compiles
-                      if isinstance(e.get("at"), (int, float)) and isinstance(e.get("seconds"), (int, float))],
+            timeline=[
+                [e["key"], round(e["at"] - e["seconds"], 3), e["seconds"], e.get("outcome")]
+                for e in compiles
+                if isinstance(e.get("at"), (int, float)) and isinstance(e.get("seconds"), (int, float))
+            ],
             builder=current_builder().to_dict(),
         )
         try:
             written = archive.pack(job_cache, manifest, target)
         except CuwError as exc:
-            failed = Verdict(verdict.gate, False, [*starved(str(exc), 0, resources.summary(sampler.record())).values(),
-                                                   f"the gate passed but {exc}"], verdict.facts)  # fmt: skip
+            failed = Verdict(
+                verdict.gate,
+                False,
+                [*starved(str(exc), 0, resources.summary(sampler.record())).values(), f"the gate passed but {exc}"],
+                verdict.facts,
+            )
             try:
                 report.write(failed, report_path, {**context, "previous_archive": str(target) if target.exists() else None})
             except CuwError:

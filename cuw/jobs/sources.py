@@ -46,18 +46,33 @@ def fetch_sdist(requirement: str, sha256: str) -> Path:
         # Checked on every use, not only when downloaded: the cache is trusted by content, never by name.
         if cached.is_file() and sha256_of(cached) == sha256:
             return cached
-        report.say(f"source cache: {cached} does not match its sha256 {sha256[:12]}… (truncated or altered); "
-                   "removing it and downloading again")  # fmt: skip
+        report.say(
+            f"source cache: {cached} does not match its sha256 {sha256[:12]}… (truncated or altered); "
+            "removing it and downloading again"
+        )
         if cached.is_dir():
             shutil.rmtree(cached, ignore_errors=True)
         else:
             cached.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="cuw-sdist-") as tmp:
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-             "--no-build-isolation", "-d", tmp, requirement],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--no-build-isolation",
+                "-d",
+                tmp,
+                requirement,
+            ],
+            capture_output=True,
+            text=True,
+        )
         files = [p for p in Path(tmp).iterdir() if p.is_file()]
         if proc.returncode != 0 and "metadata-generation-failed" in proc.stderr:
             # pip runs upstream's setup.py to read metadata (flash-attn's imports psutil);
@@ -80,8 +95,7 @@ def _index_url() -> str:
     """The index pip is configured for (PEP 503 simple API)."""
     url = os.environ.get("PIP_INDEX_URL")
     if not url:
-        proc = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
-                              capture_output=True, text=True)  # fmt: skip
+        proc = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True)
         url = proc.stdout.strip() if proc.returncode == 0 else ""
     return (url or "https://pypi.org/simple").rstrip("/")
 
@@ -158,8 +172,12 @@ def unpack(archive: Path, dest: Path) -> Path:
 def checkout_git(url: str, tag: str, commit: str, recursive: bool, dest: Path) -> Path:
     """A shallow clone of ``tag``, which must name ``commit``: a branch name is refused, and so is a
     tag that moved since the recipe pinned it (a build must be a function of the pin)."""
-    refs = subprocess.run(["git", "ls-remote", "--", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}", f"refs/heads/{tag}"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    refs = subprocess.run(
+        ["git", "ls-remote", "--", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}", f"refs/heads/{tag}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if refs.returncode != 0:
         raise CuwError(f"cannot read {url}: {refs.stderr.strip()}")
     found = dict(reversed(line.split("\t", 1)) for line in refs.stdout.splitlines() if "\t" in line)
@@ -168,8 +186,10 @@ def checkout_git(url: str, tag: str, commit: str, recursive: bool, dest: Path) -
         raise CuwError(f"source.tag {tag!r} is {what}: pin a release tag")
     named = found.get(f"refs/tags/{tag}^{{}}", found[f"refs/tags/{tag}"])  # an annotated tag's commit is its peeled ref
     if named != commit:
-        raise CuwError(f"source.tag {tag!r} of {url} names commit {named}, but the recipe pins source.commit {commit}: "
-                       "the tag moved; check the new commit and pin it, or keep the old one")  # fmt: skip
+        raise CuwError(
+            f"source.tag {tag!r} of {url} names commit {named}, but the recipe pins source.commit {commit}: "
+            "the tag moved; check the new commit and pin it, or keep the old one"
+        )
     cmd = ["git", "clone", "--quiet", "--depth", "1", "--branch", tag, "-c", "advice.detachedHead=false"]
     if recursive:
         cmd += ["--recurse-submodules", "--shallow-submodules"]
@@ -179,8 +199,10 @@ def checkout_git(url: str, tag: str, commit: str, recursive: bool, dest: Path) -
     head = subprocess.run(["git", "-C", str(dest), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60)
     if head.stdout.strip() != commit:  # the tag moved between ls-remote and the clone
         shutil.rmtree(dest, ignore_errors=True)
-        raise CuwError(f"git clone of {url} at {tag} checked out {head.stdout.strip() or 'nothing'}, not the pinned "
-                       f"source.commit {commit}: the tag moved while it was cloned")  # fmt: skip
+        raise CuwError(
+            f"git clone of {url} at {tag} checked out {head.stdout.strip() or 'nothing'}, not the pinned "
+            f"source.commit {commit}: the tag moved while it was cloned"
+        )
     shutil.rmtree(dest / ".git", ignore_errors=True)
     return dest
 
@@ -191,7 +213,7 @@ def tarball_commit(tarball: Path) -> Optional[str]:
     try:
         with open(tarball, "rb") as fh:
             gzipped = fh.read(2) == b"\x1f\x8b"
-        with (gzip.open(tarball, "rb") if gzipped else open(tarball, "rb")) as raw:
+        with gzip.open(tarball, "rb") if gzipped else open(tarball, "rb") as raw:
             head = raw.read(1024)
         out = subprocess.run(["git", "get-tar-commit-id"], input=head, capture_output=True, timeout=60)
     except (OSError, EOFError, subprocess.SubprocessError):
@@ -276,15 +298,19 @@ def resolve_mirror(url: str, tag: str, location: Path) -> Mirror:
         if path.is_dir() and _is_repo(path):
             return Mirror("repo", path)
         if path.exists():
-            what = "a folder but not a git repository (no .git, no HEAD/objects/refs)" if path.is_dir() else "not a git repository"
+            what = (
+                "a folder but not a git repository (no .git, no HEAD/objects/refs)" if path.is_dir() else "not a git repository"
+            )
             raise CuwError(f"git mirror {path} is {what}: replace it by `git clone --mirror {url}`, or remove it")
     for rel in tarballs:
         path = location / rel
         if path.is_file():
             return Mirror("tarball", path)
         if path.exists():
-            raise CuwError(f"git mirror {path} is a folder, not a tarball: replace it by the `git archive` tarball "
-                           f"of {tag} of {url}, or remove it")  # fmt: skip
+            raise CuwError(
+                f"git mirror {path} is a folder, not a tarball: replace it by the `git archive` tarball "
+                f"of {tag} of {url}, or remove it"
+            )
     raise CuwError(
         f"git mirror folder {location} holds no mirror of {url} at {tag}: looked for {', '.join(repos)} "
         f"(git repositories) and {', '.join(tarballs[:2])}, ... (tarballs); add one, or unset {MIRROR_VAR} "
@@ -297,19 +323,27 @@ def _from_tarball(recipe: Recipe, tarball: Path, dest: Path) -> Path:
     recipe_file = Path(recipe.folder) / "recipe.yml"
     got = sha256_of(tarball)
     if source.recursive:
-        raise CuwError(f"{recipe_file}: source.recursive needs submodules, which a `git archive` tarball ({tarball}) "
-                       f"lacks: mirror the repository instead (git clone --mirror --recurse-submodules)")  # fmt: skip
+        raise CuwError(
+            f"{recipe_file}: source.recursive needs submodules, which a `git archive` tarball ({tarball}) "
+            f"lacks: mirror the repository instead (git clone --mirror --recurse-submodules)"
+        )
     if source.archive_sha256 is None:
-        raise CuwError(f"{recipe_file}: source.archive_sha256 is not set, so the tarball {tarball} cannot be checked: "
-                       f"pin it (archive_sha256: {got}, once that hash is checked against the tarball's publisher)")  # fmt: skip
+        raise CuwError(
+            f"{recipe_file}: source.archive_sha256 is not set, so the tarball {tarball} cannot be checked: "
+            f"pin it (archive_sha256: {got}, once that hash is checked against the tarball's publisher)"
+        )
     if got != source.archive_sha256:
-        raise CuwError(f"{tarball} has sha256 {got}, but {recipe_file} pins source.archive_sha256 "
-                       f"{source.archive_sha256}: replace the file with the `git archive` tarball of {source.tag} "
-                       f"of {source.git}, or correct the pin")  # fmt: skip
+        raise CuwError(
+            f"{tarball} has sha256 {got}, but {recipe_file} pins source.archive_sha256 "
+            f"{source.archive_sha256}: replace the file with the `git archive` tarball of {source.tag} "
+            f"of {source.git}, or correct the pin"
+        )
     named = tarball_commit(tarball)
     if named is not None and named != source.commit:
-        raise CuwError(f"{tarball} is a `git archive` of commit {named}, but {recipe_file} pins source.commit "
-                       f"{source.commit}: replace the tarball or correct the pins")  # fmt: skip
+        raise CuwError(
+            f"{tarball} is a `git archive` of commit {named}, but {recipe_file} pins source.commit "
+            f"{source.commit}: replace the tarball or correct the pins"
+        )
     return unpack(tarball, dest)
 
 
@@ -334,6 +368,9 @@ def materialize(recipe: Recipe, dest: Path) -> Path:
             checkout_git(mirror.path.as_uri(), source.tag, source.commit, source.recursive, dest)
         except CuwError as exc:
             raise CuwError(f"git mirror {mirror.path} (for {source.git}): {exc}") from None
-    print(f"cuw: source of {recipe.key}: {source.git} {source.tag} from the {mirror.kind} {mirror.path}",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"cuw: source of {recipe.key}: {source.git} {source.tag} from the {mirror.kind} {mirror.path}",
+        file=sys.stderr,
+        flush=True,
+    )
     return dest

@@ -174,8 +174,13 @@ def load(cell_dir: Path, report_dirs: Iterable[Path] = ()) -> Timeline:
         job.resources = data.get("resources") if isinstance(data.get("resources"), dict) else None
     origin = min((float(e["at"]) - float(e.get("seconds") or 0) for _, e in raw), default=0.0)
     bars = [
-        Bar(name, str(e.get("key")), round(float(e["at"]) - float(e.get("seconds") or 0) - origin, 3),
-            round(float(e["at"]) - origin, 3), _outcome(e))  # fmt: skip
+        Bar(
+            name,
+            str(e.get("key")),
+            round(float(e["at"]) - float(e.get("seconds") or 0) - origin, 3),
+            round(float(e["at"]) - origin, 3),
+            _outcome(e),
+        )
         for name, e in raw
     ]
     ordered = sorted(jobs.values(), key=lambda j: _order(j.name))
@@ -213,9 +218,11 @@ def html(timeline: Timeline) -> str:
     for i, job in enumerate(timeline.jobs):
         y = top + i * row_h
         state = "pass" if job.ok else ("fail" if job.ok is False else "unknown")
-        parts = [f'<g class="job {state}" data-job="{esc(job.name)}">',
-                 f'<text x="4" y="{y + 17}" class="label">{esc(job.name)}</text>',
-                 f'<rect x="{label_w}" y="{y + 2}" width="{chart_w}" height="{row_h - 4}" class="lane"/>']  # fmt: skip
+        parts = [
+            f'<g class="job {state}" data-job="{esc(job.name)}">',
+            f'<text x="4" y="{y + 17}" class="label">{esc(job.name)}</text>',
+            f'<rect x="{label_w}" y="{y + 2}" width="{chart_w}" height="{row_h - 4}" class="lane"/>',
+        ]
         for b in (b for b in timeline.bars if b.job == job.name):
             x = label_w + b.start * scale
             width = max((b.end - b.start) * scale, 1.5)
@@ -237,14 +244,20 @@ def html(timeline: Timeline) -> str:
     t = 0.0
     while t <= span:
         x = label_w + t * scale
-        ticks.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 26}" class="tick"/>'
-                     f'<text x="{x:.1f}" y="{top - 8}" class="ticklabel">{_clock(t)}</text>')  # fmt: skip
+        ticks.append(
+            f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 26}" class="tick"/>'
+            f'<text x="{x:.1f}" y="{top - 8}" class="ticklabel">{_clock(t)}</text>'
+        )
         t += step
     legend = " ".join(
         f'<span class="key"><span class="swatch" style="background:{c}"></span>{name}</span>'
-        for name, c in (("cold compile (miss)", OUTCOME_COLORS["cold"]), ("cache hit", OUTCOME_COLORS["hit"]),
-                        ("failed compile", OUTCOME_COLORS["failed"]), ("outcome unknown", OUTCOME_COLORS["other"]))
-    )  # fmt: skip
+        for name, c in (
+            ("cold compile (miss)", OUTCOME_COLORS["cold"]),
+            ("cache hit", OUTCOME_COLORS["hit"]),
+            ("failed compile", OUTCOME_COLORS["failed"]),
+            ("outcome unknown", OUTCOME_COLORS["other"]),
+        )
+    )
     verdicts = "".join(
         f'<li class="verdict {"pass" if j.ok else "fail" if j.ok is False else "unknown"}">'
         f"<b>{esc(j.name)}</b>: {esc(j.verdict or 'no gate report found')}"
@@ -269,8 +282,8 @@ body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #1d2330; backgrou
 <p class="legend">{legend}</p>
 <svg xmlns="http://www.w3.org/2000/svg" width="{label_w + chart_w + 10}" height="{height}" role="img"
      aria-label="compile timeline per job">
-{''.join(ticks)}
-{''.join(rows)}
+{"".join(ticks)}
+{"".join(rows)}
 </svg>
 <p>{len(timeline.bars)} compiles over {_clock(timeline.span)} (m:ss) in {len(timeline.jobs)} jobs.</p>
 {memory_svg(timeline)}
@@ -306,9 +319,11 @@ def _resource_note(res: dict) -> str:
     """The numbers beside a job's memory line: the peak, the least left, the disk, the largest process."""
     top = res.get("largest") if isinstance(res.get("largest"), list) else []
     biggest = f", largest {top[0].get('name')} {size(top[0].get('rss_mb'))}" if top and isinstance(top[0], dict) else ""
-    return (f"peak {size(res.get('peak_mem_used_mb'))} of {size(res.get('mem_total_mb'))}, "
-            f"min {size(res.get('min_mem_available_mb'))} available, swap {size(res.get('max_swap_used_mb'))}, "
-            f"disk {size(res.get('disk_free_start_mb'))} free at start, min {size(res.get('min_disk_free_mb'))}{biggest}")  # fmt: skip
+    return (
+        f"peak {size(res.get('peak_mem_used_mb'))} of {size(res.get('mem_total_mb'))}, "
+        f"min {size(res.get('min_mem_available_mb'))} available, swap {size(res.get('max_swap_used_mb'))}, "
+        f"disk {size(res.get('disk_free_start_mb'))} free at start, min {size(res.get('min_disk_free_mb'))}{biggest}"
+    )
 
 
 def memory_svg(timeline: Timeline) -> str:
@@ -318,7 +333,9 @@ def memory_svg(timeline: Timeline) -> str:
     sampled = [(j, _points(j.resources.get("samples") or [])) for j in timeline.jobs if j.resources]
     sampled = [(j, pts) for j, pts in sampled if pts]
     if not sampled:
-        return '<p class="resources none">no resource samples in the reports (jobs from before the forge sampled, or not Linux)</p>'
+        return (
+            '<p class="resources none">no resource samples in the reports (jobs from before the forge sampled, or not Linux)</p>'
+        )
     label_w, chart_w, row_h, top = 150, 860, 56, 30
     origin = min(p[0] for _, pts in sampled for p in pts)
     span = max(max(p[0] for _, pts in sampled for p in pts) - origin, 1.0)
@@ -326,8 +343,10 @@ def memory_svg(timeline: Timeline) -> str:
     for i, (job, pts) in enumerate(sampled):
         y = top + i * row_h
         total = max(max(p[2] for p in pts), 1.0)
-        line = " ".join(f"{label_w + (t - origin) * chart_w / span:.1f},{y + row_h - 6 - used / total * (row_h - 12):.1f}"
-                        for t, used, _ in pts)  # fmt: skip
+        line = " ".join(
+            f"{label_w + (t - origin) * chart_w / span:.1f},{y + row_h - 6 - used / total * (row_h - 12):.1f}"
+            for t, used, _ in pts
+        )
         peak = max(pts, key=lambda p: p[1])
         px, py = label_w + (peak[0] - origin) * chart_w / span, y + row_h - 6 - peak[1] / total * (row_h - 12)
         note = _resource_note(job.resources or {})

@@ -173,8 +173,10 @@ def partition_for_seat(
     if recipe.sharding.filter != "source":
         return runtime.SeatPartition(spec.index, spec.count, dict(recipe_assignment(recipe, spec.count).table))
     if src_root is None or not seat_rest(recipe):
-        raise CuwError(f"recipe {recipe.key!r}: the seat partitions a source-filter recipe's rest only "
-                       "with seat_rest and a prepared source tree")  # fmt: skip
+        raise CuwError(
+            f"recipe {recipe.key!r}: the seat partitions a source-filter recipe's rest only "
+            "with seat_rest and a prepared source tree"
+        )
     rest = set(rest_keys(recipe, src_root, lane))
     table = recipe_assignment(recipe, spec.count, src_root, lane).table
     return runtime.SeatPartition(

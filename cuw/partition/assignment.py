@@ -16,6 +16,7 @@ from cuw.partition.coverage import covered_keys, rest_keys
 from cuw.partition.rules import Assignment, assign, families_of
 from cuw.config.recipe import Recipe
 
+
 def recipe_assignment(
     recipe: Recipe,
     count: int,

@@ -91,7 +91,7 @@ def load(path: Path) -> CostTable:
         raise CuwError(f"{path}: not valid JSON ({exc}): {fix}") from None
     costs = data.get("costs") if isinstance(data, dict) else None
     if not isinstance(costs, dict) or not costs:
-        raise CuwError(f"{path}: expected {{\"header\": {{...}}, \"costs\": {{\"<tu key>\": seconds, ...}}}}: {fix}")
+        raise CuwError(f'{path}: expected {{"header": {{...}}, "costs": {{"<tu key>": seconds, ...}}}}: {fix}')
     for key, seconds in costs.items():
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
             raise CuwError(f"{path}: costs[{key!r}] = {seconds!r} is not a number of seconds >= 0: {fix}")
@@ -100,15 +100,19 @@ def load(path: Path) -> CostTable:
     if link is not None:
         numbers = [link.get(k) if isinstance(link, dict) else None for k in ("fixed_s", "per_replay_s")]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in numbers):
-            raise CuwError(f"{path}: link must be {{\"fixed_s\": seconds, \"per_replay_s\": seconds, ...}}: record it again with "
-                           f"`cuw costs <recipe> --from <link report>`")  # fmt: skip
+            raise CuwError(
+                f'{path}: link must be {{"fixed_s": seconds, "per_replay_s": seconds, ...}}: record it again with '
+                f"`cuw costs <recipe> --from <link report>`"
+            )
         link = LinkCost(float(numbers[0]), float(numbers[1]), str(link.get("from", "")))
     shard = data.get("shard")
     if shard is not None:
         fixed = shard.get("fixed_s") if isinstance(shard, dict) else None
         if not (isinstance(fixed, (int, float)) and not isinstance(fixed, bool) and math.isfinite(fixed) and fixed >= 0):
-            raise CuwError(f"{path}: shard must be {{\"fixed_s\": seconds, ...}}: record it again with "
-                           f"`cuw costs <recipe> --from <shard reports>`")  # fmt: skip
+            raise CuwError(
+                f'{path}: shard must be {{"fixed_s": seconds, ...}}: record it again with '
+                f"`cuw costs <recipe> --from <shard reports>`"
+            )
         shard = ShardCost(float(fixed), str(shard.get("from", "")))
     return CostTable({k: float(v) for k, v in costs.items()}, header, path, link, shard)
 
@@ -230,7 +234,9 @@ def link_report(path: Path) -> Optional[LinkCost]:
     if data is None:
         return None
     phases = data.get("phases")
-    if not isinstance(phases, dict) or not all(isinstance(phases.get(k), (int, float)) for k in ("build_s", "replay_s", "replays")):
+    if not isinstance(phases, dict) or not all(
+        isinstance(phases.get(k), (int, float)) for k in ("build_s", "replay_s", "replays")
+    ):
         raise CuwError(f"--from {path}: a link report without its phases (written by an older forge): link again, then record it")
     replays = int(phases["replays"])
     beside = sum(float(phases.get(k) or 0.0) for k in ("prepare_s", "restore_s", "deps_s", "finish_s"))
@@ -324,8 +330,13 @@ def record(
         raise CuwError(f"no TU of the partition appears in {', '.join(map(str, logs))}")
     merged = {**(previous.costs if previous else {}), **measured}
     link = link or (previous.link if previous else None)
-    shard = (ShardCost(round(statistics.median(beside), 3), f"median of {len(beside)} shard report(s)") if beside
-             else previous.shard if previous else None)  # fmt: skip
+    shard = (
+        ShardCost(round(statistics.median(beside), 3), f"median of {len(beside)} shard report(s)")
+        if beside
+        else previous.shard
+        if previous
+        else None
+    )
     earlier = previous.header.get("from", []) if previous else []
     sources = [s for s in earlier if isinstance(s, dict)] if isinstance(earlier, list) else []
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

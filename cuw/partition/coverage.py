@@ -57,9 +57,7 @@ def cost_keeps(recipe: Recipe) -> Callable[[str], bool]:
 
 def source_keys(src_root: Path, lane: str = "linux") -> list[str]:
     """Every file under the tree the seat partitions on the lane, as keys."""
-    return sorted(
-        tu_key(str(p), str(src_root)) for p in src_root.rglob("*") if is_source(p.name, lane) and p.is_file()
-    )
+    return sorted(tu_key(str(p), str(src_root)) for p in src_root.rglob("*") if is_source(p.name, lane) and p.is_file())
 
 
 def cuda_sources(root: Path) -> list[str]:
@@ -76,9 +74,11 @@ def source_filter_files(src_root: Path, globs: list[str], lane: str = "linux") -
     not_tus = [p for p in matched if not p.name.endswith(SOURCE_SUFFIXES)]
     if not_tus:
         shown = ", ".join(str(p.relative_to(src_root)) for p in not_tus[:3]) + (", ..." if len(not_tus) > 3 else "")
-        raise CuwError(f"sharding.source.globs ({', '.join(globs)}) match {len(not_tus)} file(s) that are not translation "
-                       f"units ({shown}): the filter would delete them from every shard but one and the others could not "
-                       "build; narrow the globs to the sources it partitions (for example csrc/kernels/*.cu)")  # fmt: skip
+        raise CuwError(
+            f"sharding.source.globs ({', '.join(globs)}) match {len(not_tus)} file(s) that are not translation "
+            f"units ({shown}): the filter would delete them from every shard but one and the others could not "
+            "build; narrow the globs to the sources it partitions (for example csrc/kernels/*.cu)"
+        )
     if lane == "windows":
         matched = [p for p in matched if p.suffix in CUDA_SUFFIXES]
     if not matched:

@@ -70,6 +70,7 @@ class ShardSpec:
 # ASCII digits only: ``\d`` also takes Arabic-Indic and other digits, which int() reads.
 _SPEC = re.compile(r"^\s*([0-9]{1,9})\s*/\s*([0-9]{1,9})\s*$")
 
+
 # A cell's N shard jobs and its link job run in one GitHub matrix, which holds at most 256 jobs.
 def parse_shard_spec(text: str) -> ShardSpec:
     """Parses ``I/N`` (1 <= I <= N); anything else is a CuwError that says why."""
@@ -131,8 +132,11 @@ def _round_robin(
     """Sorted index i -> shard (i mod N) + 1; per family, the count runs on across families
     (sorted by name, ``other`` last) so each family covers min(size, N) shards. The ``rest``
     keys come after all of them, sorted, the count running on."""
-    groups = [[k for k in sorted(keys) if family.get(k, OTHER_FAMILY) == name] for name in _family_order(family)] \
-        if per_family else [sorted(keys)]  # fmt: skip
+    groups = (
+        [[k for k in sorted(keys) if family.get(k, OTHER_FAMILY) == name] for name in _family_order(family)]
+        if per_family
+        else [sorted(keys)]
+    )
     ordered = [k for group in groups for k in group] + sorted(rest)
     return {key: i % count + 1 for i, key in enumerate(ordered)}
 

@@ -35,8 +35,15 @@ def _compile_lines(config: SeatConfig) -> list[str]:
     """The table's lines for the native owned compile: everything ``_compile_cached`` and the
     nvcc command need beyond the argv. None of them when one cannot be written as a table line
     (or the cache tool is not an absolute path): every owned TU then goes to the Python seat."""
-    values = [config.cache_cmd, config.real_nvcc, config.statslog_var or "", *config.extra_args,
-              *(f"{k}={v}" for k, v in config.cache_env.items()), *config.real_compilers, *config.real_compilers.values()]
+    values = [
+        config.cache_cmd,
+        config.real_nvcc,
+        config.statslog_var or "",
+        *config.extra_args,
+        *(f"{k}={v}" for k, v in config.cache_env.items()),
+        *config.real_compilers,
+        *config.real_compilers.values(),
+    ]
     if not os.path.isabs(config.cache_cmd) or any(c in v for v in values for c in "\n\r\0"):
         return []
     if any(not k or "=" in k or "\t" in k for k in config.cache_env) or any("\t" in n for n in config.real_compilers):
@@ -171,7 +178,16 @@ def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None
         (folder / NATIVE_TABLE).write_text(table, encoding="utf-8")
         write_tables_header(folder)
         for host, out in enumerate(binaries.values()):
-            cmd = [compiler, "-O2", f"-DSEAT_DIR={_c_literal(os.path.abspath(folder))}", f"-DSEAT_HOST={host}", f"-I{folder}", NATIVE_SOURCE, "-o", str(out)]
+            cmd = [
+                compiler,
+                "-O2",
+                f"-DSEAT_DIR={_c_literal(os.path.abspath(folder))}",
+                f"-DSEAT_HOST={host}",
+                f"-I{folder}",
+                NATIVE_SOURCE,
+                "-o",
+                str(out),
+            ]
             try:
                 proc = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL, check=False)
             except OSError as exc:

@@ -123,7 +123,7 @@ def is_probe(call: NvccCall, cwd: str, tree: str = "") -> bool:
     the tree is not a probe; ``build/CMakeFiles/CMakeScratch/TryCompile-x`` is)."""
     for path in filter(None, [call.source, call.output, cwd]):
         if tree and (path == tree or path.startswith(tree.rstrip("/") + "/")):
-            path = path[len(tree.rstrip("/")) + 1:]
+            path = path[len(tree.rstrip("/")) + 1 :]
         if any(marker in part for part in path.replace("\\", "/").split("/") for marker in PROBE_MARKERS):
             return True
     return False
@@ -236,9 +236,7 @@ def _double_partition(config: SeatConfig) -> bool:
     return False
 
 
-def _stub_or_compile(
-    call: NvccCall, config: SeatConfig, part: Optional[SeatPartition], cmd: list[str], **kind: str
-) -> int:
+def _stub_or_compile(call: NvccCall, config: SeatConfig, part: Optional[SeatPartition], cmd: list[str], **kind: str) -> int:
     """One TU of the build: a foreign one gets the empty object, an owned one goes through the cache."""
     assert call.source is not None
     key = tu_key(call.source, config.source_root)

@@ -288,7 +288,6 @@ class Sccache(Cache):
             files=self.entry_count(),
         )
 
-
     def missed_stems(self) -> set[str]:
         """Source stems (``k04_scan``) whose device pieces (.ptx, .cubin, .module_id) missed.
 
@@ -322,8 +321,10 @@ def _binary(tool: str, pinned: str, package: str) -> str:
     override = os.environ.get(f"CUW_{tool.upper()}")
     if override and not (os.path.isfile(override) and os.access(override, os.X_OK)):
         # A named tool is never replaced by another one found elsewhere.
-        raise CuwError(f"CUW_{tool.upper()}={override}: no executable file there; point it at {tool} {pinned}, "
-                       f"or unset it to use the pinned {package} wheel")  # fmt: skip
+        raise CuwError(
+            f"CUW_{tool.upper()}={override}: no executable file there; point it at {tool} {pinned}, "
+            f"or unset it to use the pinned {package} wheel"
+        )
     candidates = [override, str(Path(sys.executable).parent / tool), shutil.which(tool)]
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
@@ -346,8 +347,15 @@ def _version(path: str) -> str:
     # and SCCACHE_CONF to its own files), so a broken ~/.config/ccache/ccache.conf is not read as a version.
     env = {**os.environ, "CCACHE_CONFIGPATH": os.devnull, "SCCACHE_CONF": os.devnull}
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace", env=env,
-                             timeout=VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL).stdout  # fmt: skip
+        out = subprocess.run(
+            [path, "--version"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=env,
+            timeout=VERSION_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        ).stdout
     except subprocess.TimeoutExpired:
         raise CuwError(f"{path} --version did not answer in {VERSION_TIMEOUT_S:.0f} s: not a working compiler cache") from None
     except OSError as exc:
@@ -392,4 +400,3 @@ def check_remote(url: str, timeout: float = REMOTE_TIMEOUT_S) -> None:
             raise CuwError(f"remote cache {url} is unreachable ({exc}); no build was started") from None
         return
     raise CuwError(f"remote cache {url}: unsupported scheme {parsed.scheme!r} (use redis://, http(s):// or file:)")
-

@@ -45,8 +45,14 @@ def check_ref(ref: str, what: str = "--image") -> str:
 def _answers(path: str) -> Optional[str]:
     """None when the engine answers, else what it said."""
     try:
-        out = subprocess.run([path, "version", "--format", "{{.Server.Version}}"], capture_output=True,
-                             text=True, errors="replace", timeout=30, stdin=subprocess.DEVNULL)  # fmt: skip
+        out = subprocess.run(
+            [path, "version", "--format", "{{.Server.Version}}"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return "no answer in 30 s"
     except OSError as exc:
@@ -72,14 +78,21 @@ def find_engine(name: Optional[str] = None) -> Engine:
             hint = " (start it as root: dockerd &)" if candidate == "docker" else ""
             raise CuwError(f"{candidate} is installed but its engine does not answer: {why}{hint}")
     tried = wanted or " or ".join(ENGINES)
-    raise CuwError(f"no container engine: {tried} is not on PATH (install docker.io and start dockerd as root, "
-                   f"or install podman)")  # fmt: skip
+    raise CuwError(
+        f"no container engine: {tried} is not on PATH (install docker.io and start dockerd as root, or install podman)"
+    )
 
 
 def image_id(engine: Engine, ref: str) -> Optional[str]:
     """The image's content id (``sha256:…``) when the engine has it, else None."""
-    out = subprocess.run(engine.cmd("image", "inspect", "--format", "{{json .Id}}", ref), capture_output=True,
-                         text=True, errors="replace", timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+    out = subprocess.run(
+        engine.cmd("image", "inspect", "--format", "{{json .Id}}", ref),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     if out.returncode != 0:
         return None
     try:
@@ -93,15 +106,23 @@ def image_machine(engine: Engine, ref: str) -> str:
     """The machine an image's programs run on, as Linux names it (``x86_64``, ``aarch64``): asked
     of the image itself (its metadata can name the engine's machine instead: an imported root)."""
     try:
-        out = subprocess.run(engine.cmd("run", "--rm", "--network", "host", "--entrypoint", "uname", ref, "-m"),
-                             capture_output=True, text=True, errors="replace", timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+        out = subprocess.run(
+            engine.cmd("run", "--rm", "--network", "host", "--entrypoint", "uname", ref, "-m"),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         raise CuwError(f"--image {ref}: `uname -m` in a container of it did not answer in 120 s") from None
     machine = out.stdout.strip()
     if out.returncode != 0 or not re.fullmatch(r"[a-z0-9_]+", machine):
         why = (out.stderr.strip().splitlines() or ["no answer"])[-1]
-        raise CuwError(f"--image {ref}: cannot run `uname -m` in it ({why}); an image of another machine needs "
-                       "qemu-user-static with binfmt_misc (apt-get install qemu-user-static binfmt-support)")  # fmt: skip
+        raise CuwError(
+            f"--image {ref}: cannot run `uname -m` in it ({why}); an image of another machine needs "
+            "qemu-user-static with binfmt_misc (apt-get install qemu-user-static binfmt-support)"
+        )
     return linux_machine(machine)
 
 
@@ -110,6 +131,8 @@ def require_image(engine: Engine, ref: str) -> str:
     behind the user's back: a pinned reference is pulled by the workflow, a stand-in is built)."""
     found = image_id(engine, check_ref(ref))
     if found is None:
-        raise CuwError(f"--image {ref}: {engine.name} has no such image (build the stand-in with `cuw image`, "
-                       f"or `{engine.name} pull {ref}` where its registry is reachable)")  # fmt: skip
+        raise CuwError(
+            f"--image {ref}: {engine.name} has no such image (build the stand-in with `cuw image`, "
+            f"or `{engine.name} pull {ref}` where its registry is reachable)"
+        )
     return found

@@ -115,8 +115,16 @@ def load_image_recipe(path: Path) -> ImageRecipe:
     tool_cache = data.get("tool_cache", "")
     if tool_cache and not (isinstance(tool_cache, str) and re.fullmatch(r"(/[a-zA-Z0-9_.\-]+)+", tool_cache)):
         raise CuwError(f"image recipe {path}: tool_cache must be an absolute folder path (/opt/hostedtoolcache)")
-    return ImageRecipe(path, data["name"], data["arch"], data["suite"], _need(data, "mirror", str, path),
-                       tuple(packages), tuple(pythons), tool_cache)  # fmt: skip
+    return ImageRecipe(
+        path,
+        data["name"],
+        data["arch"],
+        data["suite"],
+        _need(data, "mirror", str, path),
+        tuple(packages),
+        tuple(pythons),
+        tool_cache,
+    )
 
 
 def default_recipe(arch: Optional[str] = None) -> Path:
@@ -209,8 +217,9 @@ def _run_logged(cmd: list[str], log_path: Path, what: str, say: Say, stdin=None,
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=stdin if stdin is not None else subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=stdin if stdin is not None else subprocess.DEVNULL
+        )
         assert proc.stdout is not None
         lines: queue.Queue[Optional[bytes]] = queue.Queue()
         reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout] + [lines.put(None)], daemon=True)  # type: ignore[union-attr]
@@ -226,8 +235,10 @@ def _run_logged(cmd: list[str], log_path: Path, what: str, say: Say, stdin=None,
             log.write(line)
             step = re.match(rb"Step (\d+/\d+) : (\S+)", line)
             if step:
-                say(f"image: {what}: step {step.group(1).decode()} ({step.group(2).decode()}), "
-                    f"{time.monotonic() - started:.0f} s in")  # fmt: skip
+                say(
+                    f"image: {what}: step {step.group(1).decode()} ({step.group(2).decode()}), "
+                    f"{time.monotonic() - started:.0f} s in"
+                )
                 last_said = time.monotonic()
             elif time.monotonic() - last_said >= every_s:
                 say(f"image: {what}: {time.monotonic() - started:.0f} s in")
@@ -253,8 +264,20 @@ def _base_layer(engine: Engine, recipe: ImageRecipe, folder: Path, log: Path, sa
         shutil.rmtree(root)
     arch = PLATFORM_ARCH.get(recipe.arch, recipe.arch)
     say(f"image: debootstrap {recipe.suite} ({arch}, {len(recipe.packages)} packages) from {recipe.mirror}")
-    _run_logged(["debootstrap", "--variant=minbase", f"--arch={arch}", f"--include={','.join(recipe.packages)}",
-                 recipe.suite, str(root), recipe.mirror], log, f"debootstrap {recipe.suite}", say)  # fmt: skip
+    _run_logged(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--arch={arch}",
+            f"--include={','.join(recipe.packages)}",
+            recipe.suite,
+            str(root),
+            recipe.mirror,
+        ],
+        log,
+        f"debootstrap {recipe.suite}",
+        say,
+    )
     for cached in (root / "var" / "cache" / "apt" / "archives").glob("*.deb"):
         cached.unlink()
     tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
@@ -293,7 +316,11 @@ def build_image(engine: Engine, recipe: ImageRecipe, say: Say) -> tuple[str, boo
                 continue
             shutil.copy2(fetch_source(source, cache_root() / "sources", say), context / source.file_name)
         (context / "Dockerfile").write_text(dockerfile(recipe, base))
-        _run_logged(engine.cmd("build", "--network", "host", "-t", ref, str(context)), log,
-                    f"CPython {', '.join(p.abi for p in recipe.pythons)} into /opt/python", say)  # fmt: skip
+        _run_logged(
+            engine.cmd("build", "--network", "host", "-t", ref, str(context)),
+            log,
+            f"CPython {', '.join(p.abi for p in recipe.pythons)} into /opt/python",
+            say,
+        )
         shutil.rmtree(context)
     return ref, False

@@ -22,7 +22,9 @@ def find_ninja() -> str:
 
 def find_real_ninja(path: Optional[str] = None) -> Optional[str]:
     """The ninja a build would run by name (PATH, then the one beside this Python), never a wrapper."""
-    search = os.pathsep.join(p for p in ((os.environ.get("PATH", "") if path is None else path), str(Path(sys.executable).parent)) if p)
+    search = os.pathsep.join(
+        p for p in ((os.environ.get("PATH", "") if path is None else path), str(Path(sys.executable).parent)) if p
+    )
     for folder in search.split(os.pathsep):
         candidate = Path(folder) / "ninja"
         if not (candidate.is_file() and os.access(candidate, os.X_OK)):
@@ -41,8 +43,13 @@ def compdb(build_dir: Path) -> Optional[list]:
     """``ninja -t compdb`` of the build.ninja in ``build_dir``: its entries, or None when ninja
     cannot read it."""
     try:
-        proc = subprocess.run([find_ninja(), "-C", str(build_dir), "-t", "compdb"], capture_output=True, text=True,
-                              timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.run(
+            [find_ninja(), "-C", str(build_dir), "-t", "compdb"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         if proc.returncode != 0:
             return None
         entries = json.loads(proc.stdout or "[]")

@@ -45,8 +45,10 @@ def check_pins(line: str, pins: list[str], where: str) -> None:
     """Exact ``name==version`` pins for a line that has an nvcc wheel (CUDA 13 and later)."""
     major = line.split(".")[0]
     if not major.isdigit() or int(major) < 13:
-        raise CuwError(f"{where}: {NO_NVCC_WHEEL.format(major=major, line=line)}; remove the entry "
-                       f"(and use system or a toolkit path for {line})")  # fmt: skip
+        raise CuwError(
+            f"{where}: {NO_NVCC_WHEEL.format(major=major, line=line)}; remove the entry "
+            f"(and use system or a toolkit path for {line})"
+        )
     if not pins:
         raise CuwError(f"{where}: no pins; list the wheels, e.g. [nvidia-cuda-nvcc==13.0.88, nvidia-nvvm==13.0.88, …]")
     for pin in pins:
@@ -99,8 +101,10 @@ def _size_mb(folder: Path) -> float:
 def ensure(spec: WheelToolkit, root: Optional[Path] = None, python: str = sys.executable) -> Provisioned:
     """The line's toolkit from its pinned wheels: reused when ready, else installed (once, under a lock)."""
     if sys.platform.startswith("win"):
-        raise CuwError(f"toolkits.{spec.line} = wheels: the wheel toolkit is provisioned on Linux only; "
-                       f"use system (.github/scripts/install-cuda.ps1) or a toolkit path on Windows")  # fmt: skip
+        raise CuwError(
+            f"toolkits.{spec.line} = wheels: the wheel toolkit is provisioned on Linux only; "
+            f"use system (.github/scripts/install-cuda.ps1) or a toolkit path on Windows"
+        )
     check_pins(spec.line, list(spec.pins), f"toolkit_wheels.{spec.line}")
     root = root or default_root()
     start = time.monotonic()
@@ -122,16 +126,27 @@ def ensure(spec: WheelToolkit, root: Optional[Path] = None, python: str = sys.ex
                 shutil.rmtree(half_made)  # left by an interrupted install
         stage.mkdir()
         log_path = root / f"{folder.name}.log"
-        cmd = [python, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--target",
-               str(stage / "site"), *spec.pins]  # fmt: skip
+        cmd = [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--target",
+            str(stage / "site"),
+            *spec.pins,
+        ]
         with open(log_path, "w") as log:
             log.write("$ " + " ".join(cmd) + "\n")
             log.flush()
             proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             shutil.rmtree(stage, ignore_errors=True)
-            raise CuwError(f"installing the CUDA {spec.line} toolkit wheels ({' '.join(spec.pins)}) failed "
-                           f"(exit {proc.returncode}); pip's output is in {log_path}")  # fmt: skip
+            raise CuwError(
+                f"installing the CUDA {spec.line} toolkit wheels ({' '.join(spec.pins)}) failed "
+                f"(exit {proc.returncode}); pip's output is in {log_path}"
+            )
         staged_home = stage / spec.home(root).relative_to(folder)
         _complete(staged_home, spec)
         ready = {**spec.inputs(), "size_mb": round(_size_mb(stage), 1), "install_s": round(time.monotonic() - start, 1)}
@@ -153,8 +168,10 @@ def _complete(home: Path, spec: WheelToolkit) -> None:
     """The links a system toolkit has and the wheels lack; then nvcc must report the line."""
     nvcc = home / "bin" / "nvcc"
     if not nvcc.is_file():
-        raise CuwError(f"toolkit_wheels.{spec.line}: the pinned wheels installed no {nvcc.relative_to(home.parents[2])}; "
-                       "pin nvidia-cuda-nvcc of that line")  # fmt: skip
+        raise CuwError(
+            f"toolkit_wheels.{spec.line}: the pinned wheels installed no {nvcc.relative_to(home.parents[2])}; "
+            "pin nvidia-cuda-nvcc of that line"
+        )
     if (home / "lib").is_dir() and not (home / "lib64").exists():
         (home / "lib64").symlink_to("lib")
     for versioned in sorted((home / "lib").glob("libcudart.so.*")):
@@ -162,8 +179,12 @@ def _complete(home: Path, spec: WheelToolkit) -> None:
         if not plain.exists():
             plain.symlink_to(versioned.name)
     if not (home / "nvvm" / "bin" / "cicc").is_file():
-        raise CuwError(f"toolkit_wheels.{spec.line}: no nvvm/bin/cicc in the installed wheels; pin nvidia-nvvm=={spec.line}.*'s release")
+        raise CuwError(
+            f"toolkit_wheels.{spec.line}: no nvvm/bin/cicc in the installed wheels; pin nvidia-nvvm=={spec.line}.*'s release"
+        )
     version = _version_of(str(nvcc))
     if version != spec.line:
-        raise CuwError(f"toolkit_wheels.{spec.line}: the pinned nvcc reports CUDA {version}, not {spec.line}; "
-                       f"pin the {spec.line} release of every wheel")  # fmt: skip
+        raise CuwError(
+            f"toolkit_wheels.{spec.line}: the pinned nvcc reports CUDA {version}, not {spec.line}; "
+            f"pin the {spec.line} release of every wheel"
+        )

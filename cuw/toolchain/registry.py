@@ -38,12 +38,14 @@ PORT_TRIES = 3  # a port found free can be taken before the registry binds it
 
 
 def _config(folder: Path, port: int, token: str = "") -> str:
-    return json.dumps({
-        "version": 0.1,
-        "log": {"level": "warn"},
-        "storage": {"filesystem": {"rootdirectory": str(folder / "data")}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}", "headers": {TOKEN_HEADER: [token]}},
-    })  # fmt: skip  # JSON is YAML: the registry reads it as its config file
+    return json.dumps(
+        {
+            "version": 0.1,
+            "log": {"level": "warn"},
+            "storage": {"filesystem": {"rootdirectory": str(folder / "data")}, "delete": {"enabled": True}},
+            "http": {"addr": f"127.0.0.1:{port}", "headers": {TOKEN_HEADER: [token]}},
+        }
+    )  # JSON is YAML: the registry reads it as its config file
 
 
 def _answers(host: str, token: str) -> bool:
@@ -73,8 +75,7 @@ def _start(binary: str, folder: Path, wait_s: float) -> tuple[subprocess.Popen, 
     host, log_path = f"127.0.0.1:{port}", folder / "registry.log"
     with open(log_path, "ab") as log:
         offset = log.tell()
-        proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + wait_s
         while not _answers(host, token):
@@ -86,8 +87,10 @@ def _start(binary: str, folder: Path, wait_s: float) -> tuple[subprocess.Popen, 
                     _stop(proc)
                     return None
                 tail = " | ".join(said[-2:])
-                raise CuwError(f"the local registry ({binary}) did not answer on {host} in {wait_s:.0f} s: "
-                               f"{tail or 'no output'}; log {log_path}")  # fmt: skip
+                raise CuwError(
+                    f"the local registry ({binary}) did not answer on {host} in {wait_s:.0f} s: "
+                    f"{tail or 'no output'}; log {log_path}"
+                )
             time.sleep(0.2)
     except BaseException:
         _stop(proc)
@@ -107,8 +110,9 @@ def local_registry(folder: Path, say: Say, wait_s: float = 30.0) -> Iterator[Reg
         if started is not None:
             break
     else:
-        raise CuwError(f"the local registry ({binary}) lost its port to another server {PORT_TRIES} times; "
-                       f"log {folder / 'registry.log'}")  # fmt: skip
+        raise CuwError(
+            f"the local registry ({binary}) lost its port to another server {PORT_TRIES} times; log {folder / 'registry.log'}"
+        )
     proc, host = started
     try:
         say(f"registry: {binary} on {host} (storage {folder / 'data'})")
@@ -118,8 +122,14 @@ def local_registry(folder: Path, say: Say, wait_s: float = 30.0) -> Iterator[Reg
 
 
 def _repo_digests(engine: Engine, ref: str) -> list[str]:
-    out = subprocess.run(engine.cmd("image", "inspect", "--format", "{{json .RepoDigests}}", ref), capture_output=True,
-                         text=True, errors="replace", timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+    out = subprocess.run(
+        engine.cmd("image", "inspect", "--format", "{{json .RepoDigests}}", ref),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         found = json.loads(out.stdout.strip() or "null") if out.returncode == 0 else None
     except ValueError:
@@ -136,8 +146,9 @@ def pin(engine: Engine, registry: Registry, ref: str, say: Say) -> str:
     target = f"{registry.host}/{repo.rsplit('/', 1)[-1]}:{tag}"
     started = time.monotonic()
     for cmd in (("tag", ref, target), ("push", target)):
-        out = subprocess.run(engine.cmd(*cmd), capture_output=True, text=True, errors="replace", timeout=1800,
-                             stdin=subprocess.DEVNULL)  # fmt: skip
+        out = subprocess.run(
+            engine.cmd(*cmd), capture_output=True, text=True, errors="replace", timeout=1800, stdin=subprocess.DEVNULL
+        )
         if out.returncode != 0:
             why = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
             raise CuwError(f"cannot push {ref} to the local registry {registry.host}: {engine.name} {cmd[0]}: {why}")

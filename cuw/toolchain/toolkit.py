@@ -48,8 +48,9 @@ class Toolkit:
 @lru_cache(maxsize=None)
 def _version_of(nvcc: str) -> str:
     try:  # bytes that are not UTF-8 are replaced, not a crash; a hung nvcc is named
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, errors="replace", timeout=60,
-                             stdin=subprocess.DEVNULL).stdout  # fmt: skip
+        out = subprocess.run(
+            [nvcc, "--version"], capture_output=True, text=True, errors="replace", timeout=60, stdin=subprocess.DEVNULL
+        ).stdout
     except subprocess.TimeoutExpired:
         raise CuwError(f"{nvcc} --version did not answer in 60 s: not a working CUDA toolkit") from None
     except OSError as exc:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
 from cuw.base.errors import CuwError
-from cuw.tools.cmake_reader import IDENT, Arg, Branch, Command, cmake_files, parse_file, render  
+from cuw.tools.cmake_reader import IDENT, Arg, Branch, Command, cmake_files, parse_file, render
 
 # ---------------------------------------------------------------------------
 # Which targets depend on which sources are present, and who uses them.
@@ -50,20 +50,65 @@ _TARGET_GENEX = re.compile(r"\$<TARGET_([A-Z_]+):([^>,:]+)")
 # Generator expressions that ask whether a target exists (or tolerate its absence).
 _SAFE_GENEX = ("EXISTS", "NAME_IF_EXISTS")
 _CONDITION_WORDS = {
-    "NOT", "AND", "OR", "DEFINED", "TARGET", "EXISTS", "COMMAND", "POLICY", "TEST", "IS_DIRECTORY",
-    "IS_SYMLINK", "IS_ABSOLUTE", "IN_LIST", "MATCHES", "LESS", "GREATER", "EQUAL", "LESS_EQUAL",
-    "GREATER_EQUAL", "STRLESS", "STRGREATER", "STREQUAL", "STRLESS_EQUAL", "STRGREATER_EQUAL",
-    "VERSION_LESS", "VERSION_GREATER", "VERSION_EQUAL", "VERSION_LESS_EQUAL", "VERSION_GREATER_EQUAL",
-    "PATH_EQUAL", "IS_NEWER_THAN", "CACHE", "ENV",
-}  # fmt: skip
+    "NOT",
+    "AND",
+    "OR",
+    "DEFINED",
+    "TARGET",
+    "EXISTS",
+    "COMMAND",
+    "POLICY",
+    "TEST",
+    "IS_DIRECTORY",
+    "IS_SYMLINK",
+    "IS_ABSOLUTE",
+    "IN_LIST",
+    "MATCHES",
+    "LESS",
+    "GREATER",
+    "EQUAL",
+    "LESS_EQUAL",
+    "GREATER_EQUAL",
+    "STRLESS",
+    "STRGREATER",
+    "STREQUAL",
+    "STRLESS_EQUAL",
+    "STRGREATER_EQUAL",
+    "VERSION_LESS",
+    "VERSION_GREATER",
+    "VERSION_EQUAL",
+    "VERSION_LESS_EQUAL",
+    "VERSION_GREATER_EQUAL",
+    "PATH_EQUAL",
+    "IS_NEWER_THAN",
+    "CACHE",
+    "ENV",
+}
 # Commands whose first argument must name an existing target.
 _CONFIGURES_FIRST = {
-    "target_link_libraries", "target_sources", "target_include_directories", "target_compile_definitions",
-    "target_compile_options", "target_compile_features", "target_link_options", "target_link_directories",
-    "target_precompile_headers", "add_dependencies", "set_target_properties",
-}  # fmt: skip
-_LINK_KEYWORDS = {"PUBLIC", "PRIVATE", "INTERFACE", "LINK_PUBLIC", "LINK_PRIVATE", "LINK_INTERFACE_LIBRARIES",
-                  "debug", "optimized", "general"}  # fmt: skip
+    "target_link_libraries",
+    "target_sources",
+    "target_include_directories",
+    "target_compile_definitions",
+    "target_compile_options",
+    "target_compile_features",
+    "target_link_options",
+    "target_link_directories",
+    "target_precompile_headers",
+    "add_dependencies",
+    "set_target_properties",
+}
+_LINK_KEYWORDS = {
+    "PUBLIC",
+    "PRIVATE",
+    "INTERFACE",
+    "LINK_PUBLIC",
+    "LINK_PRIVATE",
+    "LINK_INTERFACE_LIBRARIES",
+    "debug",
+    "optimized",
+    "general",
+}
 
 
 def _reads(args: Iterable[Arg], bare: bool = True) -> set[str]:
@@ -95,10 +140,18 @@ def _source_list_vars(commands: list[Command]) -> set[str]:
                 new = names[0]
             elif cmd.name == "list" and len(names) > 2 and names[1] in tainted:
                 # list(LENGTH L n), list(GET L i v), list(JOIN L g v): the output is the last argument
-                new = names[1] if names[0] in ("APPEND", "PREPEND", "INSERT", "FILTER", "REMOVE_ITEM",
-                                              "REMOVE_DUPLICATES", "TRANSFORM", "SORT") else names[-1]  # fmt: skip
-            elif cmd.name == "list" and len(names) > 2 and names[0] in ("APPEND", "PREPEND", "INSERT") \
-                    and _reads(cmd.args[2:], bare=False) & tainted:  # fmt: skip
+                new = (
+                    names[1]
+                    if names[0]
+                    in ("APPEND", "PREPEND", "INSERT", "FILTER", "REMOVE_ITEM", "REMOVE_DUPLICATES", "TRANSFORM", "SORT")
+                    else names[-1]
+                )
+            elif (
+                cmd.name == "list"
+                and len(names) > 2
+                and names[0] in ("APPEND", "PREPEND", "INSERT")
+                and _reads(cmd.args[2:], bare=False) & tainted
+            ):
                 new = names[1]
             if new and new not in tainted:
                 tainted.add(new)
@@ -127,9 +180,7 @@ def _arm_proves(branch: Branch, target: str) -> bool:
     if asserted and (target, False) in _target_tests(branch.condition):
         return True
     # else/elseif of ``if(NOT TARGET t)``: the earlier arm was false, so t exists
-    return any(
-        _target_tests(cond) == [(target, True)] and _conjunctive(cond) and len(cond) == 3 for cond in branch.earlier
-    )
+    return any(_target_tests(cond) == [(target, True)] and _conjunctive(cond) and len(cond) == 3 for cond in branch.earlier)
 
 
 def _depends_on_sources(branch: Branch, tainted: set[str], conditional: set[str]) -> bool:

@@ -189,7 +189,7 @@ class _Reader:
             line = self.line
             match = IDENT.match(self.text, self.pos)
             if not match:
-                raise self.fail(f"expected a command name, found {self.text[self.pos:self.pos + 20]!r}")
+                raise self.fail(f"expected a command name, found {self.text[self.pos : self.pos + 20]!r}")
             self.advance(match.end() - self.pos)
             self.skip_blank(newlines=False)
             if self.peek() != "(":

@@ -57,7 +57,9 @@ class FarmPlan:
         return dict(sorted(out.items()))
 
     def over_cap(self) -> list[str]:
-        return sorted({f"{c.recipe}: a shard job of {max(c.shards) / 3600:.1f} h" for c in self.jobs if max(c.shards) > JOB_CAP_S})
+        return sorted(
+            {f"{c.recipe}: a shard job of {max(c.shards) / 3600:.1f} h" for c in self.jobs if max(c.shards) > JOB_CAP_S}
+        )
 
     def wall_s(self, runners: int) -> float:
         return schedule(self.jobs, runners)
@@ -129,8 +131,10 @@ def farm_plan(recipes: list[Recipe], grid: Grid, counts: Optional[dict[str, int]
 
 
 def render(plan: FarmPlan, limits: list[int]) -> str:
-    lines = [f"farm plan: {len(plan.jobs)} cells predicted ({sum(len(c.shards) + (c.link > 0) for c in plan.jobs)} jobs), "
-             f"{plan.runner_hours:.1f} runner-hours"]  # fmt: skip
+    lines = [
+        f"farm plan: {len(plan.jobs)} cells predicted ({sum(len(c.shards) + (c.link > 0) for c in plan.jobs)} jobs), "
+        f"{plan.runner_hours:.1f} runner-hours"
+    ]
     lines += [f"  lane {lane:14} {hours:8.1f} runner-hours" for lane, hours in plan.per_lane_hours().items()]
     for c in limits:
         name = next((k for k, v in PLAN_LIMITS.items() if v == c), "")

@@ -39,8 +39,13 @@ def markdown(p: Plan) -> str:
     ]
     for r in p.rows:
         n = f"**{r.n}** (recommended)" if r.n == p.recommended else str(r.n)
-        cells = [n, f"{r.tus_min}-{r.tus_max}", str(r.shards_without_tus), *[str(r.family_empty[f]) for f in fams],
-                 str(r.largest_dispatch)]  # fmt: skip
+        cells = [
+            n,
+            f"{r.tus_min}-{r.tus_max}",
+            str(r.shards_without_tus),
+            *[str(r.family_empty[f]) for f in fams],
+            str(r.largest_dispatch),
+        ]
         if timed:
             cells += [_seconds(r.slowest_s), _seconds(r.bound_s), _seconds(r.link_s), _seconds(r.wall_s)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -53,7 +58,9 @@ def markdown(p: Plan) -> str:
 def _curve_svg(p: Plan) -> str:
     rows = [r for r in p.rows if r.slowest_s is not None]
     if not rows:
-        return '<p class="nocurve">No cost table: the curve needs seconds per TU (cuw costs &lt;recipe&gt; --from &lt;log&gt;).</p>'
+        return (
+            '<p class="nocurve">No cost table: the curve needs seconds per TU (cuw costs &lt;recipe&gt; --from &lt;log&gt;).</p>'
+        )
     w, h, left, bottom, top, right = 760, 360, 60, 40, 20, 20
     n_lo, n_hi = rows[0].n, max(rows[-1].n, rows[0].n + 1)
     y_hi = max(max(r.wall_s or 0.0 for r in rows), max(r.bound_s or 0.0 for r in rows)) * 1.08 or 1.0
@@ -68,9 +75,11 @@ def _curve_svg(p: Plan) -> str:
         pts = " ".join(f"{x(n):.1f},{y(s):.1f}" for n, s in values)
         return f'<polyline class="{cls}" points="{pts}" fill="none"/>'
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="predicted wall against N">',
-           f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" class="axis"/>',
-           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" class="axis"/>']  # fmt: skip
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="predicted wall against N">',
+        f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" class="axis"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" class="axis"/>',
+    ]
     for i in range(5):
         s = y_hi * i / 4
         out.append(f'<text x="{left - 6}" y="{y(s) + 4:.1f}" text-anchor="end" class="tick">{s:.0f}</text>')
@@ -82,8 +91,10 @@ def _curve_svg(p: Plan) -> str:
     out.append(line([(r.n, r.wall_s or 0.0) for r in rows], "wall"))
     best = next((r for r in rows if r.n == p.recommended), None)
     if best is not None and best.wall_s is not None:
-        out.append(f'<circle class="recommended" cx="{x(best.n):.1f}" cy="{y(best.wall_s):.1f}" r="6" data-n="{best.n}">'
-                   f"<title>recommended N={best.n}: wall {best.wall_s:.1f} s</title></circle>")  # fmt: skip
+        out.append(
+            f'<circle class="recommended" cx="{x(best.n):.1f}" cy="{y(best.wall_s):.1f}" r="6" data-n="{best.n}">'
+            f"<title>recommended N={best.n}: wall {best.wall_s:.1f} s</title></circle>"
+        )
     out.append(f'<text x="{(left + w) / 2}" y="{h - 4}" text-anchor="middle" class="tick">N (shards)</text>')
     out.append("</svg>")
     return "".join(out)
@@ -97,15 +108,21 @@ def html(p: Plan) -> str:
     head += ["slowest s", "bound s", "link s", "wall s"] if timed else []
     body = []
     for r in p.rows:
-        cells = [str(r.n), f"{r.tus_min}-{r.tus_max}", str(r.shards_without_tus), *[str(r.family_empty[f]) for f in fams],
-                 str(r.largest_dispatch)]  # fmt: skip
+        cells = [
+            str(r.n),
+            f"{r.tus_min}-{r.tus_max}",
+            str(r.shards_without_tus),
+            *[str(r.family_empty[f]) for f in fams],
+            str(r.largest_dispatch),
+        ]
         if timed:
             cells += [_seconds(r.slowest_s), _seconds(r.bound_s), _seconds(r.link_s), _seconds(r.wall_s)]
         cls = ' class="recommended"' if r.n == p.recommended else ""
         body.append(f"<tr{cls}>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
     checks = "".join(
         f'<li class="{"ok" if c.ok else "fail"}">{esc(c.name)}: {esc(c.detail)}'
-        + (f" <i>fix: {esc(c.fix)}</i>" if not c.ok and c.fix else "") + "</li>"
+        + (f" <i>fix: {esc(c.fix)}</i>" if not c.ok and c.fix else "")
+        + "</li>"
         for c in p.checks
     )
     return f"""<!DOCTYPE html>
@@ -119,12 +136,12 @@ tr.recommended {{ background: #fff4c2; font-weight: bold; }} .axis {{ stroke: #5
 li.ok::marker {{ content: "✔ "; color: #2e9e5b; }} li.fail::marker {{ content: "✘ "; color: #d63b3b; }}
 </style></head><body>
 <h1>Plan for {esc(p.recipe)}</h1>
-<p>filter {esc(p.filter)}, rule {esc(p.rule)}{', per family' if p.per_family else ''}; {p.tus} TUs from {esc(p.origin)}.</p>
+<p>filter {esc(p.filter)}, rule {esc(p.rule)}{", per family" if p.per_family else ""}; {p.tus} TUs from {esc(p.origin)}.</p>
 <p class="recommendation">Recommended N={p.recommended}: {esc(p.reason)}</p>
 <p><span style="color:#3b6fd6">&#9644; slowest shard</span> &nbsp; <span style="color:#d6843b">&#9644; wall (slowest + link)</span>
 &nbsp; <span style="color:#8a8f98">- - bound max(longest TU, total/N)</span></p>
 {_curve_svg(p)}
-<table><tr>{''.join(f'<th>{esc(h)}</th>' for h in head)}</tr>{''.join(body)}</table>
+<table><tr>{"".join(f"<th>{esc(h)}</th>" for h in head)}</tr>{"".join(body)}</table>
 <h2>Checks at N={p.checked_n}</h2><ul>{checks}</ul>
 </body></html>
 """

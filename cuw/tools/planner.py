@@ -214,8 +214,16 @@ def evaluate(recipe: Recipe, inputs: Inputs, n: int, family: dict[str, str]) -> 
         jobs = len(jobs_for_cell(sized, cell))
         per_lane[cell.lane] += jobs
         per_group[(cell.lane, cell.cuda)] += jobs
-    row = Row(n, min(counts), max(counts), counts.count(0), {k: len(v) for k, v in empty_shards.items()}, empty_shards,
-              dict(sorted(per_lane.items())), max(per_group.values(), default=0))  # fmt: skip
+    row = Row(
+        n,
+        min(counts),
+        max(counts),
+        counts.count(0),
+        {k: len(v) for k, v in empty_shards.items()},
+        empty_shards,
+        dict(sorted(per_lane.items())),
+        max(per_group.values(), default=0),
+    )
     if inputs.table is not None:
         costs = inputs.table.costs
         fallback = mean(costs.values())  # a TU the table never saw costs the table's mean
@@ -244,14 +252,26 @@ def _check_filter(recipe: Recipe) -> Check:
     patch = Path(recipe.folder) / "patch.py"
     partitions = patch.is_file() and _PARTITIONING_PATCH.search(patch.read_text()) is not None
     if partitions and recipe.sharding.filter == "seat":
-        return Check("filter", False, f"{patch} partitions the sources itself, but sharding.filter is seat",
-                     "set sharding.filter: source (with sharding.source.globs), so the seat stays a pass-through")  # fmt: skip
+        return Check(
+            "filter",
+            False,
+            f"{patch} partitions the sources itself, but sharding.filter is seat",
+            "set sharding.filter: source (with sharding.source.globs), so the seat stays a pass-through",
+        )
     if recipe.sharding.filter == "source" and recipe.sharding.source.seat_rest:
-        return Check("filter", True, "source: the forge deletes out-of-slice files its globs cover; the seat partitions "
-                     "only the rest (disjoint by the globs)")  # fmt: skip
+        return Check(
+            "filter",
+            True,
+            "source: the forge deletes out-of-slice files its globs cover; the seat partitions "
+            "only the rest (disjoint by the globs)",
+        )
     if recipe.sharding.filter == "source":
-        return Check("filter", True, "source: the forge deletes out-of-slice files; the seat is a pure cache pass-through "
-                     "(seat_rest: false: every shard compiles the rest)")  # fmt: skip
+        return Check(
+            "filter",
+            True,
+            "source: the forge deletes out-of-slice files; the seat is a pure cache pass-through "
+            "(seat_rest: false: every shard compiles the rest)",
+        )
     return Check("filter", True, "seat: every TU still gets an object, so no target can lose its sources")
 
 
@@ -270,21 +290,34 @@ def _check_family(recipe: Recipe, inputs: Inputs, family: dict[str, str], row: R
     sizes = Counter(v for v in family.values() if v != REST_FAMILY)
     if set(sizes) == {OTHER_FAMILY}:
         ceiling = family_ceiling(recipe, inputs, family, OTHER_FAMILY)
-        return Check("family", row.shards_without_tus == 0,
-                     f"no families declared (sharding.source.families); every shard holds a TU up to N={ceiling}",
-                     f"keep N <= {ceiling}")  # fmt: skip
+        return Check(
+            "family",
+            row.shards_without_tus == 0,
+            f"no families declared (sharding.source.families); every shard holds a TU up to N={ceiling}",
+            f"keep N <= {ceiling}",
+        )
     named = {k: v for k, v in sizes.items() if k != OTHER_FAMILY}
     smallest = min(named, key=lambda k: (named[k], k))
     ceiling = family_ceiling(recipe, inputs, family, smallest)
     shown = f"smallest family {smallest!r}: {named[smallest]} files, every shard holds one up to N={ceiling}"
     empty = {k: v for k, v in row.family_empty.items() if v and k != REST_FAMILY}
     if not empty or recipe.sharding.filter == "seat":
-        return Check("family", True, shown + (f"; at N={row.n} no shard lacks a family" if not empty else
-                                              f"; the seat stubs, so empty families at N={row.n} build anyway"))  # fmt: skip
+        return Check(
+            "family",
+            True,
+            shown
+            + (
+                f"; at N={row.n} no shard lacks a family"
+                if not empty
+                else f"; the seat stubs, so empty families at N={row.n} build anyway"
+            ),
+        )
     listing = ", ".join(f"{k}: {v} of {row.n} shards" for k, v in sorted(empty.items()))
-    fix = f"keep N <= {ceiling}" + (
-        "" if recipe.sharding.per_family else ", or set sharding.per_family: true (rule sorted or cost)"
-    ) + "; and guard every consumer of a per-family target on if(TARGET ...)"
+    fix = (
+        f"keep N <= {ceiling}"
+        + ("" if recipe.sharding.per_family else ", or set sharding.per_family: true (rule sorted or cost)")
+        + "; and guard every consumer of a per-family target on if(TARGET ...)"
+    )
     return Check("family", False, f"{shown}; at N={row.n} shards with no file of a family: {listing}", fix)
 
 
@@ -321,20 +354,31 @@ def _check_costs(inputs: Inputs) -> Optional[Check]:
         detail += f"; {len(unknown)} without a cost fall back to the hash rule (e.g. {unknown[0]})"
     if not stale:
         return Check("cost table", True, detail)
-    return Check("cost table", False, f"{detail}; {len(stale)} no longer in the source (e.g. {stale[0]})",
-                 "record it again from a cold build: cuw costs <recipe> --from <seat log or .ninja_log>")  # fmt: skip
+    return Check(
+        "cost table",
+        False,
+        f"{detail}; {len(stale)} no longer in the source (e.g. {stale[0]})",
+        "record it again from a cold build: cuw costs <recipe> --from <seat log or .ninja_log>",
+    )
 
 
 def _check_cap(row: Row) -> Check:
-    detail = f"N={row.n}: " + ", ".join(f"{lane} {jobs}" for lane, jobs in row.jobs_per_lane.items()) + \
-        f" jobs; largest lane x CUDA-line dispatch {row.largest_dispatch} (cap {MAX_JOBS})"  # fmt: skip
+    detail = (
+        f"N={row.n}: "
+        + ", ".join(f"{lane} {jobs}" for lane, jobs in row.jobs_per_lane.items())
+        + f" jobs; largest lane x CUDA-line dispatch {row.largest_dispatch} (cap {MAX_JOBS})"
+    )
     if row.largest_dispatch <= MAX_JOBS:
         return Check("matrix cap", True, detail)
     cells_per_group = max(1, round(row.largest_dispatch / (row.n + 1)))
     fit = MAX_JOBS // cells_per_group - 1
-    return Check("matrix cap", False, detail,
-                 f"N <= {fit} keeps one lane x CUDA line in one dispatch; above it, `cuw matrix` splits it by "
-                 f"Python and torch into more chunks (dispatch them one at a time)")  # fmt: skip
+    return Check(
+        "matrix cap",
+        False,
+        detail,
+        f"N <= {fit} keeps one lane x CUDA line in one dispatch; above it, `cuw matrix` splits it by "
+        f"Python and torch into more chunks (dispatch them one at a time)",
+    )
 
 
 # -- the plan ------------------------------------------------------------------------
@@ -346,16 +390,24 @@ def _recommend(rows: list[Row], feasible: list[Row]) -> tuple[int, str]:
     if all(r.wall_s is not None for r in pool):
         best = min(r.wall_s for r in pool if r.wall_s is not None)
         pick = min((r for r in pool if r.wall_s is not None and r.wall_s <= best * (1 + NEAR_BEST)), key=lambda r: r.n)
-        return pick.n, (f"smallest N within {NEAR_BEST:.0%} of the best predicted wall ({best:.1f} s) among N "
-                        f"where every shard has work and the checks allow it: "
-                        f"slowest shard {pick.slowest_s:.1f} s (bound {pick.bound_s:.1f} s) + link {pick.link_s:.1f} s"
-                        + caveat)  # fmt: skip
-    pick = max(pool, key=lambda r: (r.shards_without_tus == 0 and not any(v for k, v in r.family_empty.items() if k != REST_FAMILY),
-                                    -r.tus_max, -r.n))  # fmt: skip
+        return pick.n, (
+            f"smallest N within {NEAR_BEST:.0%} of the best predicted wall ({best:.1f} s) among N "
+            f"where every shard has work and the checks allow it: "
+            f"slowest shard {pick.slowest_s:.1f} s (bound {pick.bound_s:.1f} s) + link {pick.link_s:.1f} s" + caveat
+        )
+    pick = max(
+        pool,
+        key=lambda r: (
+            r.shards_without_tus == 0 and not any(v for k, v in r.family_empty.items() if k != REST_FAMILY),
+            -r.tus_max,
+            -r.n,
+        ),
+    )
     held = "with every shard holding a TU of every family" if feasible else "among the planned N"
-    return pick.n, (f"fewest TUs on the slowest shard ({pick.tus_max}) {held}; "
-                    f"no cost table, so TU counts stand in for seconds (record one: cuw costs {{recipe}} --from <log>)"
-                    + caveat)  # fmt: skip
+    return pick.n, (
+        f"fewest TUs on the slowest shard ({pick.tus_max}) {held}; "
+        f"no cost table, so TU counts stand in for seconds (record one: cuw costs {{recipe}} --from <log>)" + caveat
+    )
 
 
 def plan(
@@ -380,8 +432,10 @@ def plan(
         inputs = gather(recipe, work or Path(scratch), table, from_log)
         if not inputs.keys:
             raise CuwError(f"recipe {recipe.key!r}: the partition covers no TU ({inputs.origin})")
-        family = {**families_of(set(inputs.keys) - set(inputs.rest), recipe.sharding.source.families),
-                  **{k: REST_FAMILY for k in inputs.rest}}  # fmt: skip
+        family = {
+            **families_of(set(inputs.keys) - set(inputs.rest), recipe.sharding.source.families),
+            **{k: REST_FAMILY for k in inputs.rest},
+        }
         checked = checked_n or recipe.sharding.count
         if len(counts) > 1:  # a range stops where shards would run out of TUs
             counts = [n for n in counts if n <= len(inputs.keys)] or counts[:1]
@@ -389,27 +443,53 @@ def plan(
         rows = [evaluated[n][0] for n in sorted(set(counts))]
         row, owners = evaluated[checked]
         sizes = dict(sorted(Counter(family.values()).items()))
-        checks = [_check_filter(recipe), _check_family(recipe, inputs, family, row), _check_guards(recipe, inputs.tree),
-                  _check_cap(row)]  # fmt: skip
+        checks = [
+            _check_filter(recipe),
+            _check_family(recipe, inputs, family, row),
+            _check_guards(recipe, inputs.tree),
+            _check_cap(row),
+        ]
         drift = _check_costs(inputs)
         checks += [drift] if drift else []
     # A seat stubs, so an empty family still builds; with the source filter it sets the ceiling.
-    feasible = [r for r in rows if r.largest_dispatch <= MAX_JOBS and r.shards_without_tus == 0
-                and (recipe.sharding.filter == "seat" or not any(v for k, v in r.family_empty.items() if k != REST_FAMILY))]  # fmt: skip
+    feasible = [
+        r
+        for r in rows
+        if r.largest_dispatch <= MAX_JOBS
+        and r.shards_without_tus == 0
+        and (recipe.sharding.filter == "seat" or not any(v for k, v in r.family_empty.items() if k != REST_FAMILY))
+    ]
     recommended, reason = _recommend(rows, feasible)
     table_costs = inputs.table.costs if inputs.table else None
     return Plan(
-        recipe=recipe.key, filter=recipe.sharding.filter, rule=recipe.sharding.rule,
-        per_family=recipe.sharding.per_family, origin=inputs.origin, tus=len(inputs.keys), families=sizes,
+        recipe=recipe.key,
+        filter=recipe.sharding.filter,
+        rule=recipe.sharding.rule,
+        per_family=recipe.sharding.per_family,
+        origin=inputs.origin,
+        tus=len(inputs.keys),
+        families=sizes,
         total_s=round(sum(table_costs.values()), 3) if table_costs else None,
         longest_s=round(max(table_costs.values()), 3) if table_costs else None,
-        link_from=(f"measured link ({inputs.table.link.fixed_s:.1f} s beside its replays, {inputs.table.link.per_replay_s:.3f} s "
-                   f"per replay; {inputs.table.link.source})" if inputs.table is not None and inputs.table.link else None),
-        shard_from=(f"measured shards ({inputs.table.shard.fixed_s:.1f} s beside their compiles; {inputs.table.shard.source})"
-                    if inputs.table is not None and inputs.table.shard else None),
-        checked_n=checked, rows=rows, recommended=recommended, reason=reason.replace("{recipe}", recipe.key),
-        checks=checks, assignment=dict(sorted(owners.items())), rest=len(inputs.rest),
-    )  # fmt: skip
+        link_from=(
+            f"measured link ({inputs.table.link.fixed_s:.1f} s beside its replays, {inputs.table.link.per_replay_s:.3f} s "
+            f"per replay; {inputs.table.link.source})"
+            if inputs.table is not None and inputs.table.link
+            else None
+        ),
+        shard_from=(
+            f"measured shards ({inputs.table.shard.fixed_s:.1f} s beside their compiles; {inputs.table.shard.source})"
+            if inputs.table is not None and inputs.table.shard
+            else None
+        ),
+        checked_n=checked,
+        rows=rows,
+        recommended=recommended,
+        reason=reason.replace("{recipe}", recipe.key),
+        checks=checks,
+        assignment=dict(sorted(owners.items())),
+        rest=len(inputs.rest),
+    )
 
 
 def render(p: Plan) -> str:
@@ -421,10 +501,21 @@ def render(p: Plan) -> str:
         "families: " + (", ".join(f"{k} {v}" for k, v in p.families.items()) if fams else "none declared"),
     ]
     if p.total_s is not None:
-        lines.append(f"cost table: {p.total_s:.1f} s in all, longest TU {p.longest_s:.1f} s; link: "
-                     + (p.link_from or f"replays alone at {HIT_SECONDS} s each (record a link report: cuw costs {p.recipe} --from <link report>)"))
-        lines.append("shard: " + (p.shard_from or f"its compiles alone, in one compile slot (record shard reports: "
-                                                   f"cuw costs {p.recipe} --from <cuw-shard-*.report.json>)"))
+        lines.append(
+            f"cost table: {p.total_s:.1f} s in all, longest TU {p.longest_s:.1f} s; link: "
+            + (
+                p.link_from
+                or f"replays alone at {HIT_SECONDS} s each (record a link report: cuw costs {p.recipe} --from <link report>)"
+            )
+        )
+        lines.append(
+            "shard: "
+            + (
+                p.shard_from
+                or f"its compiles alone, in one compile slot (record shard reports: "
+                f"cuw costs {p.recipe} --from <cuw-shard-*.report.json>)"
+            )
+        )
     head = f"{'N':>4} {'TUs/shard':>10} {'no TUs':>6} " + " ".join(f"{'no ' + f[:10]:>13}" for f in fams)
     head += f" {'jobs/lane':>24} {'dispatch':>8}"
     if p.total_s is not None:

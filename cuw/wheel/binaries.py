@@ -40,9 +40,11 @@ def read_pe(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
     try:
         pe = pefile.PE(data=data, fast_load=True)
         pe.parse_data_directories(
-            directories=[pefile.DIRECTORY_ENTRY[d] for d in
-                         ("IMAGE_DIRECTORY_ENTRY_IMPORT", "IMAGE_DIRECTORY_ENTRY_DELAY_IMPORT", "IMAGE_DIRECTORY_ENTRY_EXPORT")]
-        )  # fmt: skip
+            directories=[
+                pefile.DIRECTORY_ENTRY[d]
+                for d in ("IMAGE_DIRECTORY_ENTRY_IMPORT", "IMAGE_DIRECTORY_ENTRY_DELAY_IMPORT", "IMAGE_DIRECTORY_ENTRY_EXPORT")
+            ]
+        )
     except pefile.PEFormatError:
         return None
     needed: list[str] = []

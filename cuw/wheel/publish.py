@@ -64,8 +64,9 @@ def _forge_commit() -> Optional[str]:
     if os.environ.get("GITHUB_SHA"):
         return os.environ["GITHUB_SHA"]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)  # fmt: skip
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).resolve().parent
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -80,8 +81,15 @@ def _nvcc_version(nvcc: Path) -> Optional[str]:
     return lines[-1].split(",")[-1].strip() if lines else None  # "V13.0.88"
 
 
-def build_record(recipe: Any, wheel: Path, link_report: dict[str, Any], shard_reports: list[dict[str, Any]],
-                 verify_report: Optional[dict[str, Any]], toolkit: Any, inputs: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def build_record(
+    recipe: Any,
+    wheel: Path,
+    link_report: dict[str, Any],
+    shard_reports: list[dict[str, Any]],
+    verify_report: Optional[dict[str, Any]],
+    toolkit: Any,
+    inputs: dict[str, Any],
+) -> dict[str, Any]:
     """The record of one wheel (pure: everything it says comes from the arguments). ``inputs``: what
     the wheel is a function of (:func:`cuw.config.inputs.cell_inputs`), which the plan compares."""
     recipes_dir = Path(recipe.folder).parent
@@ -90,8 +98,15 @@ def build_record(recipe: Any, wheel: Path, link_report: dict[str, Any], shard_re
     shards = []
     for rep in sorted(shard_reports, key=lambda r: int(str(r.get("shard", "0/0")).split("/")[0] or 0)):
         f = rep.get("facts", {})
-        shards.append({"shard": rep.get("shard"), "ok": rep.get("ok"), "tus_compiled": f.get("compiled"),
-                       "tus_owned": f.get("expected_owned"), "seconds": rep.get("build_s")})  # fmt: skip
+        shards.append(
+            {
+                "shard": rep.get("shard"),
+                "ok": rep.get("ok"),
+                "tus_compiled": f.get("compiled"),
+                "tus_owned": f.get("expected_owned"),
+                "seconds": rep.get("build_s"),
+            }
+        )
     checks = (verify_report or {}).get("checks", [])
     return {
         "format": FORMAT,
@@ -112,10 +127,10 @@ def build_record(recipe: Any, wheel: Path, link_report: dict[str, Any], shard_re
         "shards": shards,
         "link": {k: facts.get(k) for k in ("total", "hits", "misses", "uncacheable", "cuda_tus")}
         | {"seconds": link_report.get("build_s"), "shard_count": link_report.get("shard_count")},
-        "verify": {"ok": (verify_report or {}).get("ok"),
-                   "checks": [{"name": c.get("name"), "ok": c.get("ok")} for c in checks]},  # fmt: skip
-        "run": {k.lower(): os.environ[k] for k in ("GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT")
-                if os.environ.get(k)},  # fmt: skip
+        "verify": {"ok": (verify_report or {}).get("ok"), "checks": [{"name": c.get("name"), "ok": c.get("ok")} for c in checks]},
+        "run": {
+            k.lower(): os.environ[k] for k in ("GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT") if os.environ.get(k)
+        },
     }
 
 
@@ -132,8 +147,10 @@ def record(recipe: Any, dist: Path, artifacts: Path) -> Path:
         if rep.get("cell") == cell.to_dict() and rep.get("ok"):
             links.append((path, rep))
     if not links:
-        raise CuwError(f"no passed link of {cell.id} in {dist} (a *.whl.link.json with ok: true): "
-                       "run the link first; only a wheel that passed link and verify gets a build record")  # fmt: skip
+        raise CuwError(
+            f"no passed link of {cell.id} in {dist} (a *.whl.link.json with ok: true): "
+            "run the link first; only a wheel that passed link and verify gets a build record"
+        )
     path, link_rep = links[-1]
     wheel = dist / path.name[: -len(".link.json")]
     if not wheel.is_file():
@@ -151,8 +168,9 @@ def record(recipe: Any, dist: Path, artifacts: Path) -> Path:
     body = build_record(recipe, wheel, link_rep, shard_reports, verify_rep, toolkit, inputs)
     out = dist / f"{wheel.name}{RECORD_SUFFIX}"
     write_text(out, json.dumps(body, indent=2, sort_keys=True) + "\n", "build record")
-    report.say(f"build record: {out} ({len(shard_reports)} shard reports, link {body['link']['hits']}/"
-               f"{body['link']['total']} hits)")  # fmt: skip
+    report.say(
+        f"build record: {out} ({len(shard_reports)} shard reports, link {body['link']['hits']}/{body['link']['total']} hits)"
+    )
     return out
 
 
@@ -215,13 +233,15 @@ def check_asset_store(store: AssetStore) -> None:
     if not store.url.lower().startswith(("https://", "http://")):
         raise CuwError(f"{bad} an http(s) URL with {{wheel}} (and {{recipe}}) in it")
     try:
-        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(store.url)
-                  if name is not None]  # fmt: skip
+        fields = [
+            (name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(store.url) if name is not None
+        ]
     except ValueError as exc:
         raise CuwError(f"{bad} not a template ({exc}); only {{recipe}} and {{wheel}} may be filled in") from None
     if any(name not in ("recipe", "wheel") or spec or conversion for name, spec, conversion in fields):
-        raise CuwError(f"{bad} only {{recipe}} and {{wheel}} may be filled in, as they are (no index, attribute, "
-                       "conversion or format)")  # fmt: skip
+        raise CuwError(
+            f"{bad} only {{recipe}} and {{wheel}} may be filled in, as they are (no index, attribute, conversion or format)"
+        )
     if "wheel" not in [name for name, _, _ in fields]:
         raise CuwError(f"{bad} an http(s) URL with {{wheel}} (and {{recipe}}) in it: every wheel needs a URL of its own")
     template = urlsplit(store.url)
@@ -242,19 +262,32 @@ def check_folders(incoming: Path, index: Path, upload: Optional[Path] = None) ->
         for other, b in named[i + 1 :]:
             ra, rb = a.resolve(), b.resolve()
             if ra == rb or ra in rb.parents or rb in ra.parents:
-                raise CuwError(f"publish: {one} {a} and {other} {b} {'are one folder' if ra == rb else 'lie one in the other'}; "
-                               "give separate folders")  # fmt: skip
+                raise CuwError(
+                    f"publish: {one} {a} and {other} {b} {'are one folder' if ra == rb else 'lie one in the other'}; "
+                    "give separate folders"
+                )
 
 
 def _check_marker(marker: Any, where: str) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
     """An online index's marker, read as :func:`cuw.wheel.index.published_files` reads a folder's."""
     files = marker.get("files") if isinstance(marker, dict) else None
     remote = marker.get("remote", {}) if isinstance(marker, dict) else None
-    if (not isinstance(files, dict) or not isinstance(remote, dict) or not all(isinstance(v, str) for v in files.values())
-            or not all(n in files and isinstance(r, dict) and str(r.get("url", "")).startswith(("https://", "http://"))
-                       and type(r.get("size")) is int for n, r in remote.items())):  # fmt: skip
-        raise CuwError(f"--from-url: {where} is not an index record (files, and remote wheels with url and size); "
-                       "restore the published index")  # fmt: skip
+    if (
+        not isinstance(files, dict)
+        or not isinstance(remote, dict)
+        or not all(isinstance(v, str) for v in files.values())
+        or not all(
+            n in files
+            and isinstance(r, dict)
+            and str(r.get("url", "")).startswith(("https://", "http://"))
+            and type(r.get("size")) is int
+            for n, r in remote.items()
+        )
+    ):
+        raise CuwError(
+            f"--from-url: {where} is not an index record (files, and remote wheels with url and size); "
+            "restore the published index"
+        )
     for name in files:
         if not name.endswith(".whl") or name.startswith(".") or "/" in name or "\\" in name or not name.isprintable():
             raise CuwError(f"--from-url: {where} lists {name!r}, not a wheel file name; restore the published index")
@@ -276,8 +309,10 @@ def continue_from(site: str, index: Path) -> int:
             raise CuwError(f"--from-url: {index} is a file; give a new or empty folder to continue {site} in")
         there = sorted(p.name for p in index.iterdir() if p.name != LOCK) if index.is_dir() else []
         if there:
-            raise CuwError(f"--from-url: {index} holds other files ({', '.join(there[:3])}); give a new or empty folder "
-                           f"to continue {site} in")  # fmt: skip
+            raise CuwError(
+                f"--from-url: {index} holds other files ({', '.join(there[:3])}); give a new or empty folder "
+                f"to continue {site} in"
+            )
 
     check_new()
     if not site.lower().startswith(("https://", "http://", "file://")):
@@ -287,8 +322,10 @@ def continue_from(site: str, index: Path) -> int:
     files, remote = _check_marker(marker, f"{base}/{MARKER}")
     local = sorted(set(files) - set(remote))
     if local:
-        raise CuwError(f"--from-url: {base} serves {local[0]} itself; --from-url continues an index whose wheels are "
-                       "stored elsewhere (release assets)")  # fmt: skip
+        raise CuwError(
+            f"--from-url: {base} serves {local[0]} itself; --from-url continues an index whose wheels are "
+            "stored elsewhere (release assets)"
+        )
     records = {}
     for name in sorted(files):
         url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
@@ -300,14 +337,16 @@ def continue_from(site: str, index: Path) -> int:
         check_new()
         (index / "files").mkdir(exist_ok=True)
         for name, record in records.items():
-            write_text(index / "files" / f"{name}{RECORD_SUFFIX}", json.dumps(record, indent=2, sort_keys=True) + "\n",
-                       "build record")  # fmt: skip
+            write_text(
+                index / "files" / f"{name}{RECORD_SUFFIX}", json.dumps(record, indent=2, sort_keys=True) + "\n", "build record"
+            )
         write_marker(index, files, remote)
     return len(files)
 
 
-def publish(incoming: Path, index: Path, reports: Optional[Path] = None, store: Optional[AssetStore] = None,
-            online: int = 0) -> Outcome:  # fmt: skip
+def publish(
+    incoming: Path, index: Path, reports: Optional[Path] = None, store: Optional[AssetStore] = None, online: int = 0
+) -> Outcome:
     """Adds every wheel under ``incoming`` that has its build record to the index at ``index``;
     with ``store``, the wheels go to its upload folder and the pages link their URLs. ``online``:
     how many wheels the published index lists (it never publishes fewer)."""
@@ -351,8 +390,9 @@ def publish(incoming: Path, index: Path, reports: Optional[Path] = None, store: 
             write_pages(index, published)  # pages a killed run left behind the marker are brought up to it
         listed = len(published_files(index))
         if listed < online:  # a partial read of the online index must never shrink it
-            raise CuwError(f"publish: the index at {index} lists {listed} wheels, the published one {online}; "
-                           "refusing to publish fewer")  # fmt: skip
+            raise CuwError(
+                f"publish: the index at {index} lists {listed} wheels, the published one {online}; refusing to publish fewer"
+            )
     return outcome
 
 
@@ -391,8 +431,9 @@ def _same_inputs(index: Path, name: str, rec: dict[str, Any]) -> bool:
     return isinstance(theirs, dict) and bool(rec.get("inputs_digest")) and theirs.get("inputs_digest") == rec.get("inputs_digest")
 
 
-def _sort(incoming: Path, published: dict[str, str], reports: Optional[Path],
-          index: Path) -> tuple[Outcome, list[tuple[Path, Path]]]:  # fmt: skip
+def _sort(
+    incoming: Path, published: dict[str, str], reports: Optional[Path], index: Path
+) -> tuple[Outcome, list[tuple[Path, Path]]]:
     """What arrived, sorted into refused, already published and accepted (wheel, record) pairs."""
     outcome = Outcome(failed_cells=_failed_cells(reports))
     accepted: list[tuple[Path, Path]] = []
@@ -402,8 +443,10 @@ def _sort(incoming: Path, published: dict[str, str], reports: Optional[Path],
         arrived.setdefault(wheel.name, []).append(wheel)
     for name, copies in arrived.items():
         if len({sha256_file(w) for w in copies}) > 1:  # two links made one name with other bytes: neither is it
-            outcome.refused[name] = (f"{len(copies)} different wheels arrived under this name "
-                                     f"({', '.join(str(w.relative_to(incoming)) for w in copies)}); none is published")  # fmt: skip
+            outcome.refused[name] = (
+                f"{len(copies)} different wheels arrived under this name "
+                f"({', '.join(str(w.relative_to(incoming)) for w in copies)}); none is published"
+            )
     for wheel in sorted(copies[0] for copies in arrived.values()):
         if wheel.name in outcome.refused:
             continue
@@ -430,8 +473,10 @@ def _sort(incoming: Path, published: dict[str, str], reports: Optional[Path],
                 outcome.same_inputs.append(wheel.name)
                 vouched.add(_cell_id(rec))
             else:
-                outcome.refused[wheel.name] = (f"the index already publishes {wheel.name} with other bytes "
-                                               "(a published wheel is never replaced: bump the version)")  # fmt: skip
+                outcome.refused[wheel.name] = (
+                    f"the index already publishes {wheel.name} with other bytes "
+                    "(a published wheel is never replaced: bump the version)"
+                )
             continue
         accepted.append((wheel, rec_path))
         vouched.add(_cell_id(rec))
@@ -442,20 +487,26 @@ def _sort(incoming: Path, published: dict[str, str], reports: Optional[Path],
 
 def summarize(outcome: Outcome, index: Path) -> str:
     """The publish job's summary (markdown); also the lines it prints."""
-    rows = [f"### publish to {index}: {len(outcome.published)} added, {len(outcome.already)} already there, "
-            f"{len(outcome.refused)} refused, {len(outcome.failed_cells)} cell(s) not published", "",
-            "| | what | detail |", "|---|---|---|"]  # fmt: skip
+    rows = [
+        f"### publish to {index}: {len(outcome.published)} added, {len(outcome.already)} already there, "
+        f"{len(outcome.refused)} refused, {len(outcome.failed_cells)} cell(s) not published",
+        "",
+        "| | what | detail |",
+        "|---|---|---|",
+    ]
     rows += [f"| ✅ | {name} | published with {name}{RECORD_SUFFIX} |" for name in outcome.published]
-    rows += [f"| ✅ | {name} | already published ("
-             + ("same inputs, the published bytes stand" if name in outcome.same_inputs else "same sha256") + ") |"
-             for name in outcome.already]  # fmt: skip
+    rows += [
+        f"| ✅ | {name} | already published ("
+        + ("same inputs, the published bytes stand" if name in outcome.same_inputs else "same sha256")
+        + ") |"
+        for name in outcome.already
+    ]
     rows += [f"| ❌ | {name} | refused: {why} |" for name, why in outcome.refused.items()]
     rows += [f"| ❌ | cell {cell} | not published: link failed: {why} |" for cell, why in outcome.failed_cells.items()]
     return "\n".join(rows)
 
 
-def run_publish(incoming: Path, index: Path, reports: Optional[Path], store: Optional[AssetStore] = None,
-                online: int = 0) -> int:  # fmt: skip
+def run_publish(incoming: Path, index: Path, reports: Optional[Path], store: Optional[AssetStore] = None, online: int = 0) -> int:
     outcome = publish(incoming, index, reports, store, online)
     for name in outcome.published:
         report.say(f"published {name}" + (f" (to upload: {store.upload / name})" if store else ""))
@@ -470,6 +521,8 @@ def run_publish(incoming: Path, index: Path, reports: Optional[Path], store: Opt
     if not (outcome.published or outcome.already or outcome.refused):
         report.say(f"publish: no wheel arrived in {incoming}: nothing published")
         return 1
-    report.say(f"publish: {len(outcome.published)} added, {len(outcome.already)} already there, "
-               f"{len(outcome.refused)} refused -> {index}")  # fmt: skip
+    report.say(
+        f"publish: {len(outcome.published)} added, {len(outcome.already)} already there, "
+        f"{len(outcome.refused)} refused -> {index}"
+    )
     return 0 if outcome.ok else 1

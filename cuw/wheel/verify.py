@@ -40,9 +40,15 @@ from cuw.toolchain.toolkit import Toolkit, find_cuobjdump
 # DT_NEEDED every wheel may carry besides what the policy keeps out of it
 # (wheel.exclude: the CUDA runtime and driver, torch): the C/C++ runtime.
 C_RUNTIME = (
-    "libc.so.*", "libm.so.*", "libdl.so.*", "libpthread.so.*", "librt.so.*", "ld-linux*.so.*",
-    "libgcc_s.so.*", "libstdc++.so.*",
-)  # fmt: skip
+    "libc.so.*",
+    "libm.so.*",
+    "libdl.so.*",
+    "libpthread.so.*",
+    "librt.so.*",
+    "ld-linux*.so.*",
+    "libgcc_s.so.*",
+    "libstdc++.so.*",
+)
 
 
 def manylinux_whitelist(platform_tag: Optional[str]) -> tuple[str, ...]:
@@ -66,21 +72,69 @@ TORCH_LIBS = ("libtorch*.so*", "libc10*.so*", "libshm.so*")
 # The OS (API sets, system DLLs), the MSVC runtime (VC++ redistributable, on every runner and
 # every machine with Python), and msvcrt.dll, which mingw-w64 builds link.
 WINDOWS_SYSTEM_DLLS = (
-    "api-ms-win-*.dll", "ext-ms-win-*.dll", "kernel32.dll", "kernelbase.dll", "ntdll.dll", "user32.dll",
-    "gdi32.dll", "advapi32.dll", "shell32.dll", "shlwapi.dll", "ole32.dll", "oleaut32.dll", "ws2_32.dll",
-    "bcrypt.dll", "crypt32.dll", "secur32.dll", "version.dll", "winmm.dll", "psapi.dll", "dbghelp.dll",
-    "iphlpapi.dll", "setupapi.dll", "rpcrt4.dll", "userenv.dll", "comctl32.dll", "comdlg32.dll",
-    "imm32.dll", "ucrtbase.dll", "msvcrt.dll", "vcruntime140.dll", "vcruntime140_1.dll", "msvcp140*.dll",
-    "concrt140.dll", "vcomp140.dll",
-)  # fmt: skip
+    "api-ms-win-*.dll",
+    "ext-ms-win-*.dll",
+    "kernel32.dll",
+    "kernelbase.dll",
+    "ntdll.dll",
+    "user32.dll",
+    "gdi32.dll",
+    "advapi32.dll",
+    "shell32.dll",
+    "shlwapi.dll",
+    "ole32.dll",
+    "oleaut32.dll",
+    "ws2_32.dll",
+    "bcrypt.dll",
+    "crypt32.dll",
+    "secur32.dll",
+    "version.dll",
+    "winmm.dll",
+    "psapi.dll",
+    "dbghelp.dll",
+    "iphlpapi.dll",
+    "setupapi.dll",
+    "rpcrt4.dll",
+    "userenv.dll",
+    "comctl32.dll",
+    "comdlg32.dll",
+    "imm32.dll",
+    "ucrtbase.dll",
+    "msvcrt.dll",
+    "vcruntime140.dll",
+    "vcruntime140_1.dll",
+    "msvcp140*.dll",
+    "concrt140.dll",
+    "vcomp140.dll",
+)
 # The CUDA runtime and libraries (never shipped: the toolkit or the nvidia-* wheels provide them).
 CUDA_DLLS = (
-    "nvcuda.dll", "cudart64_*.dll", "cublas64_*.dll", "cublaslt64_*.dll", "cusparse64_*.dll", "cufft64_*.dll",
-    "cufftw64_*.dll", "curand64_*.dll", "cusolver64_*.dll", "cusolvermg64_*.dll", "nvrtc64_*.dll",
-    "nvrtc-builtins64_*.dll", "nvjitlink_*.dll", "nvtoolsext64_*.dll", "cudnn*64_*.dll", "nvtx*.dll",
-)  # fmt: skip
-TORCH_DLLS = ("torch.dll", "torch_cpu.dll", "torch_cuda*.dll", "torch_python.dll", "c10.dll", "c10_cuda.dll",
-              "torch_global_deps.dll")  # fmt: skip
+    "nvcuda.dll",
+    "cudart64_*.dll",
+    "cublas64_*.dll",
+    "cublaslt64_*.dll",
+    "cusparse64_*.dll",
+    "cufft64_*.dll",
+    "cufftw64_*.dll",
+    "curand64_*.dll",
+    "cusolver64_*.dll",
+    "cusolvermg64_*.dll",
+    "nvrtc64_*.dll",
+    "nvrtc-builtins64_*.dll",
+    "nvjitlink_*.dll",
+    "nvtoolsext64_*.dll",
+    "cudnn*64_*.dll",
+    "nvtx*.dll",
+)
+TORCH_DLLS = (
+    "torch.dll",
+    "torch_cpu.dll",
+    "torch_cuda*.dll",
+    "torch_python.dll",
+    "c10.dll",
+    "c10_cuda.dll",
+    "torch_global_deps.dll",
+)
 
 
 class GateCannotRun(CuwError):
@@ -116,7 +170,12 @@ class Report:
         )
 
     def to_markdown(self) -> str:
-        rows = [f"### verify {Path(self.wheel).name}: {'✅ pass' if self.ok else '❌ FAIL'}", "", "| check | | details |", "|---|---|---|"]
+        rows = [
+            f"### verify {Path(self.wheel).name}: {'✅ pass' if self.ok else '❌ FAIL'}",
+            "",
+            "| check | | details |",
+            "|---|---|---|",
+        ]
         for c in self.checks:
             rows.append(f"| {c.name} | {'✅' if c.ok else '❌'} | {'; '.join(c.details)[:300]} |")
         return "\n".join(rows) + "\n"
@@ -184,9 +243,11 @@ def _pyinit_check(binaries: list[Binary], load_libraries: Optional[list[str]] = 
             notes.append(f"{b.path}: no PyInit_*, loaded as a library (verify.load_libraries)")
             continue
         if b.exports_pyinit is None:
-            problems.append(f"{b.path}: named like an extension module but exports no PyInit_{match.group(1)}: Python "
-                            "cannot import it; if torch.ops.load_library or ctypes loads it, list it in the recipe's "
-                            "verify.load_libraries")  # fmt: skip
+            problems.append(
+                f"{b.path}: named like an extension module but exports no PyInit_{match.group(1)}: Python "
+                "cannot import it; if torch.ops.load_library or ctypes loads it, list it in the recipe's "
+                "verify.load_libraries"
+            )
             continue
         modules += 1
         if b.exports_pyinit != match.group(1):
@@ -334,11 +395,12 @@ def verify(
         checks.append(Check("compiled", bool(elves), [e.path for e in elves] or ["no compiled code in the wheel"]))
 
         allowed = (
-            C_RUNTIME + manylinux_whitelist(linux_tag) + TORCH_LIBS
-            + tuple(policy.exclude) + tuple(recipe.verify.allowed_needed)
-        )  # fmt: skip
+            C_RUNTIME + manylinux_whitelist(linux_tag) + TORCH_LIBS + tuple(policy.exclude) + tuple(recipe.verify.allowed_needed)
+        )
         foreign = [f for e in elves for f in _foreign_needed(e, shipped, allowed, cell.python)]
-        checks.append(Check("needed", not foreign, foreign or ["every DT_NEEDED / imported DLL is runtime, CUDA, torch or shipped"]))
+        checks.append(
+            Check("needed", not foreign, foreign or ["every DT_NEEDED / imported DLL is runtime, CUDA, torch or shipped"])
+        )
 
         bad_rpath = [f"{e.path}: {p}" for e in elves for p in e.rpaths if not p.startswith("$ORIGIN")]
         checks.append(Check("rpath", not bad_rpath, bad_rpath or ["every RPATH starts with $ORIGIN"]))
@@ -398,10 +460,14 @@ def python_tag_check(recipe: Recipe, cell: Cell, tags) -> Check:
         return Check("python_tag", True, [f"{', '.join(got)}, as wheel_python: {declared} declares"])
     actual = next(iter(got), "")
     fix = {"none": "py3", "abi3": "abi3"}.get(actual.partition("-")[2], "per-interpreter")
-    return Check("python_tag", False, [
-        f"recipe key wheel_python: {declared} promises {want}, the wheel is {', '.join(got)}: "
-        f"set wheel_python: {fix} in {recipe.folder or recipe.key}/recipe.yml, or build the wheel it declares"
-    ])  # fmt: skip
+    return Check(
+        "python_tag",
+        False,
+        [
+            f"recipe key wheel_python: {declared} promises {want}, the wheel is {', '.join(got)}: "
+            f"set wheel_python: {fix} in {recipe.folder or recipe.key}/recipe.yml, or build the wheel it declares"
+        ],
+    )
 
 
 @dataclass(frozen=True)
@@ -442,12 +508,16 @@ def _size_check(wheel: Path, members: dict[str, bytes], limit_mb: Optional[float
     line = f"{size_mb:.1f} MB compressed; largest members (uncompressed): {shown}"
     if limit_mb is None or size_mb <= limit_mb:
         return Check("size", True, [line + (f"; limit {limit_mb:g} MB" if limit_mb is not None else "; no limit set")])
-    return Check("size", False, [
-        f"{size_mb:.1f} MB is over the {lane} lane's limit of {limit_mb:g} MB (wheel.max_size_mb in recipes/defaults.yml)",
-        line,
-        "fix: build fewer archs (the recipe's archs), ship PTX only for the oldest arch instead of SASS, "
-        "or split the package by SM family",
-    ])  # fmt: skip
+    return Check(
+        "size",
+        False,
+        [
+            f"{size_mb:.1f} MB is over the {lane} lane's limit of {limit_mb:g} MB (wheel.max_size_mb in recipes/defaults.yml)",
+            line,
+            "fix: build fewer archs (the recipe's archs), ship PTX only for the oldest arch instead of SASS, "
+            "or split the package by SM family",
+        ],
+    )
 
 
 def _arch_check(elves: list[Binary], scratch: Path, archs: list[str], toolkit: Toolkit, device_code: bool = True) -> Check:
@@ -465,8 +535,14 @@ def _arch_check(elves: list[Binary], scratch: Path, archs: list[str], toolkit: T
     if not device_code:  # kernels compiled at run time: device code in the wheel means the recipe is wrong
         found = [f"sm_{n}" for n in sorted(sass)] + [f"compute_{n}" for n in sorted(ptx)]
         if found:
-            return Check("arch", False, [f"recipe says device_code: false, but the wheel has device code: {', '.join(found)} "
-                                         "(remove device_code: false, or find what compiled it)"])  # fmt: skip
+            return Check(
+                "arch",
+                False,
+                [
+                    f"recipe says device_code: false, but the wheel has device code: {', '.join(found)} "
+                    "(remove device_code: false, or find what compiled it)"
+                ],
+            )
         return Check("arch", True, ["no device code, as device_code: false says (kernels compiled at run time)"])
     missing = []
     for arch in archs:
@@ -510,7 +586,11 @@ def _clean_env(target: Path, home: str) -> dict[str, str]:
 
 
 def _import_check(
-    wheel: Path, members: dict[str, bytes], elves: list[Binary], recipe: Recipe, python: str = sys.executable,
+    wheel: Path,
+    members: dict[str, bytes],
+    elves: list[Binary],
+    recipe: Recipe,
+    python: str = sys.executable,
     requires: Optional[list[str]] = None,
 ) -> Check:
     pe = [e.path for e in elves if e.kind == "pe"]
@@ -524,26 +604,35 @@ def _import_check(
         empty.mkdir()
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             return Check("import", False, [f"pip could not install the wheel: {proc.stderr.strip()[-300:]}"])
         requires = recipe.verify.import_requires if requires is None else requires
         if requires:  # the runtime dependencies the import needs, pinned in the recipe
             proc = subprocess.run(
                 [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *requires],
-                capture_output=True, text=True,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode != 0:
-                return Check("import", False, [f"pip could not install verify.import_requires "
-                                               f"{requires}: {proc.stderr.strip()[-300:]}"])  # fmt: skip
+                return Check(
+                    "import", False, [f"pip could not install verify.import_requires {requires}: {proc.stderr.strip()[-300:]}"]
+                )
         failures, passed = [], 0
         for library in loaded_libraries(elves, recipe.verify.load_libraries):
             # A torch operator library registers its ops with torch when loaded; any other, through ctypes.
             how = "import torch; torch.ops.load_library(p)" if recipe.links_torch else "import ctypes; ctypes.CDLL(p)"
             code = f"import sys; p = sys.argv[1]; {how}"
-            child = subprocess.run([python, "-c", code, str(target / library)], cwd=empty, env=_clean_env(target, tmp),
-                                   capture_output=True, text=True, timeout=300)  # fmt: skip
+            child = subprocess.run(
+                [python, "-c", code, str(target / library)],
+                cwd=empty,
+                env=_clean_env(target, tmp),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             if child.returncode != 0:
                 last = (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1]
                 failures.append(f"{library} (verify.load_libraries): {last}")
@@ -553,16 +642,21 @@ def _import_check(
             if module in recipe.verify.skip_import:
                 continue
             child = subprocess.run(
-                [python, "-c", f"import {module}"], cwd=empty, env=_clean_env(target, tmp), capture_output=True,
-                text=True, timeout=300,
-            )  # fmt: skip
+                [python, "-c", f"import {module}"],
+                cwd=empty,
+                env=_clean_env(target, tmp),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             if child.returncode != 0:
                 last = (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1]
                 failures.append(f"{module}: {last}")
             else:
                 passed += 1
-        return Check("import", not failures, failures or [f"{passed} modules import (or libraries load) in a clean process, "
-                                                          "GPUs hidden"])  # fmt: skip
+        return Check(
+            "import", not failures, failures or [f"{passed} modules import (or libraries load) in a clean process, GPUs hidden"]
+        )
 
 
 def write_verify_reports(checked: Report, wheel_path: Path) -> tuple[Path, Path]:
