@@ -6,11 +6,11 @@ the build backends, torch and the pinned ccache installed there are the ones
 every shard and link must share.
 """
 
-import subprocess
 import sys
 
 import nox
 
+from cuw.cli.front import run_verb
 from cuw.cli.parser import VerbSpec, verb_specs
 
 nox.options.default_venv_backend = "none"
@@ -21,7 +21,8 @@ def _verb_session(verb: VerbSpec) -> None:
     def session_fn(session: nox.Session) -> None:
         # The verb's own exit code, not nox's 1 for any failure: 1 a gate refused, 2 bad input,
         # 130/143 interrupted (README, "Exit codes and errors"); the verb has said why in one line.
-        rc = subprocess.call([sys.executable, "-m", "cuw", verb.name, *session.posargs])
+        # Ctrl-C and SIGTERM reach the verb once, through run_verb (cuw/cli/front.py).
+        rc = run_verb([verb.name, *session.posargs])
         if rc != 0:
             raise SystemExit(rc)
 

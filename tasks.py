@@ -11,7 +11,9 @@ import keyword
 import shlex
 import sys
 
-from invoke import Collection, Context, Task
+from invoke import Collection, Context, Exit, Task
+
+from cuw.cli.front import run_verb
 
 from cuw.cli.parser import VerbSpec, verb_specs
 
@@ -38,7 +40,10 @@ def _argv(verb: VerbSpec, values: dict) -> list[str]:
 
 def _task(verb: VerbSpec) -> Task:
     def body(c: Context, **values) -> None:
-        c.run(shlex.join([sys.executable, "-m", "cuw", *_argv(verb, values)]), pty=False)
+        # The verb's own exit code (invoke's Exit carries it); Ctrl-C and SIGTERM reach it once.
+        rc = run_verb(_argv(verb, values))
+        if rc != 0:
+            raise Exit(code=rc)
 
     params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for option in verb.options:

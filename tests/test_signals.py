@@ -19,35 +19,85 @@ from cuw.base import files
 from cuw.base.errors import Terminated
 
 
-def _silent_server() -> tuple[socket.socket, int]:
-    """A server that accepts connections and never answers (a hung index)."""
+def _silent_server() -> tuple[socket.socket, int, list[socket.socket]]:
+    """A server that accepts connections and never answers (a hung index); ``held`` fills as
+    clients connect, so a test knows the verb is waiting on it."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
     held: list[socket.socket] = []
     threading.Thread(target=lambda: [held.append(server.accept()[0]) for _ in range(8)], daemon=True).start()
-    return server, server.getsockname()[1]
+    return server, server.getsockname()[1], held
 
 
-@pytest.mark.parametrize("front", ["python -m cuw", "cuw"])
-def test_sigterm_while_a_verb_waits_ends_in_one_line_and_143(front, tmp_path):
-    server, port = _silent_server()
-    exe = [sys.executable, "-m", "cuw"] if front == "python -m cuw" else [str(Path(sys.executable).parent / "cuw")]
+def _front(front: str, port: int) -> list[str]:
+    """The same verb (a matrix that waits on a silent index) through each front end."""
+    url = f"http://127.0.0.1:{port}"
+    return {
+        "cuw": [str(Path(sys.executable).parent / "cuw"), "matrix", "--package", "example", "--published", url],
+        "python -m cuw": [sys.executable, "-m", "cuw", "matrix", "--package", "example", "--published", url],
+        "nox": [sys.executable, "-m", "nox", "-s", "matrix", "--", "--package", "example", "--published", url],
+        "invoke": [sys.executable, "-m", "invoke", "matrix", "--package", "example", "--published", url],
+    }[front]
+
+
+def _verbs_left(port: int) -> list[str]:
+    """Processes still running the verb (its command line names the silent server's port)."""
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"127.0.0.1:{port}" in cmdline and "-m cuw" in cmdline:
+            left.append(f"{proc.name}: {cmdline}")
+    return left
+
+
+def _start_waiting(front: str) -> tuple[subprocess.Popen, socket.socket, int]:
+    """The verb through ``front``, in a session of its own, once it waits on the silent server."""
+    server, port, held = _silent_server()
     proc = subprocess.Popen(
-        [*exe, "matrix", "--package", "example", "--published", f"http://127.0.0.1:{port}"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        _front(front, port), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    time.sleep(3.0)  # parsing, planning, then the read that never returns
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
+    deadline = time.monotonic() + 90
+    while not held and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # parsing, planning, then the read that never returns
+    assert held and proc.poll() is None, proc.communicate()
+    return proc, server, port
+
+
+SIGNALS = {"SIGTERM": (signal.SIGTERM, 143, "cuw: terminated (SIGTERM)"), "SIGINT": (signal.SIGINT, 130, "cuw: interrupted")}
+
+
+@pytest.mark.parametrize("signame", sorted(SIGNALS))
+@pytest.mark.parametrize("front", ["cuw", "python -m cuw", "nox", "invoke"])
+def test_a_signal_while_a_verb_waits_ends_in_one_line_and_its_code_through_every_front_end(front, signame):
+    """A CI cancel (SIGTERM) or Ctrl-C sent to whatever CI or a person started: the verb ends with
+    one ``cuw:`` line and 143 or 130, and no verb is left running behind a wrapper that died."""
+    sig, code, line = SIGNALS[signame]
+    proc, server, port = _start_waiting(front)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
     server.close()
-    assert proc.returncode == 143, err
-    assert err.strip().splitlines()[-1].startswith("cuw: terminated (SIGTERM)") and "Traceback" not in err
-    assert out == ""
+    assert proc.returncode == code, err
+    assert [x for x in err.splitlines() if x.startswith("cuw:")] == [line] or (
+        len([x for x in err.splitlines() if x.startswith("cuw:")]) == 1 and err.count(line) == 1
+    ), err
+    assert "Traceback" not in err and out == "", (out, err)
+    time.sleep(0.5)
+    assert _verbs_left(port) == []
+
+
+def test_ctrl_c_at_a_terminal_reaches_the_verb_behind_nox_once():
+    """A terminal's Ctrl-C goes to the whole foreground group: the verb, in a group of its own,
+    hears it once (through nox), not twice, and ends the way it ends alone."""
+    proc, server, port = _start_waiting("nox")
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    server.close()
+    assert proc.returncode == 130 and err.count("cuw: interrupted") == 1 and "Traceback" not in err, err
+    assert _verbs_left(port) == []
 
 
 def test_a_write_cut_by_sigterm_leaves_neither_the_file_nor_its_temporary(tmp_path):
