@@ -1,4 +1,5 @@
-"""Generates docs/recipe-keys.md and docs/recipe.schema.json from the recipe dataclasses.
+"""Generates docs/recipe-keys.md and docs/recipe.schema.json from the recipe dataclasses, and
+docs/environment.md from the declared variables (cuw/base/settings.py).
 
 ``python -m cuw.config.docs`` rewrites them; a test fails when the committed files drift.
 """
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import cuw
+from cuw.base.settings import OTHER, VARIABLES
 from cuw.config.recipe import LOADER_ONLY, Recipe
 from cuw.config.schema import docs_table, json_schema
 
@@ -38,8 +40,31 @@ def recipe_keys() -> str:
     return "\n".join(head + docs_table(Recipe, hidden=LOADER_ONLY)) + "\n"
 
 
+def environment() -> str:
+    lines = [
+        "# Environment variables",
+        "",
+        "Generated from `cuw/base/settings.py` by `python -m cuw.config.docs`; do not edit by hand.",
+        "The command line reads them once per run into one settings object and passes it down; a",
+        "command-line option, where there is one, wins. Back to the [README](../README.md).",
+        "",
+        "| variable | meaning |",
+        "|---|---|",
+    ]
+    lines += [f"| `{v.name}` | {v.meaning} |" for v in VARIABLES if v.read]
+    lines += ["", "Set by the forge for the processes it starts (read there, never configured):", ""]
+    lines += ["| variable | meaning |", "|---|---|"] + [f"| `{v.name}` | {v.meaning} |" for v in VARIABLES if not v.read]
+    lines += ["", "Standard variables the forge reads:", "", "| variable | meaning |", "|---|---|"]
+    lines += [f"| `{v.name}` | {v.meaning} |" for v in OTHER]
+    return "\n".join(lines) + "\n"
+
+
 def generated() -> dict[Path, str]:
-    return {DOCS / "recipe-keys.md": recipe_keys(), DOCS / "recipe.schema.json": recipe_schema()}
+    return {
+        DOCS / "recipe-keys.md": recipe_keys(),
+        DOCS / "recipe.schema.json": recipe_schema(),
+        DOCS / "environment.md": environment(),
+    }
 
 
 def main() -> int:
