@@ -336,7 +336,7 @@ class Job:
         return out
 
     def entries(self) -> list[dict]:
-        drop = ("pid", "seconds", "at")
+        drop = ("pid", "seconds", "at", "cpu_s", "peak_mb")
         return [
             {k: (v.replace(str(self.root), "<job>") if isinstance(v, str) else v) for k, v in e.items() if k not in drop}
             for e in seat_log.read_log(self.log)
@@ -373,6 +373,18 @@ def _compare(native_job: Job, python_job: Job, case: Case) -> None:
         assert python_job.entries()[-1]["outcome"] == case.outcome
         raw = seat_log.read_log(native_job.log)[-1]
         assert isinstance(raw["seconds"], float) and isinstance(raw["at"], float) and raw["pid"] > 0
+        for seat in (native_job, python_job):
+            _assert_measured(seat_log.read_log(seat.log)[-1], case.outcome == "miss")
+
+
+def _assert_measured(entry: dict, miss: bool) -> None:
+    """A compile's CPU seconds and peak memory, from either seat: a miss really ran the compiler
+    (cicc or cc1plus: more than a few MB, more than a few ms); a hit ran ccache alone."""
+    assert isinstance(entry["cpu_s"], float) and isinstance(entry["peak_mb"], int), entry
+    if miss:
+        assert entry["cpu_s"] > 0.01 and entry["peak_mb"] >= 10, entry
+    else:
+        assert 0 <= entry["cpu_s"] < 5 and entry["peak_mb"] > 0, entry
 
 
 @pytest.mark.parametrize("case", NVCC_CASES + HOST_CASES, ids=lambda c: c.name)

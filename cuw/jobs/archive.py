@@ -56,7 +56,8 @@ class Manifest:
     fingerprint: dict[str, str]
     """What the cache is a function of (:mod:`cuw.jobs.fingerprint`): the link compares it with its own."""
     timeline: list[list[Any]] = field(default_factory=list)
-    """The shard's compiles as [key, start (epoch s), seconds, outcome]: the link draws them."""
+    """The shard's compiles as [key, start (epoch s), seconds, outcome], then cpu_s and peak_mb where the seat
+    measured them (:func:`cuw.seat.seat_log.timeline_row`): the link draws them."""
     builder: Optional[dict[str, Any]] = None
     """Where the shard compiled (:class:`cuw.toolchain.builder.Builder`): the link refuses a
     cache made in another image or on another host toolchain."""

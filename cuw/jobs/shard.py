@@ -217,6 +217,7 @@ def _run_shard(
         "build_s": build_s,
         "build_log": str(ws.build_log),
         "counters": stats.summary(),
+        "compile_usage": seat_log.measured_totals(compiles),  # the CPU seconds and peak the planner is held to
     }
     # Taken again at each write: the record covers the job up to the report that carries it.
     context["resources"] = sampler.record()
@@ -248,11 +249,7 @@ def _run_shard(
             compiled=obs.compiled,
             counters=stats.summary(),
             fingerprint=fingerprint,
-            timeline=[
-                [e["key"], round(e["at"] - e["seconds"], 3), e["seconds"], e.get("outcome")]
-                for e in compiles
-                if isinstance(e.get("at"), (int, float)) and isinstance(e.get("seconds"), (int, float))
-            ],
+            timeline=[row for row in map(seat_log.timeline_row, compiles) if row is not None],
             builder=current_builder().to_dict(),
         )
         try:

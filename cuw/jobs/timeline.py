@@ -23,6 +23,7 @@ from typing import Iterable, Optional
 
 from cuw.base.errors import CuwError
 from cuw.gates.conditions import size
+from cuw.seat import seat_log
 
 _JOB = re.compile(r"^shard-(\d+)of(\d+)$")
 OUTCOME_COLORS = {"cold": "#3b6fd6", "hit": "#2e9e5b", "failed": "#d63b3b", "other": "#8a8f98"}
@@ -133,11 +134,7 @@ def _archived(folders: Iterable[Path]) -> dict[str, list[dict]]:
                 manifest = read_manifest(path)
             except CuwError:
                 continue
-            entries = []
-            for item in manifest.timeline:
-                if len(item) == 4 and isinstance(item[1], (int, float)) and isinstance(item[2], (int, float)):
-                    key, start, seconds, outcome = item
-                    entries.append({"key": key, "at": start + seconds, "seconds": seconds, "outcome": outcome, "rc": 0})
+            entries = [e for e in map(seat_log.timeline_entry, manifest.timeline) if e is not None]
             out[f"shard {manifest.shard_index}/{manifest.shard_count}"] = entries
     return out
 

@@ -19,7 +19,10 @@ module-init symbol must be in every shard) it is partitioned like a CUDA TU.
 Host compiles of anything else (nvcc's own ``tmpxft`` intermediates, files
 in the build tree, probes, links) run the real compiler untouched.
 
-Each decision is one JSON line in the seat log, which the gates read.
+Each decision is one JSON line in the seat log, which the gates read. A compile's line carries
+its wall ``seconds`` and, where the compiler runs as the seat's child (not under sccache, whose
+server runs it; not on Windows, which has no ``resource``), its ``cpu_s`` (user + system of the
+whole compile tree) and ``peak_mb`` (its largest process's peak RSS): what cost tables learn.
 The configuration is a JSON file written by :func:`cuw.seat.install.install`; a seat with a
 partition refuses to run when the ``source`` filter is also active.
 
@@ -152,6 +155,28 @@ def _call(cmd: list[str], env: Optional[dict[str, str]] = None) -> int:
     return subprocess.call(cmd, env=env)
 
 
+def _children_usage() -> Optional[tuple[float, int]]:
+    """CPU seconds (user + system) and the largest peak RSS in KiB of the waited-for children so
+    far; None where there is no ``resource`` module (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+
+def _measured(config: SeatConfig, before: Optional[tuple[float, int]]) -> dict[str, object]:
+    """The log line's ``cpu_s`` and ``peak_mb`` of the compile just waited for: the children's CPU
+    since ``before``, and the largest child's peak RSS (Linux counts KiB; the seat runs one compile
+    per process, so it is this compile's). Absent without ``resource``, and under sccache, whose
+    server, not a child of the seat, runs the compiler."""
+    after = _children_usage()
+    if before is None or after is None or os.path.basename(config.cache_cmd).startswith("sccache"):
+        return {}
+    return {"cpu_s": round(after[0] - before[0], 3), "peak_mb": after[1] // 1024}
+
+
 def _compile_cached(cmd_tail: list[str], config: SeatConfig) -> tuple[int, str]:
     import tempfile
 
@@ -245,7 +270,7 @@ def _stub_or_compile(call: NvccCall, config: SeatConfig, part: Optional[SeatPart
         _stub(call, config)
         _log(config, action="stubbed", **kind, key=key, owner=tu_owner, output=call.output)
         return 0
-    start = time.monotonic()
+    start, usage = time.monotonic(), _children_usage()
     rc, outcome = _compile_cached(cmd, config)
     _log(
         config,
@@ -258,6 +283,7 @@ def _stub_or_compile(call: NvccCall, config: SeatConfig, part: Optional[SeatPart
         outcome=outcome,
         seconds=round(time.monotonic() - start, 3),
         at=round(time.time(), 3),  # when the compile ended: a timeline bar is [at - seconds, at]
+        **_measured(config, usage),
     )
     return rc
 

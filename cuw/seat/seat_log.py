@@ -59,3 +59,38 @@ class LogReader:
     def compiled_count(self) -> int:
         self.read()
         return self.compiled
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def timeline_row(entry: dict) -> Optional[list]:
+    """A compile as a manifest's timeline row: ``[key, start (epoch s), seconds, outcome]``, then
+    ``cpu_s`` and ``peak_mb`` where the seat measured them (not on Windows, not under sccache).
+    None for an entry without its times."""
+    if not (_number(entry.get("at")) and _number(entry.get("seconds"))):
+        return None
+    row = [entry["key"], round(entry["at"] - entry["seconds"], 3), entry["seconds"], entry.get("outcome")]
+    if _number(entry.get("cpu_s")) and _number(entry.get("peak_mb")):
+        row += [entry["cpu_s"], entry["peak_mb"]]
+    return row
+
+
+def timeline_entry(row: list) -> Optional[dict]:
+    """A timeline row read back as a seat-log-shaped entry (rows of 4 or 6 items); None for a malformed row."""
+    if len(row) not in (4, 6) or not (_number(row[1]) and _number(row[2])):
+        return None
+    entry = {"key": row[0], "at": row[1] + row[2], "seconds": row[2], "outcome": row[3], "rc": 0}
+    if len(row) == 6 and _number(row[4]) and _number(row[5]):
+        entry.update(cpu_s=row[4], peak_mb=row[5])
+    return entry
+
+
+def measured_totals(compiles: list[dict]) -> dict[str, object]:
+    """A job's compiles summed: ``cpu_s`` (all their CPU seconds) and ``peak_mb`` (the largest one
+    compile's peak), over the compiles that carry them; None where none does."""
+    measured = [e for e in compiles if _number(e.get("cpu_s")) and _number(e.get("peak_mb"))]
+    if not measured:
+        return {"cpu_s": None, "peak_mb": None}
+    return {"cpu_s": round(sum(e["cpu_s"] for e in measured), 3), "peak_mb": max(e["peak_mb"] for e in measured)}
