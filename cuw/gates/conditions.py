@@ -219,95 +219,127 @@ def _listing(keys: list[str], limit: int = 5) -> str:
 
 
 def shard_gate(obs: ShardObservation) -> Verdict:
-    v = Verdict("shard", ok=True)
-    v.facts = {
+    """A shard's verdict: each check below adds its reasons in this order; a failed build that
+    died of its machine says so first, a pass says what was compiled."""
+    v = Verdict("shard", ok=True, facts=_shard_facts(obs))
+    _check_compile_errors(v, obs)
+    _check_seat_saw_compiles(v, obs)
+    _check_slice_compiled(v, obs)
+    _check_cache_stored(v, obs)
+    _check_failed_build(v, obs)
+    if not v.ok and (obs.build_rc != 0 or obs.failed):
+        _blame_machine(v, obs.log, obs.build_rc, obs.resources)
+    if v.ok:
+        v.reasons.insert(0, _shard_pass_line(obs))
+    return v
+
+
+def _shard_facts(obs: ShardObservation) -> dict[str, object]:
+    return {
         "build_rc": obs.build_rc,
         "real_objects": obs.real_objects,
         "compiled": len(obs.compiled),
         "expected_owned": len(obs.expected_owned),
         "cache_files": obs.cache_files,
     }
+
+
+def _fail(v: Verdict, reason: str) -> None:
+    v.ok = False
+    v.reasons.append(reason)
+
+
+def _check_compile_errors(v: Verdict, obs: ShardObservation) -> None:
     errors = compile_errors(obs.log)
     if obs.failed or errors:
-        v.ok = False
         named = ", ".join(obs.failed) if obs.failed else "see log"
-        v.reasons.append(f"a real compile error ({named}): " + (errors[0] if errors else "compiler exited non-zero"))
+        _fail(v, f"a real compile error ({named}): " + (errors[0] if errors else "compiler exited non-zero"))
+
+
+def _check_seat_saw_compiles(v: Verdict, obs: ShardObservation) -> None:
     if obs.device_code and obs.seat_compiles_seen == 0:
-        v.ok = False
-        v.reasons.append(
+        _fail(
+            v,
             "the seat saw no CUDA compile: the build did not compile from source "
-            "(a prebuilt download?) or called nvcc around the seat"
+            "(a prebuilt download?) or called nvcc around the seat",
         )
     elif not obs.device_code and obs.seat_compiles_seen + obs.host_compiles_seen == 0:
-        v.ok = False
-        v.reasons.append(
+        _fail(
+            v,
             "the seat saw no compile (the recipe has device_code: false, so a host compile counts): the build "
-            "did not compile from source (a prebuilt download?) or called the compiler around the seat"
+            "did not compile from source (a prebuilt download?) or called the compiler around the seat",
         )
-    # A source file the build never compiles (one of another flavour's, say) is no TU of the slice.
-    # Without a compile database only CUDA sources are taken as built: a host source in the tree
-    # may be a test or an example no build step compiles.
+
+
+def _owned_in_build(obs: ShardObservation) -> list[str]:
+    """The owned TUs the build compiles. A source file the build never compiles (one of another
+    flavour's, say) is no TU of the slice. Without a compile database only CUDA sources are taken
+    as built: a host source in the tree may be a test or an example no build step compiles."""
     if obs.build_tus is None:
-        in_build = [k for k in obs.expected_owned if is_cuda(k)]
-    else:
-        listed = set(obs.build_tus)
-        in_build = [k for k in obs.expected_owned if k in listed]
+        return [k for k in obs.expected_owned if is_cuda(k)]
+    listed = set(obs.build_tus)
+    return [k for k in obs.expected_owned if k in listed]
+
+
+def _check_slice_compiled(v: Verdict, obs: ShardObservation) -> None:
+    in_build = _owned_in_build(obs)
     missing = sorted(set(in_build) - set(obs.compiled))
-    outside = sorted(set(obs.expected_owned) - set(in_build) - set(obs.compiled)) if obs.build_tus is not None else []
+    unseen = sorted(set(obs.expected_owned) - set(in_build) - set(obs.compiled))
     if in_build and not obs.compiled:
-        v.ok = False
-        v.reasons.append(f"compiled none of its {len(in_build)} TUs")
+        _fail(v, f"compiled none of its {len(in_build)} TUs")
     elif missing and obs.build_rc != 0:
         # A shard's build keeps going past a failed link (ninja -k 0, make -k): an owned TU it
         # never compiled would be a miss in the link job, hours later.
-        v.ok = False
         v.facts["uncompiled"] = missing
-        v.reasons.append(
+        _fail(
+            v,
             f"{len(missing)} of its {len(obs.expected_owned)} TUs were never compiled before the build failed "
-            f"(the link would miss them): {_listing(missing)}"
+            f"(the link would miss them): {_listing(missing)}",
         )
-    if outside:
-        v.reasons.append(f"note: {len(outside)} TUs of its slice are not in the build's compile database: {_listing(outside)}")
-    unseen_host = sorted(set(obs.expected_owned) - set(in_build) - set(obs.compiled)) if obs.build_tus is None else []
-    if unseen_host and obs.build_rc != 0:
+    if obs.build_tus is not None and unseen:
+        v.reasons.append(f"note: {len(unseen)} TUs of its slice are not in the build's compile database: {_listing(unseen)}")
+    if obs.build_tus is None and unseen and obs.build_rc != 0:
         # Without a compile database a host source may be a test or an example no step builds: a
         # note, not a failure, that says what the gate could not check.
         v.reasons.append(
-            f"note: without a compile database only CUDA TUs are checked; {len(unseen_host)} host TUs of its "
-            f"slice were never seen compiled (the link would miss any the build needs): {_listing(unseen_host)}"
+            f"note: without a compile database only CUDA TUs are checked; {len(unseen)} host TUs of its "
+            f"slice were never seen compiled (the link would miss any the build needs): {_listing(unseen)}"
         )
+
+
+def _check_cache_stored(v: Verdict, obs: ShardObservation) -> None:
     if obs.uncacheable:
-        v.ok = False
         v.facts["uncacheable"] = sorted(obs.uncacheable)
         why = ", ".join(sorted(set(obs.uncacheable.values())))
-        v.reasons.append(
+        _fail(
+            v,
             f"{len(obs.uncacheable)} of its TUs compiled but the cache could not store them ({why}): the link "
-            f"would miss them; drop the flag that makes the cache refuse them: {_listing(sorted(obs.uncacheable))}"
+            f"would miss them; drop the flag that makes the cache refuse them: {_listing(sorted(obs.uncacheable))}",
         )
     if obs.compiled and obs.cache_files == 0:
-        v.ok = False
-        v.reasons.append("the cache is empty after compiling: nothing to hand over")
-    if obs.build_rc != 0:
-        if obs.real_objects == 0:
-            v.ok = False
-            v.reasons.append("no real object files were built")
-        if not UNDEFINED_REFERENCE.search(obs.log):
-            v.ok = False
-            v.reasons.append("compile-shard failed without undefined references (configure or build error; see log)")
-    if not v.ok and (obs.build_rc != 0 or obs.failed):
-        _blame_machine(v, obs.log, obs.build_rc, obs.resources)
-    if v.ok:
-        how = "build succeeded" if obs.build_rc == 0 else "link failed on undefined references, as a shard should"
-        n = len(obs.compiled)
-        slice_note = (
-            f"compiled {n} TU{'' if n == 1 else 's'}"
-            if n
-            else f"compiled none of the {len(obs.expected_owned)} TUs of its slice: no build step compiles them"
-            if obs.expected_owned
-            else "empty slice (no TU hashes to this shard)"
-        )
-        v.reasons.insert(0, f"{slice_note}; {how}")
-    return v
+        _fail(v, "the cache is empty after compiling: nothing to hand over")
+
+
+def _check_failed_build(v: Verdict, obs: ShardObservation) -> None:
+    """A shard's build is expected to fail at the link, on undefined references only."""
+    if obs.build_rc == 0:
+        return
+    if obs.real_objects == 0:
+        _fail(v, "no real object files were built")
+    if not UNDEFINED_REFERENCE.search(obs.log):
+        _fail(v, "compile-shard failed without undefined references (configure or build error; see log)")
+
+
+def _shard_pass_line(obs: ShardObservation) -> str:
+    how = "build succeeded" if obs.build_rc == 0 else "link failed on undefined references, as a shard should"
+    n = len(obs.compiled)
+    if n:
+        slice_note = f"compiled {n} TU{'' if n == 1 else 's'}"
+    elif obs.expected_owned:
+        slice_note = f"compiled none of the {len(obs.expected_owned)} TUs of its slice: no build step compiles them"
+    else:
+        slice_note = "empty slice (no TU hashes to this shard)"
+    return f"{slice_note}; {how}"
 
 
 @dataclass(frozen=True)
