@@ -112,6 +112,17 @@ def writable_dir(folder: Path, option: str) -> Path:
     return folder
 
 
+def check_apart(folders: list[tuple[str, Path]], context: str = "") -> None:
+    """Each (option, folder) lies apart from the others: not the same folder, not one inside
+    another. One line naming both and the fix otherwise; ``context`` prefixes it (a verb's name)."""
+    resolved = [(option, Path(folder).resolve()) for option, folder in folders]
+    for option, folder in resolved:
+        for other, there in resolved:
+            if other != option and (folder == there or there in folder.parents):
+                relation = "the same folder as" if folder == there else "inside"
+                raise CuwError(f"{context}{option} {folder} is {relation} {other} {there}: give each its own folder")
+
+
 def same_file(a: Path, b: Path) -> bool:
     """True when both paths name one file (existing or not)."""
     try:

@@ -25,8 +25,7 @@ from cuw.config.inputs import cell_inputs, inputs_digest
 from cuw.config.policy import Policy
 from cuw.config.recipe import Recipe
 from cuw.config.lanes import LANE_NAMES
-from cuw.wheel.index import MARKER, published_files, remote_files
-from cuw.wheel.publish import RECORD_SUFFIX
+from cuw.wheel.index import RECORD_SUFFIX, published_files, read_served, remote_files
 
 REBUILD = ("missing", "stale", "all")
 MAX_RECORD_BYTES = http.MAX_BYTES
@@ -82,56 +81,41 @@ def read_index(location: str, option: str = "--published") -> Published:
     release asset at the URL the marker names."""
     where = locate(location, option)
     if isinstance(where, str):
-        base = where
-        marker = http.fetch_json(f"{base}/{MARKER}", option, MAX_RECORD_BYTES)
-        files = marker.get("files") if isinstance(marker, dict) else None
-        remote = marker.get("remote", {}) if isinstance(marker, dict) else None
-        if not isinstance(files, dict) or not isinstance(remote, dict):
-            raise CuwError(f"{option}: {base}/{MARKER} lists no files; not an index made by cuw")
-        names = sorted(files)
-        _check_names(names, f"{base}/{MARKER}", option)
-        wheels = {name: _remote_url(remote.get(name)) or f"{base}/files/{quote(name)}" for name in names}
+        served = read_served(where, option)
+        remote = served.remote
+        wheels = {name: _remote_url(remote.get(name)) or f"{where}/files/{quote(name)}" for name in sorted(served.files)}
+        return Published([served.records[name] for name in sorted(served.files)], wheels, _sizes(remote))
+    return _read_folder(where, location, option)
 
-        def load(name: str) -> Any:
-            return http.fetch_json(f"{base}/files/{quote(name + RECORD_SUFFIX)}", option, MAX_RECORD_BYTES)
-    else:
-        folder = where
-        if not folder.is_dir():
-            fix = (
-                "make it empty for a first run, or leave out --published"
-                if option == "--published"
-                else "give the folder the index was published to"
-            )
-            what = "is a file, not an index folder" if folder.exists() else "no such index folder"
-            raise CuwError(f"{option} {location}: {what} ({fix})")
-        names = sorted(published_files(folder))
-        _check_names(names, str(folder / MARKER), option)
-        remote = remote_files(folder)
-        wheels = {name: _remote_url(remote.get(name)) or str(folder / "files" / name) for name in names}
 
-        def load(name: str) -> Any:
-            path = folder / "files" / f"{name}{RECORD_SUFFIX}"
-            try:
-                return http.parse_json(path.read_bytes(), str(path), option)
-            except OSError as exc:
-                raise CuwError(f"{option}: {path}: {exc.strerror or exc}; a published wheel lacks its record") from None
-
+def _read_folder(folder: Path, location: str, option: str) -> Published:
+    if not folder.is_dir():
+        fix = (
+            "make it empty for a first run, or leave out --published"
+            if option == "--published"
+            else "give the folder the index was published to"
+        )
+        what = "is a file, not an index folder" if folder.exists() else "no such index folder"
+        raise CuwError(f"{option} {location}: {what} ({fix})")
+    names = sorted(published_files(folder))  # the marker checked, as read_served checks a served one
+    remote = remote_files(folder)
     records = []
     for name in names:
-        record = load(name)
+        path = folder / "files" / f"{name}{RECORD_SUFFIX}"
+        try:
+            record = http.parse_json(path.read_bytes(), str(path), option)
+        except OSError as exc:
+            raise CuwError(f"{option}: {path}: {exc.strerror or exc}; a published wheel lacks its record") from None
         if not isinstance(record, dict) or record.get("wheel") != name:
             raise CuwError(f"{option}: the record of {name} names another wheel; restore the index")
         records.append(record)
-    sizes = {n: r["size"] for n, r in remote.items() if isinstance(r, dict) and type(r.get("size")) is int}
-    return Published(records, wheels, sizes)
+    wheels = {name: _remote_url(remote.get(name)) or str(folder / "files" / name) for name in names}
+    return Published(records, wheels, _sizes(remote))
 
 
-def _check_names(names: list[str], marker: str, option: str) -> None:
-    for name in names:
-        if not (
-            name.endswith(".whl") and not name.startswith(".") and "/" not in name and "\\" not in name and name.isprintable()
-        ):
-            raise CuwError(f"{option}: {marker} lists {name!r}, not a wheel file name; restore the index")
+def _sizes(remote: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """A release asset's size, as the marker lists it."""
+    return {n: r["size"] for n, r in remote.items() if isinstance(r, dict) and type(r.get("size")) is int}
 
 
 def _remote_url(entry: Any) -> Optional[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cuw.base.errors import CuwError
-from cuw.base.files import contained
+from cuw.base.files import check_apart, contained
 
 if TYPE_CHECKING:
     from cuw.config.cell import Cell
@@ -49,6 +49,7 @@ def check_job_folders(folders: dict[str, Path], source: Path) -> None:
     """``--work``, ``--artifacts`` and ``--dist`` (option -> folder): none inside the recipe's source
     (its copy into the work folder would recurse into itself) nor inside another, and each short
     enough for what goes under it. Checked before anything is written."""
+    check_apart(list(folders.items()))
     resolved = {option: Path(folder).resolve() for option, folder in folders.items()}
     src = source.resolve()
     for option, folder in resolved.items():
@@ -57,12 +58,6 @@ def check_job_folders(folders: dict[str, Path], source: Path) -> None:
                 f"{option} {folder} is inside the recipe's source {src}: the job copies that source into "
                 f"its work folder, which would copy itself; pick a folder outside it"
             )
-        for other, there in resolved.items():
-            if other != option and _inside(folder, there):
-                raise CuwError(
-                    f"{option} {folder} is {'the same folder as' if folder == there else 'inside'} {other} "
-                    f"{there}: give each its own folder"
-                )
         try:
             existing = next(p for p in (folder, *folder.parents) if p.exists())
             path_max, name_max = os.pathconf(existing, "PC_PATH_MAX"), os.pathconf(existing, "PC_NAME_MAX")

@@ -156,23 +156,66 @@ def published_files(out: Path) -> dict[str, str]:
     return dict(files)
 
 
-def _read_marker(marker: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
-    """The marker's files (name -> sha256) and its remote ones (name -> url and size: wheels stored
-    elsewhere, release assets, listed by URL)."""
-    try:
-        data = json.loads(marker.read_text(encoding="utf-8"))
-        files, remote = data["files"], data.get("remote", {})
-        assert isinstance(files, dict) and all(isinstance(v, str) for v in files.values())
-        assert isinstance(remote, dict) and all(
+def marker_lists(data: Any, where: str) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """An index marker's files (name -> sha256) and its remote ones (name -> url and size: wheels
+    stored elsewhere, release assets, listed by URL), checked; ``where`` names the marker (a folder's
+    file or the URL it is served at) in the one line that refuses it."""
+    files = data.get("files") if isinstance(data, dict) else None
+    remote = data.get("remote", {}) if isinstance(data, dict) else None
+    if (
+        not isinstance(files, dict)
+        or not isinstance(remote, dict)
+        or not all(isinstance(v, str) for v in files.values())
+        or not all(
             n in files
             and isinstance(r, dict)
             and str(r.get("url", "")).startswith(("https://", "http://"))
-            and isinstance(r.get("size"), int)
+            and type(r.get("size")) is int
             for n, r in remote.items()
         )
-    except (ValueError, KeyError, TypeError, AssertionError, UnicodeDecodeError):
-        raise CuwError(f"{marker}: unreadable index record; restore it from the published copy") from None
+    ):
+        raise CuwError(
+            f"{where} is not an index record (files, and remote wheels with url and size); restore the published index"
+        )
+    for name in files:
+        if not (
+            name.endswith(".whl") and not name.startswith(".") and "/" not in name and "\\" not in name and name.isprintable()
+        ):
+            raise CuwError(f"{where} lists {name!r}, not a wheel file name; restore the published index")
     return dict(files), dict(remote)
+
+
+def _read_marker(marker: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise CuwError(f"{marker}: unreadable index record; restore it from the published copy") from None
+    return marker_lists(data, str(marker))
+
+
+@dataclass(frozen=True)
+class ServedIndex:
+    """An index read from the URL it is served at: its marker's lists and every build record."""
+
+    files: dict[str, str]
+    remote: dict[str, dict[str, Any]]
+    records: dict[str, dict[str, Any]]
+
+
+def read_served(base: str, option: str) -> ServedIndex:
+    """The marker and every wheel's build record of the index served at ``base`` (no trailing
+    ``/``), each checked: the one reader of an online index (the plan's, the audit's, publish's)."""
+    from cuw.base import http
+
+    files, remote = marker_lists(http.fetch_json(f"{base}/{MARKER}", option), f"{option}: {base}/{MARKER}")
+    records = {}
+    for name in sorted(files):
+        url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
+        record = http.fetch_json(url, option)
+        if not isinstance(record, dict) or record.get("wheel") != name:
+            raise CuwError(f"{option}: {url} is not the build record of {name}; restore the index")
+        records[name] = record
+    return ServedIndex(files, remote, records)
 
 
 def remote_files(out: Path) -> dict[str, dict[str, Any]]:

@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 from cuw import __version__
 from cuw.gates import report
 from cuw.base.errors import CuwError
-from cuw.base.files import copy_into, writable_dir, write_text
+from cuw.base.files import check_apart, copy_into, writable_dir, write_text
 from cuw.base.files import sha256_of as sha256_file, tree_digest
 from cuw.config.inputs import cell_inputs, inputs_digest
 from cuw.wheel.index import RECORD_SUFFIX  # one name for the record beside each wheel
@@ -258,40 +258,7 @@ def check_folders(incoming: Path, index: Path, upload: Optional[Path] = None) ->
     wheels on the pages, one in INCOMING would be published again from there, an index in INCOMING
     (or INCOMING in it) would be read as arrived wheels."""
     named = [("INCOMING", incoming), ("INDEX", index)] + ([("--upload", upload)] if upload is not None else [])
-    for i, (one, a) in enumerate(named):
-        for other, b in named[i + 1 :]:
-            ra, rb = a.resolve(), b.resolve()
-            if ra == rb or ra in rb.parents or rb in ra.parents:
-                raise CuwError(
-                    f"publish: {one} {a} and {other} {b} {'are one folder' if ra == rb else 'lie one in the other'}; "
-                    "give separate folders"
-                )
-
-
-def _check_marker(marker: Any, where: str) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
-    """An online index's marker, read as :func:`cuw.wheel.index.published_files` reads a folder's."""
-    files = marker.get("files") if isinstance(marker, dict) else None
-    remote = marker.get("remote", {}) if isinstance(marker, dict) else None
-    if (
-        not isinstance(files, dict)
-        or not isinstance(remote, dict)
-        or not all(isinstance(v, str) for v in files.values())
-        or not all(
-            n in files
-            and isinstance(r, dict)
-            and str(r.get("url", "")).startswith(("https://", "http://"))
-            and type(r.get("size")) is int
-            for n, r in remote.items()
-        )
-    ):
-        raise CuwError(
-            f"--from-url: {where} is not an index record (files, and remote wheels with url and size); "
-            "restore the published index"
-        )
-    for name in files:
-        if not name.endswith(".whl") or name.startswith(".") or "/" in name or "\\" in name or not name.isprintable():
-            raise CuwError(f"--from-url: {where} lists {name!r}, not a wheel file name; restore the published index")
-    return dict(files), dict(remote)
+    check_apart(named, "publish: ")
 
 
 def continue_from(site: str, index: Path) -> int:
@@ -299,8 +266,7 @@ def continue_from(site: str, index: Path) -> int:
     written into ``index``, a new or empty folder: a publish on a runner that starts empty continues
     from what is online, never from nothing. Everything is read and checked before anything is
     written, the marker last. Returns how many wheels the site lists."""
-    from cuw.base import http
-    from cuw.wheel.index import LOCK, MARKER, index_lock, write_marker
+    from cuw.wheel.index import LOCK, MARKER, index_lock, read_served, write_marker
 
     def check_new() -> None:
         if (index / MARKER).exists():
@@ -317,22 +283,14 @@ def continue_from(site: str, index: Path) -> int:
     check_new()
     if not site.lower().startswith(("https://", "http://", "file://")):
         raise CuwError(f"--from-url {site}: the http(s) URL the index is served at")
-    base = site.rstrip("/")
-    marker = http.fetch_json(f"{base}/{MARKER}", "--from-url")
-    files, remote = _check_marker(marker, f"{base}/{MARKER}")
+    served = read_served(site.rstrip("/"), "--from-url")
+    files, remote, records = served.files, served.remote, served.records
     local = sorted(set(files) - set(remote))
     if local:
         raise CuwError(
-            f"--from-url: {base} serves {local[0]} itself; --from-url continues an index whose wheels are "
+            f"--from-url: {site} serves {local[0]} itself; --from-url continues an index whose wheels are "
             "stored elsewhere (release assets)"
         )
-    records = {}
-    for name in sorted(files):
-        url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
-        record = http.fetch_json(url, "--from-url")
-        if not isinstance(record, dict) or record.get("wheel") != name:
-            raise CuwError(f"--from-url: {url} is not the build record of {name}")
-        records[name] = record
     with index_lock(index):  # another continue or publish into the same folder meanwhile: one of them is refused
         check_new()
         (index / "files").mkdir(exist_ok=True)
