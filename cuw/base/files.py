@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,7 +54,7 @@ def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
         ) from None
 
 
-def _replace(dest: Path, option: str, fill: Callable[[str], None]) -> Path:
+def _replace(dest: Path, option: str, fill: Callable[[str], object]) -> Path:
     """``fill(temp path)`` writes the new content beside ``dest``; a rename then puts it in place.
     Whatever goes wrong, the temp file goes and ``dest`` is as it was."""
     check_destination(dest, option)
@@ -161,7 +162,7 @@ def held(lock: Path) -> Iterator[None]:
     released when the block ends or the process dies."""
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a+b") as fh:
-        if os.name == "nt":
+        if sys.platform == "win32":  # mypy knows this test: msvcrt exists only there
             import msvcrt
 
             while True:  # msvcrt's blocking mode gives up after 10 s; retry until it is ours
@@ -186,7 +187,7 @@ def only_one(lock: Path, what: str) -> Iterator[None]:
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a+b") as fh:
         try:
-            if os.name == "nt":
+            if sys.platform == "win32":  # mypy knows this test: msvcrt exists only there
                 import msvcrt
 
                 msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)

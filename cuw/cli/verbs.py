@@ -14,10 +14,10 @@ from cuw.cli.parser import parser
 from cuw.config.grid import cell_archs
 from cuw.config.limits import check_count
 from cuw.config.paths import Paths
-from cuw.config.policy import CacheChoice, cache_choice, image_overrides, load_policy
+from cuw.config.policy import CacheChoice, Policy, cache_choice, image_overrides, load_policy
 from cuw.config.recipe import Recipe, default_recipes_dir, known_recipes, load_recipe
 from cuw.gates import report
-from cuw.partition.rules import parse_shard_spec
+from cuw.partition.rules import ShardSpec, parse_shard_spec
 
 if TYPE_CHECKING:
     from cuw.ci import matrix
@@ -254,7 +254,7 @@ def _outside_index(output: Path, location: Optional[str], option: str) -> None:
             )
 
 
-def _drop_published(result: dict, recipes: list[Recipe], policy, location: str, rebuild: Optional[str]) -> dict:
+def _drop_published(result: dict, recipes: list[Recipe], policy: Policy, location: str, rebuild: Optional[str]) -> dict:
     """The plan less the cells the published index holds with today's inputs (cuw/ci/published.py)."""
     from cuw.ci import matrix
     from cuw.ci.published import cell_status, check_cells, read_records
@@ -475,10 +475,10 @@ def run(argv: list[str]) -> int:
     if args.verb == "build":
         if args.shards is not None:
             check_count(args.shards, "--shards")
-        given = [f"--{f}" for f in ("platform", "cuda", "pytorch", "python") if getattr(args, f)]
-        if given and not args.matrix:
+        filters = [f"--{f}" for f in ("platform", "cuda", "pytorch", "python") if getattr(args, f)]
+        if filters and not args.matrix:
             raise CuwError(
-                f"{', '.join(given)} select cells of --matrix; without --matrix, build makes this machine's cell "
+                f"{', '.join(filters)} select cells of --matrix; without --matrix, build makes this machine's cell "
                 f"(add --matrix, or see `cuw show {args.recipe}` for the cell built here)"
             )
     spec = parse_shard_spec(args.shard) if args.verb == "shard" else None
@@ -555,7 +555,7 @@ def _image(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec, job: "ImageJob") -> list[str]:
+def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec: Optional[ShardSpec], job: "ImageJob") -> list[str]:
     """The verb's own command line for the forge inside the image: absolute paths, no --image."""
     argv = [verb, args.recipe] + ([str(spec)] if spec is not None else [])
     if job.foreign:  # the host's toolkit cannot run there: NVIDIA's pinned wheels for its machine
@@ -578,7 +578,7 @@ def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec, jo
     return argv
 
 
-def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes_dir: Path, spec) -> int:
+def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes_dir: Path, spec: Optional[ShardSpec]) -> int:
     """shard, link or build with ``--image``: each job in a container of the build image."""
     import os
     import platform

@@ -18,6 +18,7 @@ from packaging.version import Version
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.config.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -62,12 +63,12 @@ def _v(text: str) -> Version:
     return Version(text)
 
 
-def collapses_python(recipe) -> bool:
+def collapses_python(recipe: Recipe) -> bool:
     """Whether the recipe's wheel serves every Python of a cell (``wheel_python: py3`` or ``abi3``)."""
     return getattr(recipe, "wheel_python", "per-interpreter") != "per-interpreter"
 
 
-def collapse(recipe, per_python: list[Cell]) -> list[Cell]:
+def collapse(recipe: Recipe, per_python: list[Cell]) -> list[Cell]:
     """One cell per lane x CUDA x torch, with the lowest Python of its group (order kept);
     the identity for a per-interpreter recipe."""
     if not collapses_python(recipe):
@@ -81,7 +82,7 @@ def collapse(recipe, per_python: list[Cell]) -> list[Cell]:
     return sorted(out.values(), key=lambda c: order[c])
 
 
-def served_pythons(recipe, grid: Grid, cell: Cell) -> list[str]:
+def served_pythons(recipe: Recipe, grid: Grid, cell: Cell) -> list[str]:
     """The Pythons one cell's wheel serves: its own, or every Python of its collapsed group."""
     if not collapses_python(recipe):
         return [cell.python]
@@ -90,7 +91,7 @@ def served_pythons(recipe, grid: Grid, cell: Cell) -> list[str]:
     ]
 
 
-def cells(recipe, grid: Grid, per_python: bool = False) -> list[Cell]:
+def cells(recipe: Recipe, grid: Grid, per_python: bool = False) -> list[Cell]:
     """Every cell of a recipe, in a stable order; ``per_python`` keeps one cell per Python
     even where the wheel serves them all (the cells a local build may name)."""
     if not per_python and collapses_python(recipe):
@@ -116,7 +117,7 @@ def cells(recipe, grid: Grid, per_python: bool = False) -> list[Cell]:
     return out
 
 
-def cell_archs(recipe, archs: Archs, cell: Cell) -> list[str]:
+def cell_archs(recipe: Recipe, archs: Archs, cell: Cell) -> list[str]:
     """The arch list one cell compiles: recipe override, then (CUDA, torch)
     exception, then the aarch64 table, then the CUDA line's list."""
     if cell.cuda in recipe.archs:
@@ -131,7 +132,7 @@ def cell_archs(recipe, archs: Archs, cell: Cell) -> list[str]:
     raise CuwError(f"recipes/defaults.yml: archs.cuda has no list for CUDA {cell.cuda} (cell {cell.id})")
 
 
-def require_in_grid(recipe, grid: Grid, cell: Cell) -> None:
+def require_in_grid(recipe: Recipe, grid: Grid, cell: Cell) -> None:
     """A local build of a cell the recipe's grid does not have is refused, with the reason."""
     if not grid.platforms:
         return  # no grid configured: local builds are unconstrained
@@ -144,7 +145,7 @@ def require_in_grid(recipe, grid: Grid, cell: Cell) -> None:
         why = f"CUDA {cell.cuda} is not one of its CUDA lines"
     elif cell.python not in grid.python or (over.python and cell.python not in over.python):
         why = f"Python {cell.python} is not one of its Pythons"
-    elif recipe.wheel_python == "abi3" and _v(cell.python) < _v(recipe.abi3_min_python):
+    elif recipe.wheel_python == "abi3" and recipe.abi3_min_python and _v(cell.python) < _v(recipe.abi3_min_python):
         why = f"Python {cell.python} is older than its abi3_min_python {recipe.abi3_min_python}"
     elif over.min_pytorch and cell.torch and _v(cell.torch) < _v(over.min_pytorch):
         why = f"it needs torch >= {over.min_pytorch}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -242,15 +242,9 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
         if isinstance(sharding, dict) and "sources" in sharding:
             raise SchemaError(f"{path}: sharding.sources moved to sharding.source.globs (write `source: {{globs: [...]}}`)")
     recipe = load_dataclass(Recipe, data, str(path))
-    recipe = _with(recipe, key=key, folder=str(path.parent.resolve()))
+    recipe = replace(recipe, key=key, folder=str(path.parent.resolve()))
     _validate(recipe, path)
     return recipe
-
-
-def _with(recipe: Recipe, **changes: str) -> Recipe:
-    from dataclasses import replace
-
-    return replace(recipe, **changes)
 
 
 def _validate_source(source: Source, path: Path) -> None:

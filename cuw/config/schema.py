@@ -66,7 +66,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise SchemaError(f"{where}: expected a mapping, got {type(value).__name__}")
         return {_convert(args[0], k, f"{where}"): _convert(args[1], v, f"{where}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return load_dataclass(tp, value, where)
     if tp is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -108,14 +108,14 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def _public_fields(cls: type, hidden: tuple[str, ...]) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls) if f.name not in hidden]  # type: ignore[arg-type]
+    return [f for f in dataclasses.fields(cls) if f.name not in hidden]
 
 
 def _default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        value = f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
         return None if dataclasses.is_dataclass(value) else value
     return dataclasses.MISSING
 
@@ -156,7 +156,7 @@ def _type_schema(tp: Any) -> dict[str, Any]:
         return {"type": "array", "items": _type_schema(args[0])}
     if origin is dict:
         return {"type": "object", "additionalProperties": _type_schema(args[1])}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return json_schema(tp)
     return {str: {"type": "string"}, bool: {"type": "boolean"}, int: {"type": "integer"}}[tp]
 
@@ -171,7 +171,7 @@ def docs_table(cls: type, prefix: str = "", hidden: tuple[str, ...] = ()) -> lis
         default = _default(f)
         shown = "required" if default is dataclasses.MISSING else ("" if default is None else f"`{default!r}`")
         rows.append(f"| `{prefix}{f.name}` | {_type_name(tp)} | {shown} | {docs.get(f.name, '')} |")
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             rows.extend(docs_table(tp, f"{prefix}{f.name}.", ()))
     return rows
 

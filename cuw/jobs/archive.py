@@ -201,7 +201,8 @@ def pack(job_cache: Cache, manifest: Manifest, dest: Path) -> Path:
     tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as raw:
-            with tarfile.open(fileobj=raw, mode="w", copybufsize=COPY_BUFSIZE) as tar:
+            # TarFile itself: what tarfile.open(mode="w") makes, with copybufsize in its typed signature
+            with tarfile.TarFile(fileobj=raw, mode="w", copybufsize=COPY_BUFSIZE) as tar:
                 data = json.dumps(asdict(manifest), indent=2, sort_keys=True).encode()
                 info = tarfile.TarInfo(MANIFEST)
                 info.size = len(data)
@@ -240,7 +241,7 @@ def _entry_info(arcname: str, entry: BinaryIO) -> tarfile.TarInfo:
 
 def remove_partials(dest: Path) -> list[Path]:
     """Removes temp files a killed :func:`pack` of ``dest`` left, except those of a live process."""
-    removed = []
+    removed: list[Path] = []
     if not dest.parent.is_dir():
         return removed
     for tmp in dest.parent.glob(f"{_partial_prefix(dest)}*.partial"):
@@ -324,7 +325,7 @@ def shard_archives(folder: Path) -> list[Path]:
 
 def _open(path: Path) -> tarfile.TarFile:
     refuse_legacy(path)
-    return tarfile.open(path, "r:", copybufsize=COPY_BUFSIZE)  # "r:": no compression is ever guessed
+    return tarfile.TarFile(path, "r", copybufsize=COPY_BUFSIZE)  # TarFile, not open(): no compression is ever guessed
 
 
 _CORRUPT = (tarfile.TarError, EOFError, OSError, ValueError, json.JSONDecodeError, AssertionError)

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import IO, Optional
 
 import cuw
 from cuw.base.errors import CuwError
@@ -90,7 +90,7 @@ def torch_requirement(line: str) -> str:
     return f"torch=={line}.*"
 
 
-def _run(cmd: list[str], what: str, log) -> None:
+def _run(cmd: list[str], what: str, log: IO[str]) -> None:
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -129,7 +129,7 @@ def _run(job: ImageJob, name: str, argv: list[str]) -> int:
     Ctrl-C goes on as KeyboardInterrupt (exit 130), SIGTERM ends with 143."""
     proc = subprocess.Popen(job.engine.cmd(*argv), stdin=subprocess.DEVNULL)
 
-    def on_term(signum, frame):
+    def on_term(signum: int, frame: object) -> None:
         raise _Terminated
 
     try:

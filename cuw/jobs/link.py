@@ -249,24 +249,24 @@ def _run_link(
     report.step_summary(f"{recipe.key} link", verdict)
     report.say(verdict.line)
     shipped: Optional[Path] = None
-    checked: Optional[VerifyReport] = None
+    verified: Optional[VerifyReport] = None
     if verdict.ok and wheels:
         clock = time.monotonic()
-        checked, final = _finish_and_verify(wheels[0], recipe, cell, archs, toolkit, ws, paths)
+        verified, final = _finish_and_verify(wheels[0], recipe, cell, archs, toolkit, ws, paths)
         phases["finish_s"] = round(time.monotonic() - clock, 1)
-        if checked.ok:
+        if verified.ok:
             # Into dist/ through temp files renamed into place, wheel first, reports after it: two
             # links of one cell writing at once, or a reader (pip, an upload) never see a torn file.
             from cuw.base.files import copy_into, writable_dir
 
             writable_dir(paths.dist, "--dist")
-            beside = write_verify_reports(checked, final)
+            beside = write_verify_reports(verified, final)
             shipped = copy_into(final, paths.dist / final.name, "--dist")
             for made in beside:
                 copy_into(made, paths.dist / made.name, "--dist")
             context["wheel"] = str(shipped)
         else:
-            write_verify_reports(checked, final)
+            write_verify_reports(verified, final)
     context["resources"] = sampler.record()  # after finish and verify: the whole job
     if shipped:
         report_path = report.write(verdict, paths.dist / f"{shipped.name}.link.json", context)
@@ -279,7 +279,7 @@ def _run_link(
             for line in log.splitlines()[-15:]:
                 print(f"  | {line}", file=sys.stderr)
         report.say(f"full log: {ws.build_log}")
-    return LinkResult(verdict, shipped, report_path, missing, checked)
+    return LinkResult(verdict, shipped, report_path, missing, verified)
 
 
 def _finish_and_verify(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Optional
+from typing import Any, ContextManager, Iterator, Optional
 
 from cuw.base.errors import raise_terminated
 from cuw.seat import seat_log
@@ -20,7 +20,7 @@ from cuw.jobs.workspace import Workspace
 from cuw.jobs.context import Progress
 
 
-def spawn(cmd: list[str], **kwargs) -> subprocess.Popen:
+def spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
     """A child in a process group of its own (POSIX), so it and everything it starts (pip,
     CMake, ninja, the compilers) can be stopped together, and a Ctrl-C reaches the forge first."""
     return subprocess.Popen(cmd, start_new_session=os.name == "posix", **kwargs)
@@ -61,7 +61,7 @@ def stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
         proc.wait()
 
 
-def _sigterm_raises():
+def _sigterm_raises() -> ContextManager[None]:
     """A context in which SIGTERM raises :class:`cuw.base.errors.Terminated`, so the build child is stopped
     and reaped on the way out (only the main thread can set a handler; elsewhere nothing changes)."""
     import contextlib
@@ -69,7 +69,7 @@ def _sigterm_raises():
     import threading
 
     @contextlib.contextmanager
-    def scope():
+    def scope() -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
             yield
             return

@@ -158,7 +158,10 @@ def unpack(archive: Path, dest: Path) -> Path:
                             raise CuwError(f"{archive}: member {member.name!r} is not a file or folder")
                     # The checks above are the rule; tarfile's "data" filter (3.11.4+, 3.10.12+) checks again
                     # where the interpreter has it (a build image's Python may be an older patch release).
-                    tar.extractall(staging, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+                    if hasattr(tarfile, "data_filter"):
+                        tar.extractall(staging, filter="data")
+                    else:
+                        tar.extractall(staging)
             except (tarfile.TarError, EOFError, OSError) as exc:
                 raise CuwError(f"{archive}: corrupted or truncated archive ({exc})") from None
         entries = list(staging.iterdir())
@@ -180,7 +183,7 @@ def checkout_git(url: str, tag: str, commit: str, recursive: bool, dest: Path) -
     )
     if refs.returncode != 0:
         raise CuwError(f"cannot read {url}: {refs.stderr.strip()}")
-    found = dict(reversed(line.split("\t", 1)) for line in refs.stdout.splitlines() if "\t" in line)
+    found = {ref: sha for sha, ref in (line.split("\t", 1) for line in refs.stdout.splitlines() if "\t" in line)}
     if f"refs/tags/{tag}" not in found:
         what = "a branch, not a tag" if f"refs/heads/{tag}" in found else "not a tag of that repository"
         raise CuwError(f"source.tag {tag!r} is {what}: pin a release tag")

@@ -166,7 +166,7 @@ def load(cell_dir: Path, report_dirs: Iterable[Path] = ()) -> Timeline:
         job = jobs.setdefault(name, Job(name))
         job.ok = bool(data.get("ok"))
         job.verdict = f"{data.get('gate')} gate {'PASS' if job.ok else 'FAIL'}: " + "; ".join(map(str, data.get("reasons", [])))
-        facts = data.get("facts") if isinstance(data.get("facts"), dict) else {}
+        facts = data["facts"] if isinstance(data.get("facts"), dict) else {}
         job.uncompiled = [str(k) for k in facts.get("uncompiled", [])] if isinstance(facts.get("uncompiled"), list) else []
         job.resources = data.get("resources") if isinstance(data.get("resources"), dict) else None
     origin = min((float(e["at"]) - float(e.get("seconds") or 0) for _, e in raw), default=0.0)

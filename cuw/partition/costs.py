@@ -104,7 +104,7 @@ def load(path: Path) -> CostTable:
                 f'{path}: link must be {{"fixed_s": seconds, "per_replay_s": seconds, ...}}: record it again with '
                 f"`cuw costs <recipe> --from <link report>`"
             )
-        link = LinkCost(float(numbers[0]), float(numbers[1]), str(link.get("from", "")))
+        link = LinkCost(float(link["fixed_s"]), float(link["per_replay_s"]), str(link.get("from", "")))
     shard = data.get("shard")
     if shard is not None:
         fixed = shard.get("fixed_s") if isinstance(shard, dict) else None

@@ -84,7 +84,8 @@ def seat_table(config: SeatConfig) -> Optional[str]:
         *([f"source_filter\t{part.index}/{part.count}"] if part and part.beside_filter else []),
         *compile_lines,
     ]
-    owned, foreign = [], []
+    owned: list[str] = []
+    foreign: list[str] = []
     if part is not None:
         for dirpath, _dirs, files in os.walk(root):
             for name in files:

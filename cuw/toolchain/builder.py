@@ -134,7 +134,7 @@ def current_builder() -> Builder:
     """This process's builder: the image named by ``$CUW_BUILD_IMAGE`` (set by the launcher), or the host."""
     glibc = None
     try:
-        glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]  # "glibc 2.31"
+        glibc = (os.confstr("CS_GNU_LIBC_VERSION") or "").split()[-1]  # "glibc 2.31"
     except (AttributeError, ValueError, OSError, IndexError):
         pass
     path, line = _compiler()

@@ -104,7 +104,7 @@ class Cache:
 
     def entry_files(self) -> list[Path]:
         """Files that are cache entries (what a shard hands over)."""
-        out = []
+        out: list[str] = []
         top = str(self.cache_dir)
         for folder, dirs, files in os.walk(top):  # os.walk, not rglob: pathlib costs ~0.1 ms a file
             if folder == top:

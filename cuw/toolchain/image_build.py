@@ -22,7 +22,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import IO, Any, Callable, Optional
 
 
 import cuw
@@ -76,7 +76,7 @@ class ImageRecipe:
         return f"{self.name}-{self.arch}:{self.digest()[:16]}"
 
 
-def _need(data: dict, key: str, kind: type, where: Path):
+def _need(data: dict, key: str, kind: type, where: Path) -> Any:
     value = data.get(key)
     if not isinstance(value, kind) or (isinstance(value, (str, list, dict)) and not value):
         raise CuwError(f"{where}: {key} must be a non-empty {kind.__name__}")
@@ -210,7 +210,16 @@ def dockerfile(recipe: ImageRecipe, base: str) -> str:
     )
 
 
-def _run_logged(cmd: list[str], log_path: Path, what: str, say: Say, stdin=None, every_s: float = 60.0) -> None:
+def _pump(stream: IO[bytes], lines: queue.Queue[Optional[bytes]]) -> None:
+    """The step's output, line by line, then None at its end (read on a thread: the loop keeps time)."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _run_logged(
+    cmd: list[str], log_path: Path, what: str, say: Say, stdin: Optional[IO[bytes]] = None, every_s: float = 60.0
+) -> None:
     """Runs a step with its output in the log; says how long it has run every ``every_s`` (a
     CPython build is minutes of silence) and each ``Step i/n`` an image build starts."""
     started = time.monotonic()
@@ -222,7 +231,7 @@ def _run_logged(cmd: list[str], log_path: Path, what: str, say: Say, stdin=None,
         )
         assert proc.stdout is not None
         lines: queue.Queue[Optional[bytes]] = queue.Queue()
-        reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout] + [lines.put(None)], daemon=True)  # type: ignore[union-attr]
+        reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
         reader.start()
         last_said = started
         while True:

@@ -139,7 +139,7 @@ class _Reader:
                 out.append(self.advance())
 
     def unquoted(self) -> str:
-        out = []
+        out: list[str] = []
         while True:
             c = self.peek()
             if c == "" or c in " \t\r\n()#":

@@ -14,7 +14,7 @@ compare choices (C, N) more than they promise hours. Recipes without a table are
 from __future__ import annotations
 
 import heapq
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -51,7 +51,7 @@ class FarmPlan:
         return sum(sum(c.shards) + c.link for c in self.jobs) / 3600
 
     def per_lane_hours(self) -> dict[str, float]:
-        out: Counter = Counter()
+        out: defaultdict[str, float] = defaultdict(float)
         for c in self.jobs:
             out[c.lane] += (sum(c.shards) + c.link) / 3600
         return dict(sorted(out.items()))

@@ -169,8 +169,11 @@ def seat_log_keys(path: Path) -> list[str]:
         raise CuwError(f"--from-log {path}: not a text file (a seat log, logs/seat.jsonl, or a .ninja_log)") from None
     except ValueError as exc:  # json.JSONDecodeError
         raise CuwError(f"--from-log {path}: not a seat log (JSON lines expected: {exc})") from None
-    keys = {e.get("key") for e in entries if isinstance(e, dict) and e.get("action") in ("compiled", "stubbed")}
-    keys.discard(None)
+    keys = {
+        e["key"]
+        for e in entries
+        if isinstance(e, dict) and isinstance(e.get("key"), str) and e.get("action") in ("compiled", "stubbed")
+    }
     if not keys:
         raise CuwError(f"--from-log {path}: the seat log names no compiled or stubbed TU")
     return sorted(keys)

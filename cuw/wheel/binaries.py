@@ -10,9 +10,10 @@ from typing import Optional
 
 import pefile
 from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
+from elftools.elf.dynamic import DynamicSection, DynamicTag
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
+from elftools.elf.sections import SymbolTableSection
 
 
 @dataclass(frozen=True)
@@ -71,27 +72,36 @@ def read_elf(name: str, data: bytes, scratch: Path) -> Optional[Binary]:
     return read_elf_file(path, name)
 
 
+def _tag_text(tag: DynamicTag) -> str:
+    """The string of a DT_NEEDED, DT_RPATH or DT_RUNPATH entry: pyelftools sets it as an attribute
+    named after the tag (``needed``, ``rpath``, ``runpath``), which its types cannot name."""
+    return str(getattr(tag, tag.entry.d_tag[3:].lower()))
+
+
 def read_elf_file(path: Path, name: Optional[str] = None) -> Optional[Binary]:
     """An ELF file on disk (``name``: how to report it, the path by default); None when it is
     not a readable ELF file."""
     try:
         with open(path, "rb") as fh:
             elf = ELFFile(fh)
-            needed, rpaths, versions, pyinit = [], [], [], None
+            needed: list[str] = []
+            rpaths: list[str] = []
+            versions: list[str] = []
+            pyinit = None
             for section in elf.iter_sections():
                 if isinstance(section, DynamicSection):
                     for tag in section.iter_tags():
                         if tag.entry.d_tag == "DT_NEEDED":
-                            needed.append(tag.needed)
+                            needed.append(_tag_text(tag))
                         elif tag.entry.d_tag == "DT_RPATH":
-                            rpaths.append(tag.rpath)
+                            rpaths.append(_tag_text(tag))
                         elif tag.entry.d_tag == "DT_RUNPATH":
-                            rpaths.append(tag.runpath)
+                            rpaths.append(_tag_text(tag))
                 elif isinstance(section, GNUVerNeedSection):
                     for _, aux in section.iter_versions():
                         versions.extend(a.name for a in aux)
             dynsym = elf.get_section_by_name(".dynsym")
-            if dynsym is not None:
+            if isinstance(dynsym, SymbolTableSection):
                 for sym in dynsym.iter_symbols():
                     if sym.name.startswith("PyInit_") and sym["st_shndx"] != "SHN_UNDEF":
                         pyinit = sym.name[len("PyInit_") :]

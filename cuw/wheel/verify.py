@@ -18,8 +18,9 @@ import zipfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Optional
+from typing import Collection, Optional
 
+from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.metadata import parse_email
 from packaging.version import InvalidVersion, Version
@@ -444,7 +445,7 @@ def glibc_check(elves: list, linux_tags: list[str], floor: Optional[str]) -> Che
     return Check("glibc", not problems, problems or [f"needs {newest or 'no GLIBC symbol'}, within {where}"])
 
 
-def python_tag_check(recipe: Recipe, cell: Cell, tags) -> Check:
+def python_tag_check(recipe: Recipe, cell: Cell, tags: Collection[Tag]) -> Check:
     """The wheel's Python and ABI tags against the recipe's ``wheel_python``."""
     declared = recipe.wheel_python
     cp = "cp" + cell.python.replace(".", "")
@@ -551,8 +552,8 @@ def _arch_check(elves: list[Binary], scratch: Path, archs: list[str], toolkit: T
             missing.append(f"no SASS for sm_{number}")
         if wants_ptx and number not in ptx:
             missing.append(f"no PTX for compute_{number}")
-    found = f"SASS {sorted(sass)}, PTX {sorted(ptx)}"
-    return Check("arch", not missing, missing + [found] if missing else [found])
+    listed = f"SASS {sorted(sass)}, PTX {sorted(ptx)}"
+    return Check("arch", not missing, missing + [listed] if missing else [listed])
 
 
 def _modules(members: dict[str, bytes], elves: list[Binary]) -> list[str]:
