@@ -6,7 +6,10 @@ the build backends, torch and the pinned ccache installed there are the ones
 every shard and link must share.
 """
 
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import nox
 
@@ -73,6 +76,41 @@ def e2e(session: nox.Session) -> None:
         ),
     ]
     session.run(sys.executable, "-m", "pytest", "-m", "e2e", "-v", "-s", *files, *recipes, *options)
+
+
+# What `nox -s lint` reads: the Python ruff formats and checks, the text codespell reads.
+PYTHON_PATHS = ["cuw", "tests", "noxfile.py", "tasks.py", "benchmarks"]
+SPELLED_PATHS = ["cuw", "docs", "tests", "README.md", "recipes"]
+
+
+def shell_scripts() -> list[str]:
+    """Every tracked shell script: a ``.sh`` file, or one whose first line runs sh or bash (.ci/run)."""
+    root = Path(__file__).resolve().parent
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, text=True, check=True).stdout
+    found = []
+    for name in filter(None, tracked.split("\0")):
+        path = root / name
+        if not path.is_file():
+            continue
+        with open(path, "rb") as fh:
+            first = fh.readline(200)
+        if name.endswith(".sh") or re.match(rb"#!\s*\S*/(env\s+)?(ba)?sh\b", first):
+            found.append(name)
+    return found
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Lint: ruff format --check, ruff check, mypy over cuw/, shellcheck over the shell scripts, codespell: nox -s lint.
+
+    The tools are the ones pinned in the test extra, found beside this Python (pyproject.toml
+    configures each: [tool.ruff], [tool.mypy], [tool.codespell])."""
+    bin_dir = Path(sys.executable).parent
+    session.run(str(bin_dir / "ruff"), "format", "--check", *PYTHON_PATHS)
+    session.run(str(bin_dir / "ruff"), "check", *PYTHON_PATHS)
+    session.run(str(bin_dir / "mypy"))
+    session.run(str(bin_dir / "shellcheck"), *shell_scripts())
+    session.run(str(bin_dir / "codespell"), *SPELLED_PATHS)
 
 
 @nox.session

@@ -69,4 +69,9 @@ def _tests(c: Context) -> None:
     c.run(shlex.join([sys.executable, "-m", "pytest", "-q"]))
 
 
-ns = Collection(*(_task(verb) for verb in verb_specs()), Task(_tests, name="tests"))
+def _lint(c: Context) -> None:
+    """ruff, mypy, shellcheck and codespell, as CI runs them (the nox session)."""
+    c.run(shlex.join([sys.executable, "-m", "nox", "-s", "lint"]))
+
+
+ns = Collection(*(_task(verb) for verb in verb_specs()), Task(_tests, name="tests"), Task(_lint, name="lint"))

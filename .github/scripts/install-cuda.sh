@@ -38,6 +38,7 @@ if command -v dnf >/dev/null; then
   # A manylinux build image (the workflow's container, cibuildwheel's before-all): RHEL
   # family, root, NVIDIA's rhel repository. The cuda-compiler meta package carries the
   # release number, so it takes the pin; cuda-driver-devel is the -lcuda stub.
+  # shellcheck source=/dev/null  # the machine's release file, not one of the repository's
   rhel="rhel$(. /etc/os-release; echo "${VERSION_ID%%.*}")"
   curl -fsSLo "/etc/yum.repos.d/cuda-$rhel.repo" "https://developer.download.nvidia.com/compute/cuda/repos/$rhel/$repo/cuda-$rhel.repo"
   dnf install -y -q "cuda-compiler-$pkg-$full" "cuda-cudart-devel-$pkg" "cuda-driver-devel-$pkg" "cuda-cuobjdump-$pkg" \
@@ -46,6 +47,7 @@ if command -v dnf >/dev/null; then
   path_out "/usr/local/cuda-$line/bin"
   exit 0
 fi
+# shellcheck source=/dev/null  # the machine's release file, not one of the repository's
 . /etc/os-release
 distro="ubuntu${VERSION_ID//./}"
 keyring=cuda-keyring_1.1-1_all.deb
