@@ -6,6 +6,7 @@ the build backends, torch and the pinned ccache installed there are the ones
 every shard and link must share.
 """
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -111,6 +112,14 @@ def lint(session: nox.Session) -> None:
     session.run(str(bin_dir / "mypy"))
     session.run(str(bin_dir / "shellcheck"), *shell_scripts())
     session.run(str(bin_dir / "codespell"), *SPELLED_PATHS)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site from docs/ (mkdocs.yml) into .docs-site/, strict: a warning, a broken link or anchor fails."""
+    if importlib.util.find_spec("mkdocs") is None:
+        session.error("mkdocs is not installed here: pip install -e '.[docs]'")
+    session.run(sys.executable, "-m", "mkdocs", "build", "--strict", "--clean", *session.posargs)
 
 
 @nox.session
