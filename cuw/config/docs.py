@@ -46,7 +46,7 @@ def environment() -> str:
         "",
         "Generated from `cuw/base/settings.py` by `python -m cuw.config.docs`; do not edit by hand.",
         "The command line reads them once per run into one settings object and passes it down; a",
-        "command-line option, where there is one, wins. Back to the [README](../README.md).",
+        "command-line option, where there is one, wins. Back to the [overview](index.md).",
         "",
         "| variable | meaning |",
         "|---|---|",
