@@ -10,10 +10,16 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cuw.base.errors import CuwError
 from cuw.config.paths import Paths
 from cuw.toolchain.cache import TOOLS
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    Subparsers: TypeAlias = "argparse._SubParsersAction[_Parser]"
 
 
 def _git_mirror(p: argparse.ArgumentParser) -> None:
@@ -98,20 +104,21 @@ def _toolkit_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def parser() -> argparse.ArgumentParser:
-    top = _Parser(prog="cuw", description="Build a CUDA wheel as N compile shards and a link job.")
-    sub = top.add_subparsers(dest="verb", required=True, parser_class=_Parser)
-
+def _shard_verb(sub: Subparsers) -> None:
     p = sub.add_parser("shard", help="compile one shard (I/N, 1-based) and write its cache archive")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     p.add_argument("shard", help="I/N, 1-based: 3/23 is shard 3 of 23")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _common(p, dist=False)
 
+
+def _link_verb(sub: Subparsers) -> None:
     p = sub.add_parser("link", help="restore every shard archive, rebuild with all hits, gate, write the wheel")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     _common(p)
 
+
+def _build_verb(sub: Subparsers) -> None:
     p = sub.add_parser("build", help="the whole cell here: all shards in parallel, then the link")
     p.add_argument("recipe", nargs="?", default="example", help="recipe name (default: %(default)s, the built-in example)")
     p.add_argument("--shards", type=int, default=None, help="N (default: the recipe's sharding.count)")
@@ -124,6 +131,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{flag}", action="append", default=[], help=f"with --matrix: only these {flag} values")
     _common(p)
 
+
+def _lint_guards_verb(sub: Subparsers) -> None:
     p = sub.add_parser(
         "lint-guards",
         help="CMake consumers of targets that exist only when their sources do, not under if(TARGET ...) (exit 1 on findings)",
@@ -132,6 +141,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recipes", type=Path, default=None)
     _git_mirror(p)
 
+
+def _verify_verb(sub: Subparsers) -> None:
     p = sub.add_parser("verify", help="the verify gate on a finished wheel (exit 0 pass, 1 fail, 2 cannot run)")
     p.add_argument("wheel", type=Path)
     p.add_argument("--recipe", default=None, help="recipe name (default: the recipe whose name matches the wheel)")
@@ -150,10 +161,14 @@ def parser() -> argparse.ArgumentParser:
         help="with --torch-patches: the simple index to take torch from (default: the CUDA line's torch_index)",
     )
 
+
+def _index_verb(sub: Subparsers) -> None:
     p = sub.add_parser("index", help="a PEP 503 index (flat root and per-CUDA/torch channels) from a folder of wheels")
     p.add_argument("wheel_dir", type=Path)
     p.add_argument("out_dir", type=Path)
 
+
+def _matrix_verb(sub: Subparsers) -> None:
     p = sub.add_parser("matrix", help="the GitHub matrix JSON, in chunks of <= 256 jobs and < 1 MB")
     p.add_argument("--package", default="all", help="a recipe, or all (default)")
     for flag in ("platform", "cuda", "pytorch", "python"):
@@ -189,6 +204,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--recipes", type=Path, default=None)
 
+
+def _audit_verb(sub: Subparsers) -> None:
     p = sub.add_parser(
         "audit",
         help="check a published index against the grid and the policy: gaps, stale wheels, "
@@ -206,9 +223,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--recipes", type=Path, default=None)
 
+
+def _recipes_verb(sub: Subparsers) -> None:
     p = sub.add_parser("recipes", help="list the recipes: source, torch axis, sharding, platforms, cells")
     p.add_argument("--recipes", type=Path, default=None)
 
+
+def _toolkit_verb(sub: Subparsers) -> None:
     p = sub.add_parser(
         "toolkit", help="provision or find the CUDA toolkit of a line (system, a path, or pinned wheels) and print its folder"
     )
@@ -222,6 +243,8 @@ def parser() -> argparse.ArgumentParser:
     )
     _toolkit_option(p)
 
+
+def _show_verb(sub: Subparsers) -> None:
     p = sub.add_parser("show", help="the merged, resolved configuration of a recipe for one cell (JSON)")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     p.add_argument("--recipes", type=Path, default=None)
@@ -232,6 +255,8 @@ def parser() -> argparse.ArgumentParser:
         help="for example linux/3.11/13.0/2.14 (default: this machine's cell)",
     )
 
+
+def _plan_verb(sub: Subparsers) -> None:
     p = sub.add_parser(
         "plan",
         help="per N: TUs and families per shard, jobs per lane, predicted times; "
@@ -273,6 +298,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recipes", type=Path, default=None)
     _git_mirror(p)
 
+
+def _grid_verb(sub: Subparsers) -> None:
     p = sub.add_parser("grid", help="the build grid; --check asks the torch indexes what the grid lacks (exit 1 then)")
     p.add_argument("--check", action="store_true", help="compare grid.torch with each CUDA line's torch_index")
     p.add_argument(
@@ -284,6 +311,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--recipes", type=Path, default=None)
 
+
+def _report_verb(sub: Subparsers) -> None:
     p = sub.add_parser("report", help="a cell's shard timeline as one self-contained HTML file (inline SVG, no network)")
     p.add_argument("cell_dir", type=Path, help="the cell's work folder, e.g. .cuw/work/example-linux-py3.11-cu13.0-notorch")
     p.add_argument(
@@ -292,6 +321,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dist", type=Path, default=Paths.dist, help="where the link report is (default: %(default)s)")
     p.add_argument("--output", type=Path, default=None, help="the HTML file (default: <cell_dir>/report.html)")
 
+
+def _costs_verb(sub: Subparsers) -> None:
     p = sub.add_parser("costs", help="record a recipe's cost table (recipes/<name>/costs.json) from real build logs")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     p.add_argument(
@@ -306,12 +337,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, default=None, help="write here (default: the recipe's costs.json)")
     p.add_argument("--recipes", type=Path, default=None)
 
+
+def _record_verb(sub: Subparsers) -> None:
     p = sub.add_parser("record", help="after a passed link: the wheel's build record, dist/<wheel>.build.json")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     p.add_argument("--dist", type=Path, default=Paths.dist, help="where the link put the wheel (default: %(default)s)")
     p.add_argument("--artifacts", type=Path, default=Paths.artifacts, help="the shard reports, per cell (default: %(default)s)")
     p.add_argument("--recipes", type=Path, default=None)
 
+
+def _publish_verb(sub: Subparsers) -> None:
     p = sub.add_parser("publish", help="add every wheel that arrived with its build record to an index (append-only)")
     p.add_argument("incoming", type=Path, help="folder of wheels and their .build.json records (searched recursively)")
     p.add_argument("index", type=Path, help="the index folder (created when new)")
@@ -332,6 +367,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--upload", type=Path, default=None, metavar="DIR", help="with --asset-url: where the new wheels go")
 
+
+def _image_verb(sub: Subparsers) -> None:
     p = sub.add_parser(
         "image", help="build the local stand-in build image from its recipe (once per recipe digest) and print its reference"
     )
@@ -345,6 +382,8 @@ def parser() -> argparse.ArgumentParser:
     )
     _engine_option(p)
 
+
+def _workflow_verb(sub: Subparsers) -> None:
     p = sub.add_parser(
         "workflow",
         help="run .github/workflows/build.yml here with act for a recipe's chunk: host mode, "
@@ -371,7 +410,38 @@ def parser() -> argparse.ArgumentParser:
         "each job in its own container (default: host mode, every job a process tree here)",
     )
     p.add_argument("--recipes", type=Path, default=None)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole grammar: the top parser and each verb's, in the order ``cuw --help`` lists them."""
+    top = _Parser(prog="cuw", description="Build a CUDA wheel as N compile shards and a link job.")
+    sub = top.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    for add_verb in _VERBS:
+        add_verb(sub)
     return top
+
+
+_VERBS = (
+    _shard_verb,
+    _link_verb,
+    _build_verb,
+    _lint_guards_verb,
+    _verify_verb,
+    _index_verb,
+    _matrix_verb,
+    _audit_verb,
+    _recipes_verb,
+    _toolkit_verb,
+    _show_verb,
+    _plan_verb,
+    _grid_verb,
+    _report_verb,
+    _costs_verb,
+    _record_verb,
+    _publish_verb,
+    _image_verb,
+    _workflow_verb,
+)
 
 
 @dataclass(frozen=True)

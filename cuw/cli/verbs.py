@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from cuw.base.errors import CuwError
 from cuw.base.files import check_destination, writable_dir, write_text
@@ -414,90 +414,134 @@ def run(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if hasattr(args, "git_mirror"):
         _set_git_mirror(args)
-    if args.verb == "publish":
-        from cuw.wheel.publish import run_publish
+    recipes_dir = getattr(args, "recipes", None) or default_recipes_dir()
+    return _verbs().get(args.verb, _build_verbs)(args, recipes_dir)
 
-        from cuw.wheel.publish import AssetStore, check_asset_store, check_folders, continue_from
 
-        if (args.asset_url is None) != (args.upload is None):
-            raise CuwError("--asset-url and --upload go together: where the wheels will be, and where they wait for upload")
-        store = AssetStore(args.asset_url, args.upload) if args.asset_url else None
-        if not args.incoming.is_dir():  # before --from-url fills INDEX: a typo must not leave it continued
-            raise CuwError(f"publish: {args.incoming} is not a folder (the wheels the links uploaded)")
-        check_folders(args.incoming, args.index, args.upload)
-        if store is not None:
-            check_asset_store(store)
-            writable_dir(store.upload, "--upload")
-        online = continue_from(args.from_url, args.index) if args.from_url else 0
-        if args.from_url:
-            report.say(f"publish: continuing {args.from_url} ({online} wheels published)")
-        return run_publish(args.incoming, args.index, args.reports, store, online)
-    if args.verb == "workflow":
-        from cuw.ci.workflow_run import run_workflow
+Verb = Callable[[argparse.Namespace, Path], int]
 
-        return run_workflow(args)
-    if args.verb == "image":
-        return _image(args)
-    if args.verb == "record":
-        from cuw.wheel.publish import record
 
-        record(load_recipe(args.recipe, args.recipes or default_recipes_dir()), args.dist.resolve(), args.artifacts.resolve())
-        return 0
-    if args.verb == "index":
-        from cuw.wheel.index import build_index
+def _verbs() -> dict[str, Verb]:
+    """Every verb but the three build verbs (shard, link, build: :func:`_build_verbs`)."""
+    return {
+        "publish": _publish,
+        "workflow": _workflow,
+        "image": _image,
+        "record": _record,
+        "index": _index,
+        "report": _report,
+        "lint-guards": _lint_guards,
+        "audit": _audit,
+        "verify": _verify,
+        "recipes": _recipes,
+        # The verbs that read a recipe or the grid and build nothing.
+        "show": _show,
+        "plan": _plan,
+        "costs": _costs,
+        "grid": _grid,
+        "matrix": _matrix,
+        "toolkit": _toolkit,
+    }
 
-        kept = build_index(args.wheel_dir, args.out_dir)
-        report.say(f"index of {len(kept)} wheels in {args.out_dir} (flat root: {args.out_dir / 'simple'})")
-        return 0
-    if args.verb == "report":
-        paths = Paths(artifacts=args.artifacts, dist=args.dist)
-        out = write_timeline(args.cell_dir, paths, args.output)
-        report.say(f"report: {out}")
-        return 0
-    recipes_dir = args.recipes or default_recipes_dir()
-    if args.verb == "lint-guards":
-        return _lint_guards(args, recipes_dir)
-    if args.verb == "audit":
-        return _audit(args, args.recipes or default_recipes_dir())
-    if args.verb == "verify":
-        return _verify(args, recipes_dir)
-    if args.verb == "recipes":
-        from cuw.config.listing import recipes_table
 
-        sys.stdout.write(recipes_table(recipes_dir))
-        return 0
-    # The verbs that read a recipe or the grid and build nothing.
-    reading = {"show": _show, "plan": _plan, "costs": _costs, "grid": _grid, "matrix": _matrix, "toolkit": _toolkit}
-    if args.verb in reading:
-        return reading[args.verb](args, recipes_dir)
-    if args.jobs is not None and not 1 <= args.jobs <= 1024:
-        raise CuwError(f"--jobs must be between 1 and 1024, got {args.jobs}")
-    if args.verb == "build":
-        if args.shards is not None:
-            check_count(args.shards, "--shards")
-        filters = [f"--{f}" for f in ("platform", "cuda", "pytorch", "python") if getattr(args, f)]
-        if filters and not args.matrix:
-            raise CuwError(
-                f"{', '.join(filters)} select cells of --matrix; without --matrix, build makes this machine's cell "
-                f"(add --matrix, or see `cuw show {args.recipe}` for the cell built here)"
-            )
+def _publish(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.wheel.publish import AssetStore, check_asset_store, check_folders, continue_from, run_publish
+
+    if (args.asset_url is None) != (args.upload is None):
+        raise CuwError("--asset-url and --upload go together: where the wheels will be, and where they wait for upload")
+    store = AssetStore(args.asset_url, args.upload) if args.asset_url else None
+    if not args.incoming.is_dir():  # before --from-url fills INDEX: a typo must not leave it continued
+        raise CuwError(f"publish: {args.incoming} is not a folder (the wheels the links uploaded)")
+    check_folders(args.incoming, args.index, args.upload)
+    if store is not None:
+        check_asset_store(store)
+        writable_dir(store.upload, "--upload")
+    online = continue_from(args.from_url, args.index) if args.from_url else 0
+    if args.from_url:
+        report.say(f"publish: continuing {args.from_url} ({online} wheels published)")
+    return run_publish(args.incoming, args.index, args.reports, store, online)
+
+
+def _workflow(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.ci.workflow_run import run_workflow
+
+    return run_workflow(args)
+
+
+def _record(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.wheel.publish import record
+
+    record(load_recipe(args.recipe, recipes_dir), args.dist.resolve(), args.artifacts.resolve())
+    return 0
+
+
+def _index(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.wheel.index import build_index
+
+    kept = build_index(args.wheel_dir, args.out_dir)
+    report.say(f"index of {len(kept)} wheels in {args.out_dir} (flat root: {args.out_dir / 'simple'})")
+    return 0
+
+
+def _report(args: argparse.Namespace, recipes_dir: Path) -> int:
+    paths = Paths(artifacts=args.artifacts, dist=args.dist)
+    out = write_timeline(args.cell_dir, paths, args.output)
+    report.say(f"report: {out}")
+    return 0
+
+
+def _recipes(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from cuw.config.listing import recipes_table
+
+    sys.stdout.write(recipes_table(recipes_dir))
+    return 0
+
+
+def _build_verbs(args: argparse.Namespace, recipes_dir: Path) -> int:
+    """shard, link and build: every option is checked before an output folder is created."""
+    _check_counts(args)
     spec = parse_shard_spec(args.shard) if args.verb == "shard" else None
     recipe = load_recipe(args.recipe, recipes_dir)
-    from cuw.jobs.local import run_build  # the build verbs only: the others start faster
-    from cuw.jobs.link import run_link  # the build verbs only: the others start faster
-    from cuw.jobs.shard import run_shard  # the build verbs only: the others start faster
-
     if args.backend == "cibuildwheel":
         if args.image is not None:
             raise CuwError(
                 "--image goes with the pip backend; cibuildwheel runs its own image (images.<lane>.ref in recipes/defaults.yml)"
             )
         return _cibuildwheel(args, recipe, recipes_dir)
+    _check_pip_options(args)
+    cache = _cache(args, recipe, recipes_dir)
+    _check_remote(cache, recipes_dir)
+    image_job = _open_image(args)
+    _check_folders(args, recipe)
+    if not getattr(args, "matrix", False):  # --matrix chooses each CUDA line's toolkit itself
+        _use_toolkit(args, recipes_dir)
+    if image_job is not None:
+        return _in_image(args, image_job, recipe, recipes_dir, spec)
+    return _run_job(args, recipe, recipes_dir, spec, cache)
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    """--jobs, build's --shards, and the cell filters that only --matrix reads."""
+    if args.jobs is not None and not 1 <= args.jobs <= 1024:
+        raise CuwError(f"--jobs must be between 1 and 1024, got {args.jobs}")
+    if args.verb != "build":
+        return
+    if args.shards is not None:
+        check_count(args.shards, "--shards")
+    given = [f"--{f}" for f in ("platform", "cuda", "pytorch", "python") if getattr(args, f)]
+    if given and not args.matrix:
+        raise CuwError(
+            f"{', '.join(given)} select cells of --matrix; without --matrix, build makes this machine's cell "
+            f"(add --matrix, or see `cuw show {args.recipe}` for the cell built here)"
+        )
+
+
+def _check_pip_options(args: argparse.Namespace) -> None:
+    """The options the pip backend reads, in the order a user meets them."""
     if args.image is not None and getattr(args, "matrix", False):
         raise CuwError("--image builds this machine's cell; build --matrix picks each cell's environment itself")
     if args.image is None and args.engine is not None:
         raise CuwError("--engine goes with --image (the engine that runs the build image)")
-    # Every option is checked before an output folder is created.
     if args.cell:
         raise CuwError("--cell goes with --backend cibuildwheel; the pip backend builds this machine's cell")
     if getattr(args, "matrix", False):
@@ -505,28 +549,44 @@ def run(argv: list[str]) -> int:
     from cuw.config import toolkits
 
     toolkits.requested(getattr(args, "toolkit", None))  # a malformed --toolkit or $CUW_TOOLKIT, before any folder
-    cache = _cache(args, recipe, recipes_dir)
-    from cuw.toolchain.cache import check_remote
+
+
+def _check_remote(cache: Optional[CacheChoice], recipes_dir: Path) -> None:
+    """An unreachable cache remote fails before any folder is made."""
     from cuw.config.lanes import local_lane
+    from cuw.toolchain.cache import check_remote
 
     remote = (cache or cache_choice(load_policy(recipes_dir), local_lane())).remote
     if remote:
-        check_remote(remote)  # an unreachable remote fails before any folder is made
-    image_job = None
-    if args.image is not None:  # the engine and the image, before any folder is made
-        from cuw.jobs.container import open_image
+        check_remote(remote)
 
-        image_job = open_image(args.image, args.engine)
+
+def _open_image(args: argparse.Namespace) -> Optional["ImageJob"]:
+    """The engine and the build image of --image, before any folder is made."""
+    if args.image is None:
+        return None
+    from cuw.jobs.container import open_image
+
+    return open_image(args.image, args.engine)
+
+
+def _check_folders(args: argparse.Namespace, recipe: Recipe) -> None:
     from cuw.config.paths import check_job_folders
 
     given = {f"--{o}": getattr(args, o) for o in ("work", "artifacts", "dist") if hasattr(args, o)}
     check_job_folders(given, recipe.source_dir if recipe.source.path is not None else Path(recipe.folder))
     for option, folder in given.items():
         writable_dir(folder, option)
-    if not getattr(args, "matrix", False):  # --matrix chooses each CUDA line's toolkit itself
-        _use_toolkit(args, recipes_dir)
-    if image_job is not None:
-        return _in_image(args, image_job, recipe, recipes_dir, spec)
+
+
+def _run_job(
+    args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, spec: Optional[ShardSpec], cache: Optional[CacheChoice]
+) -> int:
+    """The shard, the link or the whole cell, here."""
+    from cuw.jobs.local import run_build  # the build verbs only: the others start faster
+    from cuw.jobs.link import run_link
+    from cuw.jobs.shard import run_shard
+
     if spec is not None:
         result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say, cache=cache)
         return 0 if result.verdict.ok else 1
@@ -534,16 +594,14 @@ def run(argv: list[str]) -> int:
         linked = run_link(recipe, _paths(args), args.jobs, cache=cache)
         _cell_report(recipe, _paths(args))
         return 0 if linked.ok else 1
-    if args.verb == "build":
-        if args.matrix:
-            return _build_matrix(args, recipe, recipes_dir)
-        outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=cache)
-        _cell_report(recipe, _paths(args))
-        return 0 if getattr(link, "ok", link) and all(outcomes) else 1
-    raise AssertionError(args.verb)
+    if args.matrix:
+        return _build_matrix(args, recipe, recipes_dir)
+    outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=cache)
+    _cell_report(recipe, _paths(args))
+    return 0 if getattr(link, "ok", link) and all(outcomes) else 1
 
 
-def _image(args: argparse.Namespace) -> int:
+def _image(args: argparse.Namespace, recipes_dir: Path) -> int:
     from cuw.toolchain.engine import find_engine
     from cuw.toolchain.image_build import build_image, default_recipe, load_image_recipe
 
