@@ -181,3 +181,34 @@ def test_shard_reports_feed_their_tus_and_the_shards_cost_beside_its_compiles(tm
     bad.write_text(json.dumps({"costs": {"a.cu": 1.0}, "shard": {"fixed_s": -1}}))
     with pytest.raises(CuwError, match="shard must be"):
         load(bad)
+
+
+def test_tables_learn_cpu_seconds_and_peaks_beside_wall_and_old_tables_stay_readable(tmp_path):
+    """A TU compiled twice costs its CPU summed and the larger peak; a hit and an unmeasured line
+    (a Windows seat's) add nothing; a later log without the measures drops the stale ones of the
+    keys it measured again; a table of wall seconds alone (every committed one) still loads."""
+    log = tmp_path / "seat.jsonl"
+    entries = [
+        {"key": "a.cu", "outcome": "miss", "seconds": 6.0, "cpu_s": 5.5, "peak_mb": 900},
+        {"key": "a.cu", "outcome": "miss", "seconds": 2.0, "cpu_s": 1.25, "peak_mb": 1500},
+        {"key": "a.cu", "outcome": "hit", "seconds": 0.1, "cpu_s": 0.05, "peak_mb": 30},
+        {"key": "b.cu", "outcome": "miss", "seconds": 3.0, "cpu_s": 2.9, "peak_mb": 11500},
+        {"key": "c.cpp", "outcome": "miss", "seconds": 1.0},
+    ]
+    log.write_text("".join(json.dumps({"action": "compiled", "rc": 0, **e}) + "\n" for e in entries))
+    out = tmp_path / "costs.json"
+    table = record([log], out)
+    assert table.costs == {"a.cu": 8.0, "b.cu": 3.0, "c.cpp": 1.0}
+    assert table.cpu == {"a.cu": 6.75, "b.cu": 2.9}
+    assert table.peaks == {"a.cu": 1500, "b.cu": 11500}
+    written = json.loads(out.read_text())
+    assert written["peak_mb"] == {"a.cu": 1500, "b.cu": 11500} and written["cpu_s"]["a.cu"] == 6.75
+    assert (load(out).cpu, load(out).peaks) == (table.cpu, table.peaks)
+    again = record([_seat_log(tmp_path / "s2.jsonl", {"b.cu": 4.0})], out)
+    assert (again.costs["b.cu"], again.cpu, again.peaks) == (4.0, {"a.cu": 6.75}, {"a.cu": 1500})
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"header": {}, "costs": {"a.cu": 1.0}}))
+    assert (load(old).costs, load(old).cpu, load(old).peaks) == ({"a.cu": 1.0}, {}, {})
+    old.write_text(json.dumps({"header": {}, "costs": {"a.cu": 1.0}, "peak_mb": {"a.cu": -1}}))
+    with pytest.raises(CuwError, match=r"peak_mb\['a.cu'\] = -1 is not a number >= 0"):
+        load(old)

@@ -39,6 +39,23 @@ class BuildImage:
 
 
 @dataclass(frozen=True)
+class Runner:
+    """The machine a lane's shard and link jobs run on: what a shard's parallel compile jobs must fit."""
+
+    memory_gb: int
+    """Its memory (GitHub's hosted runners: 16 GB)."""
+    cores: int
+    """Its cores (GitHub's hosted runners: 4): the most parallel compile jobs the planner assumes."""
+    headroom_gb: int = 2
+    """Memory kept free of compiles: the system, the build's own Python, ninja and the link steps."""
+
+    @property
+    def budget_mb(self) -> float:
+        """What the compiles' peaks may sum to."""
+        return (self.memory_gb - self.headroom_gb) * 1024
+
+
+@dataclass(frozen=True)
 class WheelPolicy:
     exclude: list[str] = field(default_factory=list)
     """Libraries never grafted into a wheel (the CUDA runtime and driver, torch)."""
@@ -66,6 +83,10 @@ class Policy:
     """Per CUDA line (13 and later), the exact pins of NVIDIA's wheels that make its toolkit."""
     images: dict[str, BuildImage] = field(default_factory=dict)
     """Per Linux lane, the build image its jobs run in and the floor it yields."""
+    runners: dict[str, Runner] = field(default_factory=dict)
+    """Per lane, the runner's size: a shard's parallel compile jobs are chosen so the predicted
+    peak memory fits it (:func:`cuw.partition.parallel_jobs.choose_jobs`). A lane without one keeps
+    one job per core."""
 
 
 def load_policy(recipes_dir: Path) -> Policy:
@@ -107,6 +128,8 @@ def load_policy(recipes_dir: Path) -> Policy:
                 )
     for lane, image in policy.images.items():
         check_image_policy(lane, image, f"{path}: images.{lane}")
+    for lane, runner in policy.runners.items():
+        check_runner(lane, runner, f"{path}: runners.{lane}")
     from cuw.config.grid import check_torch_rows
 
     check_torch_rows(policy.grid, str(path))
@@ -151,6 +174,23 @@ def check_remote_url(url: str, source: str) -> None:
         raise CuwError(f"{source} {url!r}: {exc} (a port is 1..65535)") from None
     if parsed.scheme != "file" and not parsed.hostname:
         raise CuwError(f"{source} {url!r}: no host (for example redis://localhost:6379)")
+
+
+def check_runner(lane: str, runner: Runner, source: str) -> None:
+    """A known lane, a memory above its headroom, at least one core."""
+    from cuw.config.lanes import lane as lane_of
+
+    try:
+        lane_of(lane)
+    except CuwError as exc:
+        raise CuwError(f"{source}: {exc}") from None
+    if not runner.cores >= 1:
+        raise CuwError(f"{source}.cores = {runner.cores!r}: a runner has at least 1 core")
+    if not 0 <= runner.headroom_gb < runner.memory_gb:
+        raise CuwError(
+            f"{source}: memory_gb {runner.memory_gb!r} must exceed headroom_gb {runner.headroom_gb!r} (>= 0): "
+            "give the runner's memory in GB (GitHub's hosted runners: 16)"
+        )
 
 
 def check_image_policy(lane: str, image: BuildImage, source: str) -> None:

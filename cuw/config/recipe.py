@@ -158,7 +158,8 @@ class Recipe:
     """Per CUDA line ('13.0'), requirements added to extra_deps for that line's cells
     (the nvidia-* wheels are named per CUDA major: nvidia-nccl-cu12, nvidia-nccl-cu13)."""
     max_jobs: Optional[int] = None
-    """At most this many parallel compiles in one build (two 6-7 GB cicc peaks swap a 16 GB runner)."""
+    """At most this many parallel compiles in one build (two 6-7 GB cicc peaks swap a 16 GB runner). Unset,
+    a shard runs as many as the lane's runner memory holds of its slice's measured peaks (docs/sharding.md)."""
     nvcc_flags: list[str] = field(default_factory=list)
     """Appended to every CUDA compile the seat runs."""
     nvcc_threads: Optional[int] = None

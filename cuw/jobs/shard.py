@@ -21,6 +21,8 @@ from cuw.base.errors import CuwError
 from cuw.base.files import sha256_of
 from cuw.gates.conditions import ShardObservation, Verdict, shard_gate, starved
 from cuw.partition.assignment import recipe_assignment
+from cuw.partition.costs import recipe_costs
+from cuw.partition.parallel_jobs import JobChoice, choose_jobs, slice_peaks
 from cuw.partition.coverage import covered_keys, is_cuda, rest_keys, seat_rest, source_filter_files, unfiltered_keys
 from cuw.partition.rules import Assignment, ShardSpec, tu_key
 from cuw.config.paths import Paths
@@ -34,7 +36,17 @@ from cuw.toolchain.builder import current_builder
 from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare, real_objects
 
 
-from cuw.jobs.context import Progress, alone, check_floor, check_lane, cell_archs_in_grid, describe_cache, resolve_cache
+from cuw.jobs.context import (
+    Progress,
+    alone,
+    check_floor,
+    check_lane,
+    cell_archs_in_grid,
+    describe_cache,
+    plural,
+    policy_for,
+    resolve_cache,
+)
 from cuw.jobs.process import build
 
 
@@ -79,6 +91,13 @@ def shard_workload(recipe: Recipe, src_root: Path, spec: ShardSpec, lane: str = 
     if recipe.sharding.filter != "source" or seat_rest(recipe):
         return owned, len(owned)
     return owned, len(owned) + len(unfiltered_keys(recipe, src_root, lane))
+
+
+def shard_jobs(recipe: Recipe, lane: str, owned: list[str], jobs: Optional[int]) -> JobChoice:
+    """The shard's parallel compile jobs: ``--jobs`` (default: one per core) as far as the lane's
+    runner memory holds the slice's measured peaks, unless the recipe pins max_jobs."""
+    runner = policy_for(recipe).runners.get(lane)
+    return choose_jobs(slice_peaks(recipe_costs(recipe), owned), jobs or default_jobs(), runner, recipe.max_jobs)
 
 
 def run_shard(
@@ -156,18 +175,19 @@ def _run_shard(
         )
         raise
     label = f"shard {spec}"
+    parallel = shard_jobs(recipe, cell.lane, owned, jobs)
     if progress:
         # Once the job is sure to build: a refusal before it stays one line.
         progress(resources.disk_line(label, sampler))
         progress(
             f"{label}: building {cell.id} ({len(owned)} TUs in its slice, filter {recipe.sharding.filter}, "
-            f"{describe_cache(job_cache)}); log {ws.build_log}"
+            f"{describe_cache(job_cache)}; {plural(parallel.jobs, 'compile job')}: {parallel.why}); log {ws.build_log}"
         )
     env = build_env(
         recipe,
         ws.cuda_home,
         ws.build,
-        jobs or default_jobs(),
+        parallel.jobs,
         spec if source_filter else None,
         lane=cell.lane,
         shard=spec,
@@ -218,6 +238,7 @@ def _run_shard(
         "build_log": str(ws.build_log),
         "counters": stats.summary(),
         "compile_usage": seat_log.measured_totals(compiles),  # the CPU seconds and peak the planner is held to
+        "parallel_jobs": {"jobs": parallel.jobs, "predicted_peak_mb": parallel.peak_mb, "why": parallel.why},
     }
     # Taken again at each write: the record covers the job up to the report that carries it.
     context["resources"] = sampler.record()

@@ -3,12 +3,18 @@
 A recipe's table is ``recipes/<name>/costs.json``, committed next to the recipe:
 
     {"header": {"from": [...], "recorded": "...", "tus": 9, "total_seconds": 31.4},
-     "costs": {"csrc/kernels/k08_gemm.cu": 8.192, ...}}
+     "costs": {"csrc/kernels/k08_gemm.cu": 8.192, ...},
+     "cpu_s": {"csrc/kernels/k08_gemm.cu": 7.9, ...},
+     "peak_mb": {"csrc/kernels/k08_gemm.cu": 1840, ...}}
 
-Keys are partition keys (:func:`cuw.partition.rules.tu_key`). Two logs feed it:
+Keys are partition keys (:func:`cuw.partition.rules.tu_key`). ``costs`` is wall seconds;
+``cpu_s`` (user + system seconds of the compile's processes) and ``peak_mb`` (its largest
+process's peak memory) are there for the TUs a seat measured them for, and absent from tables
+recorded before the seat measured them (or from ninja logs alone). Two logs feed it:
 
-* the seat log (JSON lines): ``compiled`` entries carry ``key`` and ``seconds``;
-  cache hits are skipped (a replayed TU says nothing about its compile cost);
+* the seat log (JSON lines): ``compiled`` entries carry ``key`` and ``seconds`` (and
+  ``cpu_s`` and ``peak_mb`` where the seat measured them); cache hits are skipped (a
+  replayed TU says nothing about its compile cost);
 * ninja's ``.ninja_log``: end - start per output, mapped to its source through
   ``ninja -t compdb`` in the same build folder.
 
@@ -62,10 +68,15 @@ class ShardCost:
 @dataclass(frozen=True)
 class CostTable:
     costs: dict[str, float]
+    """Wall seconds per key."""
     header: dict[str, object] = field(default_factory=dict)
     path: Optional[Path] = None
     link: Optional[LinkCost] = None
     shard: Optional[ShardCost] = None
+    cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds (user + system) per key, for the keys measured with them."""
+    peaks: dict[str, float] = field(default_factory=dict)
+    """Peak memory (MB) of one compile per key, for the keys measured with it."""
 
     @property
     def total(self) -> float:
@@ -114,7 +125,20 @@ def load(path: Path) -> CostTable:
                 f"`cuw costs <recipe> --from <shard reports>`"
             )
         shard = ShardCost(float(fixed), str(shard.get("from", "")))
-    return CostTable({k: float(v) for k, v in costs.items()}, header, path, link, shard)
+    cpu, peaks = (_measures(data.get(name), path, name, fix) for name in ("cpu_s", "peak_mb"))
+    return CostTable({k: float(v) for k, v in costs.items()}, header, path, link, shard, cpu, peaks)
+
+
+def _measures(section: object, path: Path, name: str, fix: str) -> dict[str, float]:
+    """An optional per-key section (``cpu_s``, ``peak_mb``); absent in tables recorded before the seat measured them."""
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise CuwError(f'{path}: {name} must be {{"<tu key>": number, ...}}: {fix}')
+    for key, value in section.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise CuwError(f"{path}: {name}[{key!r}] = {value!r} is not a number >= 0: {fix}")
+    return {k: float(v) for k, v in section.items()}
 
 
 def _no_constant(name: str) -> float:
@@ -134,6 +158,32 @@ def from_seat_log(path: Path) -> dict[str, float]:
     than once in one build (torch-scatter builds each host source into a ``_cpu`` and a
     ``_cuda`` module) costs its owner the sum."""
     out: dict[str, float] = {}
+    for entry in _cold_compiles(path):
+        out[entry["key"]] = out.get(entry["key"], 0.0) + float(entry["seconds"])
+    return out
+
+
+def usage_from_seat_log(path: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """CPU seconds and peak MB per key from the same compiles as :func:`from_seat_log`, where the
+    seat measured them: a key compiled twice costs the sum of its CPU and the larger peak."""
+    cpu: dict[str, float] = {}
+    peaks: dict[str, float] = {}
+    for entry in _cold_compiles(path):
+        key, cpu_s, peak = entry["key"], entry.get("cpu_s"), entry.get("peak_mb")
+        if _is_measure(cpu_s) and _is_measure(peak):
+            cpu[key] = round(cpu.get(key, 0.0) + float(cpu_s), 3)
+            peaks[key] = max(peaks.get(key, 0.0), float(peak))
+    return cpu, peaks
+
+
+def _is_measure(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _cold_compiles(path: Path) -> list[dict]:
+    """A seat log's ``compiled`` entries that passed and were real compiles (not hits), checked
+    to carry a key and seconds; an error when there is none."""
+    out: list[dict] = []
     hits = 0
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -154,7 +204,7 @@ def from_seat_log(path: Path) -> dict[str, float]:
             raise CuwError(f"{path}:{n}: a compiled entry without a TU key and seconds")
         if not math.isfinite(seconds) or seconds < 0:
             raise CuwError(f"{path}:{n}: seconds {seconds!r} is not a finite number >= 0")
-        out[key] = out.get(key, 0.0) + float(seconds)
+        out.append(entry)
     if not out:
         why = f"all {hits} compiles were cache hits: record from a cold build" if hits else "no compiled TUs"
         raise CuwError(f"{path}: {why}")
@@ -297,6 +347,44 @@ def _shown(path: Path) -> str:
     return str(resolved.relative_to(Path.cwd())) if resolved.is_relative_to(Path.cwd()) else str(resolved)
 
 
+@dataclass
+class _Measured:
+    """What the logs given to :func:`record` measured, merged: the larger value wins for a TU seen twice."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+    peaks: dict[str, float] = field(default_factory=dict)
+    fed: dict[str, list[str]] = field(default_factory=dict)
+    link: Optional[LinkCost] = None
+    beside: list[float] = field(default_factory=list)
+
+    def add(self, log: Path, source_root: Optional[Path], keep: Optional[Callable[[str], bool]]) -> None:
+        if log.is_file() and (from_link := link_report(log)) is not None:
+            self.link = from_link
+            return
+        if log.is_file() and (from_shard := shard_report(log)) is not None:
+            self.beside.append(from_shard[0])
+            log = from_shard[1]
+        keys = []
+        for key, seconds in read_log(log, source_root).items():
+            if keep is None or keep(key):
+                self.seconds[key] = max(self.seconds.get(key, 0.0), seconds)
+                keys.append(key)
+        cpu, peaks = _read_usage(log)
+        for key in keys:
+            for mine, theirs in ((self.cpu, cpu), (self.peaks, peaks)):
+                if key in theirs:
+                    mine[key] = max(mine.get(key, 0.0), theirs[key])
+        self.fed[_shown(log)] = sorted(keys)
+
+
+def _read_usage(log: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """A seat log's CPU seconds and peaks per key (:func:`read_log` has checked it); none from a ninja log."""
+    with open(log, encoding="utf-8") as fh:
+        first = fh.readline()
+    return ({}, {}) if first.startswith("# ninja log") else usage_from_seat_log(log)
+
+
 def record(
     logs: list[Path], out: Path, source_root: Optional[Path] = None, keep: Optional[Callable[[str], bool]] = None
 ) -> CostTable:
@@ -308,51 +396,67 @@ def record(
     for log in logs:
         if same_file(log, out):
             raise CuwError(f"--output {out} is also a --from log; write the table elsewhere")
-    measured: dict[str, float] = {}
-    fed: dict[str, list[str]] = {}
-    link: Optional[LinkCost] = None
-    beside: list[float] = []
+    got = _Measured()
     for log in logs:
-        if log.is_file() and (from_link := link_report(log)) is not None:
-            link = from_link
-            continue
-        if log.is_file() and (from_shard := shard_report(log)) is not None:
-            beside.append(from_shard[0])
-            log = from_shard[1]
-        keys = []
-        for key, seconds in read_log(log, source_root).items():
-            if keep is None or keep(key):
-                measured[key] = max(measured.get(key, 0.0), seconds)
-                keys.append(key)
-        fed[_shown(log)] = sorted(keys)
+        got.add(log, source_root, keep)
     previous = load(out) if out.exists() else None
-    if not measured and (link is None or previous is None):
+    if not got.seconds and (got.link is None or previous is None):
         raise CuwError(f"no TU of the partition appears in {', '.join(map(str, logs))}")
-    merged = {**(previous.costs if previous else {}), **measured}
-    link = link or (previous.link if previous else None)
+    link = got.link or (previous.link if previous else None)
     shard = (
-        ShardCost(round(statistics.median(beside), 3), f"median of {len(beside)} shard report(s)")
-        if beside
+        ShardCost(round(statistics.median(got.beside), 3), f"median of {len(got.beside)} shard report(s)")
+        if got.beside
         else previous.shard
         if previous
         else None
     )
+    table = CostTable(
+        _merged(previous.costs if previous else {}, got.seconds, 3),
+        _header(previous, got),
+        out,
+        link,
+        shard,
+        # A TU measured again without them (a ninja log) keeps no stale CPU or peak of an older build.
+        _merged(_without(previous.cpu, got.seconds) if previous else {}, got.cpu, 3),
+        _merged(_without(previous.peaks, got.seconds) if previous else {}, got.peaks, 0),
+    )
+    write_text(out, json.dumps(_document(table), indent=2) + "\n", "--output")
+    return table
+
+
+def _without(old: dict[str, float], keys: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in old.items() if k not in keys}
+
+
+def _merged(old: dict[str, float], new: dict[str, float], digits: int) -> dict[str, float]:
+    merged = {**old, **new}
+    return {k: round(merged[k], digits) if digits else float(round(merged[k])) for k in sorted(merged)}
+
+
+def _header(previous: Optional[CostTable], got: _Measured) -> dict[str, object]:
     earlier = previous.header.get("from", []) if previous else []
     sources = [s for s in earlier if isinstance(s, dict)] if isinstance(earlier, list) else []
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    sources.append({"recorded": now, "logs": {log: len(keys) for log, keys in fed.items()}, "keys": sorted(measured)})
-    header: dict[str, object] = {
+    sources.append({"recorded": now, "logs": {log: len(keys) for log, keys in got.fed.items()}, "keys": sorted(got.seconds)})
+    merged = {**(previous.costs if previous else {}), **got.seconds}
+    return {
         "from": sources,
         "recorded": now,
         "tus": len(merged),
         "total_seconds": round(sum(merged.values()), 3),
         "how": "cuw costs <recipe> --from <seat log | .ninja_log | shard report | link report>; keys not in the newest logs keep their earlier cost",
     }
-    costs = {k: round(merged[k], 3) for k in sorted(merged)}
-    document: dict[str, object] = {"header": header, "costs": costs}
-    if link is not None:
-        document["link"] = {"fixed_s": link.fixed_s, "per_replay_s": link.per_replay_s, "from": link.source}
-    if shard is not None:
-        document["shard"] = {"fixed_s": shard.fixed_s, "from": shard.source}
-    write_text(out, json.dumps(document, indent=2) + "\n", "--output")
-    return CostTable(costs, header, out, link, shard)
+
+
+def _document(table: CostTable) -> dict[str, object]:
+    """The table as its JSON file holds it; ``cpu_s`` and ``peak_mb`` only when some TU has them."""
+    document: dict[str, object] = {"header": table.header, "costs": table.costs}
+    if table.cpu:
+        document["cpu_s"] = table.cpu
+    if table.peaks:
+        document["peak_mb"] = {k: int(v) for k, v in table.peaks.items()}
+    if table.link is not None:
+        document["link"] = {"fixed_s": table.link.fixed_s, "per_replay_s": table.link.per_replay_s, "from": table.link.source}
+    if table.shard is not None:
+        document["shard"] = {"fixed_s": table.shard.fixed_s, "from": table.shard.source}
+    return document

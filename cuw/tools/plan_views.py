@@ -11,6 +11,7 @@ from __future__ import annotations
 import html as _html
 
 from cuw.partition.rules import OTHER_FAMILY
+from cuw.tools.plan_shards import markdown_shards
 from cuw.tools.planner import Plan
 
 
@@ -49,6 +50,7 @@ def markdown(p: Plan) -> str:
         if timed:
             cells += [_seconds(r.slowest_s), _seconds(r.bound_s), _seconds(r.link_s), _seconds(r.wall_s)]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", *markdown_shards(p.shards, p.checked_n, p.runner)]
     lines += ["", f"Recommended N={p.recommended}: {p.reason}", "", f"Checks at N={p.checked_n}:", ""]
     for c in p.checks:
         lines.append(f"- {'✅' if c.ok else '❌'} **{c.name}**: {c.detail}" + (f" Fix: {c.fix}" if not c.ok and c.fix else ""))

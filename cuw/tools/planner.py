@@ -30,6 +30,7 @@ from cuw.config.limits import check_count
 from cuw.partition.rules import OTHER_FAMILY, families_of
 from cuw.config.policy import load_policy
 from cuw.config.recipe import Recipe
+from cuw.tools.plan_shards import ShardPrediction, predict_shards, render_shards, runner_line
 
 HIT_SECONDS = 0.03
 """One TU replayed from the cache at the link (nvcc through ccache, measured: 0.03 s)."""
@@ -110,6 +111,10 @@ class Plan:
     """Where the link estimate comes from: a measured link report, or None (replays alone)."""
     shard_from: Optional[str] = None
     """What a shard costs beside its compiles, from measured shard reports; None: compiles alone."""
+    shards: list[ShardPrediction] = field(default_factory=list)
+    """Each shard at ``checked_n``: its predicted wall and CPU seconds, jobs and peak memory."""
+    runner: str = ""
+    """The runner the shards' jobs are chosen for (:func:`cuw.tools.plan_shards.runner_line`)."""
 
     @property
     def ok(self) -> bool:
@@ -413,6 +418,13 @@ def _recommend(rows: list[Row], feasible: list[Row]) -> tuple[int, str]:
     )
 
 
+def _shards(recipe: Recipe, inputs: Inputs, row: Row, owners: dict[str, int]) -> tuple[list[ShardPrediction], str]:
+    """The checked N's shards on the runner of the recipe's Linux lane (else its first lane)."""
+    lanes = sorted(row.jobs_per_lane, key=lambda lane: (lane != "linux", lane)) or ["linux"]
+    runner = load_policy(Path(recipe.folder).parent).runners.get(lanes[0])
+    return predict_shards(inputs.table, owners, row.n, runner, recipe.max_jobs), runner_line(lanes[0], runner)
+
+
 def plan(
     recipe: Recipe,
     counts: list[int],
@@ -454,6 +466,7 @@ def plan(
         ]
         drift = _check_costs(inputs)
         checks += [drift] if drift else []
+        shards, runner = _shards(recipe, inputs, row, owners)
     # A seat stubs, so an empty family still builds; with the source filter it sets the ceiling.
     feasible = [
         r
@@ -492,6 +505,8 @@ def plan(
         checks=checks,
         assignment=dict(sorted(owners.items())),
         rest=len(inputs.rest),
+        shards=shards,
+        runner=runner,
     )
 
 
@@ -533,6 +548,7 @@ def render(p: Plan) -> str:
         if r.wall_s is not None:
             line += f" {r.slowest_s:>9.1f} {r.bound_s:>8.1f} {r.link_s:>7.1f} {r.wall_s:>8.1f}"
         lines.append(line)
+    lines += ["", *render_shards(p.shards, p.checked_n, p.runner)]
     lines += ["", f"recommended N={p.recommended}: {p.reason}", "", f"checks at N={p.checked_n}:"]
     for c in p.checks:
         lines.append(f"  {'ok  ' if c.ok else 'FAIL'} {c.name:10} {c.detail}")

@@ -1,0 +1,180 @@
+"""The planner held to measurements: predicted against measured CPU seconds per shard of a finished cell.
+
+    python benchmarks/planner_vs_measured.py FOLDER (--costs COSTS.json | --recipe NAME)
+        [--tolerance 0.15] [--json out.json]
+
+FOLDER holds a finished cell's shard reports (``cuw-shard-*.report.json``) and, where the work
+folders are not at hand (a CI cell's artifacts), its shard archives (``cuw-shard-*.tar``), whose
+manifests carry each compile with its CPU seconds and peak; searched recursively. Per shard, the
+compiles come from its seat log (``logs/seat.jsonl`` beside the report's build log) when that is
+there, else from its archive's timeline. Cache hits are left out on both sides: compare a cold cell.
+
+The prediction is the planner's own (:func:`cuw.tools.plan_shards.predict_shards`) over the TUs
+each shard compiled, from the cost table: CPU seconds are the measure it is held to (within
+``--tolerance``, 15 %), as they are far less sensitive to the machine's load than wall time. Wall
+is stated separately: the plan's model (its compiles in one slot, plus what a shard costs beside
+them) against the report's build seconds. The peak column is the table's largest one-TU peak of the
+slice against the largest one-compile peak measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from cuw.base.errors import CuwError  # noqa: E402
+from cuw.jobs.archive import SUFFIX, read_manifest  # noqa: E402
+from cuw.partition.costs import CostTable, load  # noqa: E402
+from cuw.seat import seat_log  # noqa: E402
+from cuw.tools.plan_shards import predict_shards  # noqa: E402
+
+
+@dataclass
+class Measured:
+    index: int
+    count: int
+    compiles: list[dict]
+    """Its cold compiles (seat-log-shaped entries), hits left out."""
+    build_s: Optional[float]
+    source: str
+
+
+def _cold(entries: list[dict]) -> list[dict]:
+    return [
+        e for e in entries if e.get("action", "compiled") == "compiled" and e.get("rc") in (0, None) and e.get("outcome") != "hit"
+    ]
+
+
+def _from_report(path: Path) -> Optional[Measured]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("gate") != "shard" or not data.get("ok") or "/" not in str(data.get("shard", "")):
+        return None
+    index, count = (int(part) for part in str(data["shard"]).split("/"))
+    build_log = data.get("build_log")
+    seat = Path(build_log).parent / "seat.jsonl" if isinstance(build_log, str) else None
+    if seat is not None and seat.is_file():
+        return Measured(index, count, _cold(seat_log.read_log(seat)), data.get("build_s"), str(seat))
+    archive = path.with_name(path.name.removesuffix(".report.json") + SUFFIX)
+    if not archive.is_file():
+        print(f"{path}: neither its seat log ({seat}) nor its archive is here; left out", file=sys.stderr)
+        return None
+    manifest = read_manifest(archive)
+    entries = [e for e in map(seat_log.timeline_entry, manifest.timeline) if e is not None]
+    return Measured(index, count, _cold(entries), data.get("build_s"), str(archive))
+
+
+def gather(folder: Path) -> list[Measured]:
+    shards = [m for m in map(_from_report, sorted(folder.rglob("cuw-shard-*.report.json"))) if m is not None]
+    counts = {m.count for m in shards}
+    if len(counts) > 1:
+        raise CuwError(f"{folder}: shard reports of several shard counts ({sorted(counts)}): give one cell's folder")
+    if not shards:
+        raise CuwError(f"{folder}: no passing shard report (cuw-shard-*.report.json) in it")
+    return sorted(shards, key=lambda m: m.index)
+
+
+def _ratio(predicted: Optional[float], measured: Optional[float]) -> Optional[float]:
+    return None if predicted is None or not measured else predicted / measured
+
+
+def compare(table: CostTable, shards: list[Measured], tolerance: float) -> list[dict]:
+    count = shards[0].count
+    owners = {e["key"]: m.index for m in shards for e in m.compiles}
+    predicted = {p.index: p for p in predict_shards(table, owners, count, None, None)}
+    rows = []
+    for m in shards:
+        p = predicted[m.index]
+        cpu = [e["cpu_s"] for e in m.compiles if isinstance(e.get("cpu_s"), (int, float))]
+        peaks = [e["peak_mb"] for e in m.compiles if isinstance(e.get("peak_mb"), (int, float))]
+        cpu_measured = round(sum(cpu), 3) if cpu else None
+        keys = {e["key"] for e in m.compiles}
+        cpu_ratio, wall_ratio = _ratio(p.cpu_s, cpu_measured), _ratio(p.wall_s, m.build_s)
+        rows.append(
+            {
+                "shard": f"{m.index}/{count}",
+                "tus": len(keys),
+                "untabled_tus": len(keys - set(table.costs)),
+                "cpu_predicted_s": p.cpu_s,
+                "cpu_measured_s": cpu_measured,
+                "cpu_ratio": None if cpu_ratio is None else round(cpu_ratio, 3),
+                "cpu_within": None if cpu_ratio is None else abs(cpu_ratio - 1) <= tolerance,
+                "wall_predicted_s": p.wall_s,
+                "wall_measured_s": m.build_s,
+                "wall_ratio": None if wall_ratio is None else round(wall_ratio, 3),
+                "wall_within": None if wall_ratio is None else abs(wall_ratio - 1) <= tolerance,
+                "peak_predicted_mb": max((table.peaks[k] for k in keys if k in table.peaks), default=None),
+                "peak_measured_mb": max(peaks, default=None),
+                "from": m.source,
+            }
+        )
+    return rows
+
+
+def _cell(value: object, spec: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    return format(value, spec)
+
+
+def render(rows: list[dict], tolerance: float) -> str:
+    pct = f"{tolerance:.0%}"
+    lines = [f"CPU seconds per shard (the measure the planner is held to, within {pct}):", ""]
+    lines.append(f"{'shard':>7} {'TUs':>4} {'untabled':>8} {'predicted':>10} {'measured':>10} {'ratio':>6} {'within':>6}")
+    for r in rows:
+        lines.append(
+            f"{r['shard']:>7} {r['tus']:>4} {r['untabled_tus']:>8} {_cell(r['cpu_predicted_s'], '.1f'):>10} "
+            f"{_cell(r['cpu_measured_s'], '.1f'):>10} {_cell(r['cpu_ratio'], '.3f'):>6} {_cell(r['cpu_within']):>6}"
+        )
+    judged = [r for r in rows if r["cpu_within"] is not None]
+    lines += ["", f"{sum(r['cpu_within'] for r in judged)} of {len(judged)} shards within {pct} in CPU seconds", ""]
+    lines.append("Wall seconds per shard (the plan's model: compiles in one slot + beside; measured: the build):")
+    lines += [
+        "",
+        f"{'shard':>7} {'predicted':>10} {'measured':>10} {'ratio':>6} {'within':>6} {'peak pred MB':>12} {'peak meas MB':>12}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['shard']:>7} {_cell(r['wall_predicted_s'], '.1f'):>10} {_cell(r['wall_measured_s'], '.1f'):>10} "
+            f"{_cell(r['wall_ratio'], '.3f'):>6} {_cell(r['wall_within']):>6} "
+            f"{_cell(r['peak_predicted_mb'], '.0f'):>12} {_cell(r['peak_measured_mb'], '.0f'):>12}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", type=Path, help="a finished cell's shard reports (and archives or work folders)")
+    ap.add_argument("--costs", type=Path, default=None, help="the cost table the prediction uses")
+    ap.add_argument("--recipe", default=None, help="instead of --costs: recipes/<NAME>/costs.json")
+    ap.add_argument("--tolerance", type=float, default=0.15, help="how far a ratio may be from 1 (default: 0.15)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = ap.parse_args()
+    if (args.costs is None) == (args.recipe is None):
+        ap.error("give --costs COSTS.json or --recipe NAME")
+    try:
+        table = load(args.costs or REPO / "recipes" / args.recipe / "costs.json")
+        if not table.cpu:
+            print(
+                f"{table.path}: no cpu_s in the table (recorded before the seat measured CPU): record it again", file=sys.stderr
+            )
+        rows = compare(table, gather(args.folder), args.tolerance)
+    except CuwError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(render(rows, args.tolerance))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The plan's shards at the checked N: per shard its predicted wall and CPU seconds, and the
+parallel compile jobs its runner's memory allows with the predicted peak they imply.
+
+CPU seconds are the measure the planner is held to (benchmarks/planner_vs_measured.py): a
+shard's compile CPU varies far less with the load of the machine than its wall time. The job
+count is the shard job's own choice (:func:`cuw.partition.parallel_jobs.choose_jobs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import mean
+from typing import Optional
+
+from cuw.config.policy import Runner
+from cuw.partition.costs import CostTable
+from cuw.partition.parallel_jobs import choose_jobs, slice_peaks
+
+
+@dataclass(frozen=True)
+class ShardPrediction:
+    index: int
+    tus: int
+    wall_s: Optional[float]
+    """Its compiles in one slot and what a shard costs beside them (the plan's slowest-shard model)."""
+    cpu_s: Optional[float]
+    """Its compiles' CPU seconds (a TU without one in the table: the table's mean); None: no CPU measured."""
+    jobs: int
+    peak_mb: Optional[float]
+    """The predicted peak of ``jobs`` compiles at once; None: no peak measured for its slice."""
+    why: str
+
+
+def _per_key(values: dict[str, float], keys: list[str]) -> Optional[float]:
+    if not values:
+        return None
+    fallback = mean(values.values())  # as the wall seconds: a TU the table never saw costs its mean
+    return round(sum(values.get(k, fallback) for k in keys), 3)
+
+
+def predict_shards(
+    table: Optional[CostTable], owners: dict[str, int], n: int, runner: Optional[Runner], pinned: Optional[int]
+) -> list[ShardPrediction]:
+    """Every shard of ``n`` with the keys ``owners`` gives it, on ``runner`` (its cores are the jobs it may run)."""
+    slices: dict[int, list[str]] = {i: [] for i in range(1, n + 1)}
+    for key, shard in owners.items():
+        slices[shard].append(key)
+    beside = table.shard.fixed_s if table is not None and table.shard else 0.0
+    out = []
+    for index, keys in slices.items():
+        choice = choose_jobs(slice_peaks(table, keys), runner.cores if runner else 1, runner, pinned)
+        wall = _per_key(table.costs, keys) if table is not None else None
+        out.append(
+            ShardPrediction(
+                index,
+                len(keys),
+                None if wall is None else round(wall + beside, 3),
+                _per_key(table.cpu, keys) if table is not None else None,
+                choice.jobs,
+                choice.peak_mb,
+                choice.why,
+            )
+        )
+    return out
+
+
+def _gb(mb: Optional[float]) -> str:
+    return "-" if mb is None else f"{mb / 1024:.1f}"
+
+
+def _s(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def runner_line(lane: str, runner: Optional[Runner]) -> str:
+    if runner is None:
+        return f"lane {lane}: no runner size in the policy (runners.{lane} in defaults.yml), one job per core"
+    return f"lane {lane}'s runner: {runner.cores} cores, {runner.memory_gb} GB ({runner.headroom_gb} GB headroom)"
+
+
+def render_shards(shards: list[ShardPrediction], n: int, runner: str) -> list[str]:
+    """The per-shard table for a terminal."""
+    lines = [
+        f"shards at N={n} ({runner}):",
+        f"{'shard':>6} {'TUs':>5} {'wall s':>8} {'cpu s':>8} {'jobs':>4} {'peak GB':>7}  why",
+    ]
+    for s in shards:
+        lines.append(f"{s.index:>6} {s.tus:>5} {_s(s.wall_s):>8} {_s(s.cpu_s):>8} {s.jobs:>4} {_gb(s.peak_mb):>7}  {s.why}")
+    return lines
+
+
+def markdown_shards(shards: list[ShardPrediction], n: int, runner: str) -> list[str]:
+    """The per-shard table in markdown."""
+    lines = [
+        f"Shards at N={n} ({runner}):",
+        "",
+        "| shard | TUs | wall s | cpu s | jobs | peak GB | why |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in shards:
+        lines.append(f"| {s.index} | {s.tus} | {_s(s.wall_s)} | {_s(s.cpu_s)} | {s.jobs} | {_gb(s.peak_mb)} | {s.why} |")
+    return lines
