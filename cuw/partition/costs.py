@@ -36,7 +36,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeGuard
 
 from cuw.base.errors import CuwError
 from cuw.toolchain import ninja
@@ -176,7 +176,7 @@ def usage_from_seat_log(path: Path) -> tuple[dict[str, float], dict[str, float]]
     return cpu, peaks
 
 
-def _is_measure(value: object) -> bool:
+def _is_measure(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
