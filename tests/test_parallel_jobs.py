@@ -99,6 +99,10 @@ def test_the_plan_prints_each_shards_cpu_seconds_peak_and_jobs(recipes_dir, caps
     assert header.split()[:6] == ["shard", "TUs", "wall", "s", "cpu", "s"]
     row = next(line for line in out.splitlines() if line.split()[:1] == ["1"] and "compiles could peak" in line)
     assert row.split()[4:6] == ["2", "9.8"]  # 2 jobs, 10000 MB = 9.8 GB
+    for fmt, cells in (("markdown", "| 1 | "), ("html", "<tr><td>1</td><td>")):
+        assert cuw_main(["plan", "example", "--recipes", str(recipes_dir), "--shards", "2", "--check", "2", "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert "peak GB" in out and cells in out and "3 compiles could peak at 14.6 GB" in out
 
 
 @pytest.mark.needs("cmake")

@@ -100,3 +100,19 @@ def markdown_shards(shards: list[ShardPrediction], n: int, runner: str) -> list[
     for s in shards:
         lines.append(f"| {s.index} | {s.tus} | {_s(s.wall_s)} | {_s(s.cpu_s)} | {s.jobs} | {_gb(s.peak_mb)} | {s.why} |")
     return lines
+
+
+def html_shards(shards: list[ShardPrediction], n: int, runner: str) -> str:
+    """The per-shard table as an HTML fragment."""
+    from html import escape
+
+    head = "".join(f"<th>{h}</th>" for h in ("shard", "TUs", "wall s", "cpu s", "jobs", "peak GB", "why"))
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{escape(str(c))}</td>" for c in (s.index, s.tus, _s(s.wall_s), _s(s.cpu_s), s.jobs, _gb(s.peak_mb), s.why)
+        )
+        + "</tr>"
+        for s in shards
+    )
+    return f'<h2>Shards at N={n}</h2><p>{escape(runner)}</p><table class="shards"><tr>{head}</tr>{rows}</table>'

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html as _html
 
 from cuw.partition.rules import OTHER_FAMILY
-from cuw.tools.plan_shards import markdown_shards
+from cuw.tools.plan_shards import html_shards, markdown_shards
 from cuw.tools.planner import Plan
 
 
@@ -144,6 +144,7 @@ li.ok::marker {{ content: "✔ "; color: #2e9e5b; }} li.fail::marker {{ content:
 &nbsp; <span style="color:#8a8f98">- - bound max(longest TU, total/N)</span></p>
 {_curve_svg(p)}
 <table><tr>{"".join(f"<th>{esc(h)}</th>" for h in head)}</tr>{"".join(body)}</table>
+{html_shards(p.shards, p.checked_n, p.runner)}
 <h2>Checks at N={p.checked_n}</h2><ul>{checks}</ul>
 </body></html>
 """
