@@ -149,10 +149,11 @@ def _folder(path: Callable[[], Path], marker: Optional[str] = None) -> Callable[
 
 def _offline_actions() -> Path:
     from cuw.base.errors import CuwError
+    from cuw.base.settings import Settings
     from cuw.ci.workflow_run import offline_actions
 
     try:
-        folder = offline_actions(REPO)  # $CUW_OFFLINE_ACTIONS, else ../shared/actions
+        folder = offline_actions(REPO, Settings.from_env().offline_actions)  # $CUW_OFFLINE_ACTIONS, else ../shared/actions
     except CuwError as exc:
         raise Missing(str(exc)) from None
     if folder is None:

@@ -249,7 +249,7 @@ def test_archives_from_elsewhere_are_refused_by_name(tmp_path, changes, message)
 def test_pinned_versions_match_the_project_pins(tool):
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     assert f'"{tool.package}=={tool.pinned}"' in pyproject
-    assert tool.version() == tool.pinned
+    assert tool(Path("."), Path(".")).version() == tool.pinned
 
 
 def _archive_with_manifest(path: Path, body) -> Path:

@@ -219,19 +219,23 @@ def test_file_remote_must_exist(tmp_path):
 def test_a_named_cache_tool_is_never_replaced_and_a_hung_one_is_named(tmp_path, monkeypatch):
     from cuw.toolchain import cache
 
+    from cuw.base.settings import Settings
+
+    def named(value: str) -> cache.Cache:  # as a run's $CUW_CCACHE reaches its job's cache
+        settings = Settings.from_env({"CUW_CCACHE": value})
+        return cache.open_cache("ccache", tmp_path / "c", tmp_path, settings=settings)
+
     cache._binary.cache_clear()
-    monkeypatch.setenv("CUW_CCACHE", str(tmp_path / "no-such-ccache"))
     with pytest.raises(CuwError, match=r"CUW_CCACHE=.*no-such-ccache: no executable file there"):
-        cache._binary("ccache", cache.Ccache.pinned, cache.Ccache.package)
+        named(str(tmp_path / "no-such-ccache")).binary()
     hung = tmp_path / "ccache"
     hung.write_text("#!/bin/sh\nsleep 30\n")
     hung.chmod(0o755)
-    monkeypatch.setenv("CUW_CCACHE", str(hung))
     monkeypatch.setattr(cache, "VERSION_TIMEOUT_S", 1.0)
     cache._binary.cache_clear()
     cache._version.cache_clear()
     with pytest.raises(CuwError, match=r"--version did not answer in 1 s"):
-        cache._binary("ccache", cache.Ccache.pinned, cache.Ccache.package)
+        named(str(hung)).binary()
     cache._binary.cache_clear()
     cache._version.cache_clear()
 

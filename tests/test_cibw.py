@@ -380,9 +380,9 @@ def test_driver_build_runs_the_forge_jobs_and_their_gates(tmp_path, recipes_dir,
 def test_git_mirror_reaches_the_container_under_the_host_mount(recipes_dir, paths, tmp_path, monkeypatch):
     mirror = tmp_path / "mirrors"
     mirror.mkdir()
-    job = _job(recipes_dir, paths, CELLS["linux"][0], ShardSpec(1, 4))
     monkeypatch.delenv("CUW_GIT_MIRROR", raising=False)
+    job = _job(recipes_dir, paths, CELLS["linux"][0], ShardSpec(1, 4))
     assert "--git-mirror" not in job.forge_args()
-    monkeypatch.setenv("CUW_GIT_MIRROR", str(mirror))
-    command = job.forge_args()
+    monkeypatch.setenv("CUW_GIT_MIRROR", str(mirror))  # read by the job's settings, as the command line reads it
+    command = _job(recipes_dir, paths, CELLS["linux"][0], ShardSpec(1, 4)).forge_args()
     assert command[command.index("--git-mirror") + 1] == _host(mirror)

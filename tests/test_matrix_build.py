@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from cuw.base.settings import Settings
 from cuw.jobs import cell_env
 from cuw.config.cell import Cell
 from cuw.ci.matrix_build import Buildable, Row, cells_at_once, plan_local, run_matrix, table
@@ -38,7 +39,7 @@ def test_plan_local_names_what_would_make_each_cell_buildable(recipes_dir, monke
         Cell("example_torch", "linux", "3.11", "12.8", "2.14"),
         Cell("example_torch", "windows", "3.11", "13.0", "2.14"),
     ]
-    lines = toolkits.for_lines(load_policy(recipes_dir), None, ["13.0", "12.8"])
+    lines = toolkits.for_lines(load_policy(recipes_dir), None, ["13.0", "12.8"], Settings.from_env())
     build, skipped = plan_local(recipe, cells, "linux", lines)
     assert [b.cell for b in build] == cells[:1] and build[0].toolkit_home == str(find_toolkit().home)
     why = {r.cell.id: r.why for r in skipped}
@@ -67,17 +68,19 @@ def test_each_cuda_line_gets_its_own_toolkit_and_a_forced_one_only_serves_its_li
     other = _fake_toolkit(tmp_path / "cuda-12.8", "12.8")
     policy = load_policy(recipes_dir)
     per_line = replace(policy, toolkits={**policy.toolkits, "12.8": str(other)})
-    build, skipped = plan_local(recipe, cells, "linux", toolkits.for_lines(per_line, None, ["13.0", "12.8"]))
+    build, skipped = plan_local(recipe, cells, "linux", toolkits.for_lines(per_line, None, ["13.0", "12.8"], Settings.from_env()))
     assert not skipped
     assert {b.cell.cuda: b.toolkit_home for b in build} == {"13.0": str(find_toolkit().home), "12.8": str(other.resolve())}
     # --toolkit PATH is one toolkit: the other line is skipped, naming the mismatch
-    build, skipped = plan_local(recipe, cells, "linux", toolkits.for_lines(policy, str(other), ["13.0", "12.8"]))
+    build, skipped = plan_local(
+        recipe, cells, "linux", toolkits.for_lines(policy, str(other), ["13.0", "12.8"], Settings.from_env())
+    )
     assert [b.cell.cuda for b in build] == ["12.8"]
     assert skipped[0].why == (
         f"CUDA 13.0 toolkit: --toolkit = {other}: that toolkit is CUDA 12.8, not 13.0; name a CUDA 13.0 toolkit"
     )
     # --toolkit wheels cannot serve a CUDA 12 line
-    lines = toolkits.for_lines(policy, "wheels", ["12.8"])
+    lines = toolkits.for_lines(policy, "wheels", ["12.8"], Settings.from_env())
     assert lines["12.8"].chosen is None and "ship ptxas but no nvcc driver" in lines["12.8"].why
 
 
@@ -318,5 +321,5 @@ def test_example_torch_builds_for_two_pythons_each_with_torch_2_14_1_in_its_own_
     rows = [line for line in proc.stdout.splitlines() if line.startswith("example_torch-linux-py3.1")]
     assert len(rows) == 2 and all(r.split()[1] == "built" and "verify gate PASS" in r for r in rows), rows
     assert sorted(w.name.split("-")[2] for w in (tmp_path / "dist").glob("*.whl")) == ["cp311", "cp312"]
-    envs = sorted(p.name for p in cell_env.default_root().glob("py3.1[12]-torch2.14.*") if p.is_dir())
+    envs = sorted(p.name for p in Settings.from_env().folders.cell_venvs.glob("py3.1[12]-torch2.14.*") if p.is_dir())
     assert {e[:6] for e in envs} >= {"py3.11", "py3.12"}, envs

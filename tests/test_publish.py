@@ -205,15 +205,17 @@ def test_progress_reads_acts_json_log():
     assert progress.jobs["build/shard c 1/4-1"].result == "success", "its own steps passed"
 
 
-def test_offline_actions_default_and_override(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUW_OFFLINE_ACTIONS", str(tmp_path / "missing"))
+def test_offline_actions_default_and_override(tmp_path):
+    from cuw.base.settings import Settings
+
+    def offline(value):  # as the command line reads $CUW_OFFLINE_ACTIONS
+        return workflow_run.offline_actions(REPO, Settings.from_env({"CUW_OFFLINE_ACTIONS": value}).offline_actions)
+
     with pytest.raises(CuwError, match="not a folder"):
-        workflow_run.offline_actions(REPO)
-    monkeypatch.setenv("CUW_OFFLINE_ACTIONS", str(tmp_path))
-    assert workflow_run.offline_actions(REPO) == tmp_path.resolve()
-    monkeypatch.delenv("CUW_OFFLINE_ACTIONS")
+        offline(str(tmp_path / "missing"))
+    assert offline(str(tmp_path)) == tmp_path.resolve()
     default = shared_dir() / "actions"
-    assert workflow_run.offline_actions(REPO) == (default.resolve() if default.is_dir() else None)
+    assert offline("") == (default.resolve() if default.is_dir() else None)
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.gates.conditions import LinkObservation, ShardObservation, link_gate, shard_gate, size, starved
 from cuw.jobs import resources
 
@@ -80,11 +81,14 @@ def test_the_largest_processes_are_the_jobs_own_not_the_machines(tmp_path):
 
 
 def test_sample_interval_comes_from_the_environment_and_a_bad_one_is_refused():
-    assert resources.sample_interval({}) == 30.0
-    assert resources.sample_interval({"CUW_SAMPLE_S": "2.5"}) == 2.5
+    def interval(env: dict[str, str]) -> float:  # as a run reads it
+        return resources.sample_interval(Settings.from_env(env).sample_s)
+
+    assert interval({}) == 30.0
+    assert interval({"CUW_SAMPLE_S": "2.5"}) == 2.5
     for bad in ("0", "-1", "soon", "1e9"):
         with pytest.raises(CuwError, match="CUW_SAMPLE_S must be a number of seconds"):
-            resources.sample_interval({"CUW_SAMPLE_S": bad})
+            interval({"CUW_SAMPLE_S": bad})
 
 
 def test_a_long_job_keeps_its_report_small_and_its_peaks(tmp_path, monkeypatch):
@@ -359,7 +363,7 @@ def test_every_report_of_a_built_cell_carries_a_sane_resource_record(example_cel
     for report in reports:
         assert report["ok"] is True and "starved" not in report["facts"]
         _sane(report["resources"], 0, time.time())
-        assert report["resources"]["interval_s"] == resources.sample_interval()
+        assert report["resources"]["interval_s"] == resources.sample_interval(Settings.from_env().sample_s)
 
 
 def _pixels(png: bytes) -> list[tuple[int, int, int]]:

@@ -19,38 +19,6 @@ EXCEPTED = {
     "cuw/seat/runtime.py": "the seat runs inside each compiler call, a process of the build, and reads that call's "
     "protocol (the source filter's shard, the cache tool's variables) from its own environment",
 }
-NOT_YET = {
-    # Reads still to be moved into the settings: this list only shrinks (a file fixed leaves it).
-    "cuw/ci/cibw.py": 1,
-    "cuw/ci/matrix_build.py": 1,
-    "cuw/ci/workflow_run.py": 2,
-    "cuw/cli/cibw_backend.py": 1,
-    "cuw/cli/main.py": 1,
-    "cuw/cli/verbs.py": 5,
-    "cuw/config/policy.py": 3,
-    "cuw/config/recipe.py": 1,
-    "cuw/config/toolkits.py": 3,
-    "cuw/gates/report.py": 1,
-    "cuw/jobs/backends.py": 1,
-    "cuw/jobs/cell_env.py": 1,
-    "cuw/jobs/container.py": 4,
-    "cuw/jobs/resources.py": 1,
-    "cuw/jobs/sources.py": 3,
-    "cuw/seat/install.py": 2,
-    "cuw/toolchain/builder.py": 2,
-    "cuw/toolchain/cache.py": 3,
-    "cuw/toolchain/engine.py": 1,
-    "cuw/toolchain/image_build.py": 1,
-    "cuw/toolchain/ninja.py": 1,
-    "cuw/toolchain/provision.py": 1,
-    "cuw/toolchain/pythons.py": 1,
-    "cuw/toolchain/toolkit.py": 5,
-    "cuw/wheel/finish.py": 2,
-    "cuw/wheel/publish.py": 4,
-    "cuw/wheel/torch_venvs.py": 1,
-    "cuw/wheel/verify.py": 1,
-}
-NAMESPACE_NOT_YET = {"cuw/ci/workflow_run.py": 2}
 ENV_CALLS = {"getenv", "putenv", "unsetenv", "getenvb"}
 
 
@@ -84,12 +52,12 @@ def _modules() -> list[tuple[str, str]]:
 
 def test_only_the_settings_module_and_the_seat_touch_the_environment():
     touching = {name: environ_uses(text) for name, text in _modules() if name not in EXCEPTED}
-    assert {k: len(v) for k, v in touching.items() if v} == NOT_YET, {k: v for k, v in touching.items() if v}
+    assert {k: v for k, v in touching.items() if v} == {}
 
 
 def test_no_namespace_below_the_command_line():
     passed = {name: namespace_parameters(text) for name, text in _modules() if not name.startswith("cuw/cli/")}
-    assert {k: len(v) for k, v in passed.items() if v} == NAMESPACE_NOT_YET, {k: v for k, v in passed.items() if v}
+    assert {k: v for k, v in passed.items() if v} == {}
 
 
 def test_the_checks_can_fail():
@@ -153,3 +121,66 @@ def test_a_run_s_choices_are_new_settings_handed_to_its_children(tmp_path):
         "CUW_GIT_MIRROR": str(tmp_path / "mirror"),
     }
     assert "PATH" not in chosen.child_env(drop=("PATH",))
+
+
+LIBRARY_DEFAULTS = {
+    # A library call made without the run's settings (a test, a benchmark, a recipe's script) reads
+    # this process's environment at its top; the command line always passes its own. Only shrinks.
+    "cuw/ci/cibw.py": 1,
+    "cuw/ci/matrix_build.py": 1,
+    "cuw/jobs/container.py": 2,
+    "cuw/jobs/link.py": 1,
+    "cuw/jobs/local.py": 1,
+    "cuw/jobs/shard.py": 1,
+    "cuw/jobs/sources.py": 2,
+    "cuw/jobs/workspace.py": 1,
+    "cuw/seat/install.py": 2,
+    "cuw/toolchain/builder.py": 1,
+    "cuw/toolchain/cache.py": 1,
+    "cuw/toolchain/ninja.py": 1,
+    "cuw/toolchain/pythons.py": 1,
+    "cuw/toolchain/toolkit.py": 1,
+    "cuw/tools/planner.py": 1,
+}
+CHILD_ENV = {"cuw/toolchain/cache.py", "cuw/wheel/finish.py", "cuw/wheel/verify.py"}
+"""Where a child's environment starts from this process's (process_environ): a tool's --version, a
+cache tool's own command, auditwheel, the import check's SYSTEMROOT; never configuration."""
+
+
+def _process_reads(source: str) -> tuple[int, int]:
+    """(``Settings.from_env`` without an environment, ``process_environ()``) calls in ``source``."""
+    defaults = environ_copies = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and not node.args and not node.keywords:
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            defaults += name == "from_env"
+            environ_copies += name == "process_environ"
+        elif isinstance(node, ast.keyword) and node.arg == "default_factory" and "from_env" in ast.unparse(node.value):
+            defaults += 1
+    return defaults, environ_copies
+
+
+def test_the_environment_read_outside_the_command_line_is_listed():
+    reads = {name: _process_reads(text) for name, text in _modules() if name not in EXCEPTED and not name.startswith("cuw/cli/")}
+    assert {k: d for k, (d, _) in reads.items() if d} == LIBRARY_DEFAULTS
+    assert {k for k, (_, c) in reads.items() if c} == CHILD_ENV
+    assert _process_reads("s = Settings.from_env()\ne = process_environ()\nt = Settings.from_env({})\n") == (1, 1)
+
+
+@pytest.mark.parametrize("argv", [["show", "example"], ["plan", "example"], ["toolkit"], ["matrix"], ["recipes"]], ids=" ".join)
+def test_the_command_line_reads_the_environment_once(argv, monkeypatch, capsys):
+    """A verb's whole run, library calls included, uses the settings the command line read: no
+    layer falls back on the environment by itself."""
+    from cuw.cli.main import main
+
+    reads: list[object] = []
+    read = Settings.from_env.__func__  # type: ignore[attr-defined]
+
+    def counted(cls, environ=None):  # noqa: ANN001, ANN202
+        if environ is None:
+            reads.append(argv)
+        return read(cls, environ)
+
+    monkeypatch.setattr(Settings, "from_env", classmethod(counted))
+    assert main([*argv, "--recipes", str(REPO / "recipes")] if argv != ["toolkit"] else argv) in (0, 1)
+    assert len(reads) == 1, f"cuw {' '.join(argv)} read the environment {len(reads)} times"

@@ -44,15 +44,10 @@ def test_a_cached_sdist_is_checked_on_every_use(tmp_path, capfd):
         assert "does not match its sha256" in capfd.readouterr().err
     empty = tmp_path / "cwd"
     empty.mkdir()
-    import os
+    from cuw.base.settings import Settings
 
-    os.environ["CUW_SOURCE_CACHE"] = ""  # set but empty: the default cache, not the current folder
-    try:
-        from cuw.jobs.sources import cache_root
-
-        assert cache_root() == Path.home() / ".cache" / "cuw" / "sources"
-    finally:
-        os.environ["CUW_SOURCE_CACHE"] = str(tmp_path / "source-cache")
+    # Set but empty: the default cache, not the current folder.
+    assert Settings.from_env({"CUW_SOURCE_CACHE": ""}).folders.source_cache == Path.home() / ".cache" / "cuw" / "sources"
 
 
 def test_git_reaches_the_url_after_the_end_of_options(tmp_path):

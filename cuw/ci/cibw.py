@@ -34,6 +34,7 @@ from cuw.jobs.backends import build_env
 from cuw.toolchain.cache import tool_class
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.config import lanes, toolkits
 from cuw.config.grid import cell_archs, require_in_grid
 from cuw.partition.rules import ShardSpec, parse_shard_spec
@@ -41,7 +42,6 @@ from cuw.config.paths import Paths
 from cuw.jobs.context import check_lane
 from cuw.config.policy import CacheChoice, Policy, load_policy
 from cuw.config.recipe import Recipe
-from cuw.jobs.sources import mirror_from_env
 from cuw.jobs.workspace import Workspace
 
 COMMAND_VAR = "CUW_CIBW_COMMAND"
@@ -113,6 +113,7 @@ class CibwJob:
     cache: CacheChoice
     jobs: int
     toolkit: str = "system"  # system | wheels | a folder (cuw/config/toolkits.py for_container)
+    git_mirror: Optional[Path] = None  # the run's (checked by the verb), for the forge inside
 
     @property
     def verb(self) -> str:
@@ -164,9 +165,8 @@ class CibwJob:
             args += ["--dist", self.seen(self.dist)]
         if self.cache.remote:
             args += ["--cache-remote", self.cache.remote]
-        mirror = mirror_from_env()
-        if mirror is not None:  # the verb checked it; the container sees it under the host mount
-            args += ["--git-mirror", self.seen(mirror)]
+        if self.git_mirror is not None:  # the verb checked it; the container sees it under the host mount
+            args += ["--git-mirror", self.seen(self.git_mirror)]
         return args
 
     def environment(self) -> dict[str, str]:
@@ -285,14 +285,17 @@ def job_for(
     cache: CacheChoice,
     jobs: Optional[int],
     toolkit: Optional[str] = None,
+    settings: Optional[Settings] = None,
 ) -> CibwJob:
     """A job of a cell the recipe's grid has, on a lane that shards when it is one of N > 1.
-    ``toolkit``: ``--toolkit`` (else ``$CUW_TOOLKIT``, else the policy's entry for the cell's line)."""
+    ``toolkit``: ``--toolkit`` (else ``$CUW_TOOLKIT``, else the policy's entry for the cell's line).
+    ``settings``: the run's (this process's environment's when None)."""
+    settings = settings or Settings.from_env()
     policy = load_policy(recipes_dir)
     require_in_grid(recipe, policy.grid, cell)
     if spec is not None:
         check_lane(recipe, cell, spec)
-    choice = toolkits.for_container(policy, toolkit, cell.cuda)
+    choice = toolkits.for_container(policy, toolkit, cell.cuda, settings)
     return CibwJob(
         recipe,
         recipes_dir.resolve(),
@@ -304,6 +307,7 @@ def job_for(
         cache,
         jobs or os.cpu_count() or 1,
         choice,
+        settings.git_mirror,
     )
 
 
@@ -327,11 +331,12 @@ def run_jobs(
     paths: Paths,
     cache: CacheChoice,
     jobs: Optional[int],
+    settings: Settings,
     toolkit: Optional[str] = None,
 ) -> bool:
     """Each job in turn; a failed shard does not stop the link (it restores what arrived)."""
-    planned = [job_for(recipe, recipes_dir, cell, spec, paths, cache, jobs, toolkit) for spec in specs]
-    results = [run_job(job) for job in planned]
+    planned = [job_for(recipe, recipes_dir, cell, spec, paths, cache, jobs, toolkit, settings) for spec in specs]
+    results = [run_job(job, settings) for job in planned]
     return all(results)
 
 
@@ -346,7 +351,7 @@ def _cannot_start(job: CibwJob, why: str) -> CuwError:
     return CuwError(f"{why}; the cibuildwheel configuration is written: {job.config_path}")
 
 
-def run_job(job: CibwJob) -> bool:
+def run_job(job: CibwJob, settings: Settings) -> bool:
     """Writes the driver, runs cibuildwheel on it, and checks the job's product arrived."""
     config = write_driver(job)
     platform = lane_target(job.cell.lane).platform
@@ -360,7 +365,7 @@ def run_job(job: CibwJob) -> bool:
             f"no container engine here ({ENGINE} is not on PATH), so cibuildwheel cannot start the {build_identifier(job.cell)} container",
         )
     cmd = [_cibuildwheel(), "--platform", platform, "--config-file", str(config), "--output-dir", str(job.output_dir), "."]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+    env = {k: v for k, v in settings.child_env().items() if not k.startswith("CIBW_")}
     log_path = job.driver_dir / "cibuildwheel.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(

@@ -24,6 +24,7 @@ from typing import Callable, Mapping, Optional
 from cuw.jobs import cell_env
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.config.grid import Grid, served_pythons
 from cuw.config.recipe import Recipe
 from cuw.config.toolkits import LineToolkit
@@ -129,9 +130,11 @@ def run_matrix(
     work: Path,
     jobs: Optional[int],
     say: Callable[[str], None],
-    venv_root: Optional[Path] = None,
+    settings: Optional[Settings] = None,
 ) -> list[Row]:
-    """Builds each cell with ``cuw build <recipe> <args>`` in its environment, several at once."""
+    """Builds each cell with ``cuw build <recipe> <args>`` in its environment, several at once;
+    ``settings``: the run's (its venv folder, its children's environment; this process's when None)."""
+    settings = settings or Settings.from_env()
     at_once, jobs_each = cells_at_once(len(build), os.cpu_count() or 1, memory_gb(), jobs)
     say(f"matrix: {len(build)} buildable cell(s), {at_once} at a time, {jobs_each} compile job(s) each")
     logs = work / "matrix-logs"
@@ -151,7 +154,7 @@ def run_matrix(
                 + (f", {spec.torch}" if spec.torch else "")
                 + " ..."
             )
-            python, reused = cell_env.ensure(spec, venv_root)
+            python, reused = cell_env.ensure(spec, settings.folders.cell_venvs)
         except CuwError as exc:
             row.status, row.why, row.wall = "skipped", f"its environment could not be made: {exc}", time.monotonic() - started
             say(f"matrix: {cell.id}: {row.why}")
@@ -160,7 +163,7 @@ def run_matrix(
         venv = python.parent.parent
         row.env = f"{venv} ({'reused' if reused else 'made'})"
         say(f"matrix: {cell.id}: building in {row.env}")
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH", "__PYVENV_LAUNCHER__")}
+        env = settings.child_env(drop=("PYTHONHOME", "PYTHONPATH", "__PYVENV_LAUNCHER__"))
         env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
         # The cell's line's toolkit, whatever this run's own is: its build exports it to its jobs.
         env.update(CUW_TOOLKIT=item.toolkit_home, CUW_CUDA_HOME=item.toolkit_home, CUDA_HOME=item.toolkit_home)

@@ -29,7 +29,6 @@ The act log (JSON lines) and every job summary stay in ``.cuw/farm/runs/<stamp>/
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -45,6 +44,7 @@ from typing import Any, ContextManager, Iterator, Optional, TextIO
 from cuw.base.ports import free_port
 from cuw.gates import report
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.toolchain.pythons import Interpreter, find_python
 from cuw.base.files import writable_dir
 
@@ -90,8 +90,8 @@ def fill_tool_cache(tool_cache: Path, minors: list[str]) -> list[Interpreter]:
     return found
 
 
-def offline_actions(repo: Path) -> Optional[Path]:
-    env = os.environ.get("CUW_OFFLINE_ACTIONS")
+def offline_actions(repo: Path, env: Optional[str]) -> Optional[Path]:
+    """``env`` (the run's ``$CUW_OFFLINE_ACTIONS``), else ``../shared/actions`` beside the repository."""
     if env:
         folder = Path(env)
         if not folder.is_dir():
@@ -190,7 +190,7 @@ def _docker_tools() -> tuple[Any, Path, Path]:
 
 
 @contextmanager
-def docker_mode(index: Path, lane: str) -> Iterator[tuple[list[str], dict[str, str]]]:
+def docker_mode(index: Path, lane: str, settings: Settings) -> Iterator[tuple[list[str], dict[str, str]]]:
     """act's arguments and the workflow's inputs for a run with every job in a container of its own.
 
     The plan and publish jobs run in the runner image (``images/runner-<arch>.yml``: a hosted
@@ -200,20 +200,21 @@ def docker_mode(index: Path, lane: str) -> Iterator[tuple[list[str], dict[str, s
     publish job also gets the index folder, at its path here. CUDA comes from NVIDIA's pinned wheels
     inside each build job (``CUW_TOOLKIT=wheels``): nothing of this machine's toolkit goes in."""
     from cuw.jobs.container import CA_IN_CONTAINER, ca_bundle
-    from cuw.toolchain.image_build import build_image, cache_root, default_recipe, load_image_recipe
+    from cuw.toolchain.image_build import build_image, default_recipe, load_image_recipe
     from cuw.toolchain.registry import local_registry, pin
 
     engine, node, runner_recipe = _docker_tools()
-    runner, _ = build_image(engine, load_image_recipe(runner_recipe), report.say)
-    standin, _ = build_image(engine, load_image_recipe(default_recipe()), report.say)
+    cache_root = settings.folders.image_cache
+    runner, _ = build_image(engine, load_image_recipe(runner_recipe), report.say, cache_root)
+    standin, _ = build_image(engine, load_image_recipe(default_recipe()), report.say, cache_root)
     mounts = f"-v {node}:{NODE_IN_CONTAINER}:ro"
-    ca = ca_bundle()
+    ca = ca_bundle(settings.ca_files)
     env = ["--env", "CUW_TOOLKIT=wheels"]
     if ca is not None:
         mounts += f" -v {ca}:{CA_IN_CONTAINER}:ro"
         for key in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
             env += ["--env", f"{key}={CA_IN_CONTAINER}"]
-    with local_registry(cache_root() / "registry", report.say) as registry:  # layers pushed once, kept
+    with local_registry(cache_root / "registry", report.say) as registry:  # layers pushed once, kept
         pinned = pin(engine, registry, standin, report.say)
         report.say(f"workflow: docker mode: plan and publish in {runner}, {lane} jobs in {pinned} ({standin})")
         args = [
@@ -240,20 +241,20 @@ def _split(values: list[str], flag: str) -> list[str]:
     return out
 
 
-def _host_env() -> dict[str, str]:
-    """This environment minus this venv: every job installs and runs in its own."""
-    env = dict(os.environ)
-    for key in (
-        "VIRTUAL_ENV",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "CONDA_PREFIX",
-        "GITHUB_STEP_SUMMARY",
-        "GITHUB_ENV",
-        "GITHUB_PATH",
-        "GITHUB_OUTPUT",
-    ):
-        env.pop(key, None)
+def _host_env(settings: Settings) -> dict[str, str]:
+    """The run's environment minus this venv: every job installs and runs in its own."""
+    env = settings.child_env(
+        drop=(
+            "VIRTUAL_ENV",
+            "PYTHONPATH",
+            "PYTHONHOME",
+            "CONDA_PREFIX",
+            "GITHUB_STEP_SUMMARY",
+            "GITHUB_ENV",
+            "GITHUB_PATH",
+            "GITHUB_OUTPUT",
+        )
+    )
     mine = {str(Path(sys.prefix) / "bin"), str(Path(sys.executable).parent)}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p not in mine)
     return env
@@ -339,7 +340,25 @@ class Progress:
             self.say(name, f"finished: {job.result}")
 
 
-def run_workflow(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class WorkflowOptions:
+    """``cuw workflow``'s options (docs/verbs.md), as the command line read them."""
+
+    recipe: str
+    platform: list[str] = field(default_factory=list)
+    cuda: list[str] = field(default_factory=list)
+    pytorch: list[str] = field(default_factory=list)
+    python: list[str] = field(default_factory=list)
+    chunk: Optional[str] = None
+    index: Optional[Path] = None
+    fail_shard: Optional[str] = None
+    jobs: Optional[int] = None
+    engine: Optional[str] = None
+    recipes: Optional[Path] = None
+
+
+def run_workflow(args: WorkflowOptions, settings: Settings) -> int:
+    """The workflow's chunk under act with ``args``; its jobs get the run's environment (``settings``)."""
     from cuw.ci import matrix
     from cuw.config.lanes import local_lane
     from cuw.config.policy import load_policy
@@ -349,7 +368,7 @@ def run_workflow(args: argparse.Namespace) -> int:
     flow = repo / WORKFLOW
     if not flow.is_file():
         raise CuwError(f"no {WORKFLOW} under {repo}: run cuw workflow from the repository root")
-    recipes_dir = args.recipes or default_recipes_dir()
+    recipes_dir = args.recipes or default_recipes_dir(settings.recipes)
     recipe = load_recipe(args.recipe, recipes_dir)
     filters = {f: _split(getattr(args, f), f) for f in ("platform", "cuda", "pytorch", "python")}
     plan = matrix.plan(
@@ -399,16 +418,18 @@ def run_workflow(args: argparse.Namespace) -> int:
     interps = fill_tool_cache(act_home / "tool_cache", minors)
     for i in interps:
         report.say(f"workflow: setup-python gets Python {i.version} from {i.where}")
-    offline = offline_actions(repo)
+    offline = offline_actions(repo, settings.offline_actions)
     local_repos = local_repositories(text, offline) if offline else []
     report.say(f"workflow: actions {'from ' + str(offline) if offline else 'fetched by act (online)'}")
 
     # Host mode runs no job containers: every job on this machine, not in its lane's image.
     mode: ContextManager[tuple[list[str], dict[str, str]]] = (
-        docker_mode(index, lanes[0]) if args.engine else nullcontext(([], {"on_host": "true"}))
+        docker_mode(index, lanes[0], settings) if args.engine else nullcontext(([], {"on_host": "true"}))
     )
     with mode as (mode_args, mode_inputs):
-        return _run_act(repo, run_dir, act_home, index, chunk, recipe.key, filters, args, local_repos, mode_args, mode_inputs)
+        return _run_act(
+            repo, run_dir, act_home, index, chunk, recipe.key, filters, args, local_repos, mode_args, mode_inputs, settings
+        )
 
 
 def _run_act(
@@ -419,10 +440,11 @@ def _run_act(
     chunk: dict,
     package: str,
     filters: dict[str, list[str]],
-    args: argparse.Namespace,
+    args: WorkflowOptions,
     local_repos: list[str],
     mode_args: list[str],
     mode_inputs: dict[str, str],
+    settings: Settings,
 ) -> int:
     inputs = {"package": package, "chunk": chunk["id"], **mode_inputs, **{f: ",".join(v) for f, v in filters.items()}}
     if args.fail_shard:
@@ -469,7 +491,7 @@ def _run_act(
     with open(run_dir / "act.jsonl", "w", encoding="utf-8") as log:
         log.write(json.dumps({"cmd": cmd}) + "\n")
         proc = subprocess.Popen(
-            cmd, cwd=repo, env=_host_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            cmd, cwd=repo, env=_host_env(settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
         assert proc.stdout is not None
         try:

@@ -15,7 +15,6 @@ link already repaired the wheel to the policy's tag, so it is copied unchanged.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -26,11 +25,13 @@ from typing import Optional
 
 from packaging.tags import sys_tags
 
+from cuw.base.settings import Settings
 from cuw.ci.cibw import COMMAND_VAR
 
 
 def _job_args() -> list[str]:
-    text = os.environ.get(COMMAND_VAR)
+    """The job's command line: the backend is an entry point of its own, so it reads its settings here."""
+    text = Settings.from_env().cibw_command
     if not text:
         sys.exit(f"cuw: ${COMMAND_VAR} is not set: this project is built by `cuw ... --backend cibuildwheel`")
     return shlex.split(text)

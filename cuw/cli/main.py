@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TextIO, TypeVar
 
 from cuw.base.errors import CuwError, Terminated, raise_terminated
+from cuw.base.settings import Settings
 
 
 def _one_line(message: str) -> str:
@@ -18,13 +19,13 @@ def _one_line(message: str) -> str:
     return " ".join(message.split())
 
 
-def _crash_log(exc: BaseException) -> Optional[Path]:
+def _crash_log(exc: BaseException, settings: Settings) -> Optional[Path]:
     """Writes the traceback of an internal error to a log file; returns its path."""
     import tempfile
     import time
     import traceback
 
-    folder = Path(os.environ.get("CUW_LOG_DIR") or tempfile.gettempdir())
+    folder = Path(settings.log_dir or tempfile.gettempdir())
     path = folder / f"cuw-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     try:
         path.write_text(f"cuw {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(exc)))
@@ -87,12 +88,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _run_once(argv: Optional[list[str]]) -> int:
+    settings = Settings.from_env()  # the run's configuration: read here, once, and passed down
     try:
         # Imported here, after main() installed the SIGTERM handler: the verbs' imports take the
         # better part of the start-up, and a CI cancel in it must still end in one line and 143.
         from cuw.cli.verbs import run
 
-        code = run(sys.argv[1:] if argv is None else argv)
+        code = run(sys.argv[1:] if argv is None else argv, settings)
         sys.stdout.flush()  # a full or broken stdout must not pass for a written result
         return code
     except CuwError as exc:
@@ -109,7 +111,7 @@ def _run_once(argv: Optional[list[str]]) -> int:
         print(f"cuw: error: {_one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - the boundary: a bug must still end in one line
-        log = _crash_log(exc)
+        log = _crash_log(exc, settings)
         where = f"traceback in {log}" if log else "no log could be written"
         print(
             f"cuw: internal error (a bug in the forge, please report it): {type(exc).__name__}: {_one_line(str(exc))} ({where})",

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from cuw.base.errors import CuwError
 from cuw.base.files import check_destination, writable_dir, write_text
+from cuw.base.settings import Settings
 from cuw.cli.parser import parser
 from cuw.config.grid import cell_archs
 from cuw.config.limits import check_count
@@ -28,15 +30,15 @@ def _paths(args: argparse.Namespace) -> Paths:
     return Paths(work=args.work, artifacts=args.artifacts, dist=getattr(args, "dist", Paths.dist))
 
 
-def _cache(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> Optional[CacheChoice]:
+def _cache(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> Optional[CacheChoice]:
     if args.cache_tool is None and args.cache_remote is None:
         return None  # the pipeline reads the policy for the cell's lane
     from cuw.config.lanes import local_lane
 
-    return cache_choice(load_policy(recipes_dir), local_lane(), args.cache_tool, args.cache_remote)
+    return cache_choice(load_policy(recipes_dir), local_lane(), settings, args.cache_tool, args.cache_remote)
 
 
-def _lint_guards(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _lint_guards(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     """A folder or file as it is; a recipe name: its source as the jobs see it (fetched, patched)."""
     import tempfile
 
@@ -52,7 +54,7 @@ def _lint_guards(args: argparse.Namespace, recipes_dir: Path) -> int:
 
         recipe = load_recipe(args.target, recipes_dir)
         with tempfile.TemporaryDirectory(prefix="cuw-lint-") as tmp:
-            findings = find_unguarded(prepare_tree(recipe, Path(tmp) / "src") / recipe.build_subdir)
+            findings = find_unguarded(prepare_tree(recipe, Path(tmp) / "src", settings) / recipe.build_subdir)
         where = f"the patched source of {recipe.key}"
     for finding in findings:
         print(finding)
@@ -63,7 +65,7 @@ def _lint_guards(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0
 
 
-def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _verify(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.config.cell import local_cell
     from cuw.config.recipe import recipe_for_wheel
     from cuw.toolchain.toolkit import find_toolkit
@@ -72,8 +74,8 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
     if not args.wheel.is_file():
         raise CuwError(f"no such wheel: {args.wheel}")
     recipe = load_recipe(args.recipe or recipe_for_wheel(args.wheel.name, recipes_dir), recipes_dir)
-    _use_toolkit(args, recipes_dir)  # $CUW_TOOLKIT and the policy's toolkits, as the build had them
-    toolkit = find_toolkit()
+    settings = _use_toolkit(args, recipes_dir, settings)  # $CUW_TOOLKIT and the policy's toolkits, as the build had them
+    toolkit = find_toolkit(homes=settings.homes)
     cell = local_cell(recipe, toolkit)
     policy = load_policy(recipes_dir)
     archs = cell_archs(recipe, policy.archs, cell)
@@ -81,7 +83,6 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
     if args.torch_index and not args.torch_patches:
         raise CuwError("--torch-index goes with --torch-patches")
     if args.torch_patches:
-        from cuw.wheel import torch_venvs
         from cuw.wheel.verify import TorchPatches
 
         index = args.torch_index or policy.torch_index.get(cell.cuda)
@@ -89,14 +90,22 @@ def _verify(args: argparse.Namespace, recipes_dir: Path) -> int:
             raise CuwError(
                 f"--torch-patches: no torch_index for CUDA {cell.cuda} in recipes/defaults.yml; pass --torch-index URL"
             )
-        patches = TorchPatches(index, torch_venvs.default_root())
+        patches = TorchPatches(index, settings.folders.torch_venvs)
     checked = verify(
-        args.wheel, recipe, cell, toolkit, policy.wheel, archs, import_check=not args.no_import, torch_patches=patches
+        args.wheel,
+        recipe,
+        cell,
+        toolkit,
+        policy.wheel,
+        archs,
+        import_check=not args.no_import,
+        torch_patches=patches,
+        cuobjdump=settings.cuobjdump,
     )
     for check in checked.checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:12} {'; '.join(check.details)}")
     as_json, as_md = write_verify_reports(checked, args.wheel)
-    report.append_summary(checked.to_markdown())
+    report.append_summary(checked.to_markdown(), settings.github.step_summary)
     report.say(f"{checked.line} (reports: {as_json}, {as_md})")
     return 0 if checked.ok else 1
 
@@ -120,7 +129,7 @@ def _filters(args: argparse.Namespace) -> "matrix.Filters":
     return matrix.Filters(*(_split(getattr(args, f), f) for f in ("platform", "cuda", "pytorch", "python")))
 
 
-def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> int:
+def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, settings: Settings) -> int:
     """``build --matrix``: the same cells the workflow gets, each built here in its own environment
     where this machine has its lane, CUDA line and Python (cuw/ci/matrix_build.py)."""
     from cuw.ci import matrix, matrix_build
@@ -134,7 +143,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
     if note:
         report.say(f"matrix: {recipe.key}: {note}")
     here = local_lane()
-    lines = toolkits.for_lines(policy, args.toolkit, [c.cuda for c in selected if c.lane == here])
+    lines = toolkits.for_lines(policy, args.toolkit, [c.cuda for c in selected if c.lane == here], settings)
     for line in lines.values():
         if line.chosen is not None:
             report.say(f"toolkit: {line.chosen.how}")
@@ -163,7 +172,9 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
         child += ["--cache-tool", args.cache_tool]
     if args.cache_remote:
         child += ["--cache-remote", args.cache_remote]
-    rows = matrix_build.run_matrix(recipe, policy.grid, policy.torch_index, build, child, paths.work, args.jobs, report.say)
+    rows = matrix_build.run_matrix(
+        recipe, policy.grid, policy.torch_index, build, child, paths.work, args.jobs, report.say, settings
+    )
     order = {cell: i for i, cell in enumerate(selected)}
     rows = sorted(rows + skipped, key=lambda r: order[r.cell])
     print(matrix_build.table(rows, f"{recipe.key}: {note}" if note else ""))
@@ -173,7 +184,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
     return 0 if len(built) == len(attempted) and built else 1
 
 
-def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -> int:
+def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, settings: Settings) -> int:
     """``--backend cibuildwheel``: the verb's jobs, each run by cibuildwheel (cuw/ci/cibw.py)."""
     from cuw.ci import cibw
     from cuw.config.cell import local_cell, parse_cell
@@ -181,13 +192,14 @@ def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path) -
 
     if getattr(args, "matrix", False):
         raise CuwError("build --matrix builds with the pip backend; with cibuildwheel pass one --cell")
-    cell = parse_cell(recipe, args.cell) if args.cell else local_cell(recipe, find_toolkit())
-    choice = cache_choice(load_policy(recipes_dir), cell.lane, args.cache_tool, args.cache_remote)
+    cell = parse_cell(recipe, args.cell) if args.cell else local_cell(recipe, find_toolkit(homes=settings.homes))
+    choice = cache_choice(load_policy(recipes_dir), cell.lane, settings, args.cache_tool, args.cache_remote)
     specs = cibw.job_specs(recipe, args.verb, getattr(args, "shard", None), getattr(args, "shards", None))
-    return 0 if cibw.run_jobs(recipe, recipes_dir, cell, specs, _paths(args), choice, args.jobs, args.toolkit) else 1
+    ok = cibw.run_jobs(recipe, recipes_dir, cell, specs, _paths(args), choice, args.jobs, settings, args.toolkit)
+    return 0 if ok else 1
 
 
-def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _matrix(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.ci import matrix
 
     if args.output is not None:
@@ -215,7 +227,7 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0
 
 
-def _audit(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _audit(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.ci import audit
     from cuw.toolchain.toolkit import find_toolkit
 
@@ -228,14 +240,14 @@ def _audit(args: argparse.Namespace, recipes_dir: Path) -> int:
     recipes = [load_recipe(k, recipes_dir) for k in keys]
     policy = load_policy(recipes_dir)
     images = {} if args.on_host else image_overrides(args.image, policy)
-    findings = audit.audit(args.index, recipes, policy, find_toolkit(), images, report.say)
+    findings = audit.audit(args.index, recipes, policy, find_toolkit(homes=settings.homes), images, report.say)
     text = audit.to_html(args.index, findings) if args.format == "html" else audit.markdown(args.index, findings)
     if args.output is not None:
         write_text(args.output, text, "--output")
         report.say(f"audit: {args.output}")
     else:
         sys.stdout.write(text)
-    report.append_summary(audit.markdown(args.index, findings))
+    report.append_summary(audit.markdown(args.index, findings), settings.github.step_summary)
     report.say(f"audit: {len(findings)} finding(s) in {args.index}")
     return 1 if findings else 0
 
@@ -289,7 +301,7 @@ def _drop_published(result: dict, recipes: list[Recipe], policy: Policy, locatio
     )
 
 
-def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _show(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     import dataclasses
     import json
 
@@ -302,7 +314,7 @@ def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
     if args.cell:
         cell = parse_cell(recipe, args.cell)
     else:
-        cell = local_cell(recipe, find_toolkit())
+        cell = local_cell(recipe, find_toolkit(homes=settings.homes))
     from cuw.config.grid import require_in_grid
 
     require_in_grid(recipe, policy.grid, cell)
@@ -312,7 +324,7 @@ def _show(args: argparse.Namespace, recipes_dir: Path) -> int:
         cell_id=cell.id,
         local_version_label=local_label(cell),
         resolved_archs=cell_archs(recipe, policy.archs, cell),
-        cache=dataclasses.asdict(cache_choice(policy, cell.lane)),
+        cache=dataclasses.asdict(cache_choice(policy, cell.lane, settings)),
         build_image=dataclasses.asdict(policy.images[cell.lane]) if cell.lane in policy.images else None,
     )
     print(json.dumps(shown, indent=2, sort_keys=True))
@@ -343,7 +355,7 @@ def _farm_plan(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0
 
 
-def _plan(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _plan(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.tools import planner
 
     if args.farm:
@@ -359,7 +371,7 @@ def _plan(args: argparse.Namespace, recipes_dir: Path) -> int:
     fmt = "json" if args.json else args.format or "text"
     if args.output is not None:
         check_destination(args.output, "--output")
-    result = planner.plan(recipe, counts, args.costs, args.from_log, checked_n=args.check)
+    result = planner.plan(recipe, counts, args.costs, args.from_log, checked_n=args.check, settings=settings)
     from cuw.tools import plan_views
 
     text = {
@@ -376,7 +388,7 @@ def _plan(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0 if result.ok else 1
 
 
-def _costs(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _costs(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.config.recipe import costs_path
     from cuw.partition import costs
     from cuw.partition.coverage import cost_keeps
@@ -391,12 +403,10 @@ def _costs(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0
 
 
-def _set_git_mirror(args: argparse.Namespace) -> None:
-    """``--git-mirror`` (else ``$CUW_GIT_MIRROR``) checked before anything is written, and exported
-    absolute so the verb's own jobs (build's shard processes, cibuildwheel's) take the same mirror."""
-    import os
-
-    from cuw.jobs.sources import MIRROR_VAR, check_mirror, mirror_from_env
+def _git_mirror(args: argparse.Namespace, settings: Settings) -> Settings:
+    """``--git-mirror`` (else ``$CUW_GIT_MIRROR``) checked before anything is written: the run's
+    mirror, absolute, handed to the verb's own jobs (build's shard processes, cibuildwheel's)."""
+    from cuw.jobs.sources import MIRROR_VAR, check_mirror
 
     if args.git_mirror is not None:
         if not args.git_mirror.strip():
@@ -404,21 +414,25 @@ def _set_git_mirror(args: argparse.Namespace) -> None:
                 f"--git-mirror: an empty value (give a git repository, a folder of mirrors or a tarball, "
                 f"or leave the option out to use ${MIRROR_VAR} or the recipe's URL)"
             )
-        os.environ[MIRROR_VAR] = str(check_mirror(Path(args.git_mirror), "--git-mirror"))
-    elif (env := mirror_from_env()) is not None:
-        os.environ[MIRROR_VAR] = str(check_mirror(env))
+        return settings.with_mirror(check_mirror(Path(args.git_mirror), "--git-mirror"))
+    if settings.git_mirror is not None:
+        return settings.with_mirror(check_mirror(settings.git_mirror))
+    return settings
 
 
-def run(argv: list[str]) -> int:
-    """Parses ``argv`` and runs its verb; returns the exit code."""
+def run(argv: list[str], settings: Optional[Settings] = None) -> int:
+    """Parses ``argv`` and runs its verb with ``settings`` (the environment's, read once by
+    :func:`cuw.cli.main.main`; read here when called without them); returns the exit code."""
     args = parser().parse_args(argv)
+    settings = settings or Settings.from_env()
     if hasattr(args, "git_mirror"):
-        _set_git_mirror(args)
-    recipes_dir = getattr(args, "recipes", None) or default_recipes_dir()
-    return _verbs().get(args.verb, _build_verbs)(args, recipes_dir)
+        settings = _git_mirror(args, settings)
+    recipes_dir = getattr(args, "recipes", None) or default_recipes_dir(settings.recipes)
+    return _verbs().get(args.verb, _build_verbs)(args, recipes_dir, settings)
 
 
-Verb = Callable[[argparse.Namespace, Path], int]
+Verb = Callable[[argparse.Namespace, Path, Settings], int]
+"""A verb: its options, the recipes folder, the run's settings."""
 
 
 def _verbs() -> dict[str, Verb]:
@@ -444,7 +458,7 @@ def _verbs() -> dict[str, Verb]:
     }
 
 
-def _publish(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _publish(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.wheel.publish import AssetStore, check_asset_store, check_folders, continue_from, run_publish
 
     if (args.asset_url is None) != (args.upload is None):
@@ -459,23 +473,36 @@ def _publish(args: argparse.Namespace, recipes_dir: Path) -> int:
     online = continue_from(args.from_url, args.index) if args.from_url else 0
     if args.from_url:
         report.say(f"publish: continuing {args.from_url} ({online} wheels published)")
-    return run_publish(args.incoming, args.index, args.reports, store, online)
+    return run_publish(args.incoming, args.index, args.reports, store, online, settings.github.step_summary)
 
 
-def _workflow(args: argparse.Namespace, recipes_dir: Path) -> int:
-    from cuw.ci.workflow_run import run_workflow
+def _workflow(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
+    from cuw.ci.workflow_run import WorkflowOptions, run_workflow
 
-    return run_workflow(args)
+    options = WorkflowOptions(
+        args.recipe,
+        args.platform,
+        args.cuda,
+        args.pytorch,
+        args.python,
+        args.chunk,
+        args.index,
+        args.fail_shard,
+        args.jobs,
+        args.engine,
+        args.recipes,
+    )
+    return run_workflow(options, settings)
 
 
-def _record(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _record(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.wheel.publish import record
 
-    record(load_recipe(args.recipe, recipes_dir), args.dist.resolve(), args.artifacts.resolve())
+    record(load_recipe(args.recipe, recipes_dir), args.dist.resolve(), args.artifacts.resolve(), settings)
     return 0
 
 
-def _index(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _index(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.wheel.index import build_index
 
     kept = build_index(args.wheel_dir, args.out_dir)
@@ -483,21 +510,21 @@ def _index(args: argparse.Namespace, recipes_dir: Path) -> int:
     return 0
 
 
-def _report(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _report(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     paths = Paths(artifacts=args.artifacts, dist=args.dist)
     out = write_timeline(args.cell_dir, paths, args.output)
     report.say(f"report: {out}")
     return 0
 
 
-def _recipes(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _recipes(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.config.listing import recipes_table
 
     sys.stdout.write(recipes_table(recipes_dir))
     return 0
 
 
-def _build_verbs(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _build_verbs(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     """shard, link and build: every option is checked before an output folder is created."""
     _check_counts(args)
     spec = parse_shard_spec(args.shard) if args.verb == "shard" else None
@@ -507,17 +534,17 @@ def _build_verbs(args: argparse.Namespace, recipes_dir: Path) -> int:
             raise CuwError(
                 "--image goes with the pip backend; cibuildwheel runs its own image (images.<lane>.ref in recipes/defaults.yml)"
             )
-        return _cibuildwheel(args, recipe, recipes_dir)
-    _check_pip_options(args)
-    cache = _cache(args, recipe, recipes_dir)
-    _check_remote(cache, recipes_dir)
-    image_job = _open_image(args)
+        return _cibuildwheel(args, recipe, recipes_dir, settings)
+    _check_pip_options(args, settings)
+    cache = _cache(args, recipes_dir, settings)
+    _check_remote(cache, recipes_dir, settings)
+    image_job = _open_image(args, settings)
     _check_folders(args, recipe)
     if not getattr(args, "matrix", False):  # --matrix chooses each CUDA line's toolkit itself
-        _use_toolkit(args, recipes_dir)
+        settings = _use_toolkit(args, recipes_dir, settings)
     if image_job is not None:
-        return _in_image(args, image_job, recipe, recipes_dir, spec)
-    return _run_job(args, recipe, recipes_dir, spec, cache)
+        return _in_image(args, replace(image_job, settings=settings), recipe, recipes_dir, spec)
+    return _run_job(args, recipe, recipes_dir, spec, cache, settings)
 
 
 def _check_counts(args: argparse.Namespace) -> None:
@@ -536,7 +563,7 @@ def _check_counts(args: argparse.Namespace) -> None:
         )
 
 
-def _check_pip_options(args: argparse.Namespace) -> None:
+def _check_pip_options(args: argparse.Namespace, settings: Settings) -> None:
     """The options the pip backend reads, in the order a user meets them."""
     if args.image is not None and getattr(args, "matrix", False):
         raise CuwError("--image builds this machine's cell; build --matrix picks each cell's environment itself")
@@ -548,26 +575,26 @@ def _check_pip_options(args: argparse.Namespace) -> None:
         _filters(args)
     from cuw.config import toolkits
 
-    toolkits.requested(getattr(args, "toolkit", None))  # a malformed --toolkit or $CUW_TOOLKIT, before any folder
+    toolkits.requested(getattr(args, "toolkit", None), settings)  # a malformed --toolkit or $CUW_TOOLKIT, before any folder
 
 
-def _check_remote(cache: Optional[CacheChoice], recipes_dir: Path) -> None:
+def _check_remote(cache: Optional[CacheChoice], recipes_dir: Path, settings: Settings) -> None:
     """An unreachable cache remote fails before any folder is made."""
     from cuw.config.lanes import local_lane
     from cuw.toolchain.cache import check_remote
 
-    remote = (cache or cache_choice(load_policy(recipes_dir), local_lane())).remote
+    remote = (cache or cache_choice(load_policy(recipes_dir), local_lane(), settings)).remote
     if remote:
         check_remote(remote)
 
 
-def _open_image(args: argparse.Namespace) -> Optional["ImageJob"]:
+def _open_image(args: argparse.Namespace, settings: Settings) -> Optional["ImageJob"]:
     """The engine and the build image of --image, before any folder is made."""
     if args.image is None:
         return None
     from cuw.jobs.container import open_image
 
-    return open_image(args.image, args.engine)
+    return open_image(args.image, args.engine, settings)
 
 
 def _check_folders(args: argparse.Namespace, recipe: Recipe) -> None:
@@ -580,34 +607,40 @@ def _check_folders(args: argparse.Namespace, recipe: Recipe) -> None:
 
 
 def _run_job(
-    args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, spec: Optional[ShardSpec], cache: Optional[CacheChoice]
+    args: argparse.Namespace,
+    recipe: Recipe,
+    recipes_dir: Path,
+    spec: Optional[ShardSpec],
+    cache: Optional[CacheChoice],
+    settings: Settings,
 ) -> int:
-    """The shard, the link or the whole cell, here."""
+    """The shard, the link or the whole cell, here, with the run's settings."""
     from cuw.jobs.local import run_build  # the build verbs only: the others start faster
     from cuw.jobs.link import run_link
     from cuw.jobs.shard import run_shard
 
     if spec is not None:
-        result = run_shard(recipe, spec, _paths(args), args.jobs, progress=None if args.quiet else report.say, cache=cache)
+        quiet = None if args.quiet else report.say
+        result = run_shard(recipe, spec, _paths(args), args.jobs, progress=quiet, cache=cache, settings=settings)
         return 0 if result.verdict.ok else 1
     if args.verb == "link":
-        linked = run_link(recipe, _paths(args), args.jobs, cache=cache)
-        _cell_report(recipe, _paths(args))
+        linked = run_link(recipe, _paths(args), args.jobs, cache=cache, settings=settings)
+        _cell_report(recipe, _paths(args), settings)
         return 0 if linked.ok else 1
     if args.matrix:
-        return _build_matrix(args, recipe, recipes_dir)
-    outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=cache)
-    _cell_report(recipe, _paths(args))
+        return _build_matrix(args, recipe, recipes_dir, settings)
+    outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=cache, settings=settings)
+    _cell_report(recipe, _paths(args), settings)
     return 0 if getattr(link, "ok", link) and all(outcomes) else 1
 
 
-def _image(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _image(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.toolchain.engine import find_engine
     from cuw.toolchain.image_build import build_image, default_recipe, load_image_recipe
 
     recipe = load_image_recipe(args.yml or default_recipe())
-    engine = find_engine(args.engine)
-    ref, cached = build_image(engine, recipe, report.say)
+    engine = find_engine(args.engine or settings.engine)
+    ref, cached = build_image(engine, recipe, report.say, settings.folders.image_cache)
     report.say(f"image: {ref} {'already built' if cached else 'built'} ({engine.name})")
     print(f"image: {ref}")
     return 0
@@ -637,26 +670,26 @@ def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec: Op
 
 
 def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes_dir: Path, spec: Optional[ShardSpec]) -> int:
-    """shard, link or build with ``--image``: each job in a container of the build image."""
-    import os
+    """shard, link or build with ``--image``: each job in a container of the build image (with the
+    run's settings, ``job.settings``)."""
     import platform
 
     from cuw.config import toolkits
 
     from cuw.jobs.container import run_verb
-    from cuw.jobs.sources import MIRROR_VAR
 
+    settings = job.settings
     folders = [args.work, args.artifacts] + ([args.dist] if args.verb != "shard" else [])
-    read_only = [recipes_dir] + ([Path(os.environ[MIRROR_VAR])] if os.environ.get(MIRROR_VAR) else [])
+    read_only = [recipes_dir] + ([settings.git_mirror] if settings.git_mirror is not None else [])
     from cuw.config.cell import local_cell
     from cuw.toolchain.toolkit import find_toolkit
 
-    if job.foreign and toolkits.requested(getattr(args, "toolkit", None))[0] not in (None, "wheels"):
+    if job.foreign and toolkits.requested(getattr(args, "toolkit", None), settings)[0] not in (None, "wheels"):
         raise CuwError(
             f"--image {job.ref} runs on {job.machine}, this machine on {platform.machine()}: its jobs use "
             "NVIDIA's pinned wheels for its machine (--toolkit wheels), not a toolkit of this one"
         )
-    cell_work = _paths(args).cell_work(local_cell(recipe, find_toolkit(), job.lane))
+    cell_work = _paths(args).cell_work(local_cell(recipe, find_toolkit(homes=settings.homes), job.lane))
     if args.verb in ("shard", "link"):  # the forge inside writes the timeline report after a link
         label = f"shard {spec}" if spec is not None else "link"
         lock = cell_work / f".{'shard-' + spec.tag if spec is not None else 'link'}.image.lock"
@@ -669,30 +702,34 @@ def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes
 
     # The reference as given (the records name it); a tag moved meanwhile is caught by the id the link compares.
     shard_args = ["--image", job.ref, "--engine", job.engine.name]
-    outcomes, linked = run_build(recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link, lane=job.lane)
+    outcomes, linked = run_build(
+        recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link, lane=job.lane, settings=settings
+    )
     return 0 if linked and all(outcomes) else 1
 
 
-def _use_toolkit(args: argparse.Namespace, recipes_dir: Path) -> None:
-    """A forced toolkit or a policy entry that is not system: chosen (provisioned) once and exported."""
+def _use_toolkit(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> Settings:
+    """A forced toolkit or a policy entry that is not system: chosen (provisioned) once, and the
+    run's settings with it (its jobs get it too); else the settings as they are."""
     from cuw.config import toolkits
 
     policy = load_policy(recipes_dir)
     option = getattr(args, "toolkit", None)
-    if toolkits.needs_choice(policy, option):
-        chosen = toolkits.choose(policy, option)
-        toolkits.export(chosen.toolkit)
-        report.say(f"toolkit: {chosen.how}")
+    if not toolkits.needs_choice(policy, option, settings):
+        return settings
+    chosen = toolkits.choose(policy, settings, option)
+    report.say(f"toolkit: {chosen.how}")
+    return settings.with_toolkit(chosen.toolkit.home)
 
 
-def _toolkit(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _toolkit(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.config import toolkits
 
     policy = load_policy(recipes_dir)
     line = args.cuda
     if line is not None and line not in policy.grid.cuda:
         raise CuwError(f"--cuda {line}: not a CUDA line of the grid ({', '.join(policy.grid.cuda)} in recipes/defaults.yml)")
-    forced = toolkits.requested(args.toolkit)[0]
+    forced = toolkits.requested(args.toolkit, settings)[0]
     choice = forced or (toolkits.policy_choice(policy, line) if line else None)
     outputs: dict[str, str] = {}
     if args.github_env and choice in (None, "system"):
@@ -700,28 +737,26 @@ def _toolkit(args: argparse.Namespace, recipes_dir: Path) -> int:
         report.say(f"toolkit: CUDA {line or '(the system line)'}: system toolkit, installed by the workflow's install step")
         outputs["source"] = "system"
     else:
-        chosen = toolkits.choose(policy, args.toolkit, line)
+        chosen = toolkits.choose(policy, settings, args.toolkit, line)
         report.say(f"toolkit: {chosen.how}")
         print(chosen.toolkit.home)
         outputs["source"] = chosen.source
         if args.github_env:
-            _github_file("GITHUB_ENV", {"CUW_CUDA_HOME": str(chosen.toolkit.home), "CUDA_HOME": str(chosen.toolkit.home)})
+            home = str(chosen.toolkit.home)
+            _github_file("GITHUB_ENV", settings.github.env_file, {"CUW_CUDA_HOME": home, "CUDA_HOME": home})
     if args.github_env:
-        _github_file("GITHUB_OUTPUT", outputs)
+        _github_file("GITHUB_OUTPUT", settings.github.output_file, outputs)
     return 0
 
 
-def _github_file(var: str, values: dict[str, str]) -> None:
-    import os
-
-    target = os.environ.get(var)
+def _github_file(var: str, target: Optional[str], values: dict[str, str]) -> None:
     if not target:
         raise CuwError(f"--github-env: ${var} is not set (it is set inside a GitHub Actions step); run without --github-env here")
     with open(target, "a", encoding="utf-8") as out:
         out.writelines(f"{k}={v}\n" for k, v in values.items())
 
 
-def _grid(args: argparse.Namespace, recipes_dir: Path) -> int:
+def _grid(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.config import grid_check
     from cuw.config.recipe import check_recipes_dir
 
@@ -755,17 +790,18 @@ def write_timeline(cell_dir: Path, paths: Paths, output: Optional[Path] = None) 
     return write_text(output or cell_dir / "report.html", timeline.html(drawn), "report")
 
 
-def _cell_report(recipe: Recipe, paths: Paths) -> None:
+def _cell_report(recipe: Recipe, paths: Paths, settings: Settings) -> None:
     """After a link or build: the timeline report, named in the verb's last line, and its gantt
     chart in the GitHub step summary."""
     from cuw.jobs import timeline
     from cuw.config.cell import local_cell
     from cuw.toolchain.toolkit import find_toolkit
 
-    cell_dir = paths.cell_work(local_cell(recipe, find_toolkit()))
+    cell_dir = paths.cell_work(local_cell(recipe, find_toolkit(homes=settings.homes)))
     try:
         out = write_timeline(cell_dir, paths)
-        report.append_summary(timeline.mermaid(timeline.load(cell_dir, [paths.artifacts / cell_dir.name, paths.dist])))
+        drawn = timeline.load(cell_dir, [paths.artifacts / cell_dir.name, paths.dist])
+        report.append_summary(timeline.mermaid(drawn), settings.github.step_summary)
     except CuwError as exc:  # the verdict stands; the picture is a courtesy
         report.say(f"no timeline report: {exc}")
         return

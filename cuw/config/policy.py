@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
@@ -11,6 +10,7 @@ from typing import Literal, Optional
 from cuw.toolchain.cache import tool_class
 from cuw.config.grid import Archs, Grid
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.base.yamlfile import read_yaml
 from cuw.config.lanes import LANES
 from cuw.config.schema import load_dataclass
@@ -147,14 +147,16 @@ class CacheChoice:
     remote: Optional[str]
 
 
-def cache_choice(policy: Policy, lane: str, tool: Optional[str] = None, remote: Optional[str] = None) -> CacheChoice:
-    """The lane's cache tool and remote: command line, then $CUW_CACHE_TOOL /
-    $CUW_CACHE_REMOTE, then the policy."""
-    chosen_tool = tool or os.environ.get("CUW_CACHE_TOOL") or policy.cache.tool.get(lane, "ccache")
+def cache_choice(
+    policy: Policy, lane: str, settings: Settings, tool: Optional[str] = None, remote: Optional[str] = None
+) -> CacheChoice:
+    """The lane's cache tool and remote: command line, then the run's $CUW_CACHE_TOOL /
+    $CUW_CACHE_REMOTE (``settings``), then the policy."""
+    chosen_tool = tool or settings.cache_tool or policy.cache.tool.get(lane, "ccache")
     tool_class(chosen_tool)
-    chosen_remote = remote or os.environ.get("CUW_CACHE_REMOTE") or policy.cache.remote
+    chosen_remote = remote or settings.cache_remote or policy.cache.remote
     if chosen_remote:
-        source = "--cache-remote" if remote else "$CUW_CACHE_REMOTE" if os.environ.get("CUW_CACHE_REMOTE") else "cache.remote"
+        source = "--cache-remote" if remote else "$CUW_CACHE_REMOTE" if settings.cache_remote else "cache.remote"
         check_remote_url(chosen_remote, source)
     return CacheChoice(chosen_tool, chosen_remote or None)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -188,11 +187,10 @@ class Recipe:
 LOADER_ONLY = ("key", "folder")
 
 
-def default_recipes_dir() -> Path:
-    """``$CUW_RECIPES``, else ``./recipes``, else the recipes folder beside this package."""
-    env = os.environ.get("CUW_RECIPES")
-    if env:
-        return Path(env)
+def default_recipes_dir(configured: Optional[Path] = None) -> Path:
+    """``configured`` (the run's ``$CUW_RECIPES``), else ``./recipes``, else the recipes folder beside this package."""
+    if configured:
+        return configured
     local = Path.cwd() / "recipes"
     if local.is_dir():
         return local

@@ -4,18 +4,19 @@ The choice, first that is set: ``--toolkit`` (shard, link, build, toolkit), ``$C
 then the policy's ``toolkits`` entry for the CUDA line (``recipes/defaults.yml``), else
 ``system`` (``find_toolkit``: ``$CUW_CUDA_HOME``, ``$CUDA_HOME``, nvcc on PATH, the default
 install). A value is ``system``, ``wheels`` or a toolkit folder's absolute path. The run's
-toolkit is exported as ``CUW_CUDA_HOME`` and ``CUDA_HOME``, so every job it starts (shards,
-the link, a matrix cell's children) finds the same one.
+toolkit becomes its settings' (``Settings.with_toolkit``): ``find_toolkit`` reads it first, and
+every job the run starts (shards, the link, a matrix cell's children) gets it as ``CUW_CUDA_HOME``
+and ``CUDA_HOME``.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.base.versions import version_key
 from cuw.config.policy import Policy, check_toolkit_choice
 from cuw.toolchain import provision
@@ -32,12 +33,12 @@ class Chosen:
     provisioned: Optional[provision.Provisioned] = None
 
 
-def requested(option: Optional[str]) -> tuple[Optional[str], str]:
+def requested(option: Optional[str], settings: Settings) -> tuple[Optional[str], str]:
     """The forced choice for this run and its source (``--toolkit`` or ``$CUW_TOOLKIT``), or None."""
     if option:
         check_toolkit_choice(option, "--toolkit")
         return option, "--toolkit"
-    env = os.environ.get(ENV)
+    env = settings.toolkit
     if env:
         check_toolkit_choice(env, f"${ENV}")
         return env, f"${ENV}"
@@ -48,14 +49,14 @@ def policy_choice(policy: Policy, line: str) -> str:
     return policy.toolkits.get(line, "system")
 
 
-def choose(policy: Policy, option: Optional[str] = None, line: Optional[str] = None) -> Chosen:
+def choose(policy: Policy, settings: Settings, option: Optional[str] = None, line: Optional[str] = None) -> Chosen:
     """The run's toolkit. ``line`` (a CUDA line the caller builds, e.g. a workflow job's) is checked
     against it; without one the system toolkit's line decides which policy entry applies."""
-    forced, source = requested(option)
+    forced, source = requested(option, settings)
     if forced is None:
         if line is None:
             try:
-                system = find_toolkit()
+                system = find_toolkit(homes=settings.homes)
             except CuwError as exc:
                 wheel_lines = sorted(policy.toolkit_wheels)
                 hint = (
@@ -72,7 +73,7 @@ def choose(policy: Policy, option: Optional[str] = None, line: Optional[str] = N
                 return Chosen(system, "system", f"CUDA {line}: system toolkit {system.home}")
         forced, source = policy_choice(policy, line), f"toolkits.{line} in recipes/defaults.yml"
     if forced == "system":
-        system = find_toolkit()
+        system = find_toolkit(homes=settings.homes)
         if line is not None and system.version != line:
             raise CuwError(
                 f"CUDA {line}: {source} is system, but the system toolkit is CUDA {system.version} "
@@ -98,7 +99,7 @@ def choose(policy: Policy, option: Optional[str] = None, line: Optional[str] = N
             raise CuwError(
                 f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels has no {line!r} pins; add them"
             )
-        got = provision.ensure(provision.WheelToolkit(line, tuple(pins)))
+        got = provision.ensure(provision.WheelToolkit(line, tuple(pins)), settings.folders.toolkits)
         state = "reused" if got.reused else f"installed in {got.seconds:.1f} s"
         return Chosen(
             got.toolkit,
@@ -136,24 +137,24 @@ class LineToolkit:
     why: str = ""
 
 
-def for_lines(policy: Policy, option: Optional[str], lines: list[str]) -> dict[str, LineToolkit]:
+def for_lines(policy: Policy, option: Optional[str], lines: list[str], settings: Settings) -> dict[str, LineToolkit]:
     """Each line's own choice (``choose`` with the line): the forced one checked against it, else the
     policy's entry for that line. A line nothing here provides gets the reason and its fix, not an error,
     so one missing line does not stop the others."""
     out: dict[str, LineToolkit] = {}
     for line in dict.fromkeys(lines):
         try:
-            out[line] = LineToolkit(line, choose(policy, option, line))
+            out[line] = LineToolkit(line, choose(policy, settings, option, line))
         except CuwError as exc:
             out[line] = LineToolkit(line, None, str(exc).removeprefix(f"CUDA {line}: "))
     return out
 
 
-def for_container(policy: Policy, option: Optional[str], line: str) -> str:
+def for_container(policy: Policy, option: Optional[str], line: str, settings: Settings) -> str:
     """The choice for a job that builds ``line`` elsewhere (cibuildwheel's container or Windows
     build): ``system`` (the pinned install script), ``wheels`` (provisioned there by the forge) or a
     folder. Checked here, installed nothing: the job installs its own."""
-    forced, source = requested(option)
+    forced, source = requested(option, settings)
     if forced is None:
         forced, source = policy_choice(policy, line), f"toolkits.{line} in recipes/defaults.yml"
     if forced == "wheels":
@@ -185,12 +186,6 @@ def _toolkit_folder(forced: str, source: str) -> Path:
     return home
 
 
-def export(toolkit: Toolkit) -> None:
-    """This process and every job it starts use ``toolkit`` (``find_toolkit`` reads these first)."""
-    os.environ["CUW_CUDA_HOME"] = str(toolkit.home)
-    os.environ["CUDA_HOME"] = str(toolkit.home)
-
-
-def needs_choice(policy: Policy, option: Optional[str]) -> bool:
+def needs_choice(policy: Policy, option: Optional[str], settings: Settings) -> bool:
     """Whether anything but today's search applies: a forced choice, or a policy entry that is not system."""
-    return bool(requested(option)[0]) or any(v != "system" for v in policy.toolkits.values())
+    return bool(requested(option, settings)[0]) or any(v != "system" for v in policy.toolkits.values())

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from cuw.base.errors import CuwError
 from cuw.gates.conditions import Verdict
@@ -68,9 +68,8 @@ def begin(gate: str, path: Path, context: dict[str, Any]) -> Path:
     return written
 
 
-def append_summary(markdown: str) -> None:
-    """Appends to ``$GITHUB_STEP_SUMMARY`` when it is set."""
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
+def append_summary(markdown: str, target: Optional[str]) -> None:
+    """Appends to ``target``, the run's ``$GITHUB_STEP_SUMMARY``, when it is set."""
     if target:
         try:
             with open(target, "a", encoding="utf-8") as fh:
@@ -79,9 +78,9 @@ def append_summary(markdown: str) -> None:
             say(f"the step summary {target} could not be written ({exc.strerror or exc}); the job's result stands")
 
 
-def step_summary(title: str, verdict: Verdict) -> None:
-    """A gate verdict as a markdown table in the GitHub step summary."""
+def step_summary(title: str, verdict: Verdict, target: Optional[str]) -> None:
+    """A gate verdict as a markdown table in the GitHub step summary ``target`` (when set)."""
     rows = [f"### {title}: {'✅ pass' if verdict.ok else '❌ FAIL'}", "", "| | |", "|---|---|"]
     rows += [f"| {key} | {value} |" for key, value in verdict.facts.items()]
     rows += [f"| reason | {reason} |" for reason in verdict.reasons]
-    append_summary("\n".join(rows))
+    append_summary("\n".join(rows), target)

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 from string import Template
-from typing import Optional
+from typing import Mapping, Optional
 
 from cuw.toolchain import cache
 from cuw.base.errors import CuwError
@@ -36,7 +36,7 @@ def build_env(
     build_dir: Path,
     jobs: int,
     source_filter_shard: Optional[ShardSpec],
-    base: Optional[dict[str, str]] = None,
+    base: Mapping[str, str],
     lane: str = "linux",
     shard: Optional[ShardSpec] = None,
     archs: Optional[list[str]] = None,
@@ -46,7 +46,7 @@ def build_env(
     without it the build system's own default applies."""
     if recipe.max_jobs:
         jobs = min(jobs, recipe.max_jobs)
-    env = cache.scrub(dict(os.environ if base is None else base))
+    env = cache.scrub(dict(base))  # the run's child environment (Settings.child_env)
     for var in (*_LAUNCHER_VARS, SOURCE_FILTER_INDEX, SOURCE_FILTER_COUNT, "CUDACXX", "PYTORCH_NVCC"):
         env.pop(var, None)
     nvcc = str(shadow_home / "bin" / "nvcc")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -29,10 +28,6 @@ from cuw.toolchain.pythons import Interpreter, find_python  # noqa: F401  (this 
 
 READY = ".cuw-cell-env.json"
 FORGE_ROOT = Path(cuw.FORGE_ROOT)
-
-
-def default_root() -> Path:
-    return Path(os.environ.get("CUW_CELL_VENVS") or Path.home() / ".cache" / "cuw" / "cell-venvs")
 
 
 def forge_requirements() -> list[str]:
@@ -98,9 +93,10 @@ def _run(cmd: list[str], what: str, log: IO[str]) -> None:
         raise CuwError(f"{what} failed (exit {proc.returncode}); its output is in {log.name}")
 
 
-def ensure(spec: Spec, root: Optional[Path] = None) -> tuple[Path, bool]:
-    """The environment's ``bin/python`` and whether it was reused (made when its key is new)."""
-    venv = spec.folder(root or default_root())
+def ensure(spec: Spec, root: Path) -> tuple[Path, bool]:
+    """The environment's ``bin/python`` under ``root`` (the run's ``$CUW_CELL_VENVS``) and whether it
+    was reused (made when its key is new)."""
+    venv = spec.folder(root)
     python = venv / "bin" / "python"
     if (venv / READY).is_file() and python.exists():
         return python, True

@@ -26,13 +26,14 @@ import signal
 import ssl
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import cuw
 from cuw.base.errors import CuwError
 from cuw.base.files import held, only_one
+from cuw.base.settings import Settings
 from cuw.jobs.cell_env import forge_requirements
 from cuw.toolchain.builder import IMAGE_VAR, linux_machine
 from cuw.config.lanes import linux_lane
@@ -50,6 +51,8 @@ class ImageJob:
     ref: str  # as the user gave it
     id: str  # sha256:… (what a shard's archive records, and what the link compares)
     machine: str  # what its programs run on: x86_64, aarch64
+    settings: Settings = field(default_factory=Settings.from_env, compare=False, repr=False)
+    """The run's: its toolkit, cache choice and folders reach the job in the container."""
 
     @property
     def lane(self) -> str:
@@ -70,21 +73,19 @@ class ImageJob:
         return f"{self.ref}@{self.id}"
 
 
-def open_image(ref: str, engine: Optional[str] = None) -> ImageJob:
-    """The image a job will run in; refused in one line when the engine or the image is missing."""
-    found = find_engine(engine)
-    return ImageJob(found, ref, require_image(found, ref), image_machine(found, ref))
+def open_image(ref: str, engine: Optional[str] = None, settings: Optional[Settings] = None) -> ImageJob:
+    """The image a job will run in; refused in one line when the engine or the image is missing.
+    ``settings``: the run's (this process's environment's when None)."""
+    settings = settings or Settings.from_env()
+    found = find_engine(engine or settings.engine)
+    return ImageJob(found, ref, require_image(found, ref), image_machine(found, ref), settings)
 
 
-def _state_root() -> Path:
-    return Path(os.environ.get("CUW_IMAGE_STATE") or Path.home() / ".cache" / "cuw" / "image-jobs")
-
-
-def ca_bundle() -> Optional[Path]:
-    """The CA bundle pip uses here ($PIP_CERT, else Python's default): TLS inside goes through it."""
+def ca_bundle(ca_files: Sequence[str]) -> Optional[Path]:
+    """The CA bundle pip uses here (``ca_files``: the run's $PIP_CERT, $SSL_CERT_FILE; else Python's
+    default): TLS inside goes through it."""
     for candidate in (
-        os.environ.get("PIP_CERT"),
-        os.environ.get("SSL_CERT_FILE"),
+        *ca_files,
         ssl.get_default_verify_paths().cafile,
         "/etc/ssl/certs/ca-certificates.crt",
     ):
@@ -99,7 +100,7 @@ def _user() -> list[str]:
 
 def _run_args(job: ImageJob, name: str, mounts: dict[Path, bool], env: dict[str, str]) -> list[str]:
     args = ["run", "--rm", "--init", "--network", "host", "--name", name, *_user()]
-    ca = ca_bundle()
+    ca = ca_bundle(job.settings.ca_files)
     if ca is not None:
         args += ["-v", f"{ca}:{CA_IN_CONTAINER}:ro"]
         env = {**env, "PIP_CERT": CA_IN_CONTAINER, "SSL_CERT_FILE": CA_IN_CONTAINER}
@@ -156,7 +157,7 @@ def image_env(job: ImageJob, say: Say) -> Path:
     abi = _abi()
     requirements = forge_requirements()
     key = hashlib.sha256(json.dumps([job.id, abi, requirements]).encode()).hexdigest()[:12]
-    venv = _state_root() / "envs" / f"{job.short}-{abi}-{key}"
+    venv = job.settings.folders.image_state / "envs" / f"{job.short}-{abi}-{key}"
     if (venv / READY).is_file():
         return venv
     with held(venv.parent / f"{venv.name}.lock"):
@@ -184,7 +185,7 @@ def image_env(job: ImageJob, say: Say) -> Path:
 
 
 def _home(job: ImageJob) -> Path:
-    return _state_root() / "home" / job.short
+    return job.settings.folders.image_state / "home" / job.short
 
 
 def run_verb(
@@ -202,7 +203,7 @@ def run_verb(
     if not job.foreign:
         from cuw.toolchain.toolkit import find_toolkit
 
-        toolkit = find_toolkit()
+        toolkit = find_toolkit(homes=job.settings.homes)
         mounts[toolkit.home] = False
         env["CUW_CUDA_HOME"] = str(toolkit.home)
     for folder in read_only:
@@ -218,7 +219,7 @@ def run_verb(
         "PYTHONUNBUFFERED": "1",
         # An internal error's traceback lands where the host can read it, not in the container's /tmp.
         "CUW_LOG_DIR": str((folders[0] if folders else _home(job)).resolve()),
-        **{k: v for k, v in os.environ.items() if k in ("CUW_CACHE_TOOL", "CUW_CACHE_REMOTE")},
+        **{k: v for k, v in job.settings.environ.items() if k in ("CUW_CACHE_TOOL", "CUW_CACHE_REMOTE")},
     }
     name = _container_name(label)
     say(f"{label}: in image {job.ref} ({job.engine.name}, container {name})")

@@ -10,6 +10,7 @@ from typing import Callable, Iterator, Optional
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.partition.rules import ShardSpec
 from cuw.config.grid import cell_archs, require_in_grid
 from cuw.config.policy import CacheChoice, Policy, cache_choice, load_policy
@@ -41,12 +42,12 @@ def cell_archs_in_grid(recipe: Recipe, cell: Cell) -> list[str]:
     return cell_archs(recipe, policy.archs, cell)
 
 
-def check_floor(recipe: Recipe, cell: Cell) -> None:
+def check_floor(recipe: Recipe, cell: Cell, settings: Settings) -> None:
     """In the lane's own build image, the floor the image computes must be the one the policy
     names (images.<lane>.floor): a policy that says 2_28 over an image that yields 2_31 is refused."""
     from cuw.toolchain.builder import current_builder
 
-    builder = current_builder()
+    builder = current_builder(settings)
     image = policy_for(recipe).images.get(cell.lane)
     if image is None or builder.image is None or builder.image.rsplit("@", 1)[0] != image.ref:
         return
@@ -57,21 +58,23 @@ def check_floor(recipe: Recipe, cell: Cell) -> None:
         )
 
 
-def resolve_cache(recipe: Recipe, cell: Cell, choice: Optional[CacheChoice]) -> CacheChoice:
-    """The cell's cache tool and remote: given, or from the policy beside the recipes."""
+def resolve_cache(recipe: Recipe, cell: Cell, choice: Optional[CacheChoice], settings: Settings) -> CacheChoice:
+    """The cell's cache tool and remote: given, or the run's ``$CUW_CACHE_*`` over the policy beside the recipes."""
     if choice is not None:
         return choice
-    return cache_choice(policy_for(recipe), cell.lane)
+    return cache_choice(policy_for(recipe), cell.lane, settings)
 
 
 @contextmanager
-def alone(recipe: Recipe, cell: Cell, paths: Paths, job: str, what: str, cache: Optional[CacheChoice]) -> Iterator[None]:
+def alone(
+    recipe: Recipe, cell: Cell, paths: Paths, job: str, what: str, cache: Optional[CacheChoice], settings: Settings
+) -> Iterator[None]:
     """The job runs alone here: no second run of it, and with a cache tool whose jobs share the
     cell's build tree (sccache), no other job of the cell either. Refused at once, never waited for."""
     cell_work = paths.cell_work(cell)
     with ExitStack() as held:
         held.enter_context(only_one(cell_work / f".{job}.lock", what))
-        tool = resolve_cache(recipe, cell, cache).tool
+        tool = resolve_cache(recipe, cell, cache, settings).tool
         if tool_class(tool).shared_tree:
             held.enter_context(only_one(cell_work / ".tree.lock", f"another job of {cell.id} on its shared build tree ({tool})"))
         yield

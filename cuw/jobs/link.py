@@ -21,6 +21,7 @@ from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
 from cuw.config.cell import Cell, local_cell
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.gates.conditions import LinkObservation, Verdict, link_gate
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.rules import shard_listing
@@ -121,18 +122,21 @@ def run_link(
     progress: Optional[Progress] = report.say,
     zero_stats: bool = True,
     cache: Optional[CacheChoice] = None,
+    settings: Optional[Settings] = None,
 ) -> LinkResult:
     """Restores every shard archive, re-runs the full build and gates it; alone: a second link of
     the cell here is refused before it touches the first one's folder or build.
 
     ``zero_stats=False`` exists so a test can show the gate catching counters
-    that still carry the shards' history.
+    that still carry the shards' history. ``settings``: the run's (the command line passes them;
+    this process's environment when None).
     """
-    cell = local_cell(recipe, find_toolkit())
-    with alone(recipe, cell, paths, "link", f"the link of {cell.id}", cache):
+    settings = settings or Settings.from_env()
+    cell = local_cell(recipe, find_toolkit(homes=settings.homes))
+    with alone(recipe, cell, paths, "link", f"the link of {cell.id}", cache, settings):
         # From the job's start to its report: restoring N archives and finishing the wheel fill disks too.
-        with resources.Sampler(paths.cell_work(cell) / "link") as sampler:
-            return _run_link(recipe, paths, jobs, progress, zero_stats, cache, sampler)
+        with resources.Sampler(paths.cell_work(cell) / "link", resources.sample_interval(settings.sample_s)) as sampler:
+            return _run_link(recipe, paths, jobs, progress, zero_stats, cache, sampler, settings)
 
 
 def _run_link(
@@ -143,27 +147,28 @@ def _run_link(
     zero_stats: bool,
     cache: Optional[CacheChoice],
     sampler: resources.Sampler,
+    settings: Settings,
 ) -> LinkResult:
-    toolkit = find_toolkit()
+    toolkit = find_toolkit(homes=settings.homes)
     cell = local_cell(recipe, toolkit)
     archs = cell_archs_in_grid(recipe, cell)
-    check_floor(recipe, cell)
-    choice = resolve_cache(recipe, cell, cache)
+    check_floor(recipe, cell, settings)
+    choice = resolve_cache(recipe, cell, cache, settings)
     if choice.remote:
         check_remote(choice.remote)
     # Archives that are not the ones their shards made, or from another builder, are refused
     # before the link's folder is touched.
     for path in archive.shard_archives(paths.cell_artifacts(cell)):
         archive.check_digest(path)
-    archive.check_builders(paths.cell_artifacts(cell), current_builder())
+    archive.check_builders(paths.cell_artifacts(cell), current_builder(settings))
     ws = Workspace.for_job(paths.cell_work(cell), "link", tool_class(choice.tool).shared_tree)
-    _checked_archives(recipe, cell, paths, open_cache(choice.tool, ws.cache_dir, ws.tree, choice.remote), whole=True)
+    _checked_archives(recipe, cell, paths, open_cache(choice.tool, ws.cache_dir, ws.tree, choice.remote, settings), whole=True)
     leftovers.stop_orphans(ws.cuda_home, "link")  # a killed link's build, still running in the job folder
     link_patch = PatchContext(ws.src, cell, archs, recipe.key)
     # Where the link's time goes (the planner's link estimate reads it from the report).
     phases: dict[str, float] = {}
     clock = time.monotonic()
-    job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, lane=cell.lane)
+    job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, cell.lane, settings)
     phases["prepare_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
     # What every shard's cache is a function of, against this link's own: before anything is built.
     checked = _checked_archives(recipe, cell, paths, job_cache)
@@ -189,6 +194,7 @@ def _run_link(
         ws.build,
         jobs or default_jobs(),
         None,
+        settings.child_env(),
         lane=cell.lane,
         archs=archs,
         deps_dir=install_extra_deps(recipe, ws, cell.cuda),
@@ -244,15 +250,15 @@ def _run_link(
         "build_s": build_s,
         "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote},
         "phases": phases,
-        "builder": current_builder().to_dict(),
+        "builder": current_builder(settings).to_dict(),
     }
-    report.step_summary(f"{recipe.key} link", verdict)
+    report.step_summary(f"{recipe.key} link", verdict, settings.github.step_summary)
     report.say(verdict.line)
     shipped: Optional[Path] = None
     verified: Optional[VerifyReport] = None
     if verdict.ok and wheels:
         clock = time.monotonic()
-        verified, final = _finish_and_verify(wheels[0], recipe, cell, archs, toolkit, ws, paths)
+        verified, final = _finish_and_verify(wheels[0], recipe, cell, archs, toolkit, ws, paths, settings)
         phases["finish_s"] = round(time.monotonic() - clock, 1)
         if verified.ok:
             # Into dist/ through temp files renamed into place, wheel first, reports after it: two
@@ -283,9 +289,17 @@ def _run_link(
 
 
 def _finish_and_verify(
-    wheel: Path, recipe: Recipe, cell: Cell, archs: list[str], toolkit: Toolkit, ws: Workspace, paths: Paths
+    wheel: Path,
+    recipe: Recipe,
+    cell: Cell,
+    archs: list[str],
+    toolkit: Toolkit,
+    ws: Workspace,
+    paths: Paths,
+    settings: Settings,
 ) -> tuple[VerifyReport, Path]:
-    """Local version label, curated metadata, auditwheel repair, then the verify gate."""
+    """Local version label, curated metadata, auditwheel repair, then the verify gate (with the
+    run's cuobjdump; its table to the run's step summary)."""
     recipes_dir = Path(recipe.folder).parent
     policy = load_policy(recipes_dir).wheel
     out = ws.root / "finished"
@@ -298,7 +312,7 @@ def _finish_and_verify(
             dist_versions(paths.dist, cell, recipes_dir),
             CudaRuntime.for_cell(policy, recipe, cell),
         )
-        final = repair(retagged, cell.lane, policy, recipe, out / "repaired", current_builder().floor)
+        final = repair(retagged, cell.lane, policy, recipe, out / "repaired", current_builder(settings).floor)
     except CuwError as exc:
         failed = VerifyReport(str(wheel), [Check("finish", False, [str(exc)])])
         report.say(f"verify gate FAIL: finish: {exc}")
@@ -310,8 +324,9 @@ def _finish_and_verify(
         toolkit,
         policy,
         archs,
-        floor=current_builder().floor if lanes.lane(cell.lane).os == "linux" else None,
+        floor=current_builder(settings).floor if lanes.lane(cell.lane).os == "linux" else None,
+        cuobjdump=settings.cuobjdump,
     )
     report.say(checked.line)
-    report.append_summary(checked.to_markdown())
+    report.append_summary(checked.to_markdown(), settings.github.step_summary)
     return checked, final

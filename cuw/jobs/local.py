@@ -17,6 +17,7 @@ from cuw.gates import report
 from cuw.seat import seat_log
 from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.partition.rules import ShardSpec
 from cuw.base.progress import Meter
 from cuw.config.paths import Paths
@@ -43,18 +44,21 @@ def run_build(
     shard_args: Sequence[str] = (),
     link: Optional[Callable[[], bool]] = None,
     lane: Optional[str] = None,
+    settings: Optional[Settings] = None,
 ) -> tuple[list[Optional[bool]], Union[LinkResult, bool]]:
     """A whole cell here: every shard as a parallel process, then the link.
 
     With a tool whose jobs share one tree (sccache), shards run one at a time. ``shard_args`` go
     to every shard's command line (``--image REF``: each shard in its own container) and ``link``
     replaces the link in this process (a link in a fresh container); it returns whether it passed.
-    ``lane``: the build image's, where it is another machine's.
+    ``lane``: the build image's, where it is another machine's. ``settings``: the run's (the command
+    line passes them; this process's environment when None); every shard process gets its ``child_env``.
     """
-    toolkit = find_toolkit()
+    settings = settings or Settings.from_env()
+    toolkit = find_toolkit(homes=settings.homes)
     cell = local_cell(recipe, toolkit, lane)
     cell_archs_in_grid(recipe, cell)
-    choice = resolve_cache(recipe, cell, cache)
+    choice = resolve_cache(recipe, cell, cache, settings)
     n = recipe.sharding.count if count is None else count
     if n < 1:
         raise CuwError(f"--shards must be at least 1, got {n}")
@@ -106,7 +110,7 @@ def run_build(
                     except CuwError:
                         pass
                 reader = seat_log.LogReader(ws.seat_log, count_host=recipe.sharding.filter == "source")
-                running[spec.index] = (spawn(cmd, stdin=subprocess.DEVNULL), reader, owned)
+                running[spec.index] = (spawn(cmd, stdin=subprocess.DEVNULL, env=settings.child_env()), reader, owned)
                 # Several shards at once: plain lines (no bars), each at most every 10 s.
                 meters[spec.index] = Meter(f"shard {spec}: compiled", owned, "TUs", say=progress, every_s=10.0, terminal=False)
             time.sleep(1.0)
@@ -127,5 +131,5 @@ def run_build(
         progress(f"shards that failed their gate: {', '.join(failed)}; linking what arrived")
     if link is not None:
         return outcomes, link()
-    result = run_link(recipe, paths, jobs=default_jobs(), progress=progress, cache=choice)
+    result = run_link(recipe, paths, jobs=default_jobs(), progress=progress, cache=choice, settings=settings)
     return outcomes, result

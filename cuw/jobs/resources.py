@@ -54,9 +54,10 @@ class Sample:
     top: list[Proc] = field(default_factory=list)
 
 
-def sample_interval(env: Optional[dict[str, str]] = None) -> float:
-    """``CUW_SAMPLE_S`` in seconds; a bad value is refused rather than silently sampling never."""
-    raw = (os.environ if env is None else env).get(SAMPLE_ENV, "").strip()
+def sample_interval(raw: str) -> float:
+    """``raw``, the run's ``CUW_SAMPLE_S``, in seconds (the default when empty); a bad value is
+    refused rather than silently sampling never."""
+    raw = raw.strip()
     if not raw:
         return DEFAULT_SAMPLE_S
     try:
@@ -187,10 +188,10 @@ class Sampler:
     """Samples the machine from a daemon thread until :meth:`stop`; :meth:`record` is the report's
     ``resources`` object at any moment. A failed look is skipped: sampling never fails a job."""
 
-    def __init__(self, folder: Path, interval_s: Optional[float] = None, root: Optional[int] = None, proc: Path = _PROC) -> None:
+    def __init__(self, folder: Path, interval_s: float, root: Optional[int] = None, proc: Path = _PROC) -> None:
         self.folder = folder
         self.proc = proc
-        self.interval_s = sample_interval() if interval_s is None else interval_s
+        self.interval_s = interval_s
         self.root = os.getpid() if root is None else root
         self.disk_free_start_mb = disk_free_mb(folder)
         self.started_at = time.time()

@@ -19,6 +19,7 @@ from cuw.jobs.backends import build_env
 from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
 from cuw.base.files import sha256_of
+from cuw.base.settings import Settings
 from cuw.gates.conditions import ShardObservation, Verdict, shard_gate, starved
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.costs import recipe_costs
@@ -107,13 +108,17 @@ def run_shard(
     jobs: Optional[int] = None,
     progress: Optional[Progress] = report.say,
     cache: Optional[CacheChoice] = None,
+    settings: Optional[Settings] = None,
 ) -> ShardResult:
-    """One shard, alone: a second run of the same shard here is refused before it touches anything."""
-    cell = local_cell(recipe, find_toolkit())
-    with alone(recipe, cell, paths, f"shard-{spec.tag}", f"shard {spec} of {cell.id}", cache):
+    """One shard, alone: a second run of the same shard here is refused before it touches anything.
+    ``settings``: the run's (the command line passes them; this process's environment when None)."""
+    settings = settings or Settings.from_env()
+    cell = local_cell(recipe, find_toolkit(homes=settings.homes))
+    with alone(recipe, cell, paths, f"shard-{spec.tag}", f"shard {spec} of {cell.id}", cache, settings):
         # From the job's start to its report: prepare (source copy, deps) fills disks too.
-        with resources.Sampler(paths.cell_work(cell) / f"shard-{spec.tag}") as sampler:
-            return _run_shard(recipe, spec, paths, jobs, progress, cache, sampler)
+        interval = resources.sample_interval(settings.sample_s)
+        with resources.Sampler(paths.cell_work(cell) / f"shard-{spec.tag}", interval) as sampler:
+            return _run_shard(recipe, spec, paths, jobs, progress, cache, sampler, settings)
 
 
 def _run_shard(
@@ -124,13 +129,14 @@ def _run_shard(
     progress: Optional[Progress],
     cache: Optional[CacheChoice],
     sampler: resources.Sampler,
+    settings: Settings,
 ) -> ShardResult:
-    toolkit = find_toolkit()
+    toolkit = find_toolkit(homes=settings.homes)
     cell = local_cell(recipe, toolkit)
     check_lane(recipe, cell, spec)
     archs = cell_archs_in_grid(recipe, cell)
-    check_floor(recipe, cell)
-    choice = resolve_cache(recipe, cell, cache)
+    check_floor(recipe, cell, settings)
+    choice = resolve_cache(recipe, cell, cache, settings)
     if choice.remote:
         check_remote(choice.remote)
     out_dir = paths.cell_artifacts(cell)
@@ -149,7 +155,7 @@ def _run_shard(
         patch_ctx = PatchContext(ws.src, cell, archs, recipe.key)
         # Under the source filter the seat partitions the rest (seat_rest), or nothing.
         seat_spec = spec if not source_filter or (seat_rest(recipe) and spec.count > 1) else None
-        job_cache = prepare(ws, recipe, toolkit, seat_spec, choice.tool, choice.remote, patch_ctx, lane=cell.lane)
+        job_cache = prepare(ws, recipe, toolkit, seat_spec, choice.tool, choice.remote, patch_ctx, cell.lane, settings)
         # Before the source filter trims this shard's copy: the tree every job of the cell starts from.
         fingerprint = handoff_fingerprint(recipe, ws.src, archs, toolkit, spec.count, cell.lane)
         if source_filter:
@@ -189,6 +195,7 @@ def _run_shard(
         ws.build,
         parallel.jobs,
         spec if source_filter else None,
+        settings.child_env(),
         lane=cell.lane,
         shard=spec,
         archs=archs,
@@ -271,7 +278,7 @@ def _run_shard(
             counters=stats.summary(),
             fingerprint=fingerprint,
             timeline=[row for row in map(seat_log.timeline_row, compiles) if row is not None],
-            builder=current_builder().to_dict(),
+            builder=current_builder(settings).to_dict(),
         )
         try:
             written = archive.pack(job_cache, manifest, target)
@@ -293,7 +300,7 @@ def _run_shard(
         target.unlink(missing_ok=True)  # a finished run that failed its gate: no older archive stands in for it
     context["resources"] = sampler.record()  # packing the archive counts: it can fill the disk too
     report.write(verdict, report_path, context)  # after the archive: an ok report always has its archive
-    report.step_summary(f"{recipe.key} {label}", verdict)
+    report.step_summary(f"{recipe.key} {label}", verdict, settings.github.step_summary)
     report.say(verdict.line)
     if not verdict.ok:
         for line in obs.log.splitlines()[-15:]:

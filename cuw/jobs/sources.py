@@ -31,18 +31,17 @@ from typing import NamedTuple, Optional
 from cuw.base.errors import CuwError
 from cuw.base.files import copy_into, sha256_of
 from cuw.base.progress import Meter
+from cuw.base.settings import MIRROR_VAR, Settings
 from cuw.config.recipe import Recipe
 from cuw.gates import report
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("CUW_SOURCE_CACHE") or Path.home() / ".cache" / "cuw" / "sources")  # set but empty: the default
-
-
-def fetch_sdist(requirement: str, sha256: str) -> Path:
-    """The sdist ``name==version`` from the package index pip is configured for,
-    verified and kept under its hash."""
-    for cached in sorted(cache_root().glob(f"{sha256}-*")):
+def fetch_sdist(requirement: str, sha256: str, settings: Optional[Settings] = None) -> Path:
+    """The sdist ``name==version`` from the package index pip is configured for, verified and kept
+    under its hash in the run's source cache (``settings``: this process's environment's when None)."""
+    settings = settings or Settings.from_env()
+    cache_root = settings.folders.source_cache
+    for cached in sorted(cache_root.glob(f"{sha256}-*")):
         # Checked on every use, not only when downloaded: the cache is trusted by content, never by name.
         if cached.is_file() and sha256_of(cached) == sha256:
             return cached
@@ -77,34 +76,33 @@ def fetch_sdist(requirement: str, sha256: str) -> Path:
         if proc.returncode != 0 and "metadata-generation-failed" in proc.stderr:
             # pip runs upstream's setup.py to read metadata (flash-attn's imports psutil);
             # the file itself is on the index: take it by its pinned hash instead.
-            files = [_download_by_hash(requirement, sha256, Path(tmp))]
+            files = [_download_by_hash(requirement, sha256, Path(tmp), settings.pip_index_url)]
         elif proc.returncode != 0 or len(files) != 1:
             last = (proc.stderr.strip().splitlines() or ["no file"])[-1]
             raise CuwError(f"could not download the sdist {requirement}: {last}")
         got = sha256_of(files[0])
         if got != sha256:
             raise CuwError(f"sdist {files[0].name} has sha256 {got}, the recipe pins {sha256}")
-        cache_root().mkdir(parents=True, exist_ok=True)
-        dest = cache_root() / f"{sha256}-{files[0].name}"
+        cache_root.mkdir(parents=True, exist_ok=True)
+        dest = cache_root / f"{sha256}-{files[0].name}"
         # Through a hidden temp file and a rename: a shard beside this one on the runner, fetching
         # the same sdist, finds the whole file or none (never one being copied over).
         return copy_into(files[0], dest, "the source cache")
 
 
-def _index_url() -> str:
-    """The index pip is configured for (PEP 503 simple API)."""
-    url = os.environ.get("PIP_INDEX_URL")
+def _index_url(url: Optional[str]) -> str:
+    """The index pip is configured for (PEP 503 simple API): ``url`` ($PIP_INDEX_URL), else pip's config."""
     if not url:
         proc = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True)
         url = proc.stdout.strip() if proc.returncode == 0 else ""
     return (url or "https://pypi.org/simple").rstrip("/")
 
 
-def _download_by_hash(requirement: str, sha256: str, into: Path) -> Path:
+def _download_by_hash(requirement: str, sha256: str, into: Path, index_url: Optional[str]) -> Path:
     """The file of ``requirement`` whose index link carries ``#sha256=<pin>``, fetched without
     running any of its code."""
     name = re.sub(r"[-_.]+", "-", requirement.split("==")[0]).lower()
-    page_url = f"{_index_url()}/{name}/"
+    page_url = f"{_index_url(index_url)}/{name}/"
     try:
         with urllib.request.urlopen(page_url, timeout=120) as resp:
             page = resp.read().decode()
@@ -227,8 +225,6 @@ def tarball_commit(tarball: Path) -> Optional[str]:
 
 # -- git sources from a local mirror ------------------------------------------------
 
-MIRROR_VAR = "CUW_GIT_MIRROR"
-"""A git repository, a folder of mirrors, or one tarball; ``--git-mirror`` sets it for the verb and its jobs."""
 TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.xz", ".tar.bz2", ".zip")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _FIX = f"give --git-mirror (or ${MIRROR_VAR}) a git repository, a folder of mirrors or a `git archive` tarball"
@@ -237,12 +233,6 @@ _FIX = f"give --git-mirror (or ${MIRROR_VAR}) a git repository, a folder of mirr
 class Mirror(NamedTuple):
     kind: str  # "repo" or "tarball"
     path: Path
-
-
-def mirror_from_env() -> Optional[Path]:
-    """``$CUW_GIT_MIRROR`` as an absolute path, or None when unset or empty."""
-    value = os.environ.get(MIRROR_VAR, "").strip()
-    return Path(value).expanduser().resolve() if value else None
 
 
 def check_mirror(path: Path, option: str = f"${MIRROR_VAR}") -> Path:
@@ -350,17 +340,19 @@ def _from_tarball(recipe: Recipe, tarball: Path, dest: Path) -> Path:
     return unpack(tarball, dest)
 
 
-def materialize(recipe: Recipe, dest: Path) -> Path:
-    """Puts the recipe's source at ``dest`` (a fresh folder)."""
+def materialize(recipe: Recipe, dest: Path, settings: Optional[Settings] = None) -> Path:
+    """Puts the recipe's source at ``dest`` (a fresh folder), through the run's source cache or git
+    mirror (``settings``: this process's environment's when None)."""
+    settings = settings or Settings.from_env()
     source = recipe.source
     if source.path is not None:
         shutil.copytree(recipe.source_dir, dest, symlinks=True)
         return dest
     if source.pypi is not None:
         assert source.sha256 is not None  # the loader requires it
-        return unpack(fetch_sdist(source.pypi, source.sha256), dest)
+        return unpack(fetch_sdist(source.pypi, source.sha256, settings), dest)
     assert source.git is not None and source.tag is not None and source.commit is not None
-    location = mirror_from_env()
+    location = settings.git_mirror
     if location is None:
         return checkout_git(source.git, source.tag, source.commit, source.recursive, dest)
     mirror = resolve_mirror(source.git, source.tag, check_mirror(location))

@@ -22,6 +22,7 @@ from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, rest_keys, seat_rest
 from cuw.toolchain.cache import Cache, open_cache
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.partition.rules import ShardSpec
 from cuw.config.recipe import Recipe
 from cuw.jobs.patching import PatchContext
@@ -95,20 +96,23 @@ def prepare(
     remote: Optional[str] = None,
     patch: Optional[PatchContext] = None,
     lane: str = "linux",
+    settings: Optional[Settings] = None,
 ) -> Cache:
-    """A fresh job folder: source copy (patched), empty cache, seat and shadow CUDA_HOME."""
+    """A fresh job folder: source copy (patched), empty cache, seat and shadow CUDA_HOME.
+    ``settings``: the run's (this process's environment's when None)."""
+    settings = settings or Settings.from_env()
     for folder in {ws.root, ws.tree}:
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-    materialize(recipe, ws.src)
+    materialize(recipe, ws.src, settings)
     if patch is not None:
         apply_patch(recipe, replace(patch, source_dir=ws.src))
     for folder in (ws.build, ws.wheel_dir, ws.logs, ws.seat_dir):
         folder.mkdir()
-    job_cache = open_cache(tool, ws.cache_dir, ws.tree, remote)
+    job_cache = open_cache(tool, ws.cache_dir, ws.tree, remote, settings)
     job_cache.prepare()
-    install.make_empty_object(ws.empty_object)
+    install.make_empty_object(ws.empty_object, settings.cc)
     config = runtime.SeatConfig(
         real_nvcc=str(toolkit.nvcc),
         cache_cmd=job_cache.binary(),
@@ -126,10 +130,10 @@ def prepare(
     )
     script = install.install(ws.seat_dir, config)
     # A shard's foreign TUs stubbed without a Python start (no C compiler: the scripts stay).
-    native.install_native(ws.seat_dir, config, note=ws.build_log)
+    native.install_native(ws.seat_dir, config, note=ws.build_log, cc=settings.cc)
     make_shadow_home(toolkit, ws.cuda_home, script)
     install.link_host_seat(ws.seat_dir, ws.cuda_home / "bin", config)
-    install_ninja_wrapper(ws.cuda_home / "bin")
+    install_ninja_wrapper(ws.cuda_home / "bin", settings.path)
     return job_cache
 
 
@@ -145,16 +149,17 @@ exec {real} "$@"
 """
 
 
-def install_ninja_wrapper(bin_dir: Path) -> Optional[Path]:
+def install_ninja_wrapper(bin_dir: Path, path: Optional[str] = None) -> Optional[Path]:
     """``bin_dir/ninja``: the real ninja, with ``-k 0`` added when the job's environment has
     CUW_KEEP_GOING=1 (shard jobs only). The shadow bin is first on the build's PATH, so every
     ``ninja`` run by name (torch's ninja path, ccimport, CMake's own lookup) reaches it.
-    None (and no wrapper) where there is no ninja or no POSIX shell."""
+    None (and no wrapper) where there is no ninja or no POSIX shell. ``path``: the run's PATH
+    (this process's when None)."""
     import shlex
 
     from cuw.jobs.backends import KEEP_GOING
 
-    real = find_real_ninja()
+    real = find_real_ninja(path)
     if real is None or os.name != "posix":
         return None
     wrapper = bin_dir / "ninja"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import cuw
+from cuw.base.settings import Settings
 from cuw.seat.runtime import HOST_COMPILERS, HOST_SCRIPT, SeatConfig
 
 
@@ -74,12 +75,12 @@ def install(folder: Path, config: SeatConfig) -> Path:
     return script
 
 
-def make_empty_object(path: Path) -> Path:
+def make_empty_object(path: Path, cc: Optional[str] = None) -> Path:
     """A valid object file with nothing in it, made once per job: compiled by the C compiler,
     or, where there is none (or it fails), written here as a minimal ELF relocatable object."""
     import subprocess
 
-    compiler = find_c_compiler()
+    compiler = find_c_compiler(cc)
     if compiler is not None:
         src = path.with_suffix(".c")
         src.write_text("/* cuda-wheels-forge: the object a foreign TU gets */\n")
@@ -95,11 +96,12 @@ def make_empty_object(path: Path) -> Path:
     return path
 
 
-def find_c_compiler() -> Optional[str]:
-    """The C compiler named by CC (when it runs) or found on PATH as cc or gcc; None without one."""
+def find_c_compiler(cc: Optional[str] = None) -> Optional[str]:
+    """The C compiler ``cc`` names (the run's ``$CC``; this process's when None), when it runs, or
+    found on PATH as cc or gcc; None without one."""
     import shutil
 
-    named = os.environ.get("CC", "").split()
+    named = (Settings.from_env().cc if cc is None else cc).split()
     for candidate in ([named[0]] if named else []) + ["cc", "gcc"]:
         found = shutil.which(candidate)
         if found:
@@ -107,9 +109,11 @@ def find_c_compiler() -> Optional[str]:
     return None
 
 
-def c_compiler() -> str:
-    """The C compiler a job builds its own small pieces with (the empty object, the native stub)."""
-    return os.environ.get("CC") or find_c_compiler() or "cc"
+def c_compiler(cc: Optional[str] = None) -> str:
+    """The C compiler a job builds its own small pieces with (the empty object, the native stub):
+    ``cc`` (the run's ``$CC``; this process's when None), else one on PATH."""
+    cc = Settings.from_env().cc if cc is None else cc
+    return cc or find_c_compiler(cc) or "cc"
 
 
 # ELF e_machine (and e_flags) of the hosts a job builds on: what the empty object is for.

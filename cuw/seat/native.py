@@ -159,7 +159,7 @@ def _native_unfit(config: SeatConfig) -> Optional[str]:
     return None
 
 
-def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None) -> bool:
+def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None, cc: Optional[str] = None) -> bool:
     """Compiles cuw/seat/seat_stub.c into the seat folder written by :func:`install`, in place of the
     ``nvcc`` and host scripts (which move to ``python/`` and stay the fallback).
 
@@ -175,7 +175,7 @@ def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None
     reason = _native_unfit(config)
     binaries = {"nvcc": folder / "seat-stub-nvcc", HOST_SCRIPT: folder / "seat-stub-host"}
     if reason is None:
-        compiler = c_compiler()
+        compiler = c_compiler(cc)
         (folder / NATIVE_TABLE).write_text(table, encoding="utf-8")
         write_tables_header(folder)
         for host, out in enumerate(binaries.values()):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.base.versions import version_key
 
 IMAGE_VAR = "CUW_BUILD_IMAGE"
@@ -103,9 +104,10 @@ def _glibcxx(compiler: Optional[str]) -> Optional[str]:
     return max(found, key=version_key) if found else None
 
 
-def _compiler() -> tuple[Optional[str], str]:
-    """The host C++ compiler a build uses (``$CXX``, else ``c++``/``g++`` on PATH) and its first line."""
-    named = os.environ.get("CXX", "").split()
+def _compiler(cxx: str) -> tuple[Optional[str], str]:
+    """The host C++ compiler a build uses (``cxx``, the run's ``$CXX``, else ``c++``/``g++`` on PATH)
+    and its first line."""
+    named = cxx.split()
     for candidate in ([named[0]] if named else []) + ["c++", "g++"]:
         path = shutil.which(candidate)
         if path:
@@ -129,13 +131,19 @@ def linux_machine(name: Optional[str] = None) -> str:
     return {v: k for k, v in PLATFORM_ARCH.items()}.get(name.lower(), name)
 
 
+def current_builder(settings: Optional[Settings] = None) -> Builder:
+    """This process's builder: the image named by the run's ``$CUW_BUILD_IMAGE`` (set by the launcher),
+    or the host (``settings``: this process's environment's when None)."""
+    settings = settings or Settings.from_env()
+    return _builder(settings.build_image, settings.cxx)
+
+
 @lru_cache(maxsize=None)
-def current_builder() -> Builder:
-    """This process's builder: the image named by ``$CUW_BUILD_IMAGE`` (set by the launcher), or the host."""
+def _builder(image: Optional[str], cxx: str) -> Builder:
     glibc = None
     try:
         glibc = (os.confstr("CS_GNU_LIBC_VERSION") or "").split()[-1]  # "glibc 2.31"
     except (AttributeError, ValueError, OSError, IndexError):
         pass
-    path, line = _compiler()
-    return Builder(os.environ.get(IMAGE_VAR) or None, linux_machine(), glibc, _glibcxx(path), line)
+    path, line = _compiler(cxx)
+    return Builder(image, linux_machine(), glibc, _glibcxx(path), line)

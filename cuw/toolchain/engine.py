@@ -8,7 +8,6 @@ engine's bridge, whose private-range addresses some machines must not reach.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -63,8 +62,8 @@ def _answers(path: str) -> Optional[str]:
 
 
 def find_engine(name: Optional[str] = None) -> Engine:
-    """``name`` (``--engine``), else ``$CUW_ENGINE``, else docker, then podman on PATH; it must answer."""
-    wanted = name or os.environ.get(ENGINE_VAR) or None
+    """``name`` (``--engine``, else the run's ``$CUW_ENGINE``), else docker, then podman on PATH; it must answer."""
+    wanted = name or None
     if wanted is not None and wanted not in ENGINES:
         raise CuwError(f"--engine {wanted!r}: choose docker or podman (or set {ENGINE_VAR})")
     for candidate in [wanted] if wanted else list(ENGINES):

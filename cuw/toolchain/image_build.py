@@ -136,10 +136,6 @@ def default_recipe(arch: Optional[str] = None) -> Path:
     return path
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("CUW_IMAGE_CACHE") or Path.home() / ".cache" / "cuw" / "images")
-
-
 def fetch_source(source: PythonSource, folder: Path, say: Say) -> Path:
     """The tarball, downloaded once into ``folder`` through a temp file and checked against its sha256."""
     target = folder / source.file_name
@@ -302,12 +298,13 @@ def _base_layer(engine: Engine, recipe: ImageRecipe, folder: Path, log: Path, sa
     return base
 
 
-def build_image(engine: Engine, recipe: ImageRecipe, say: Say) -> tuple[str, bool]:
-    """The stand-in's reference and whether it was already built (its tag is its recipe's digest)."""
+def build_image(engine: Engine, recipe: ImageRecipe, say: Say, cache_root: Path) -> tuple[str, bool]:
+    """The stand-in's reference and whether it was already built (its tag is its recipe's digest).
+    ``cache_root``: the run's ``$CUW_IMAGE_CACHE`` (its build folders and downloaded Pythons)."""
     ref = recipe.ref
     if image_id(engine, ref):
         return ref, True
-    folder = cache_root() / recipe.digest()[:16]
+    folder = cache_root / recipe.digest()[:16]
     folder.mkdir(parents=True, exist_ok=True)
     with held(folder / "lock"):  # two builds of one recipe: the second waits and reuses
         if image_id(engine, ref):
@@ -323,7 +320,7 @@ def build_image(engine: Engine, recipe: ImageRecipe, say: Say) -> tuple[str, boo
         for source in recipe.pythons:
             if source.debian:
                 continue
-            shutil.copy2(fetch_source(source, cache_root() / "sources", say), context / source.file_name)
+            shutil.copy2(fetch_source(source, cache_root / "sources", say), context / source.file_name)
         (context / "Dockerfile").write_text(dockerfile(recipe, base))
         _run_logged(
             engine.cmd("build", "--network", "host", "-t", ref, str(context)),

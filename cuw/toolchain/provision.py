@@ -37,10 +37,6 @@ PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][0-9A-Za-z.+!-]*$")
 NO_NVCC_WHEEL = "NVIDIA's CUDA {major} wheels ship ptxas but no nvcc driver, so a {line} line needs a system toolkit"
 
 
-def default_root() -> Path:
-    return Path(os.environ.get("CUW_TOOLKITS") or Path.home() / ".cache" / "cuw" / "toolkits")
-
-
 def check_pins(line: str, pins: list[str], where: str) -> None:
     """Exact ``name==version`` pins for a line that has an nvcc wheel (CUDA 13 and later)."""
     major = line.split(".")[0]
@@ -98,15 +94,15 @@ def _size_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink()) / 1e6
 
 
-def ensure(spec: WheelToolkit, root: Optional[Path] = None, python: str = sys.executable) -> Provisioned:
-    """The line's toolkit from its pinned wheels: reused when ready, else installed (once, under a lock)."""
+def ensure(spec: WheelToolkit, root: Path, python: str = sys.executable) -> Provisioned:
+    """The line's toolkit from its pinned wheels under ``root`` (the run's ``$CUW_TOOLKITS``): reused
+    when ready, else installed (once, under a lock)."""
     if sys.platform.startswith("win"):
         raise CuwError(
             f"toolkits.{spec.line} = wheels: the wheel toolkit is provisioned on Linux only; "
             f"use system (.github/scripts/install-cuda.ps1) or a toolkit path on Windows"
         )
     check_pins(spec.line, list(spec.pins), f"toolkit_wheels.{spec.line}")
-    root = root or default_root()
     start = time.monotonic()
     found = _ready(spec, root)
     if found:

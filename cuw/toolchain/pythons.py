@@ -9,7 +9,6 @@ there and is passed over.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -17,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+from cuw.base.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ def _probe(python: str, minor: str, where: str) -> Optional[Interpreter]:
     return Interpreter(lines[1], lines[0], where, Path(lines[2]))
 
 
-def _pyenv_root() -> Optional[Path]:
+def _pyenv_root(configured: Optional[str]) -> Optional[Path]:
+    """``pyenv root``, else ``configured`` (the run's ``$PYENV_ROOT``), else ``~/.pyenv``."""
     if shutil.which("pyenv"):
         try:
             out = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=30)
@@ -47,12 +49,12 @@ def _pyenv_root() -> Optional[Path]:
                 return Path(out.stdout.strip())
         except (OSError, subprocess.SubprocessError):
             pass
-    env = os.environ.get("PYENV_ROOT")
-    return Path(env) if env else (Path.home() / ".pyenv" if (Path.home() / ".pyenv").is_dir() else None)
+    return Path(configured) if configured else (Path.home() / ".pyenv" if (Path.home() / ".pyenv").is_dir() else None)
 
 
-def find_python(minor: str) -> tuple[Optional[Interpreter], list[str]]:
-    """CPython ``minor`` (``3.12``), and the places looked at (for an error or a skip naming them)."""
+def find_python(minor: str, settings: Optional[Settings] = None) -> tuple[Optional[Interpreter], list[str]]:
+    """CPython ``minor`` (``3.12``), and the places looked at (for an error or a skip naming them).
+    ``settings``: the run's, for ``$PYENV_ROOT`` (this process's environment's when None)."""
     looked: list[str] = []
     if f"{sys.version_info.major}.{sys.version_info.minor}" == minor:
         base = Path(sys.base_prefix) / "bin" / f"python{minor}"
@@ -65,7 +67,7 @@ def find_python(minor: str) -> tuple[Optional[Interpreter], list[str]]:
         got = _probe(on_path, minor, f"PATH {on_path}")
         if got:
             return got, looked
-    root = _pyenv_root()
+    root = _pyenv_root((settings or Settings.from_env()).pyenv_root)
     looked.append(f"pyenv versions in {root / 'versions'}" if root else "pyenv (not installed)")
     if root and (root / "versions").is_dir():
         found = [p for p in (root / "versions").glob(f"{minor}.*") if re.fullmatch(rf"{re.escape(minor)}\.\d+", p.name)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings, ToolkitHomes
 
 DEFAULT_CUDA_HOME = "/usr/local/cuda-13.0"
 # Where NVIDIA's Windows installer puts a CUDA line (.github/scripts/install-cuda.ps1).
@@ -61,26 +61,27 @@ def _version_of(nvcc: str) -> str:
     return match.group(1)
 
 
-def find_toolkit(platform: Optional[str] = None) -> Toolkit:
-    """``$CUW_CUDA_HOME``, ``$CUDA_HOME``, nvcc on PATH, then the default install.
+def find_toolkit(platform: Optional[str] = None, homes: Optional[ToolkitHomes] = None) -> Toolkit:
+    """``homes`` (the run's: ``$CUW_CUDA_HOME``, ``$CUDA_HOME``, or the toolkit the run chose;
+    this process's environment's when None), nvcc on PATH, then the default install.
 
     ``platform`` (a ``sys.platform`` value or a lane; the host when None) decides the
     toolkit's shape: on Windows nvcc is ``bin\\nvcc.exe``, ``$CUDA_PATH`` (what NVIDIA's
     installer sets) is read after ``$CUDA_HOME``, and the default is the installer's folder.
     """
+    homes = homes or Settings.from_env().homes
     windows = is_windows(platform)
     nvcc = exe_name("nvcc", platform)
-    for var in ("CUW_CUDA_HOME", "CUDA_HOME"):
+    for var, named in homes.named():
         # A toolkit the user named is the one they meant: no silent fallback to another nvcc.
-        named = os.environ.get(var)
         if named and not _is_shadow(Path(named)) and not (Path(named) / "bin" / nvcc).is_file():
             raise CuwError(
                 f"{var}={named} has no bin/{nvcc}: point it at a CUDA toolkit (the folder holding bin/{nvcc}), "
                 f"or unset it to use nvcc on PATH or {DEFAULT_CUDA_HOME_WINDOWS if windows else DEFAULT_CUDA_HOME}"
             )
-    candidates = [os.environ.get("CUW_CUDA_HOME"), os.environ.get("CUDA_HOME")]
+    candidates = [named for _, named in homes.named()]
     if windows:
-        candidates.append(os.environ.get("CUDA_PATH"))
+        candidates.append(homes.cuda_path)
     on_path = shutil.which(nvcc)
     if on_path:
         candidates.append(_home_of_nvcc(Path(on_path)))
@@ -169,10 +170,9 @@ def _merged_include(toolkit: Toolkit, target: Path) -> None:
                 (target / entry.name).symlink_to(entry)
 
 
-def find_cuobjdump(toolkit: Toolkit) -> Path:
-    """The toolkit's cuobjdump, else the one the ``nvidia-cuda-cuobjdump`` wheel ships
-    (a newer cuobjdump reads older binaries)."""
-    override = os.environ.get("CUW_CUOBJDUMP")
+def find_cuobjdump(toolkit: Toolkit, override: Optional[str] = None) -> Path:
+    """``override`` (the run's ``$CUW_CUOBJDUMP``), else the toolkit's cuobjdump, else the one the
+    ``nvidia-cuda-cuobjdump`` wheel ships (a newer cuobjdump reads older binaries)."""
     if override:
         if not Path(override).is_file():
             raise CuwError(f"CUW_CUOBJDUMP={override} is not a file")

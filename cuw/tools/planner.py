@@ -24,6 +24,7 @@ from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import REST_FAMILY, covered_keys, rest_keys
 from cuw.partition.costs import CostTable, recipe_costs
 from cuw.base.errors import CuwError
+from cuw.base.settings import Settings
 from cuw.config.grid import cells
 from cuw.ci.matrix import MAX_JOBS, jobs_for_cell
 from cuw.config.limits import check_count
@@ -131,8 +132,9 @@ class Plan:
 # -- inputs ----------------------------------------------------------------------
 
 
-def prepare_tree(recipe: Recipe, dest: Path) -> Path:
-    """The recipe's source as a shard sees it before the filter runs: fetched, then patched (no build)."""
+def prepare_tree(recipe: Recipe, dest: Path, settings: Optional[Settings] = None) -> Path:
+    """The recipe's source as a shard sees it before the filter runs: fetched, then patched (no build).
+    ``settings``: the run's (its toolkit, source cache and git mirror; this process's when None)."""
     from cuw.config.cell import Cell, local_cell
     from cuw.config.grid import cell_archs
     from cuw.jobs.patching import PatchContext
@@ -140,13 +142,14 @@ def prepare_tree(recipe: Recipe, dest: Path) -> Path:
     from cuw.jobs.sources import materialize
     from cuw.toolchain.toolkit import find_toolkit
 
+    settings = settings or Settings.from_env()
     policy = load_policy(Path(recipe.folder).parent)
     try:
-        cell = local_cell(recipe, find_toolkit())
+        cell = local_cell(recipe, find_toolkit(homes=settings.homes))
     except CuwError:  # no toolkit or torch here: the grid's first cell stands in
         first = cells(recipe, policy.grid)[0]
         cell = Cell(recipe.key, first.lane, first.python, first.cuda, first.torch)
-    materialize(recipe, dest)
+    materialize(recipe, dest, settings)
     try:
         archs = cell_archs(recipe, policy.archs, cell)
     except CuwError:
@@ -184,7 +187,9 @@ def seat_log_keys(path: Path) -> list[str]:
     return sorted(keys)
 
 
-def gather(recipe: Recipe, work: Path, table: Optional[CostTable], from_log: Optional[Path]) -> Inputs:
+def gather(
+    recipe: Recipe, work: Path, table: Optional[CostTable], from_log: Optional[Path], settings: Optional[Settings] = None
+) -> Inputs:
     """``filter: source``: the globs' files in the prepared tree. ``seat``: a seat log,
     else the cost table's keys, else every .cu of the prepared tree."""
     if recipe.sharding.filter == "seat" and from_log is not None:
@@ -193,7 +198,7 @@ def gather(recipe: Recipe, work: Path, table: Optional[CostTable], from_log: Opt
         return Inputs(sorted(table.costs), f"cost table {table.path}", table, None)
     if from_log is not None:
         raise CuwError("--from-log lists a seat's TUs; this recipe uses filter: source, whose files come from its globs")
-    tree = prepare_tree(recipe, work / "src")
+    tree = prepare_tree(recipe, work / "src", settings)
     keys = covered_keys(recipe, tree)
     rest = rest_keys(recipe, tree)
     what = "sharding.source.globs" if recipe.sharding.source.globs else "every source file"
@@ -432,8 +437,10 @@ def plan(
     from_log: Optional[Path] = None,
     work: Optional[Path] = None,
     checked_n: Optional[int] = None,
+    settings: Optional[Settings] = None,
 ) -> Plan:
-    """Plans ``counts``; the checklist runs at ``checked_n`` (default: the recipe's sharding.count)."""
+    """Plans ``counts``; the checklist runs at ``checked_n`` (default: the recipe's sharding.count).
+    ``settings``: the run's, for the source it prepares (this process's environment's when None)."""
     if not counts:
         raise CuwError("no shard count to plan")
     for n in (*counts, *([checked_n] if checked_n is not None else [])):
@@ -444,7 +451,7 @@ def plan(
     if recipe.sharding.rule == "cost" and table is None:
         raise CuwError(f"recipe {recipe.key!r}: rule cost needs a cost table: cuw costs {recipe.key} --from <log>")
     with tempfile.TemporaryDirectory(prefix="cuw-plan-") as scratch:
-        inputs = gather(recipe, work or Path(scratch), table, from_log)
+        inputs = gather(recipe, work or Path(scratch), table, from_log, settings)
         if not inputs.keys:
             raise CuwError(f"recipe {recipe.key!r}: the partition covers no TU ({inputs.origin})")
         family = {

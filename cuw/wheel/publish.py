@@ -17,7 +17,6 @@ wheels of the chunk are still published.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -31,6 +30,7 @@ from packaging.utils import canonicalize_name
 from cuw import __version__
 from cuw.gates import report
 from cuw.base.errors import CuwError
+from cuw.base.settings import GitHub, Settings
 from cuw.base.files import check_apart, copy_into, writable_dir, write_text
 from cuw.base.files import sha256_of as sha256_file, tree_digest
 from cuw.config.inputs import cell_inputs, inputs_digest
@@ -60,9 +60,9 @@ def _source(recipe: Any) -> dict[str, Any]:
     return {"kind": "path", "spec": src.path, "sha256": tree_digest(folder)}
 
 
-def _forge_commit() -> Optional[str]:
-    if os.environ.get("GITHUB_SHA"):
-        return os.environ["GITHUB_SHA"]
+def _forge_commit(github: GitHub) -> Optional[str]:
+    if github.sha:
+        return github.sha
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).resolve().parent
@@ -89,9 +89,11 @@ def build_record(
     verify_report: Optional[dict[str, Any]],
     toolkit: Any,
     inputs: dict[str, Any],
+    github: GitHub,
 ) -> dict[str, Any]:
     """The record of one wheel (pure: everything it says comes from the arguments). ``inputs``: what
-    the wheel is a function of (:func:`cuw.config.inputs.cell_inputs`), which the plan compares."""
+    the wheel is a function of (:func:`cuw.config.inputs.cell_inputs`), which the plan compares;
+    ``github``: the run's GitHub Actions context (its commit and run, when there is one)."""
     recipes_dir = Path(recipe.folder).parent
     policy = recipes_dir / "defaults.yml"
     facts = link_report.get("facts", {})
@@ -123,23 +125,22 @@ def build_record(
         "cache": link_report.get("cache"),
         # Where the wheel was linked (image, glibc, compiler) and the floor that follows from it.
         "builder": link_report.get("builder"),
-        "forge": {"version": __version__, "commit": _forge_commit()},
+        "forge": {"version": __version__, "commit": _forge_commit(github)},
         "shards": shards,
         "link": {k: facts.get(k) for k in ("total", "hits", "misses", "uncacheable", "cuda_tus")}
         | {"seconds": link_report.get("build_s"), "shard_count": link_report.get("shard_count")},
         "verify": {"ok": (verify_report or {}).get("ok"), "checks": [{"name": c.get("name"), "ok": c.get("ok")} for c in checks]},
-        "run": {
-            k.lower(): os.environ[k] for k in ("GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT") if os.environ.get(k)
-        },
+        "run": dict(github.run),
     }
 
 
-def record(recipe: Any, dist: Path, artifacts: Path) -> Path:
-    """``cuw record``: writes ``dist/<wheel>.build.json`` for this machine's cell of ``recipe``."""
+def record(recipe: Any, dist: Path, artifacts: Path, settings: Settings) -> Path:
+    """``cuw record``: writes ``dist/<wheel>.build.json`` for this machine's cell of ``recipe``
+    (the run's ``settings``: its toolkit and GitHub context)."""
     from cuw.config.cell import local_cell
     from cuw.toolchain.toolkit import find_toolkit
 
-    toolkit = find_toolkit()
+    toolkit = find_toolkit(homes=settings.homes)
     cell = local_cell(recipe, toolkit)
     links = []
     for path in sorted(dist.glob("*.whl.link.json")):
@@ -164,8 +165,8 @@ def record(recipe: Any, dist: Path, artifacts: Path) -> Path:
     from cuw.config.policy import load_policy
     from cuw.toolchain.builder import current_builder
 
-    inputs = cell_inputs(recipe, load_policy(Path(recipe.folder).parent), cell, current_builder().image or "")
-    body = build_record(recipe, wheel, link_rep, shard_reports, verify_rep, toolkit, inputs)
+    inputs = cell_inputs(recipe, load_policy(Path(recipe.folder).parent), cell, current_builder(settings).image or "")
+    body = build_record(recipe, wheel, link_rep, shard_reports, verify_rep, toolkit, inputs, settings.github)
     out = dist / f"{wheel.name}{RECORD_SUFFIX}"
     write_text(out, json.dumps(body, indent=2, sort_keys=True) + "\n", "build record")
     report.say(
@@ -464,7 +465,15 @@ def summarize(outcome: Outcome, index: Path) -> str:
     return "\n".join(rows)
 
 
-def run_publish(incoming: Path, index: Path, reports: Optional[Path], store: Optional[AssetStore] = None, online: int = 0) -> int:
+def run_publish(
+    incoming: Path,
+    index: Path,
+    reports: Optional[Path],
+    store: Optional[AssetStore] = None,
+    online: int = 0,
+    summary: Optional[str] = None,
+) -> int:
+    """``cuw publish``: ``publish`` with a line per wheel, and its table in the step summary ``summary``."""
     outcome = publish(incoming, index, reports, store, online)
     for name in outcome.published:
         report.say(f"published {name}" + (f" (to upload: {store.upload / name})" if store else ""))
@@ -475,7 +484,7 @@ def run_publish(incoming: Path, index: Path, reports: Optional[Path], store: Opt
         report.say(f"refused {name}: {why}")
     for cell, why in outcome.failed_cells.items():
         report.say(f"not published: cell {cell}: link failed: {why}")
-    report.append_summary(summarize(outcome, index))
+    report.append_summary(summarize(outcome, index), summary)
     if not (outcome.published or outcome.already or outcome.refused):
         report.say(f"publish: no wheel arrived in {incoming}: nothing published")
         return 1

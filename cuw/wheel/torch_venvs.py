@@ -9,7 +9,6 @@ marked complete only after torch installed), from the cell's Python.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,10 +22,6 @@ from cuw.base.files import held
 from cuw.config.grid_check import wheel_names
 
 READY = ".cuw-ready"
-
-
-def default_root() -> Path:
-    return Path(os.environ.get("CUW_TORCH_VENVS") or Path.home() / ".cache" / "cuw" / "torch-venvs")
 
 
 def patch_releases(names: list[str], line: str, python: str, platform_suffix: str) -> list[str]:

@@ -29,6 +29,7 @@ from wheel.wheelfile import WheelError, WheelFile
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
 from cuw.base.files import write_text
+from cuw.base.settings import process_environ
 from cuw.base.versions import version_key
 from cuw.config import lanes
 from cuw.wheel.binaries import Binary, read_binary
@@ -345,10 +346,12 @@ def verify(
     import_check: bool = True,
     torch_patches: Optional[TorchPatches] = None,
     floor: Optional[str] = None,
+    cuobjdump: Optional[str] = None,
 ) -> Report:
     """``torch_patches``: also import the wheel under every patch release of the cell's torch line.
     ``floor``: the manylinux tag of the builder that made the wheel (the link job passes its own);
-    the wheel's tag must be it. Without one, the wheel's own tag is what its symbols are held to."""
+    the wheel's tag must be it. Without one, the wheel's own tag is what its symbols are held to.
+    ``cuobjdump``: the run's ``$CUW_CUOBJDUMP``, the arch check's reader instead of the toolkit's."""
     checks: list[Check] = []
     try:
         name, version, _, tags = parse_wheel_filename(wheel.name)
@@ -417,7 +420,7 @@ def verify(
             checks.append(Check("links_torch", True, links[:3] or ["torch-free, as the recipe says"]))
 
         checks.append(_pyinit_check(elves, recipe.verify.load_libraries))
-        checks.append(_arch_check(elves, scratch, archs, toolkit, recipe.device_code))
+        checks.append(_arch_check(elves, scratch, archs, toolkit, recipe.device_code, cuobjdump))
 
     if import_check:
         checks.append(_import_check(wheel, members, elves, recipe, requires=import_requirements(recipe, cell)))
@@ -521,9 +524,16 @@ def _size_check(wheel: Path, members: dict[str, bytes], limit_mb: Optional[float
     )
 
 
-def _arch_check(elves: list[Binary], scratch: Path, archs: list[str], toolkit: Toolkit, device_code: bool = True) -> Check:
+def _arch_check(
+    elves: list[Binary],
+    scratch: Path,
+    archs: list[str],
+    toolkit: Toolkit,
+    device_code: bool = True,
+    named_cuobjdump: Optional[str] = None,
+) -> Check:
     try:
-        cuobjdump = find_cuobjdump(toolkit)
+        cuobjdump = find_cuobjdump(toolkit, named_cuobjdump)
     except CuwError as exc:
         raise GateCannotRun(f"{exc}: the arch check cannot run") from None
     sass: set[str] = set()
@@ -581,7 +591,7 @@ def _clean_env(target: Path, home: str) -> dict[str, str]:
     """A clean process's environment: the wheel's folder on the path, GPUs hidden, nothing else."""
     env = {"PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "HOME": home}
     if sys.platform == "win32":  # Python needs SYSTEMROOT; DLLs resolve from System32
-        root = os.environ.get("SYSTEMROOT", "C:\\Windows")
+        root = process_environ().get("SYSTEMROOT", "C:\\Windows")
         env.update(SYSTEMROOT=root, PATH=os.path.join(root, "System32"), USERPROFILE=home)
     return env
 
