@@ -55,17 +55,18 @@ _CREATED = re.compile(r"docker create image=(\S+)")  # act starting a job's cont
 _USES = re.compile(r"uses:\s*([\w.-]+)/([\w.-]+)@([0-9a-f]{40})")
 
 
-def find_interpreter(minor: str) -> Optional[Interpreter]:
-    """An installed CPython ``minor`` (``3.11``), found as every job finds one (:mod:`cuw.toolchain.pythons`)."""
-    found, _ = find_python(minor)
+def find_interpreter(minor: str, settings: Optional[Settings] = None) -> Optional[Interpreter]:
+    """An installed CPython ``minor`` (``3.11``), found as every job finds one (:mod:`cuw.toolchain.pythons`;
+    the run's settings, this process's environment's when None)."""
+    found, _ = find_python(minor, settings)
     return found if found is not None and found.prefix is not None else None
 
 
-def fill_tool_cache(tool_cache: Path, minors: list[str]) -> list[Interpreter]:
+def fill_tool_cache(tool_cache: Path, minors: list[str], settings: Optional[Settings] = None) -> list[Interpreter]:
     """``<tool_cache>/Python/<X.Y.Z>/x64`` -> each interpreter's prefix, with setup-python's ``x64.complete``."""
     found = []
     for minor in minors:
-        interp = find_interpreter(minor)
+        interp = find_interpreter(minor, settings)
         if interp is None:
             raise CuwError(
                 f"the workflow needs Python {minor} (actions/setup-python) and none was found here "
@@ -415,7 +416,7 @@ def run_workflow(args: WorkflowOptions, settings: Settings) -> int:
     act_home = farm / "act"
     text = flow.read_text(encoding="utf-8")
     minors = sorted(set(re.findall(r'python-version:\s*"(\d+\.\d+)"', text)) | {j["python"] for j in jobs})
-    interps = fill_tool_cache(act_home / "tool_cache", minors)
+    interps = fill_tool_cache(act_home / "tool_cache", minors, settings)
     for i in interps:
         report.say(f"workflow: setup-python gets Python {i.version} from {i.where}")
     offline = offline_actions(repo, settings.offline_actions)

@@ -133,6 +133,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, s
     """``build --matrix``: the same cells the workflow gets, each built here in its own environment
     where this machine has its lane, CUDA line and Python (cuw/ci/matrix_build.py)."""
     from cuw.ci import matrix, matrix_build
+    from cuw.toolchain.pythons import find_python
     from cuw.config import toolkits
     from cuw.config.lanes import local_lane
 
@@ -147,7 +148,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, s
     for line in lines.values():
         if line.chosen is not None:
             report.say(f"toolkit: {line.chosen.how}")
-    build, skipped = matrix_build.plan_local(recipe, selected, here, lines)
+    build, skipped = matrix_build.plan_local(recipe, selected, here, lines, lambda minor: find_python(minor, settings))
     for row in skipped:
         report.say(f"skipped {row.cell.id}: needs {row.why}")
     if not build:

@@ -458,8 +458,11 @@ def _merge_tree(src: Path, dest: Path) -> int:
     return added
 
 
-def expect(manifest: Manifest, path: Path, cell: Cell, job_cache: Cache, count: Optional[int]) -> None:
-    """An archive from another recipe, cell, cache tool/version/remote or shard count is refused by name."""
+def expect(
+    manifest: Manifest, path: Path, cell: Cell, job_cache: Cache, count: Optional[int], builder: Optional[Builder] = None
+) -> None:
+    """An archive from another recipe, cell, cache tool/version/remote, shard count or builder (``builder``:
+    the link's; this process's when None) is refused by name."""
     if manifest.cell.get("recipe") != cell.recipe:
         raise CuwError(f"{path}: archive is for recipe {manifest.cell.get('recipe')!r}, not {cell.recipe!r}")
     theirs = Cell(**manifest.cell)
@@ -479,7 +482,7 @@ def expect(manifest: Manifest, path: Path, cell: Cell, job_cache: Cache, count: 
         raise CuwError(f"{path}: archive is shard {manifest.shard_index}/{manifest.shard_count}, others are of {count}")
     if manifest.format != FORMAT:
         raise CuwError(f"{path}: archive format {manifest.format}, this forge reads {FORMAT} (forge {__version__})")
-    check_builder(manifest, path, current_builder())
+    check_builder(manifest, path, builder or current_builder())
 
 
 def check_builder(manifest: Manifest, path: Path, here: Builder) -> None:

@@ -61,7 +61,9 @@ class LinkResult:
 RESTORE_THREADS = 4
 
 
-def _checked_archives(recipe: Recipe, cell: Cell, paths: Paths, job_cache: Cache, whole: bool = False):  # type: ignore[no-untyped-def]
+def _checked_archives(  # type: ignore[no-untyped-def]
+    recipe: Recipe, cell: Cell, paths: Paths, job_cache: Cache, settings: Settings, whole: bool = False
+):
     """Every archive's manifest read and held against this link (cell, tool, N, no shard twice):
     (archives, manifests, N, shard index -> archive). Reads only: the link calls it (``whole``: every
     member's name too) before it touches its folder, and again when it merges."""
@@ -75,7 +77,7 @@ def _checked_archives(recipe: Recipe, cell: Cell, paths: Paths, job_cache: Cache
     count = manifests[0].shard_count
     seen: dict[int, Path] = {}
     for path, manifest in zip(archives, manifests):
-        archive.expect(manifest, path, cell, job_cache, count)
+        archive.expect(manifest, path, cell, job_cache, count, current_builder(settings))
         if manifest.shard_index in seen:
             raise CuwError(f"{path} and {seen[manifest.shard_index]} are both shard {manifest.shard_index}/{count}")
         seen[manifest.shard_index] = path
@@ -162,7 +164,8 @@ def _run_link(
         archive.check_digest(path)
     archive.check_builders(paths.cell_artifacts(cell), current_builder(settings))
     ws = Workspace.for_job(paths.cell_work(cell), "link", tool_class(choice.tool).shared_tree)
-    _checked_archives(recipe, cell, paths, open_cache(choice.tool, ws.cache_dir, ws.tree, choice.remote, settings), whole=True)
+    its_cache = open_cache(choice.tool, ws.cache_dir, ws.tree, choice.remote, settings)  # read only: what the archives must match
+    _checked_archives(recipe, cell, paths, its_cache, settings, whole=True)
     leftovers.stop_orphans(ws.cuda_home, "link")  # a killed link's build, still running in the job folder
     link_patch = PatchContext(ws.src, cell, archs, recipe.key)
     # Where the link's time goes (the planner's link estimate reads it from the report).
@@ -171,7 +174,7 @@ def _run_link(
     job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, cell.lane, settings)
     phases["prepare_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
     # What every shard's cache is a function of, against this link's own: before anything is built.
-    checked = _checked_archives(recipe, cell, paths, job_cache)
+    checked = _checked_archives(recipe, cell, paths, job_cache, settings)
     archives, manifests, count, _ = checked
     fingerprint = handoff_fingerprint(recipe, ws.src, archs, toolkit, count, cell.lane)
     for path, manifest in zip(archives, manifests):
