@@ -11,7 +11,8 @@ from conftest import REPO
 from cuw.config.policy import load_policy
 from cuw.config.recipe import known_recipes, load_recipe
 from cuw.tools import planner
-from cuw.tools.farm_plan import JOB_CAP_S, CellJobs, FarmPlan, farm_plan, schedule
+from cuw.partition.job_cap import job_cap
+from cuw.tools.farm_plan import CellJobs, FarmPlan, farm_plan, schedule
 
 
 def test_the_schedule_is_a_list_schedule_with_links_after_their_shards():
@@ -39,10 +40,25 @@ def test_each_cell_is_planned_as_cuw_plan_plans_its_recipe(recipes_dir):
     assert farm.unpredicted.get("natten") and "llama_cpp_python" not in farm.unpredicted
     assert farm.wall_s(60) < farm.wall_s(20) <= farm.runner_hours * 3600
     assert not [c for c in farm.jobs if c.lane == "windows"] and farm.held_back > 0
-    # A shard job past GitHub's 6 h cap is named.
-    assert not farm.over_cap()
-    long = FarmPlan(jobs=[CellJobs("natten", "c", "linux", (JOB_CAP_S + 3600.0, 60.0), 30.0)])
-    assert long.over_cap() == ["natten: a shard job of 7.0 h"]
+    # Under the policy's cap nothing is past it; a whole build job past the limit is named (it cannot chain).
+    assert not farm.over_cap() and not farm.past_cap
+    long = FarmPlan(jobs=[CellJobs("natten", "c", "windows", (7 * 3600.0,), 0.0)])
+    assert long.over_cap() == [
+        "natten: lane windows builds whole, a job of 7.0 h past the 355 min limit (a whole build does not chain)"
+    ]
+
+
+def test_the_farm_names_shards_past_the_cap_as_cuw_plan_does(recipes_dir):
+    """One rule: under a 30 min cap (10 min of build), the farm's line for llama_cpp_python is the
+    plan's job cap check at its N, the chain it needs and the N that needs none."""
+    policy = load_policy(recipes_dir)
+    llama = load_recipe("llama_cpp_python", recipes_dir)
+    farm = farm_plan([llama], policy.grid, cap=job_cap(policy.jobs, 30))
+    [check] = [c for c in planner.plan(llama, [llama.sharding.count], cap_minutes=30).checks if c.name == "job cap"]
+    assert farm.past_cap == {"llama_cpp_python": f"{check.detail}; fix: {check.fix}"}
+    assert "a shard's build budget of 600 s (--cap 30 min less jobs.margin_minutes 20)" in check.detail
+    assert not check.ok and "parts; build.yml has 3 rungs" in check.detail and check.fix.startswith("N=")
+    assert farm.over_cap() == [f"llama_cpp_python: {check.detail}; fix: {check.fix}"]
 
 
 def test_the_cli_prints_the_farm_at_two_limits_and_refuses_bad_options():

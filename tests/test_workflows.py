@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import REPO, need
-from cuw.ci.matrix import Job
+from cuw.ci.matrix import MATRICES, RUNGS, Job, rung_key
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 BIN = Path(sys.executable).parent
@@ -67,7 +67,7 @@ def test_shape_of_the_build_workflow():
         assert "permissions" in job, f"{name}: least privilege means a permissions block per job"
     assert jobs["compile"]["strategy"]["fail-fast"] is False
     assert "!cancelled()" in jobs["link"]["if"] and "success()" not in jobs["link"]["if"]
-    assert set(jobs["link"]["needs"]) == {"plan", "compile"}
+    assert set(jobs["link"]["needs"]) == {"plan", *(rung_key(k) for k in range(1, RUNGS + 1))}
     for path in WORKFLOWS:
         for uses in re.findall(r"uses: (\S+)", path.read_text()):
             assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", uses), f"{path.name}: {uses} is not pinned by SHA"
@@ -77,7 +77,7 @@ def test_linux_compile_and_link_jobs_run_in_the_lanes_image_with_its_python():
     """container: is the matrix's image (images.<lane>.ref); in it Python comes from /opt/python,
     never setup-python (the tool cache's builds need a newer glibc and would raise the floor)."""
     jobs = yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())["jobs"]
-    for name in ("compile", "link"):
+    for name in MATRICES:
         job = jobs[name]
         assert job["container"] == {"image": "${{ matrix.image }}", "options": "${{ vars.CUW_CONTAINER_OPTIONS }}"}
         assert job["env"]["CUW_BUILD_IMAGE"] == "${{ matrix.image }}"
@@ -102,7 +102,7 @@ def test_the_workflow_runs_each_lane_on_the_runner_the_lanes_name():
 
     text = (REPO / ".github" / "workflows" / "build.yml").read_text()
     expressions = re.findall(r"runs-on: (\$\{\{ matrix\.lane .*\}\})", text)
-    assert len(expressions) == 2, expressions
+    assert len(expressions) == len(MATRICES), expressions
     for expr in expressions:
         named = dict(re.findall(r"matrix\.lane == '([a-z0-9_]+)' && '([a-z0-9.-]+)'", expr))
         default = re.findall(r"\|\| '([a-z0-9.-]+)'\)? \}\}$", expr)
@@ -157,3 +157,77 @@ def test_act_reads_the_workflow_less_only_the_keys_its_schema_refuses():
     assert yaml.safe_load(readable)["jobs"]["publish"]["concurrency"] == {"group": "publish-index", "cancel-in-progress": False}
     same = "on: push\njobs:\n  a:\n    steps:\n      - with:\n          queue: 3\n"  # a `queue` elsewhere stays
     assert act_readable(same) == (same, [])
+
+
+# -- the ladder: rungs of one job body, the job cap written once ------------------------------
+
+
+def _build_jobs() -> dict:
+    return yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())["jobs"]
+
+
+def test_the_rungs_are_one_job_body_each_after_the_one_before():
+    """cuw/ci/matrix.py RUNGS is the workflow's rungs: compile, compile_2, ...; each the compile job
+    but for what orders it (needs, if), its name and the matrix it reads."""
+    jobs = _build_jobs()
+    rungs = [name for name in jobs if re.fullmatch(r"compile(_\d+)?", name)]
+    assert rungs == [rung_key(k) for k in range(1, RUNGS + 1)]
+    own = ("needs", "if", "name", "strategy")
+    body = {k: v for k, v in jobs["compile"].items() if k not in own}
+    outputs = jobs["plan"]["outputs"]
+    for k in range(1, RUNGS + 1):
+        job = jobs[rung_key(k)]
+        assert {key: v for key, v in job.items() if key not in own} == body, rung_key(k)
+        assert job["strategy"] == {"fail-fast": False, "matrix": f"${{{{ fromJSON(needs.plan.outputs.{rung_key(k)}) }}}}"}
+        assert f"needs.plan.outputs.has_{rung_key(k)} == 'true'" in job["if"]
+        assert outputs[rung_key(k)] == f"${{{{ steps.plan.outputs.{rung_key(k)} }}}}"
+        assert outputs[f"has_{rung_key(k)}"] == f"${{{{ steps.plan.outputs.has_{rung_key(k)} }}}}"
+        if k > 1:  # after the rung before; a sibling's failure does not stop a part
+            assert job["needs"] == ["plan", rung_key(k - 1)] and "!cancelled()" in job["if"]
+            assert job["name"].startswith("continue "), "a continuation is named apart from the shards' first parts"
+    steps = {s.get("name"): s for s in jobs["compile"]["steps"]}
+    download = steps["Download the part before (a continuation)"]
+    assert download["if"] == "matrix.resume != ''" and download["with"] == {"name": "${{ matrix.resume }}", "path": "resume"}
+    compile_run = steps["Compile shard"]["run"]
+    assert '--deadline "$(( $(date +%s) + DEADLINE_S ))"' in compile_run and "resume/cuw-shard-*.tar" in compile_run
+    assert '--resume "${archives[0]}"' in compile_run
+    assert jobs["compile"]["env"]["DEADLINE_S"] == "${{ matrix.deadline_s }}"
+
+
+def test_the_job_limit_is_the_policys_on_every_compile_and_link_job():
+    """jobs.limit_minutes in recipes/defaults.yml is every rung's and the link's timeout-minutes."""
+    from cuw.config.policy import load_policy
+
+    limit = load_policy(REPO / "recipes").jobs.limit_minutes
+    jobs = _build_jobs()
+    assert {name: jobs[name]["timeout-minutes"] for name in MATRICES} == {name: limit for name in MATRICES}
+
+
+def test_the_plan_job_outputs_every_matrix_of_a_chunk(tmp_path):
+    """chunk_outputs.py writes a matrix and its has_ flag per matrix of the chunk; the plan job passes each on."""
+    chunk = tmp_path / "chunk.json"
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuw",
+            "matrix",
+            "--package",
+            "example",
+            "--chunk",
+            "example-linux-cu13.0",
+            "--output",
+            str(chunk),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert made.returncode == 0, made.stderr
+    printed = subprocess.run(
+        [sys.executable, str(REPO / ".github/scripts/chunk_outputs.py"), str(chunk)], capture_output=True, text=True
+    )
+    assert printed.returncode == 0, printed.stderr
+    written = dict(line.split("=", 1) for line in printed.stdout.splitlines())
+    assert set(written) == {*MATRICES, *(f"has_{m}" for m in MATRICES)} == set(_build_jobs()["plan"]["outputs"])
+    assert written["has_compile"] == "true" and written["has_compile_2"] == "false"

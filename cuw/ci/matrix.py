@@ -1,7 +1,10 @@
 """The GitHub Actions matrix: every job of the selected cells, in dispatchable chunks.
 
 A sharded cell is N ``shard`` jobs plus one ``link`` job; a cell on a lane that
-does not shard is one ``build`` job. GitHub caps a matrix at 256 jobs and a
+does not shard is one ``build`` job. Every shard job carries its deadline under the job cap
+(:mod:`cuw.partition.job_cap`); a shard its cost table predicts past the cap is a chain of parts,
+part k in the workflow's rung k (``compile``, ``compile_2``, ...), and the link takes each
+shard's last part. GitHub caps a matrix at 256 jobs and a
 job output at 1 MB, so jobs are grouped into chunks (by package, lane and CUDA
 line, split further by Python and torch when needed), never truncated; a
 workflow runs one chunk by its id. A filter that matches no cell is an error
@@ -13,16 +16,22 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional, Sequence
 
 from cuw.jobs.archive import archive_name
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
 from cuw.config.grid import Grid, cells, collapse, collapses_python, torch_pin
+from cuw.config.policy import JobPolicy
 from cuw.config.recipe import Recipe
+from cuw.partition import job_cap
+from cuw.partition.costs import recipe_costs
 
 MAX_JOBS = 256
 MAX_BYTES = 1_000_000
+RUNGS = 3
+"""The parts a shard's chain may have: build.yml's rungs, jobs ``compile`` (part 1), ``compile_2`` and
+``compile_3`` (tests/test_workflows.py holds the workflow to it)."""
 
 
 @dataclass(frozen=True)
@@ -46,9 +55,55 @@ class Job:
     artifact: str  # the archive a shard uploads, or the pattern a link downloads
     image: str = ""  # the lane's build image (the job's `container:`); "" runs on the runner itself
     torch_pin: str = ""  # the exact torch release the job installs (grid.torch.<line>.patch); "": the line's newest
+    deadline_s: int = 0  # a shard: seconds after its start at which it starts no compile; 0: none
+    part: int = 1  # a shard: which part of its chain this job is (rung ``compile`` is 1, ``compile_<k>`` is k)
+    parts: int = 1  # a shard: the parts of its chain (1: one job)
+    resume: str = ""  # a part after the first: the artifact of the part before it, which it resumes
 
 
-def jobs_for_cell(recipe: Recipe, cell: Cell, images: Optional[Mapping[str, str]] = None, pin: str = "") -> list[Job]:
+@dataclass(frozen=True)
+class Rung:
+    """One shard's plan under the job cap: its chain's parts and its deadline."""
+
+    parts: int
+    deadline_s: int
+
+
+def part_artifact(cell: Cell, index: int, count: int, part: int) -> str:
+    """A part before a chain's last: named apart from ``cuw-shard-<cell>-*``, the link's pattern, so the
+    link downloads the last part of each shard and no other (the archive inside has the shard's name)."""
+    return f"cuw-part{part}-{cell.id}-{index}of{count}"
+
+
+def _shard_jobs(cell: Cell, i: int, n: int, rung: Rung, base: dict) -> list[Job]:
+    """Shard ``i``'s jobs: part 1, then a continuation per further part; the last uploads the archive's name."""
+    out = []
+    for part in range(1, rung.parts + 1):
+        last = part == rung.parts
+        out.append(
+            Job(
+                kind="shard",
+                shard=f"{i}/{n}",
+                artifact=archive_name(cell, i, n) if last else part_artifact(cell, i, n, part),
+                deadline_s=rung.deadline_s,
+                part=part,
+                parts=rung.parts,
+                resume=part_artifact(cell, i, n, part - 1) if part > 1 else "",
+                **base,
+            )
+        )
+    return out
+
+
+def jobs_for_cell(
+    recipe: Recipe,
+    cell: Cell,
+    images: Optional[Mapping[str, str]] = None,
+    pin: str = "",
+    rungs: Optional[Sequence[Rung]] = None,
+) -> list[Job]:
+    """The cell's jobs; ``rungs``: each shard's chain and deadline (default: one job each, under the
+    default policy's cap)."""
     n = recipe.sharding.count if cell.lane in recipe.sharding.platforms else 1
     base = dict(
         recipe=recipe.key,
@@ -62,8 +117,22 @@ def jobs_for_cell(recipe: Recipe, cell: Cell, images: Optional[Mapping[str, str]
     )
     if n == 1:
         return [Job(kind="build", shard="", artifact="", **base)]
-    shards = [Job(kind="shard", shard=f"{i}/{n}", artifact=archive_name(cell, i, n), **base) for i in range(1, n + 1)]
+    plans = list(rungs) if rungs is not None else [Rung(1, int(job_cap.job_cap(JobPolicy()).budget_s))] * n
+    shards = [job for i in range(1, n + 1) for job in _shard_jobs(cell, i, n, plans[i - 1], base)]
     return [*shards, Job(kind="link", shard="", artifact=f"cuw-shard-{cell.id}-*", **base)]
+
+
+def recipe_rungs(recipe: Recipe, cap: job_cap.JobCap, cell_id: str) -> list[Rung]:
+    """Each shard's chain at the recipe's N from its cost table (one job each at the cap's deadline
+    without one). A chain longer than :data:`RUNGS`, or a TU no chain builds, is an error naming
+    ``cell_id`` (the first cell it would hit) and the fix."""
+    table = recipe_costs(recipe)
+    if table is None:
+        return [Rung(1, int(cap.budget_s))] * recipe.sharding.count
+    v = job_cap.verdict(recipe, table, recipe.sharding.count, cap, RUNGS)
+    if not v.ok:
+        raise CuwError(f"{cell_id}: {v.detail}: {v.fix}")
+    return [Rung(c.parts, c.deadline_s) for c in v.chains]
 
 
 def select(recipe: Recipe, grid: Grid, f: Filters) -> list[Cell]:
@@ -141,12 +210,19 @@ def _size(jobs: list[Job]) -> int:
 
 
 def plan(
-    recipes: Iterable[Recipe], grid: Grid, f: Filters, images: Optional[Mapping[str, str]] = None, hold_back: bool = False
+    recipes: Iterable[Recipe],
+    grid: Grid,
+    f: Filters,
+    images: Optional[Mapping[str, str]] = None,
+    hold_back: bool = False,
+    cap: Optional[job_cap.JobCap] = None,
 ) -> dict:
     """The chunk plan: deterministic (same input, same bytes). ``images``: per lane, the build
     image its jobs run in (recipes/defaults.yml images.<lane>.ref); a lane without one runs on the runner.
     ``hold_back``: leave out the cells of :data:`UNVERIFIED_LANES` unless ``--platform`` names them
-    (a farm dispatches no job to a lane that has never built a cell)."""
+    (a farm dispatches no job to a lane that has never built a cell). ``cap``: the job cap (default:
+    the default policy's), which sets each shard's deadline and chain."""
+    cap = cap or job_cap.job_cap(JobPolicy())
     jobs: list[Job] = []
     chosen = sorted(recipes, key=lambda r: r.key)
     skipped: dict[str, str] = {}
@@ -166,8 +242,10 @@ def plan(
             if not selected:
                 skipped[recipe.key] = "only unverified lanes; ask for them with --platform"
                 continue
+        sharded = [c for c in selected if c.lane in recipe.sharding.platforms and recipe.sharding.count > 1]
+        rungs = recipe_rungs(recipe, cap, sharded[0].id) if sharded else None
         for cell in selected:
-            jobs.extend(jobs_for_cell(recipe, cell, images, torch_pin(grid, cell.torch)))
+            jobs.extend(jobs_for_cell(recipe, cell, images, torch_pin(grid, cell.torch), rungs))
         if collapses_python(recipe):
             collapsed[recipe.key] = collapse_note(recipe, grid)
     if not jobs:
@@ -179,14 +257,8 @@ def plan(
     }
     chunks = []
     for chunk_id, chunk_jobs in _chunk_groups(jobs):
-        chunks.append(
-            {
-                "id": chunk_id,
-                "jobs": len(chunk_jobs),
-                "compile": {"include": [asdict(j) for j in chunk_jobs if j.kind != "link"]},
-                "link": {"include": [asdict(j) for j in chunk_jobs if j.kind == "link"]},
-            }
-        )
+        rows = [asdict(j) for j in chunk_jobs]
+        chunks.append({"id": chunk_id, "jobs": len(chunk_jobs), **_matrices(rows)})
     return {
         "total_jobs": len(jobs),
         "chunks": chunks,
@@ -196,21 +268,33 @@ def plan(
     }
 
 
+def rung_key(part: int) -> str:
+    """The chunk's matrix of part ``part``'s jobs, and the workflow job that runs it."""
+    return "compile" if part == 1 else f"compile_{part}"
+
+
+MATRICES = (*(rung_key(k) for k in range(1, RUNGS + 1)), "link")
+"""A chunk's matrices, each a job of build.yml: the rungs, then the link (an empty one is skipped)."""
+
+
+def _matrices(rows: list[dict]) -> dict[str, dict]:
+    """Rung k: the parts k of the chunk's chains (rung 1: every first part and build job); then the links."""
+    out = {rung_key(k): {"include": [j for j in rows if j["kind"] != "link" and j["part"] == k]} for k in range(1, RUNGS + 1)}
+    return {**out, "link": {"include": [j for j in rows if j["kind"] == "link"]}}
+
+
+def chunk_jobs(c: dict) -> list[dict]:
+    """Every job of a chunk, rung by rung, links last."""
+    return [j for key in MATRICES for j in c.get(key, {"include": []})["include"]]
+
+
 def keep_cells(result: dict, keep: set[str], published: dict) -> dict:
     """The plan with only the jobs of ``keep``'s cells; chunk ids stay (a workflow dispatches one by
     its id), a chunk may end up empty. ``published``: what the index holds, for the summary."""
     chunks = []
     for c in result["chunks"]:
-        compile_jobs = [j for j in c["compile"]["include"] if j["cell"] in keep]
-        link_jobs = [j for j in c["link"]["include"] if j["cell"] in keep]
-        chunks.append(
-            {
-                **c,
-                "jobs": len(compile_jobs) + len(link_jobs),
-                "compile": {"include": compile_jobs},
-                "link": {"include": link_jobs},
-            }
-        )
+        kept = {key: {"include": [j for j in c[key]["include"] if j["cell"] in keep]} for key in MATRICES}
+        chunks.append({**c, **kept, "jobs": sum(len(m["include"]) for m in kept.values())})
     return {**result, "chunks": chunks, "total_jobs": sum(c["jobs"] for c in chunks), "published": published}
 
 
@@ -218,7 +302,7 @@ def planned_cells(result: dict) -> list[tuple[str, str, str, str, str, str]]:
     """(recipe, lane, python, cuda, torch, image) of every cell the plan holds, once each."""
     seen: dict[str, tuple[str, str, str, str, str, str]] = {}
     for c in result["chunks"]:
-        for j in c["compile"]["include"] + c["link"]["include"]:
+        for j in chunk_jobs(c):
             seen.setdefault(j["cell"], (j["recipe"], j["lane"], j["python"], j["cuda"], j["torch"], j["image"]))
     return [seen[k] for k in sorted(seen)]
 
@@ -240,10 +324,13 @@ def summary(result: dict) -> str:
     """Jobs per lane and per package, and the chunks: for stderr."""
     per_lane: Counter = Counter()
     per_package: Counter = Counter()
+    chained: Counter = Counter()
     for chunk in result["chunks"]:
-        for job in chunk["compile"]["include"] + chunk["link"]["include"]:
+        for job in chunk_jobs(chunk):
             per_lane[job["lane"]] += 1
             per_package[job["recipe"]] += 1
+            if job["kind"] == "shard" and job["part"] == 1 and job["parts"] > 1:
+                chained[(job["recipe"], job["parts"])] += 1
     lines = [f"{result['total_jobs']} jobs in {len(result['chunks'])} chunks (each <= {MAX_JOBS} jobs, < 1 MB)"]
     lines += [
         f"  lane {lane:14} {n:6}" + (f"  {UNVERIFIED_LANES[lane]}" if lane in UNVERIFIED_LANES else "")
@@ -253,6 +340,10 @@ def summary(result: dict) -> str:
     lines += [f"  chunk {c['id']:40} {c['jobs']:4} jobs" for c in result["chunks"]]
     lines += [f"  skipped {key}: {why}" for key, why in sorted(result.get("skipped", {}).items())]
     lines += [f"  collapsed {key}: {note}" for key, note in sorted(result.get("collapsed", {}).items())]
+    lines += [
+        f"  ladder {key}: {n} shard job(s) predicted past the job cap, each a chain of {parts} parts (rungs compile..{rung_key(parts)})"
+        for (key, parts), n in sorted(chained.items())
+    ]
     lines += [f"  lane {lane}: {note}" for lane, note in sorted(result.get("held_back", {}).items())]
     published = result.get("published")
     if published:

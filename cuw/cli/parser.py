@@ -287,6 +287,15 @@ def _plan_verb(sub: Subparsers) -> None:
     p.add_argument("--costs", type=Path, default=None, help="a cost table (default: the recipe's costs.json)")
     p.add_argument("--from-log", type=Path, default=None, help="seat filter: the TUs of this recorded seat log")
     p.add_argument("--check", type=int, default=None, metavar="N", help="run the checklist at N (default: sharding.count)")
+    p.add_argument(
+        "--cap",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="a job's limit in minutes instead of jobs.limit_minutes in recipes/defaults.yml (also with --farm): "
+        "a shard's build gets it less jobs.margin_minutes; a shard predicted past that is flagged with "
+        "the chain it needs or the smallest N that needs none",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON (same as --format json)")
     p.add_argument(
         "--format",

@@ -214,7 +214,9 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
         raise CuwError("--on-host runs every job on its runner; --image names the image a lane's jobs run in: give one")
     images = {} if args.on_host else image_overrides(args.image, policy)
     # An unverified lane is planned only when asked for: by --platform, or by the id of one of its chunks.
-    result = matrix.plan(recipes, policy.grid, filters, images, hold_back=args.chunk is None)
+    from cuw.partition.job_cap import job_cap
+
+    result = matrix.plan(recipes, policy.grid, filters, images, hold_back=args.chunk is None, cap=job_cap(policy.jobs))
     if args.published is not None:
         result = _drop_published(result, recipes, policy, args.published, args.rebuild)
     elif args.rebuild is not None:
@@ -351,7 +353,10 @@ def _farm_plan(args: argparse.Namespace, recipes_dir: Path) -> int:
         load_recipe(key, recipes_dir)
         counts[key] = check_count(int(n), "--count")
     recipes = [load_recipe(k, recipes_dir) for k in known_recipes(recipes_dir)]
-    plan = farm_plan.farm_plan(recipes, load_policy(recipes_dir).grid, counts)
+    from cuw.partition.job_cap import job_cap
+
+    policy = load_policy(recipes_dir)
+    plan = farm_plan.farm_plan(recipes, policy.grid, counts, job_cap(policy.jobs, args.cap))
     print(farm_plan.render(plan, limits))
     return 0
 
@@ -372,7 +377,9 @@ def _plan(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
     fmt = "json" if args.json else args.format or "text"
     if args.output is not None:
         check_destination(args.output, "--output")
-    result = planner.plan(recipe, counts, args.costs, args.from_log, checked_n=args.check, settings=settings)
+    result = planner.plan(
+        recipe, counts, args.costs, args.from_log, checked_n=args.check, settings=settings, cap_minutes=args.cap
+    )
     from cuw.tools import plan_views
 
     text = {

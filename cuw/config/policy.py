@@ -69,6 +69,18 @@ class WheelPolicy:
 
 
 @dataclass(frozen=True)
+class JobPolicy:
+    """How long a shard or link job may run: the one place for the job cap (``cuw plan``, ``cuw matrix``)."""
+
+    limit_minutes: int = 355
+    """Every compile and link job's ``timeout-minutes`` in .github/workflows/build.yml (a test holds them
+    equal): under GitHub's 6 h (360 min) cap on a hosted job."""
+    margin_minutes: int = 20
+    """Of the limit, what a shard job spends beside its build: its container and setup steps before,
+    packing and uploading its archive after. A shard's build gets the rest; its deadline is there."""
+
+
+@dataclass(frozen=True)
 class Policy:
     grid: Grid = field(default_factory=Grid)
     archs: Archs = field(default_factory=Archs)
@@ -87,6 +99,8 @@ class Policy:
     """Per lane, the runner's size: a shard's parallel compile jobs are chosen so the predicted
     peak memory fits it (:func:`cuw.partition.parallel_jobs.choose_jobs`). A lane without one keeps
     one job per core."""
+    jobs: JobPolicy = field(default_factory=JobPolicy)
+    """The job cap: a job's limit and the margin a shard keeps after its deadline."""
 
 
 def load_policy(recipes_dir: Path) -> Policy:
@@ -130,6 +144,7 @@ def load_policy(recipes_dir: Path) -> Policy:
         check_image_policy(lane, image, f"{path}: images.{lane}")
     for lane, runner in policy.runners.items():
         check_runner(lane, runner, f"{path}: runners.{lane}")
+    check_job_policy(policy.jobs, f"{path}: jobs")
     from cuw.config.grid import check_torch_rows
 
     check_torch_rows(policy.grid, str(path))
@@ -256,6 +271,17 @@ def image_overrides(values: list[str], policy: "Policy", source: str = "--image"
         check_pinned(ref, f"{source} for lane {lane}:")
         out[lane] = ref
     return {**{lane: image.ref for lane, image in policy.images.items()}, **out}
+
+
+def check_job_policy(jobs: JobPolicy, source: str) -> None:
+    """A limit in minutes and a margin that leaves a shard some build time before its deadline."""
+    if not 0 < jobs.limit_minutes <= 7200:
+        raise CuwError(f"{source}.limit_minutes = {jobs.limit_minutes}: minutes, 1..7200 (GitHub-hosted jobs stop at 360)")
+    if not 0 <= jobs.margin_minutes < jobs.limit_minutes:
+        raise CuwError(
+            f"{source}.margin_minutes = {jobs.margin_minutes}: minutes, at least 0 and under limit_minutes "
+            f"({jobs.limit_minutes}), or a shard has no time to build"
+        )
 
 
 def check_toolkit_choice(choice: str, source: str) -> None:

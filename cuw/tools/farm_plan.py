@@ -9,6 +9,9 @@ runners, longest first, a link as soon as its shards end (a list schedule: a rea
 better than its longest job, and rarely as good as this). Predictions are compile seconds on the
 machine that measured the table; a hosted runner's differ by its cores and load, so the numbers
 compare choices (C, N) more than they promise hours. Recipes without a table are named, not guessed.
+Shards past the job cap are named as ``cuw plan`` names them (:func:`cuw.partition.job_cap.verdict`):
+the chain each needs, or the smallest N that needs none; a chained shard is scheduled as one job of
+its whole seconds (its parts run one after another).
 """
 
 from __future__ import annotations
@@ -18,15 +21,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from cuw.ci.matrix import UNVERIFIED_LANES
+from cuw.ci.matrix import RUNGS, UNVERIFIED_LANES
 from cuw.config.grid import Grid, cells
+from cuw.config.policy import JobPolicy
 from cuw.config.recipe import Recipe
+from cuw.partition import job_cap
 from cuw.partition.costs import recipe_costs
 from cuw.partition.rules import families_of
 from cuw.tools.planner import Inputs, evaluate
 
-JOB_CAP_S = 6 * 3600
-"""A GitHub-hosted job is stopped at 6 hours."""
 PLAN_LIMITS = {"Free": 20, "Pro": 40, "Team": 60, "Enterprise": 500}
 """Concurrent standard hosted jobs per account plan (docs.github.com, Actions limits)."""
 
@@ -45,6 +48,8 @@ class FarmPlan:
     jobs: list[CellJobs] = field(default_factory=list)
     unpredicted: dict[str, int] = field(default_factory=dict)  # recipe -> cells without a cost table
     held_back: int = 0  # cells of unverified lanes, left out as the matrix leaves them out
+    cap: job_cap.JobCap = field(default_factory=lambda: job_cap.job_cap(JobPolicy()))
+    past_cap: dict[str, str] = field(default_factory=dict)  # recipe -> what the cap does to its shards
 
     @property
     def runner_hours(self) -> float:
@@ -57,9 +62,14 @@ class FarmPlan:
         return dict(sorted(out.items()))
 
     def over_cap(self) -> list[str]:
-        return sorted(
-            {f"{c.recipe}: a shard job of {max(c.shards) / 3600:.1f} h" for c in self.jobs if max(c.shards) > JOB_CAP_S}
-        )
+        """Per recipe, its shards past the cap (chain or N), and each whole build job past the limit."""
+        whole = {
+            f"{c.recipe}: lane {c.lane} builds whole, a job of {c.shards[0] / 3600:.1f} h past the "
+            f"{self.cap.limit_s / 60:g} min limit (a whole build does not chain)"
+            for c in self.jobs
+            if c.link == 0 and c.shards[0] > self.cap.limit_s
+        }
+        return sorted({f"{key}: {words}" for key, words in self.past_cap.items()} | whole)
 
     def wall_s(self, runners: int) -> float:
         return schedule(self.jobs, runners)
@@ -97,18 +107,26 @@ def _per_shard_seconds(recipe: Recipe, n: int) -> Optional[tuple[tuple[float, ..
     keys = sorted(table.costs)
     inputs = Inputs(keys, f"cost table {table.path}", table, None)
     family = families_of(set(keys), recipe.sharding.source.families)
-    row, owners = evaluate(recipe, inputs, n, family)
-    fallback = sum(table.costs.values()) / len(table.costs)
-    seconds = [0.0] * n
-    for key, shard in owners.items():
-        seconds[shard - 1] += table.costs.get(key, fallback)
-    beside = table.shard.fixed_s if table.shard else 0.0
-    return tuple(round(s + beside, 3) for s in seconds), float(row.link_s or 0.0)
+    row, _ = evaluate(recipe, inputs, n, family)
+    loads = job_cap.shard_loads(recipe, table, n, keys)
+    return tuple(round(load.total_s, 3) for load in loads), float(row.link_s or 0.0)
 
 
-def farm_plan(recipes: list[Recipe], grid: Grid, counts: Optional[dict[str, int]] = None) -> FarmPlan:
-    """Every cell of every recipe as jobs with predicted seconds; ``counts``: a recipe's N instead of its own."""
-    out = FarmPlan()
+def _past_cap(recipe: Recipe, n: int, cap: job_cap.JobCap) -> Optional[str]:
+    """What the cap does to the recipe's shards at ``n``, as ``cuw plan`` says it; None when each is one job."""
+    table = recipe_costs(recipe)
+    if table is None or n < 2:
+        return None
+    v = job_cap.verdict(recipe, table, n, cap, RUNGS)
+    return None if not v.over else v.detail + (f"; fix: {v.fix}" if v.fix else "")
+
+
+def farm_plan(
+    recipes: list[Recipe], grid: Grid, counts: Optional[dict[str, int]] = None, cap: Optional[job_cap.JobCap] = None
+) -> FarmPlan:
+    """Every cell of every recipe as jobs with predicted seconds; ``counts``: a recipe's N instead of its own;
+    ``cap``: the job cap (default: the default policy's)."""
+    out = FarmPlan(cap=cap or job_cap.job_cap(JobPolicy()))
     for recipe in sorted(recipes, key=lambda r: r.key):
         n = (counts or {}).get(recipe.key, recipe.sharding.count)
         sized = replace(recipe, sharding=replace(recipe.sharding, count=n))
@@ -127,6 +145,9 @@ def farm_plan(recipes: list[Recipe], grid: Grid, counts: Optional[dict[str, int]
                 out.jobs.append(CellJobs(recipe.key, cell.id, cell.lane, predicted[0], predicted[1]))
             else:  # one job builds it all: every compile, then its link
                 out.jobs.append(CellJobs(recipe.key, cell.id, cell.lane, (unsharded[0][0] + unsharded[1],), 0.0))
+        past = _past_cap(sized, n, out.cap) if by_cell.keys() & set(sized.sharding.platforms) else None
+        if past:
+            out.past_cap[recipe.key] = past
     return out
 
 
@@ -139,7 +160,7 @@ def render(plan: FarmPlan, limits: list[int]) -> str:
     for c in limits:
         name = next((k for k, v in PLAN_LIMITS.items() if v == c), "")
         lines.append(f"  {c:4} concurrent jobs{f' ({name})' if name else '':13}: wall {plan.wall_s(c) / 3600:7.1f} h")
-    lines += [f"  over the 6 h job cap: {item}" for item in plan.over_cap()]
+    lines += [f"  past the job cap: {item}" for item in plan.over_cap()]
     lines += [f"  not predicted (no costs.json): {key}, {n} cell(s)" for key, n in sorted(plan.unpredicted.items())]
     if plan.held_back:
         lines.append(f"  held back: {plan.held_back} cell(s) of unverified lanes (as cuw matrix leaves them out)")

@@ -23,10 +23,11 @@ from typing import Optional
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import REST_FAMILY, covered_keys, rest_keys
 from cuw.partition.costs import CostTable, recipe_costs
+from cuw.partition import job_cap
 from cuw.base.errors import CuwError
 from cuw.base.settings import Settings
 from cuw.config.grid import cells
-from cuw.ci.matrix import MAX_JOBS, jobs_for_cell
+from cuw.ci.matrix import MAX_JOBS, RUNGS, jobs_for_cell
 from cuw.config.limits import check_count
 from cuw.partition.rules import OTHER_FAMILY, families_of
 from cuw.config.policy import load_policy
@@ -394,6 +395,19 @@ def _check_cap(row: Row) -> Check:
     )
 
 
+def _check_job_cap(recipe: Recipe, inputs: Inputs, n: int, cap: job_cap.JobCap) -> Optional[Check]:
+    """Each shard's predicted build against the job cap (:func:`cuw.partition.job_cap.verdict`)."""
+    if inputs.table is None:
+        return None
+    v = job_cap.verdict(recipe, inputs.table, n, cap, RUNGS, inputs.keys, inputs.tree)
+    return Check("job cap", v.ok, v.detail, v.fix)
+
+
+def _under_cap(row: Row, cap: job_cap.JobCap) -> bool:
+    """A row whose every shard is one job under the cap (no cost table: nothing predicted, so yes)."""
+    return row.slowest_s is None or row.slowest_s <= cap.budget_s
+
+
 # -- the plan ------------------------------------------------------------------------
 
 
@@ -438,13 +452,16 @@ def plan(
     work: Optional[Path] = None,
     checked_n: Optional[int] = None,
     settings: Optional[Settings] = None,
+    cap_minutes: Optional[float] = None,
 ) -> Plan:
     """Plans ``counts``; the checklist runs at ``checked_n`` (default: the recipe's sharding.count).
-    ``settings``: the run's, for the source it prepares (this process's environment's when None)."""
+    ``settings``: the run's, for the source it prepares (this process's environment's when None).
+    ``cap_minutes``: a job's limit instead of the policy's ``jobs.limit_minutes``."""
     if not counts:
         raise CuwError("no shard count to plan")
     for n in (*counts, *([checked_n] if checked_n is not None else [])):
         check_count(n, "shard count")
+    cap = job_cap.job_cap(load_policy(Path(recipe.folder).parent).jobs, cap_minutes)
     from cuw.partition.costs import load
 
     table = load(costs_file) if costs_file else recipe_costs(recipe)
@@ -472,7 +489,8 @@ def plan(
             _check_cap(row),
         ]
         drift = _check_costs(inputs)
-        checks += [drift] if drift else []
+        capped = _check_job_cap(recipe, inputs, checked, cap)
+        checks += [c for c in (drift, capped) if c]
         shards, runner = _shards(recipe, inputs, row, owners)
     # A seat stubs, so an empty family still builds; with the source filter it sets the ceiling.
     feasible = [
@@ -480,6 +498,7 @@ def plan(
         for r in rows
         if r.largest_dispatch <= MAX_JOBS
         and r.shards_without_tus == 0
+        and _under_cap(r, cap)
         and (recipe.sharding.filter == "seat" or not any(v for k, v in r.family_empty.items() if k != REST_FAMILY))
     ]
     recommended, reason = _recommend(rows, feasible)
