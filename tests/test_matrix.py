@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -255,3 +256,92 @@ def test_an_unverified_lane_is_planned_only_when_asked_for(recipes_dir, tmp_path
     assert "windows" in {
         j["lane"] for j in _jobs(plan([load_recipe("example", recipes_dir)], load_policy(recipes_dir).grid, Filters()))
     }
+
+
+# -- the job cap and the ladder -----------------------------------------------------------
+
+
+def _cap_policy(recipes_dir, limit_minutes: int) -> None:
+    path = recipes_dir / "defaults.yml"
+    path.write_text(re.sub(r"(?m)^  limit_minutes: \d+$", f"  limit_minutes: {limit_minutes}", path.read_text()))
+
+
+def _matrix_cli(recipes_dir, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "cuw", "matrix", "--package", "example", "--recipes", str(recipes_dir), *args],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_every_shard_carries_the_policys_deadline_and_no_cell_without_a_table_climbs(recipes_dir):
+    (recipes_dir / "example" / "costs.json").unlink()
+    _cap_policy(recipes_dir, 100)
+    run = _matrix_cli(recipes_dir, "--platform", "linux", "--cuda", "13.0")
+    assert run.returncode == 0, run.stderr
+    [chunk] = json.loads(run.stdout)["chunks"]
+    shards = [j for j in chunk["compile"]["include"] if j["kind"] == "shard"]
+    assert len(shards) == 4 and {(j["deadline_s"], j["part"], j["parts"], j["resume"]) for j in shards} == {(80 * 60, 1, 1, "")}
+    assert chunk["compile_2"] == chunk["compile_3"] == {"include": []}
+    assert [j["deadline_s"] for j in chunk["link"]["include"]] == [0]
+
+
+def test_a_cell_past_the_cap_gets_the_ladder_and_its_link_the_last_parts(recipes_dir):
+    """The example's table scaled past a 150 min cap (7,800 s of build): shard 2/4 is a chain of 3
+    parts, shard 3/4 of 2 (cuw plan's check at N=4 says the same); each part resumes the artifact of
+    the one before, the last uploads the shard archive's name, and the link's pattern matches the
+    four last parts and no part before them."""
+    from fnmatch import fnmatch
+
+    from test_planner import scaled_example_costs
+
+    scaled_example_costs(recipes_dir)
+    _cap_policy(recipes_dir, 150)
+    run = _matrix_cli(recipes_dir, "--platform", "linux", "--cuda", "13.0")
+    assert run.returncode == 0, run.stderr
+    [chunk] = json.loads(run.stdout)["chunks"]
+    cell = chunk["link"]["include"][0]["cell"]
+    rungs = {
+        key: [(j["shard"], j["part"], j["parts"], j["artifact"], j["resume"]) for j in chunk[key]["include"]]
+        for key in ("compile", "compile_2", "compile_3")
+    }
+    final = lambda i: f"cuw-shard-{cell}-{i}of4.tar"  # noqa: E731
+    part = lambda k, i: f"cuw-part{k}-{cell}-{i}of4"  # noqa: E731
+    assert rungs == {
+        "compile": [
+            ("1/4", 1, 1, final(1), ""),
+            ("2/4", 1, 3, part(1, 2), ""),
+            ("3/4", 1, 2, part(1, 3), ""),
+            ("4/4", 1, 1, final(4), ""),
+        ],
+        "compile_2": [("2/4", 2, 3, part(2, 2), part(1, 2)), ("3/4", 2, 2, final(3), part(1, 3))],
+        "compile_3": [("2/4", 3, 3, final(2), part(2, 2))],
+    }
+    # A chained shard starts no compile later than its longest TU before the budget: none runs into the margin.
+    deadlines = {j["shard"]: j["deadline_s"] for key in rungs for j in chunk[key]["include"]}
+    assert deadlines == {"1/4": 7800, "2/4": 7800 - 3915, "3/4": 7800 - 3005, "4/4": 7800}
+    uploaded = [row[3] for key in rungs for row in rungs[key]]
+    [link] = chunk["link"]["include"]
+    assert sorted(a for a in uploaded if fnmatch(a, link["artifact"])) == [final(i) for i in range(1, 5)]
+    assert chunk["jobs"] == 4 + 2 + 1 + 1
+    assert "ladder example: 2 shard job(s) predicted past the job cap" not in run.stderr  # counted per chain length
+    assert "ladder example: 1 shard job(s) predicted past the job cap, each a chain of 3 parts" in run.stderr
+
+
+def test_a_chain_longer_than_the_rungs_is_one_error_naming_the_cell_and_the_n(recipes_dir):
+    from test_planner import scaled_example_costs
+
+    scaled_example_costs(recipes_dir)
+    _cap_policy(recipes_dir, 120)
+    run = _matrix_cli(recipes_dir, "--platform", "linux", "--cuda", "13.0")
+    assert run.returncode == 2 and run.stdout == ""
+    [line] = run.stderr.splitlines()
+    assert line == (
+        "cuw: error: example-linux-py3.10-cu13.0-notorch: N=4: 3 shard(s) predicted past a shard's build budget of "
+        "6,000 s (jobs.limit_minutes 120 min less jobs.margin_minutes 20), the longest chain shard 2/4 predicted at "
+        "8,985 s: 5 parts; build.yml has 3 rungs: N=10 brings every shard under it (sharding.count in "
+        "recipes/example/recipe.yml)"
+    )
+    _cap_policy(recipes_dir, 70)  # 50 min of build: the example's longest TUs (65 min) are built by no chain
+    run = _matrix_cli(recipes_dir, "--platform", "linux", "--cuda", "13.0")
+    assert run.returncode == 2 and "no N and no chain builds it" in run.stderr and "nvcc_threads" in run.stderr

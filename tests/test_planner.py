@@ -21,6 +21,7 @@ from cuw.jobs.shard import apply_source_filter, run_shard
 from cuw.config.recipe import load_recipe
 from cuw.jobs.workspace import partition_for_seat
 
+from conftest import REPO
 from test_seat import ARCH, KERNEL, Seat
 
 # natten's generated set, in sorted order: Blackwell 50 (indices 0-49), base 70,
@@ -351,3 +352,72 @@ def test_globs_that_match_more_than_translation_units_are_refused_by_the_plan(re
     [line] = proc.stderr.strip().splitlines()
     assert "sharding.source.globs (**/*) match" in line and "that are not translation units (" in line
     assert "CMakeLists.txt" in line and "narrow the globs" in line
+
+
+# -- the job cap ----------------------------------------------------------------------
+
+# Measured here (docs/real-packages.md, natten 0.21.7, the full arch list): shard 30/40 compiled
+# 4 TUs cold, 200 to 4,919 s each, fna/source_57.cu the longest.
+NATTEN_LONGEST = "csrc/autogen/src/cuda/fna/source_57.cu"
+
+
+def test_plan_flags_nattens_longest_tu_against_a_cap_below_it(tmp_path, capsys):
+    """natten's measured 4,919 s TU against a cap that leaves a shard less than that: no N and no
+    chain builds it, and the plan says so on its job cap line (exit 1); under the policy's cap
+    (355 min less 20) the same table is within it."""
+    keys = planner.plan(load_recipe("natten", REPO / "recipes"), [20]).assignment  # the prepared tree's TUs
+    # Every other TU at 200 s, the shortest one measured with it (a stand-in: the rest were not measured).
+    table = {"header": {"how": "measured longest TU; the rest at the shortest measured"}, "costs": dict.fromkeys(keys, 200.0)}
+    table["costs"][NATTEN_LONGEST] = 4919.0
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps(table))
+    assert cuw_main(["plan", "natten", "--costs", str(costs), "--shards", "20", "--cap", "80"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    [flag] = [line for line in out if "job cap" in line]
+    assert flag == (
+        f"  FAIL job cap    N=20: {NATTEN_LONGEST} predicted at 4,919 s: one compile that does not fit in a shard's "
+        "build budget of 3,600 s (--cap 80 min less jobs.margin_minutes 20): no N and no chain builds it "
+        "(a compile does not resume mid-TU)"
+    )
+    fix = out[out.index(flag) + 1]
+    assert (
+        fix.startswith("       fix: shorten that compile: fewer archs per TU")
+        and "nvcc_threads" in fix
+        and "larger runner" in fix
+    )
+    assert cuw_main(["plan", "natten", "--costs", str(costs), "--shards", "20"]) == 0
+    [flag] = [line for line in capsys.readouterr().out.splitlines() if "job cap" in line]
+    assert flag.startswith("  ok   job cap    N=20: slowest shard ") and "within a shard's build budget of 20,100 s" in flag
+
+
+def scaled_example_costs(recipes_dir: Path, scale: float = 1000.0) -> Path:
+    """The example's measured table with every TU ``scale`` times longer: seconds that meet a job cap."""
+    path = recipes_dir / "example" / "costs.json"
+    data = json.loads(path.read_text())
+    data = {"header": data["header"], "costs": {k: v * scale for k, v in data["costs"].items()}}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_plan_proposes_the_chain_or_a_larger_n_for_shards_past_the_cap(recipes_dir):
+    """Under a 150 min cap (7,800 s of build) two of the example's four shards are past it: a
+    chain of 3 parts fits the workflow's rungs (ok, flagged, with the N that needs none); under
+    120 min the longest chain outgrows the rungs (FAIL, fix: that N). The recommendation keeps every
+    shard under the cap."""
+    scaled_example_costs(recipes_dir)
+    recipe = load_recipe("example", recipes_dir)
+    result = planner.plan(recipe, list(range(4, 9)), cap_minutes=150, checked_n=4)
+    [check] = [c for c in result.checks if c.name == "job cap"]
+    assert check.ok and check.detail == (
+        "N=4: 2 shard(s) predicted past a shard's build budget of 7,800 s (--cap 150 min less jobs.margin_minutes 20), "
+        "the longest chain shard 2/4 predicted at 8,985 s: 3 parts (cuw matrix emits the ladder, up to 3 parts); "
+        "or N=8 brings every shard under it (sharding.count in recipes/example/recipe.yml)"
+    )
+    assert [r.n for r in result.rows if r.slowest_s <= 7800] == [8], "the smallest N under it (the hash rule is uneven)"
+    result = planner.plan(recipe, list(range(3, 12)), cap_minutes=120, checked_n=4)
+    [check] = [c for c in result.checks if c.name == "job cap"]
+    assert not check.ok and check.detail.endswith("shard 2/4 predicted at 8,985 s: 5 parts; build.yml has 3 rungs")
+    assert check.fix.startswith("N=") and not result.ok
+    fit = int(check.fix.split()[0].removeprefix("N="))
+    assert all(r.slowest_s > 6000 for r in result.rows if r.n < fit)
+    assert result.recommended >= fit and _rows(result)[result.recommended].slowest_s <= 6000
