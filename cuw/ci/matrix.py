@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Iterable, Mapping, Optional, Sequence
 
 from cuw.jobs.archive import archive_name
@@ -75,24 +75,22 @@ def part_artifact(cell: Cell, index: int, count: int, part: int) -> str:
     return f"cuw-part{part}-{cell.id}-{index}of{count}"
 
 
-def _shard_jobs(cell: Cell, i: int, n: int, rung: Rung, base: dict) -> list[Job]:
-    """Shard ``i``'s jobs: part 1, then a continuation per further part; the last uploads the archive's name."""
-    out = []
-    for part in range(1, rung.parts + 1):
-        last = part == rung.parts
-        out.append(
-            Job(
-                kind="shard",
-                shard=f"{i}/{n}",
-                artifact=archive_name(cell, i, n) if last else part_artifact(cell, i, n, part),
-                deadline_s=rung.deadline_s,
-                part=part,
-                parts=rung.parts,
-                resume=part_artifact(cell, i, n, part - 1) if part > 1 else "",
-                **base,
-            )
+def _shard_jobs(cell: Cell, i: int, n: int, rung: Rung, template: Job) -> list[Job]:
+    """Shard ``i``'s jobs, each the cell's ``template`` made a shard: part 1, then a continuation per
+    further part; the last uploads the archive's own name."""
+    return [
+        replace(
+            template,
+            kind="shard",
+            shard=f"{i}/{n}",
+            artifact=archive_name(cell, i, n) if part == rung.parts else part_artifact(cell, i, n, part),
+            deadline_s=rung.deadline_s,
+            part=part,
+            parts=rung.parts,
+            resume=part_artifact(cell, i, n, part - 1) if part > 1 else "",
         )
-    return out
+        for part in range(1, rung.parts + 1)
+    ]
 
 
 def jobs_for_cell(
@@ -105,21 +103,23 @@ def jobs_for_cell(
     """The cell's jobs; ``rungs``: each shard's chain and deadline (default: one job each, under the
     default policy's cap)."""
     n = recipe.sharding.count if cell.lane in recipe.sharding.platforms else 1
-    base = dict(
+    link = Job(
+        kind="link",
         recipe=recipe.key,
         lane=cell.lane,
         python=cell.python,
         cuda=cell.cuda,
         torch=cell.torch or "",
         cell=cell.id,
+        shard="",
+        artifact=f"cuw-shard-{cell.id}-*",
         image=(images or {}).get(cell.lane, ""),
         torch_pin=pin,
     )
     if n == 1:
-        return [Job(kind="build", shard="", artifact="", **base)]
+        return [replace(link, kind="build", artifact="")]
     plans = list(rungs) if rungs is not None else [Rung(1, int(job_cap.job_cap(JobPolicy()).budget_s))] * n
-    shards = [job for i in range(1, n + 1) for job in _shard_jobs(cell, i, n, plans[i - 1], base)]
-    return [*shards, Job(kind="link", shard="", artifact=f"cuw-shard-{cell.id}-*", **base)]
+    return [job for i in range(1, n + 1) for job in _shard_jobs(cell, i, n, plans[i - 1], link)] + [link]
 
 
 def recipe_rungs(recipe: Recipe, cap: job_cap.JobCap, cell_id: str) -> list[Rung]:
