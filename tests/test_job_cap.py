@@ -67,7 +67,7 @@ def test_the_cap_option_replaces_the_limit_and_keeps_the_margin():
 def test_a_job_policy_without_build_time_is_refused(recipes_dir, jobs, message):
     path = recipes_dir / "defaults.yml"
     text = path.read_text()
-    start = text.index("jobs:\n") + len("jobs:\n")
+    start = text.index("\njobs:\n") + len("\njobs:\n")
     end = text.index("\n\n", start)
     path.write_text(text[:start] + jobs + text[end:])
     with pytest.raises(CuwError, match=message):
