@@ -362,6 +362,7 @@ def run_workflow(args: WorkflowOptions, settings: Settings) -> int:
     """The workflow's chunk under act with ``args``; its jobs get the run's environment (``settings``)."""
     from cuw.ci import matrix
     from cuw.config.lanes import local_lane
+    from cuw.partition.job_cap import job_cap
     from cuw.config.policy import load_policy
     from cuw.config.recipe import default_recipes_dir, load_recipe
 
@@ -372,10 +373,12 @@ def run_workflow(args: WorkflowOptions, settings: Settings) -> int:
     recipes_dir = args.recipes or default_recipes_dir(settings.recipes)
     recipe = load_recipe(args.recipe, recipes_dir)
     filters = {f: _split(getattr(args, f), f) for f in ("platform", "cuda", "pytorch", "python")}
+    policy = load_policy(recipes_dir)
     plan = matrix.plan(
         [recipe],
-        load_policy(recipes_dir).grid,
+        policy.grid,
         matrix.Filters(*(tuple(filters[f]) for f in ("platform", "cuda", "pytorch", "python"))),
+        cap=job_cap(policy.jobs),
     )
     chunks = plan["chunks"]
     if args.chunk:
