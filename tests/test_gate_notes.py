@@ -13,8 +13,12 @@ run, which fails:
   called around the seat passes (with compile_commands.json the link fails, naming it);
 * link gate, a compile database that lists no CUDA TU: CUDA compiled by a custom command, around
   the seat, passes (CMake's compile_commands.json; ninja's own database lists it, and fails);
+
+and one that is no longer a note but a failure:
+
 * a remote cache: what a shard found there counts as its entries (a retried shard on a warm remote
-  writes nothing), so a shard whose misses never reached the remote passes and the link misses them.
+  writes nothing), but a miss that never reached the remote (a read-only or failing remote) fails
+  the shard, naming the remote, where it used to pass and leave the link to miss it.
 """
 
 from __future__ import annotations
@@ -317,10 +321,11 @@ def test_a_compile_database_without_cuda_tus_lets_cuda_compiled_by_a_custom_comm
 # -- a remote cache --------------------------------------------------------------------------------
 
 
-def test_with_a_remote_what_a_shard_found_there_counts_so_its_misses_may_never_reach_the_remote(tmp_path):
+def test_with_a_remote_a_shard_whose_misses_never_reached_it_fails(tmp_path):
     """A shard on a read-only remote: one TU is found there, the other is a miss the remote never
-    gets. The found entries count as the shard's, so the gate passes (counting what it wrote, it would
-    say the cache is empty); a link job on the same remote then misses the second TU."""
+    gets. The found entries count as the shard's (a retried shard on a warm remote writes nothing and
+    is still a good handoff), but the miss that never reached the remote fails the gate: a link job on
+    the same remote misses that TU. On a writable remote the same shard passes."""
     remote = tmp_path / "remote"
     remote.mkdir()
     src = tmp_path / "src"
@@ -342,7 +347,7 @@ def test_with_a_remote_what_a_shard_found_there_counts_so_its_misses_may_never_r
     job("earlier-shard", f"file:{remote}", "found.cu")
     entries = sorted(p for p in remote.rglob("*") if p.is_file())
     shard = job("shard", f"file:{remote}|read-only", "found.cu", "missed.cu").stats()
-    assert (shard.hits, shard.misses) == (1, 1) and shard.files > 0
+    assert (shard.hits, shard.misses, shard.unstored) == (1, 1, 1) and shard.files > 0
     assert sorted(p for p in remote.rglob("*") if p.is_file()) == entries, "the shard's miss never reached the remote"
 
     obs = ShardObservation(
@@ -355,11 +360,18 @@ def test_with_a_remote_what_a_shard_found_there_counts_so_its_misses_may_never_r
         expected_owned=["found.cu", "missed.cu"],
         cache_files=shard.files,
         build_tus=["found.cu", "missed.cu"],
+        unstored_misses=shard.unstored,
     )
     verdict = shard_gate(obs)
-    assert verdict.ok and verdict.reasons == ["compiled 2 TUs; build succeeded"]
+    assert not verdict.ok and any("1 of its compiles missed the cache and never reached the remote" in r for r in verdict.reasons)
     written = replace(obs, cache_files=0)  # what it wrote to the remote: nothing
     assert "the cache is empty after compiling: nothing to hand over" in shard_gate(written).reasons
 
     link = job("link", f"file:{remote}", "found.cu", "missed.cu").stats()
     assert (link.hits, link.misses) == (1, 1), "the link misses what the shard compiled"
+
+    (tmp_path / "writable").mkdir()
+    writable = job("writable-shard", f"file:{tmp_path / 'writable'}", "found.cu", "missed.cu").stats()
+    assert (writable.misses, writable.unstored) == (2, 0)
+    passing = shard_gate(replace(obs, cache_files=writable.files, unstored_misses=writable.unstored))
+    assert passing.ok and passing.reasons == ["compiled 2 TUs; build succeeded"]

@@ -206,6 +206,8 @@ class ShardObservation:
     device_code: bool = True
     """The recipe's ``device_code``: false, a host compile shows the build compiled from source."""
     uncacheable: dict[str, str] = field(default_factory=dict)
+    unstored_misses: int = 0
+    """Misses a remote cache never received (read-only, failing): the link would miss them."""
     """TU key -> the cache's reason, for owned compiles that succeeded but that the cache could not
     store (``unsupported_compiler_option``, ``multiple_source_files``, …): the link would miss them."""
     resources: Optional[dict[str, Any]] = None
@@ -318,6 +320,12 @@ def _check_cache_stored(v: Verdict, obs: ShardObservation) -> None:
         )
     if obs.compiled and obs.cache_files == 0:
         _fail(v, "the cache is empty after compiling: nothing to hand over")
+    elif obs.unstored_misses:
+        _fail(
+            v,
+            f"{obs.unstored_misses} of its compiles missed the cache and never reached the remote cache "
+            "(read-only, or it refused the writes): the link would miss them; give the shard a remote it can write to",
+        )
 
 
 def _check_failed_build(v: Verdict, obs: ShardObservation) -> None:

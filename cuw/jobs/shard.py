@@ -225,6 +225,7 @@ def _run_shard(
         failed=sorted({e["key"] for e in compiles if e.get("rc") != 0}),
         expected_owned=owned,
         cache_files=stats.files,
+        unstored_misses=stats.unstored,
         build_tus=compdb.compiled_sources(ws.tree, ws.src),
         host_compiles_seen=sum(1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") == "host"),
         device_code=recipe.device_code,
@@ -249,7 +250,7 @@ def _run_shard(
     }
     # Taken again at each write: the record covers the job up to the report that carries it.
     context["resources"] = sampler.record()
-    if verdict.ok and job_cache.remote:
+    if job_cache.remote:  # before the gate's own word on unstored misses: the remote's failure names it
         lost = archive.remote_failures(job_cache)
         if lost:
             # Entries that never reached the remote: a manifest would claim a cache the link cannot find.

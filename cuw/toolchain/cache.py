@@ -45,6 +45,9 @@ class Stats:
     """Compiler calls (TUs) the tool saw."""
     zeroed_at: int
     files: int
+    unstored: int = 0
+    """Misses that never reached where the link reads: with a remote, misses beyond what was written
+    there (a read-only or failing remote); 0 for a local cache, which stores every miss it can."""
 
     def summary(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "uncacheable": self.uncacheable, "total": self.total}
@@ -214,6 +217,7 @@ class Ccache(Cache):
             files=self.entry_count()
             if not self.remote
             else counters.get("remote_storage_write", 0) + counters.get("remote_storage_read_hit", 0),
+            unstored=max(0, misses - counters.get("remote_storage_write", 0)) if self.remote else 0,
         )
 
     @classmethod
