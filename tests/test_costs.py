@@ -137,6 +137,7 @@ def test_shard_reports_feed_their_tus_and_the_shards_cost_beside_its_compiles(tm
     import json
 
     from cuw.base.errors import CuwError
+    from cuw.base.records import seat_entries
     from cuw.partition.costs import compile_span, load, record
 
     def shard(name: str, build_s: float, bars: list[tuple[str, float, float]], ok: bool = True):
@@ -166,7 +167,7 @@ def test_shard_reports_feed_their_tus_and_the_shards_cost_beside_its_compiles(tm
     one = shard("1of3", 100.0, [("a.cu", 10.0, 50.0), ("b.cu", 30.0, 70.0)])  # span 60 of 80 compile-seconds
     two = shard("2of3", 50.0, [("c.cu", 0.0, 20.0)])
     three = shard("3of3", 90.0, [("d.cu", 0.0, 10.0), ("e.cu", 20.0, 30.0)])
-    assert compile_span([json.loads(x) for x in (tmp_path / "1of3/logs/seat.jsonl").read_text().splitlines()]) == 60.0
+    assert compile_span(seat_entries(tmp_path / "1of3/logs/seat.jsonl")) == 60.0
     got = record([one, two, three], tmp_path / "costs.json")
     assert got.costs == {"a.cu": 40.0, "b.cu": 40.0, "c.cu": 20.0, "d.cu": 10.0, "e.cu": 10.0}
     assert got.shard is not None and got.shard.fixed_s == 40.0  # median of 40, 30, 70

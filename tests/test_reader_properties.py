@@ -2,7 +2,9 @@
 either reads it or refuses it with a CuwError (one line, exit 2); never another exception.
 
 The readers: a cost table, a shard archive's manifest (inside a real tar), an index's marker,
-the published build records (the plan's and the audit's reader), a seat log. The YAML reader has
+the published build records (the plan's and the audit's reader), a seat log, a shard's and a
+link's report (:mod:`cuw.base.records`, also held here to refusing a newer schema and a
+mistyped field in one line that names the file and the field). The YAML reader has
 its own property test (tests/test_properties.py).
 """
 
@@ -46,6 +48,19 @@ MANIFESTS = st.dictionaries(
     | st.text(max_size=8),
     JSON,
     max_size=10,
+)
+REPORTS = st.fixed_dictionaries(
+    {"gate": st.sampled_from(["shard", "link"]) | JSON, "ok": JSON},
+    optional={
+        "schema": st.integers(min_value=-2, max_value=3) | JSON,
+        "reasons": JSON,
+        "facts": st.dictionaries(st.sampled_from(["compiled", "uncompiled", "missing_shards", "hits"]), JSON) | JSON,
+        "state": st.sampled_from(["running", "finished"]) | JSON,
+        "build_s": JSON,
+        "shard": JSON,
+        "phases": JSON,
+        "previous": JSON,
+    },
 )
 CONTENT = st.binary(max_size=300) | JSON.map(lambda v: json.dumps(v, allow_nan=True).encode())
 
@@ -118,3 +133,96 @@ def test_a_seat_log_is_read_or_refused_line_by_line(lines):
     path = _file(b"\n".join(lines), "seat.jsonl")
     _only_cuw_errors(read_log, path)
     _only_cuw_errors(lambda p: LogReader(p, count_host=True).compiled_count(), path)
+
+
+@CHECK
+@given(st.one_of(CONTENT, REPORTS.map(lambda v: json.dumps(v, allow_nan=True).encode())))
+def test_a_job_report_is_read_or_refused(data):
+    from cuw.base.records import read_link_report, read_report, read_shard_report
+    from cuw.partition.costs import link_report, shard_report
+    from cuw.wheel.publish import _failed_cells
+
+    path = _file(data, "link.report.json")
+    for read in (read_report, read_shard_report, read_link_report, link_report, shard_report, _failed_cells):
+        _only_cuw_errors(read, path if read is not _failed_cells else path.parent)
+
+
+@CHECK
+@given(st.lists(st.one_of(st.binary(max_size=80), JSON.map(lambda v: json.dumps(v, allow_nan=True).encode())), max_size=6))
+def test_a_seat_log_is_read_typed_or_refused(lines):
+    from cuw.seat.seat_log import read_entries
+
+    _only_cuw_errors(read_entries, _file(b"\n".join(lines), "seat.jsonl"))
+
+
+def _refusal(read, path: Path) -> str:
+    try:
+        read(path)
+    except CuwError as exc:
+        return str(exc)
+    raise AssertionError(f"{path} was read")
+
+
+def test_a_report_of_a_newer_schema_or_with_a_mistyped_field_is_refused_in_one_line(tmp_path):
+    from cuw.base.records import SHARD_REPORT_SCHEMA, read_link_report, read_shard_report
+    from cuw.partition.costs import link_report
+
+    path = tmp_path / "cuw-shard-x-1of2.report.json"
+    path.write_text(json.dumps({"gate": "shard", "ok": True, "schema": SHARD_REPORT_SCHEMA + 1, "reasons": []}))
+    why = _refusal(read_shard_report, path)
+    assert (
+        why.startswith(f"{path}: a shard report of schema 2; this forge reads shard reports up to schema 1") and "\n" not in why
+    )
+    path.write_text(json.dumps({"gate": "shard", "ok": True, "build_s": "12 s"}))
+    assert _refusal(read_shard_report, path) == f"{path}: field 'build_s' is \"12 s\", not a finite number"
+    path.write_text(json.dumps({"gate": "shard", "ok": True, "facts": {"uncompiled": "a.cu"}}))
+    assert _refusal(read_shard_report, path) == f"{path}: fact 'uncompiled' is \"a.cu\", not a list of strings"
+    link = tmp_path / "x.whl.link.json"
+    link.write_text(json.dumps({"gate": "link", "ok": True, "phases": {"build_s": "long"}}))
+    assert _refusal(link_report, link) == f'{link}: field \'phases\' is {{"build_s": "long"}}, not an object of numbers'
+    assert _refusal(read_link_report, path) == f"{path}: a shard report, not the link report expected here"
+    link.write_text(json.dumps({"gate": "link", "ok": True, "schema": "1"}))
+    assert _refusal(read_link_report, link) == f"{link}: field 'schema' is \"1\", not a schema version (an integer from 1)"
+
+
+def test_a_report_without_a_schema_reads_as_version_1_and_the_writer_round_trips(tmp_path):
+    """Reports written before the field existed are read as they are; what report.write writes,
+    its reader reads back, unknown fields included."""
+    from cuw.base.records import ShardReport, read_shard_report
+    from cuw.gates import report
+    from cuw.gates.conditions import Verdict
+
+    path = tmp_path / "cuw-shard-x-1of2.report.json"
+    path.write_text(json.dumps({"gate": "shard", "ok": True, "reasons": ["r"], "facts": {"compiled": 3}, "build_s": 1.5}))
+    old = read_shard_report(path)
+    assert (old.schema, old.ok, old.facts["compiled"], old.build_s, old.state) == (1, True, 3, 1.5, "finished")
+    context = {"shard": "1/2", "archive": None, "build_s": 2.0, "part_of_a_later_forge": [1]}
+    report.write(Verdict("shard", False, ["no"], {"compiled": 0}), path, context)
+    written = json.loads(path.read_text())
+    assert written["schema"] == 1 and written["archive"] is None and written["part_of_a_later_forge"] == [1]
+    back = read_shard_report(path)
+    assert isinstance(back, ShardReport) and (back.ok, back.reasons, back.shard, back.build_s) == (False, ["no"], "1/2", 2.0)
+    assert back.extra == {"part_of_a_later_forge": [1]}
+    assert {k: v for k, v in back.to_json().items()} == {k: v for k, v in written.items() if v is not None}
+    report.begin("shard", path, {"shard": "1/2", "archive": None})
+    running = read_shard_report(path)
+    assert running.state == "running" and running.previous == {
+        "ok": False,
+        "state": "finished",
+        "reasons": ["no"],
+        "archive": None,
+    }
+
+
+def test_a_seat_log_line_of_a_newer_schema_or_mistyped_is_refused_by_its_line(tmp_path):
+    from cuw.seat.seat_log import read_entries
+
+    log = tmp_path / "seat.jsonl"
+    good = {"action": "compiled", "key": "a.cu", "seconds": 1.0, "at": 5.0, "rc": 0, "outcome": "miss"}
+    log.write_text(json.dumps(good) + "\n" + '{"action": "compiled", "key": "b.cu", "sec')  # the last line cut short
+    (entry,) = read_entries(log)
+    assert (entry.key, entry.seconds, entry.is_compile, entry.timed, entry.measured) == ("a.cu", 1.0, True, True, False)
+    log.write_text(json.dumps(good) + "\n" + json.dumps({**good, "rc": "0"}) + "\n")
+    assert _refusal(read_entries, log) == f"{log}:2: field 'rc' is \"0\", not an integer"
+    log.write_text(json.dumps({**good, "schema": 2}) + "\n")
+    assert _refusal(read_entries, log).startswith(f"{log}:1: a seat log line of schema 2; this forge reads")

@@ -93,13 +93,13 @@ def test_a_compile_measured_by_the_seat_travels_through_the_timeline_and_the_rep
     row = seat_log.timeline_row(entry)
     assert row is not None and row[4:] == [entry["cpu_s"], entry["peak_mb"]]
     back = seat_log.timeline_entry(row)
-    assert back is not None and (back["cpu_s"], back["peak_mb"], back["key"]) == (
+    assert back is not None and (back.cpu_s, back.peak_mb, back.key) == (
         entry["cpu_s"],
         entry["peak_mb"],
         "kernels/a.cu",
     )
     old = seat_log.timeline_entry(row[:4])  # a manifest from before the measurement: read, unmeasured
-    assert old is not None and "cpu_s" not in old and old["seconds"] == entry["seconds"]
+    assert old is not None and old.cpu_s is None and old.seconds == entry["seconds"]
     assert seat_log.timeline_entry(row[:5]) is None
     other = {**entry, "cpu_s": 1.5, "peak_mb": entry["peak_mb"] + 100}
     assert seat_log.measured_totals([entry, other, {"action": "compiled"}]) == {

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from cuw.base import records
 from cuw.base.errors import CuwError
 from cuw.gates.conditions import Verdict
 
@@ -31,9 +32,12 @@ def write(verdict: Verdict, path: Path, context: dict[str, Any]) -> Path:
         "reasons": verdict.reasons,
         "facts": verdict.facts,
         "state": "finished",
+        "schema": records.REPORTS[verdict.gate].SCHEMA,
         **context,
     }
-    written = write_text(path, json.dumps(body, indent=2, sort_keys=True, default=str) + "\n", option="report")
+    text = json.dumps(body, indent=2, sort_keys=True, default=str) + "\n"
+    records.job_report(json.loads(text), str(path))  # never a report its reader would refuse
+    written = write_text(path, text, option="report")
     try:
         written.chmod(0o644)  # the temp file it was renamed from was made private (0600)
     except OSError:
@@ -50,13 +54,14 @@ def begin(gate: str, path: Path, context: dict[str, Any]) -> Path:
     """
     previous = None
     try:
-        old = json.loads(path.read_text())
-        if isinstance(old, dict) and old.get("state") == "running":
-            previous = old.get("previous")  # killed before: the last finished verdict stays the one shown
-        elif isinstance(old, dict):
-            previous = {k: old.get(k) for k in ("ok", "state", "reasons", "archive")}
-    except (OSError, ValueError):
-        pass
+        old = records.read_report(path, gate)
+    except CuwError:
+        old = None  # none yet, or one this forge cannot read: nothing to carry over
+    if old is not None and old.state == "running":
+        previous = old.previous  # killed before: the last finished verdict stays the one shown
+    elif old is not None:
+        archive = old.archive if isinstance(old, records.ShardReport) else None
+        previous = {"ok": old.ok, "state": old.state, "reasons": old.reasons, "archive": archive}
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     reason = (
         f"a run started at {started} (pid {os.getpid()}) has not finished: "

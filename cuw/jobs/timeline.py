@@ -15,13 +15,13 @@ are listed, since they have no time. Two renderings of one :class:`Timeline`:
 from __future__ import annotations
 
 import html as _html
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
 from cuw.base.errors import CuwError
+from cuw.base.records import JobReport, SeatLogEntry, ShardReport, gate_of, read_report
 from cuw.gates.conditions import size
 from cuw.seat import seat_log
 
@@ -66,30 +66,15 @@ class Timeline:
         return next(j for j in self.jobs if j.name == name)
 
 
-def _outcome(entry: dict) -> str:
-    if entry.get("rc") not in (0, None):
+def _outcome(entry: SeatLogEntry) -> str:
+    if entry.rc not in (0, None):
         return "failed"
-    outcome = str(entry.get("outcome", ""))
+    outcome = entry.outcome or ""
     if outcome == "hit":
         return "hit"
     if outcome == "miss" or outcome.startswith("uncacheable"):
         return "cold"
     return "other"
-
-
-def read_entries(log: Path) -> list[dict]:
-    """The seat log's entries; a line cut short (a killed job) or foreign is skipped."""
-    if not log.is_file():
-        return []
-    out = []
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
 
 
 def _job_name(folder: Path) -> Optional[str]:
@@ -105,29 +90,26 @@ def _order(name: str) -> tuple[int, int]:
     return (0, int(name.split()[1].split("/")[0]))
 
 
-def _reports(folders: Iterable[Path]) -> dict[str, dict]:
+def _reports(folders: Iterable[Path]) -> dict[str, JobReport]:
     """Gate reports by job name, from the cell's artifacts folder and ``dist``."""
-    out: dict[str, dict] = {}
+    out: dict[str, JobReport] = {}
     for folder in folders:
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.json")):
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if not isinstance(data, dict) or data.get("gate") not in ("shard", "link"):
-                continue
-            name = f"shard {data['shard']}" if data.get("gate") == "shard" and data.get("shard") else "link"
-            out[name] = data
+            if gate_of(path) is None:
+                continue  # a verify report, a build record: not a job's
+            report = read_report(path)
+            shard = report.shard if isinstance(report, ShardReport) else None
+            out[f"shard {shard}" if shard else "link"] = report
     return out
 
 
-def _archived(folders: Iterable[Path]) -> dict[str, list[dict]]:
-    """Seat-log-shaped entries of every shard archive in the folders, from its manifest's timeline."""
+def _archived(folders: Iterable[Path]) -> dict[str, list[SeatLogEntry]]:
+    """The compiles of every shard archive in the folders, from its manifest's timeline."""
     from cuw.jobs.archive import SUFFIX, read_manifest
 
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[SeatLogEntry]] = {}
     for folder in folders:
         for path in sorted(folder.glob(f"cuw-shard-*{SUFFIX}")) if folder.is_dir() else []:
             try:
@@ -143,17 +125,17 @@ def load(cell_dir: Path, report_dirs: Iterable[Path] = ()) -> Timeline:
     """The timeline of the cell whose job folders are under ``cell_dir``."""
     if not cell_dir.is_dir():
         raise CuwError(f"{cell_dir}: not a folder (give a cell's work folder, e.g. .cuw/work/<cell id>)")
-    raw: list[tuple[str, dict]] = []
+    raw: list[tuple[str, SeatLogEntry]] = []
     jobs: dict[str, Job] = {}
     for folder in sorted(p for p in cell_dir.iterdir() if p.is_dir()):
         name = _job_name(folder)
         if name is None:
             continue
         job = jobs.setdefault(name, Job(name))
-        for entry in read_entries(folder / "logs" / "seat.jsonl"):
-            if entry.get("action") == "stubbed":
+        for entry in seat_log.read_entries(folder / "logs" / "seat.jsonl"):
+            if entry.action == "stubbed":
                 job.stubbed += 1
-            elif entry.get("action") == "compiled" and isinstance(entry.get("at"), (int, float)):
+            elif entry.is_compile and entry.at is not None:
                 raw.append((name, entry))
     report_dirs = list(report_dirs)
     for name, entries in _archived(report_dirs).items():  # a link job elsewhere: shards from their manifests
@@ -162,26 +144,23 @@ def load(cell_dir: Path, report_dirs: Iterable[Path] = ()) -> Timeline:
             raw.extend((name, e) for e in entries)
     if not jobs:
         raise CuwError(f"{cell_dir}: no job folders (shard-IofN, link) in it: build the cell first")
-    for name, data in _reports(report_dirs).items():
+    for name, report in _reports(report_dirs).items():
         job = jobs.setdefault(name, Job(name))
-        job.ok = bool(data.get("ok"))
-        job.verdict = f"{data.get('gate')} gate {'PASS' if job.ok else 'FAIL'}: " + "; ".join(map(str, data.get("reasons", [])))
-        facts = data["facts"] if isinstance(data.get("facts"), dict) else {}
-        job.uncompiled = [str(k) for k in facts.get("uncompiled", [])] if isinstance(facts.get("uncompiled"), list) else []
-        job.resources = data.get("resources") if isinstance(data.get("resources"), dict) else None
-    origin = min((float(e["at"]) - float(e.get("seconds") or 0) for _, e in raw), default=0.0)
-    bars = [
-        Bar(
-            name,
-            str(e.get("key")),
-            round(float(e["at"]) - float(e.get("seconds") or 0) - origin, 3),
-            round(float(e["at"]) - origin, 3),
-            _outcome(e),
-        )
-        for name, e in raw
-    ]
+        job.ok = report.ok
+        job.verdict = f"{report.gate} gate {'PASS' if job.ok else 'FAIL'}: " + "; ".join(report.reasons)
+        job.uncompiled = list(report.facts.get("uncompiled") or [])  # checked by the reader: strings
+        job.resources = report.resources
+    bars = [_bar(name, e) for name, e in raw]
+    origin = min((b.start for b in bars), default=0.0)
+    bars = [Bar(b.job, b.key, round(b.start - origin, 3), round(b.end - origin, 3), b.outcome) for b in bars]
     ordered = sorted(jobs.values(), key=lambda j: _order(j.name))
     return Timeline(cell_dir.name, ordered, sorted(bars, key=lambda b: (_order(b.job), b.start, b.key)))
+
+
+def _bar(job: str, entry: SeatLogEntry) -> Bar:
+    """A compile as its bar in seconds since the epoch (:func:`load` moves them to the first compile)."""
+    at = float(entry.at or 0.0)
+    return Bar(job, str(entry.key), at - float(entry.seconds or 0.0), at, _outcome(entry))
 
 
 def _mermaid_text(text: str) -> str:

@@ -40,7 +40,8 @@ from typing import Callable, Optional, TypeGuard
 
 from cuw.base.errors import CuwError
 from cuw.toolchain import ninja
-from cuw.base.files import json_records, same_file, write_text
+from cuw.base.files import same_file, write_text
+from cuw.base.records import SeatLogEntry, gate_of, read_link_report, read_shard_report, seat_entries, seat_entry
 from cuw.partition.rules import tu_key
 from cuw.config.recipe import Recipe, costs_path
 
@@ -159,7 +160,8 @@ def from_seat_log(path: Path) -> dict[str, float]:
     ``_cuda`` module) costs its owner the sum."""
     out: dict[str, float] = {}
     for entry in _cold_compiles(path):
-        out[entry["key"]] = out.get(entry["key"], 0.0) + float(entry["seconds"])
+        assert entry.key is not None and entry.seconds is not None  # _cold_compiles checked both
+        out[entry.key] = out.get(entry.key, 0.0) + float(entry.seconds)
     return out
 
 
@@ -169,7 +171,7 @@ def usage_from_seat_log(path: Path) -> tuple[dict[str, float], dict[str, float]]
     cpu: dict[str, float] = {}
     peaks: dict[str, float] = {}
     for entry in _cold_compiles(path):
-        key, cpu_s, peak = entry["key"], entry.get("cpu_s"), entry.get("peak_mb")
+        key, cpu_s, peak = str(entry.key), entry.cpu_s, entry.peak_mb
         if _is_measure(cpu_s) and _is_measure(peak):
             cpu[key] = round(cpu.get(key, 0.0) + float(cpu_s), 3)
             peaks[key] = max(peaks.get(key, 0.0), float(peak))
@@ -180,30 +182,30 @@ def _is_measure(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
-def _cold_compiles(path: Path) -> list[dict]:
+def _cold_compiles(path: Path) -> list[SeatLogEntry]:
     """A seat log's ``compiled`` entries that passed and were real compiles (not hits), checked
     to carry a key and seconds; an error when there is none."""
-    out: list[dict] = []
+    out: list[SeatLogEntry] = []
     hits = 0
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
+            value = json.loads(line)
         except json.JSONDecodeError:
             raise CuwError(f"{path}:{n}: not a seat log line (JSON expected)") from None
-        if not isinstance(entry, dict):
+        if not isinstance(value, dict):
             raise CuwError(f"{path}:{n}: not a seat log line (a JSON object expected)")
-        if entry.get("action") != "compiled" or entry.get("rc") not in (0, None):
+        entry = seat_entry(value, f"{path}:{n}")  # a field of the wrong type: refused, naming it
+        if not entry.is_compile or entry.rc not in (0, None):
             continue
-        if entry.get("outcome") == "hit":
+        if entry.outcome == "hit":
             hits += 1
             continue
-        key, seconds = entry.get("key"), entry.get("seconds")
-        if not isinstance(key, str) or isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        if entry.key is None or entry.seconds is None:
             raise CuwError(f"{path}:{n}: a compiled entry without a TU key and seconds")
-        if not math.isfinite(seconds) or seconds < 0:
-            raise CuwError(f"{path}:{n}: seconds {seconds!r} is not a finite number >= 0")
+        if entry.seconds < 0:
+            raise CuwError(f"{path}:{n}: seconds {entry.seconds!r} is not a finite number >= 0")
         out.append(entry)
     if not out:
         why = f"all {hits} compiles were cache hits: record from a cold build" if hits else "no compiled TUs"
@@ -227,16 +229,7 @@ def _replayed_or_stubbed(seat_log: Path) -> set[str]:
     """Keys whose ninja time measures a stub or a cache hit, not a compile."""
     if not seat_log.is_file():
         return set()
-    return {str(e.get("key")) for e in json_records(seat_log) if e.get("action") == "stubbed" or e.get("outcome") == "hit"}
-
-
-def _job_report(path: Path, gate: str) -> Optional[dict]:
-    """A forge job's JSON report of ``gate`` (shard, link); None when ``path`` is something else."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("gate") == gate else None
+    return {str(e.key) for e in seat_entries(seat_log) if e.action == "stubbed" or e.outcome == "hit"}
 
 
 def from_ninja_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:
@@ -280,13 +273,10 @@ def ninja_log_times(path: Path, source_root: Optional[Path] = None) -> tuple[dic
 
 def link_report(path: Path) -> Optional[LinkCost]:
     """A link job's report as a :class:`LinkCost`; None when ``path`` is no link report (a log)."""
-    data = _job_report(path, "link")
-    if data is None:
+    if gate_of(path) != "link":
         return None
-    phases = data.get("phases")
-    if not isinstance(phases, dict) or not all(
-        isinstance(phases.get(k), (int, float)) for k in ("build_s", "replay_s", "replays")
-    ):
+    phases = read_link_report(path).phases
+    if phases is None or not all(k in phases for k in ("build_s", "replay_s", "replays")):
         raise CuwError(f"--from {path}: a link report without its phases (written by an older forge): link again, then record it")
     replays = int(phases["replays"])
     beside = sum(float(phases.get(k) or 0.0) for k in ("prepare_s", "restore_s", "deps_s", "finish_s"))
@@ -297,14 +287,10 @@ def link_report(path: Path) -> Optional[LinkCost]:
     return LinkCost(round(fixed, 3), round(per_replay, 4), _shown(path))
 
 
-def compile_span(entries: list[dict]) -> float:
+def compile_span(entries: list[SeatLogEntry]) -> float:
     """Seconds during which at least one compile ran (each entry is the bar [at - seconds, at]),
     so parallel compile jobs are not counted twice."""
-    bars = sorted(
-        (float(e["at"]) - float(e["seconds"]), float(e["at"]))
-        for e in entries
-        if e.get("action") == "compiled" and isinstance(e.get("at"), (int, float)) and isinstance(e.get("seconds"), (int, float))
-    )
+    bars = sorted((e.at - e.seconds, e.at) for e in entries if e.is_compile and e.at is not None and e.seconds is not None)
     span, end = 0.0, float("-inf")
     for start, stop in bars:
         if stop > end:
@@ -316,17 +302,17 @@ def compile_span(entries: list[dict]) -> float:
 def shard_report(path: Path) -> Optional[tuple[float, Path]]:
     """A finished, passing shard's report as (seconds beside its compiles, its seat log); None when
     ``path`` is no shard report (a log)."""
-    data = _job_report(path, "shard")
-    if data is None:
+    if gate_of(path) != "shard":
         return None
-    build_s, build_log = data.get("build_s"), data.get("build_log")
-    if not data.get("ok") or not isinstance(build_s, (int, float)) or not isinstance(build_log, str):
-        why = "; ".join(map(str, data.get("reasons") or [])) or "no build_s or build_log"
+    report = read_shard_report(path)
+    build_s, build_log = report.build_s, report.build_log
+    if not report.ok or build_s is None or build_log is None:
+        why = "; ".join(report.reasons) or "no build_s or build_log"
         raise CuwError(f"--from {path}: a shard report of a build that did not pass ({why[:200]}): record a passing shard")
     seat = Path(build_log).parent / "seat.jsonl"
     if not seat.is_file():
         raise CuwError(f"--from {path}: its seat log {seat} is gone (the shard's work folder): record on the machine that ran it")
-    return max(0.0, float(build_s) - compile_span(json_records(seat))), seat
+    return max(0.0, float(build_s) - compile_span(seat_entries(seat))), seat
 
 
 def read_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:

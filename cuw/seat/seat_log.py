@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from cuw.base.files import json_record, json_records
+from cuw.base.records import SeatLogEntry, seat_entries
 
 
 def _is_cuda_compile(entry: dict) -> bool:
@@ -22,6 +23,12 @@ def compiled_count(path: Path) -> int:
 def read_log(path: Path) -> list[dict]:
     """Every whole entry of a seat log; a line that is not one (cut short) is left out."""
     return json_records(path)
+
+
+def read_entries(path: Path) -> list[SeatLogEntry]:
+    """Every whole entry of a seat log, typed (:class:`cuw.base.records.SeatLogEntry`): a line cut
+    short is left out, a whole one that cannot be read is refused naming its line."""
+    return seat_entries(path)
 
 
 class LogReader:
@@ -77,14 +84,23 @@ def timeline_row(entry: dict) -> Optional[list]:
     return row
 
 
-def timeline_entry(row: list) -> Optional[dict]:
-    """A timeline row read back as a seat-log-shaped entry (rows of 4 or 6 items); None for a malformed row."""
+def timeline_entry(row: list) -> Optional[SeatLogEntry]:
+    """A timeline row read back as the compile's seat-log entry (rows of 4 or 6 items); None for a malformed row."""
     if len(row) not in (4, 6) or not (_number(row[1]) and _number(row[2])):
         return None
-    entry = {"key": row[0], "at": row[1] + row[2], "seconds": row[2], "outcome": row[3], "rc": 0}
-    if len(row) == 6 and _number(row[4]) and _number(row[5]):
-        entry.update(cpu_s=row[4], peak_mb=row[5])
-    return entry
+    if not isinstance(row[0], str) or not (row[3] is None or isinstance(row[3], str)):
+        return None
+    measured = len(row) == 6 and _number(row[4]) and _number(row[5])
+    return SeatLogEntry(
+        "compiled",
+        key=row[0],
+        at=row[1] + row[2],
+        seconds=row[2],
+        outcome=row[3],
+        rc=0,
+        cpu_s=row[4] if measured else None,
+        peak_mb=row[5] if measured else None,
+    )
 
 
 def measured_totals(compiles: list[dict]) -> dict[str, object]:

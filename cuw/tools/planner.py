@@ -161,7 +161,7 @@ def prepare_tree(recipe: Recipe, dest: Path, settings: Optional[Settings] = None
 
 def seat_log_keys(path: Path) -> list[str]:
     """The TUs (CUDA and host) a recorded seat log saw, compiled or stubbed."""
-    from cuw.seat.seat_log import read_log
+    from cuw.seat.seat_log import read_entries
 
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "no such file"
@@ -173,16 +173,12 @@ def seat_log_keys(path: Path) -> list[str]:
             from cuw.partition.costs import ninja_log_times
 
             return sorted(ninja_log_times(path)[0])
-        entries = read_log(path)
+        entries = read_entries(path)
     except UnicodeDecodeError:
         raise CuwError(f"--from-log {path}: not a text file (a seat log, logs/seat.jsonl, or a .ninja_log)") from None
     except ValueError as exc:  # json.JSONDecodeError
         raise CuwError(f"--from-log {path}: not a seat log (JSON lines expected: {exc})") from None
-    keys = {
-        e["key"]
-        for e in entries
-        if isinstance(e, dict) and isinstance(e.get("key"), str) and e.get("action") in ("compiled", "stubbed")
-    }
+    keys = {e.key for e in entries if e.key is not None and e.action in ("compiled", "stubbed")}
     if not keys:
         raise CuwError(f"--from-log {path}: the seat log names no compiled or stubbed TU")
     return sorted(keys)

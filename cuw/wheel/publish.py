@@ -30,6 +30,7 @@ from packaging.utils import canonicalize_name
 from cuw import __version__
 from cuw.gates import report
 from cuw.base.errors import CuwError
+from cuw.base.records import LinkReport, ShardReport, read_link_report, read_shard_report
 from cuw.base.settings import GitHub, Settings
 from cuw.base.files import check_apart, copy_into, writable_dir, write_text
 from cuw.base.files import sha256_of as sha256_file, tree_digest
@@ -81,11 +82,26 @@ def _nvcc_version(nvcc: Path) -> Optional[str]:
     return lines[-1].split(",")[-1].strip() if lines else None  # "V13.0.88"
 
 
+def _shard_row(rep: ShardReport) -> dict[str, Any]:
+    return {
+        "shard": rep.shard,
+        "ok": rep.ok,
+        "tus_compiled": rep.facts.get("compiled"),
+        "tus_owned": rep.facts.get("expected_owned"),
+        "seconds": rep.build_s,
+    }
+
+
+def _shard_order(rep: ShardReport) -> int:
+    index = (rep.shard or "0/0").split("/")[0]
+    return int(index) if index.isdigit() else 0
+
+
 def build_record(
     recipe: Any,
     wheel: Path,
-    link_report: dict[str, Any],
-    shard_reports: list[dict[str, Any]],
+    link_report: LinkReport,
+    shard_reports: list[ShardReport],
     verify_report: Optional[dict[str, Any]],
     toolkit: Any,
     inputs: dict[str, Any],
@@ -96,19 +112,7 @@ def build_record(
     ``github``: the run's GitHub Actions context (its commit and run, when there is one)."""
     recipes_dir = Path(recipe.folder).parent
     policy = recipes_dir / "defaults.yml"
-    facts = link_report.get("facts", {})
-    shards = []
-    for rep in sorted(shard_reports, key=lambda r: int(str(r.get("shard", "0/0")).split("/")[0] or 0)):
-        f = rep.get("facts", {})
-        shards.append(
-            {
-                "shard": rep.get("shard"),
-                "ok": rep.get("ok"),
-                "tus_compiled": f.get("compiled"),
-                "tus_owned": f.get("expected_owned"),
-                "seconds": rep.get("build_s"),
-            }
-        )
+    facts = link_report.facts
     checks = (verify_report or {}).get("checks", [])
     return {
         "format": FORMAT,
@@ -117,18 +121,18 @@ def build_record(
         "inputs_digest": inputs_digest(inputs),
         "sha256": sha256_file(wheel),
         "recipe": recipe.key,
-        "cell": link_report.get("cell"),
+        "cell": link_report.cell,
         "source": _source(recipe),
         "recipe_digest": tree_digest(Path(recipe.folder)),
         "policy_digest": sha256_file(policy) if policy.is_file() else None,
         "toolkit": {"cuda": toolkit.version, "nvcc": _nvcc_version(toolkit.nvcc)},
-        "cache": link_report.get("cache"),
+        "cache": link_report.cache,
         # Where the wheel was linked (image, glibc, compiler) and the floor that follows from it.
-        "builder": link_report.get("builder"),
+        "builder": link_report.builder,
         "forge": {"version": __version__, "commit": _forge_commit(github)},
-        "shards": shards,
+        "shards": [_shard_row(rep) for rep in sorted(shard_reports, key=_shard_order)],
         "link": {k: facts.get(k) for k in ("total", "hits", "misses", "uncacheable", "cuda_tus")}
-        | {"seconds": link_report.get("build_s"), "shard_count": link_report.get("shard_count")},
+        | {"seconds": link_report.build_s, "shard_count": link_report.shard_count},
         "verify": {"ok": (verify_report or {}).get("ok"), "checks": [{"name": c.get("name"), "ok": c.get("ok")} for c in checks]},
         "run": dict(github.run),
     }
@@ -144,8 +148,8 @@ def record(recipe: Any, dist: Path, artifacts: Path, settings: Settings) -> Path
     cell = local_cell(recipe, toolkit)
     links = []
     for path in sorted(dist.glob("*.whl.link.json")):
-        rep = _read_json(path)
-        if rep.get("cell") == cell.to_dict() and rep.get("ok"):
+        rep = read_link_report(path)
+        if rep.cell == cell.to_dict() and rep.ok:
             links.append((path, rep))
     if not links:
         raise CuwError(
@@ -158,8 +162,8 @@ def record(recipe: Any, dist: Path, artifacts: Path, settings: Settings) -> Path
         raise CuwError(f"{path} names {wheel.name}, which is not in {dist}")
     cell_dir = artifacts / cell.id
     # The shards of this link only: reports of another N left in the folder by earlier runs are not its history.
-    suffix = f"of{link_rep.get('shard_count')}.report.json"
-    shard_reports = [_read_json(p) for p in sorted(cell_dir.glob(f"cuw-shard-*{suffix}"))]
+    suffix = f"of{link_rep.shard_count}.report.json"
+    shard_reports = [read_shard_report(p) for p in sorted(cell_dir.glob(f"cuw-shard-*{suffix}"))]
     verify_path = dist / f"{wheel.name}.verify.json"
     verify_rep = _read_json(verify_path) if verify_path.is_file() else None
     from cuw.config.policy import load_policy
@@ -195,15 +199,14 @@ def _failed_cells(reports: Optional[Path]) -> dict[str, str]:
         return out
     for path in sorted(reports.rglob("link.report.json")):
         try:
-            rep = _read_json(path)
+            rep = read_link_report(path)
         except CuwError:
+            continue  # one unreadable report does not hide the other cells' failures
+        if rep.ok:
             continue
-        if rep.get("ok"):
-            continue
-        missing = rep.get("facts", {}).get("missing_shards") or []
-        count = rep.get("shard_count")
+        missing, count = rep.missing_shards, rep.shard_count
         named = f"missing shard(s) {', '.join(f'{i}/{count}' for i in missing)}; " if missing else ""
-        out[path.parent.name] = named + "; ".join(rep.get("reasons", [])[:3])
+        out[path.parent.name] = named + "; ".join(rep.reasons[:3])
     return out
 
 

@@ -1,0 +1,362 @@
+"""The records jobs hand each other through files: shard and link reports, seat-log entries.
+
+Each record has one writer and one reader here, and a schema version. A reader refuses, in one
+line naming the file and the field, a record of a newer schema than it knows or a field of the
+wrong type; it reads a record without a ``schema`` field as version 1 (what every forge wrote
+before the field existed: the same shape). A field a reader does not know is kept aside
+(``extra``) and written back: fields are only ever added within a version; a change an older
+reader could not ignore is a new version. The JSON keys are the files' own (tests, people and
+other tools read them by key). docs/gates.md lists the records and their versions.
+
+Below every layer that reads them: the cost tables (partition) read both reports and seat logs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Optional, Union
+
+from cuw.base.errors import CuwError
+
+SHARD_REPORT_SCHEMA = 1
+LINK_REPORT_SCHEMA = 1
+SEAT_LOG_SCHEMA = 1
+"""Seat-log lines carry no ``schema`` field while they are version 1 (the Python seat and its C
+twin write one line per compile: the constant stays out of them); a line that says more is refused."""
+
+Check = tuple[Callable[[Any], bool], str]
+"""A field's test and what it must be (the refusal's words)."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+INT: Check = (_is_int, "an integer")
+NUMBER: Check = (_is_number, "a finite number")
+STRING: Check = (lambda v: isinstance(v, str), "a string")
+BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
+OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
+STRINGS: Check = (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings")
+INTS: Check = (lambda v: isinstance(v, list) and all(_is_int(x) for x in v), "a list of integers")
+NUMBERS: Check = (
+    lambda v: isinstance(v, dict) and all(isinstance(k, str) and _is_number(x) for k, x in v.items()),
+    "an object of numbers",
+)
+TEXTS: Check = (
+    lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+    "an object of strings",
+)
+
+
+def _shown(value: Any) -> str:
+    try:
+        return json.dumps(value)[:80]
+    except (TypeError, ValueError):
+        return repr(value)[:80]
+
+
+def check_fields(data: dict[str, Any], where: str, spec: dict[str, Check], what: str = "field") -> None:
+    """Every field of ``spec`` that ``data`` holds and that is not null passes its check; the first
+    that does not is refused in one line naming ``where`` and the field."""
+    for key, (test, must) in spec.items():
+        value = data.get(key)
+        if value is not None and not test(value):
+            raise CuwError(f"{where}: {what} {key!r} is {_shown(value)}, not {must}")
+
+
+def check_schema(data: dict[str, Any], where: str, known: int, what: str) -> int:
+    """The record's schema version (1 when it names none); one newer than ``known`` is refused."""
+    schema = data.get("schema", 1)
+    if not _is_int(schema) or schema < 1:
+        raise CuwError(f"{where}: field 'schema' is {_shown(schema)}, not a schema version (an integer from 1)")
+    if schema > known:
+        raise CuwError(
+            f"{where}: a {what} of schema {schema}; this forge reads {what}s up to schema {known}: "
+            "read it with the forge that wrote it, or run the job again with this one"
+        )
+    return schema
+
+
+# -- job reports ----------------------------------------------------------------------------------
+
+_REPORT_FIELDS: dict[str, Check] = {
+    "gate": STRING,
+    "ok": BOOL,
+    "reasons": STRINGS,
+    "facts": OBJECT,
+    "state": (lambda v: v in ("running", "finished"), "running or finished"),
+    "cell": OBJECT,
+    "build_s": NUMBER,
+    "build_log": STRING,
+    "resources": OBJECT,
+    "started_at": STRING,
+    "pid": INT,
+    "previous": OBJECT,
+}
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """What both jobs' reports hold: the gate's verdict and where the job ran."""
+
+    gate: str
+    ok: bool
+    reasons: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    state: str = "finished"
+    """``running`` from the job's start until its verdict replaces it (:func:`cuw.gates.report.begin`)."""
+    cell: Optional[dict[str, Any]] = None
+    build_s: Optional[float] = None
+    build_log: Optional[str] = None
+    resources: Optional[dict[str, Any]] = None
+    """The job's resource record (:mod:`cuw.jobs.resources`)."""
+    started_at: Optional[str] = None
+    pid: Optional[int] = None
+    previous: Optional[dict[str, Any]] = None
+    """A running marker's: the last finished verdict (ok, state, reasons, archive)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields this forge does not know (a later forge's, of the same schema): kept, written back."""
+    schema: int = 1
+
+    SCHEMA: ClassVar[int] = 0
+    FIELDS: ClassVar[dict[str, Check]] = {}
+    FACTS: ClassVar[dict[str, Check]] = {}
+    """The facts a reader uses, checked; the others are the gate's to name."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's JSON object: its fields under their own keys (the unset ones left out), then ``extra``."""
+        body = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return {**self.extra, **{k: v for k, v in body.items() if v is not None}}
+
+
+@dataclass(frozen=True)
+class ShardReport(JobReport):
+    """``cuw-shard-<cell>-<i>of<N>.report.json``, beside the shard's archive."""
+
+    shard: Optional[str] = None
+    """``i/N``."""
+    archive: Optional[str] = None
+    archive_sha256: Optional[str] = None
+    """The archive's digest when the shard packed it: the link refuses an archive that is not this one."""
+    previous_archive: Optional[str] = None
+    counters: Optional[dict[str, Any]] = None
+    compile_usage: Optional[dict[str, Any]] = None
+    schema: int = SHARD_REPORT_SCHEMA
+
+    SCHEMA: ClassVar[int] = SHARD_REPORT_SCHEMA
+    FIELDS: ClassVar[dict[str, Check]] = {
+        **_REPORT_FIELDS,
+        "shard": STRING,
+        "archive": STRING,
+        "archive_sha256": STRING,
+        "previous_archive": STRING,
+        "counters": OBJECT,
+        "compile_usage": OBJECT,
+    }
+    FACTS: ClassVar[dict[str, Check]] = {"compiled": INT, "expected_owned": INT, "uncompiled": STRINGS}
+
+
+@dataclass(frozen=True)
+class LinkReport(JobReport):
+    """``link.report.json`` in the cell's artifacts, or ``dist/<wheel>.link.json`` beside a shipped wheel."""
+
+    shard_count: Optional[int] = None
+    fingerprint: Optional[dict[str, str]] = None
+    wheel: Optional[str] = None
+    cache: Optional[dict[str, Any]] = None
+    phases: Optional[dict[str, float]] = None
+    """Where the link's time went (prepare_s, restore_s, deps_s, build_s, replay_s, replays, finish_s)."""
+    builder: Optional[dict[str, Any]] = None
+    schema: int = LINK_REPORT_SCHEMA
+
+    SCHEMA: ClassVar[int] = LINK_REPORT_SCHEMA
+    FIELDS: ClassVar[dict[str, Check]] = {
+        **_REPORT_FIELDS,
+        "shard_count": INT,
+        "fingerprint": TEXTS,
+        "wheel": STRING,
+        "cache": OBJECT,
+        "phases": NUMBERS,
+        "builder": OBJECT,
+    }
+    FACTS: ClassVar[dict[str, Check]] = {
+        "total": INT,
+        "hits": INT,
+        "misses": INT,
+        "uncacheable": INT,
+        "cuda_tus": INT,
+        "missing_shards": INTS,
+    }
+
+    @property
+    def missing_shards(self) -> list[int]:
+        return list(self.facts.get("missing_shards") or [])
+
+
+REPORTS: dict[str, type[JobReport]] = {"shard": ShardReport, "link": LinkReport}
+Report = Union[ShardReport, LinkReport]
+
+
+def job_report(data: Any, where: str) -> JobReport:
+    """A shard's or a link's report from its JSON object, every field it holds checked."""
+    if not isinstance(data, dict):
+        raise CuwError(f"{where}: not a job report (a JSON object expected)")
+    gate = data.get("gate")
+    kind = REPORTS.get(gate) if isinstance(gate, str) else None
+    if kind is None:
+        raise CuwError(f"{where}: field 'gate' is {_shown(data.get('gate'))}, not shard or link: not a job report")
+    schema = check_schema(data, where, kind.SCHEMA, f"{data['gate']} report")
+    if "ok" not in data:
+        raise CuwError(f"{where}: a {data['gate']} report without its field 'ok'")
+    if not isinstance(data["ok"], bool):
+        raise CuwError(f"{where}: field 'ok' is {_shown(data['ok'])}, not true or false")
+    check_fields(data, where, kind.FIELDS)
+    check_fields(data.get("facts") or {}, where, kind.FACTS, "fact")
+    known = {f.name for f in fields(kind)} - {"extra"}
+    values = {k: v for k, v in data.items() if k in known and v is not None}
+    return kind(**{**values, "schema": schema}, extra={k: v for k, v in data.items() if k not in known})
+
+
+def load_json(path: Path, what: str) -> Any:
+    """A JSON file's value; one that cannot be read or parsed is refused in one line."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CuwError(f"{path}: no such {what}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CuwError(f"{path}: unreadable {what} ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def read_report(path: Path, gate: Optional[str] = None) -> JobReport:
+    """The report at ``path``; with ``gate``, one of that gate only."""
+    data = load_json(path, f"{gate or 'job'} report")
+    found = data.get("gate") if isinstance(data, dict) else None
+    if gate is not None and isinstance(found, str) and found in REPORTS and found != gate:
+        raise CuwError(f"{path}: a {found} report, not the {gate} report expected here")
+    return job_report(data, str(path))
+
+
+def read_shard_report(path: Path) -> ShardReport:
+    report = read_report(path, "shard")
+    assert isinstance(report, ShardReport)
+    return report
+
+
+def read_link_report(path: Path) -> LinkReport:
+    report = read_report(path, "link")
+    assert isinstance(report, LinkReport)
+    return report
+
+
+def gate_of(path: Path) -> Optional[str]:
+    """The gate a JSON file's ``gate`` field names, or None when it is no job report (a log, another
+    JSON file): how a reader given either tells them apart before it reads one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    gate = data.get("gate") if isinstance(data, dict) else None
+    return gate if isinstance(gate, str) and gate in REPORTS else None
+
+
+# -- seat-log entries -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeatLogEntry:
+    """One decision of the seat (:mod:`cuw.seat.runtime`, ``seat_stub.c``): a JSON line of ``logs/seat.jsonl``."""
+
+    action: str
+    """compiled, stubbed, passthrough, probe."""
+    key: Optional[str] = None
+    """The TU's partition key (compiled, stubbed)."""
+    kind: Optional[str] = None
+    """``host`` for a host compile; absent for CUDA."""
+    owner: Optional[int] = None
+    output: Optional[str] = None
+    rc: Optional[int] = None
+    outcome: Optional[str] = None
+    """The cache's word for the compile: hit, miss, uncacheable:<why>, unknown."""
+    seconds: Optional[float] = None
+    at: Optional[float] = None
+    """When the compile ended (epoch s): its bar is [at - seconds, at]."""
+    cpu_s: Optional[float] = None
+    peak_mb: Optional[float] = None
+    pid: Optional[int] = None
+    source: Optional[str] = None
+    argv: Optional[list[str]] = None
+
+    FIELDS: ClassVar[dict[str, Check]] = {
+        "action": STRING,
+        "key": STRING,
+        "kind": STRING,
+        "owner": INT,
+        "output": STRING,
+        "rc": INT,
+        "outcome": STRING,
+        "seconds": NUMBER,
+        "at": NUMBER,
+        "cpu_s": NUMBER,
+        "peak_mb": NUMBER,
+        "pid": INT,
+        "source": STRING,
+        "argv": STRINGS,
+    }
+
+    @property
+    def is_compile(self) -> bool:
+        return self.action == "compiled"
+
+    @property
+    def is_host(self) -> bool:
+        return self.kind == "host"
+
+    @property
+    def timed(self) -> bool:
+        """A compile that carries its times (a bar on the timeline)."""
+        return self.seconds is not None and self.at is not None
+
+    @property
+    def measured(self) -> bool:
+        """A compile whose CPU seconds and peak memory the seat measured."""
+        return self.cpu_s is not None and self.peak_mb is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+def seat_entry(data: dict[str, Any], where: str) -> SeatLogEntry:
+    """A seat-log line's JSON object as an entry; a field of the wrong type, or a newer schema, is refused."""
+    check_schema(data, where, SEAT_LOG_SCHEMA, "seat log line")
+    if "action" not in data:
+        raise CuwError(f"{where}: a seat log line without its field 'action'")
+    check_fields(data, where, SeatLogEntry.FIELDS)
+    return SeatLogEntry(**{k: v for k, v in data.items() if k in SeatLogEntry.FIELDS and v is not None})
+
+
+def seat_entries(path: Path) -> list[SeatLogEntry]:
+    """Every whole entry of a seat log (none when it is missing). A line that is not a JSON object
+    (cut short by a killed job) is left out; a whole one that cannot be read is refused, by line number."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise CuwError(f"{path}: unreadable seat log ({exc.strerror or exc})") from None
+    out = []
+    for n, line in enumerate(data.splitlines(), 1):
+        try:
+            value = json.loads(line.decode("utf-8")) if line.strip() else None
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(seat_entry(value, f"{path}:{n}"))
+    return out
