@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -231,3 +233,60 @@ def test_the_plan_job_outputs_every_matrix_of_a_chunk(tmp_path):
     written = dict(line.split("=", 1) for line in printed.stdout.splitlines())
     assert set(written) == {*MATRICES, *(f"has_{m}" for m in MATRICES)} == set(_build_jobs()["plan"]["outputs"])
     assert written["has_compile"] == "true" and written["has_compile_2"] == "false"
+
+
+def _compile_step(tmp_path: Path, resume: str, left: "list[str] | None") -> tuple[subprocess.CompletedProcess, list[str]]:
+    """build.yml's "Compile shard" step, run by bash as the runner runs it, with a stub nox that
+    records its arguments; ``left``: the part before's report (None: no part before)."""
+    step = next(s for s in _build_jobs()["compile"]["steps"] if s.get("name") == "Compile shard")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "nox").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$NOX_ARGS"\n')
+    (bin_dir / "nox").chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)
+    if left is not None:
+        (tmp_path / "resume").mkdir()
+        (tmp_path / "resume" / "cuw-shard-c-2of4.tar").write_bytes(b"archive")
+        (tmp_path / "resume" / "cuw-shard-c-2of4.report.json").write_text(json.dumps({"ok": True, "part": 1, "left": left}))
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "NOX_ARGS": str(tmp_path / "nox-args"),
+        "RECIPE": "example",
+        "SHARD": "2/4",
+        "CELL": "c",
+        "FAIL_SHARD": "",
+        "DEADLINE_S": "3885",
+        "RESUME": resume,
+        "PART": "2" if resume else "1",
+    }
+    run = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    args = (tmp_path / "nox-args").read_text().splitlines() if (tmp_path / "nox-args").exists() else []
+    return run, args
+
+
+def test_the_compile_step_resumes_the_part_before_or_hands_a_finished_one_on(tmp_path):
+    """Part 1: the shard with its deadline (a Unix time: the step's start plus deadline_s). A later
+    part: --resume the archive of the part before while its report lists TUs left; a part before
+    that finished the shard (the chain is a safe bound) is handed on as it is, nox never runs."""
+    started = time.time()
+    first, args = _compile_step(tmp_path / "first", "", None)
+    assert first.returncode == 0, first.stderr
+    assert args[:4] == ["-s", "shard", "--", "example"] and args[4:6] == ["2/4", "--deadline"] and len(args) == 7
+    assert started + 3885 <= int(args[6]) <= time.time() + 3885
+    resumed, args = _compile_step(tmp_path / "resumed", "cuw-part1-c-2of4", ["csrc/a.cu"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert args[4:] == ["2/4", "--deadline", args[6], "--resume", "resume/cuw-shard-c-2of4.tar"]
+    finished, args = _compile_step(tmp_path / "finished", "cuw-part1-c-2of4", [])
+    assert finished.returncode == 0 and args == [], finished.stderr
+    assert "the part before finished it; its archive goes on as part 2" in finished.stdout
+    handed = sorted(p.name for p in (tmp_path / "finished" / "artifacts").iterdir())
+    assert handed == ["cuw-shard-c-2of4.report.json", "cuw-shard-c-2of4.tar"]
+    assert (tmp_path / "finished" / "artifacts" / "cuw-shard-c-2of4.tar").read_bytes() == b"archive"
+    missing, args = _compile_step(tmp_path / "missing", "cuw-part1-c-2of4", None)
+    assert missing.returncode == 2 and args == [] and "holds 0 shard archives, not 1" in missing.stderr
