@@ -278,7 +278,7 @@ def test_the_compile_step_resumes_the_part_before_or_hands_a_finished_one_on(tmp
     first, args = _compile_step(tmp_path / "first", "", None)
     assert first.returncode == 0, first.stderr
     assert args[:4] == ["-s", "shard", "--", "example"] and args[4:6] == ["2/4", "--deadline"] and len(args) == 7
-    assert started + 3885 <= int(args[6]) <= time.time() + 3885
+    assert int(started) + 3885 <= int(args[6]) <= time.time() + 3885  # date +%s: whole seconds
     resumed, args = _compile_step(tmp_path / "resumed", "cuw-part1-c-2of4", ["csrc/a.cu"])
     assert resumed.returncode == 0, resumed.stderr
     assert args[4:] == ["2/4", "--deadline", args[6], "--resume", "resume/cuw-shard-c-2of4.tar"]
