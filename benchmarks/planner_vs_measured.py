@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cuw.base.errors import CuwError  # noqa: E402
+from cuw.base.records import SeatLogEntry, read_shard_report  # noqa: E402
 from cuw.jobs.archive import SUFFIX, read_manifest  # noqa: E402
 from cuw.partition.costs import CostTable, load  # noqa: E402
 from cuw.seat import seat_log  # noqa: E402
@@ -40,34 +41,31 @@ from cuw.tools.plan_shards import predict_shards  # noqa: E402
 class Measured:
     index: int
     count: int
-    compiles: list[dict]
-    """Its cold compiles (seat-log-shaped entries), hits left out."""
+    compiles: list[SeatLogEntry]
+    """Its cold compiles (seat-log entries), hits left out."""
     build_s: Optional[float]
     source: str
 
 
-def _cold(entries: list[dict]) -> list[dict]:
-    return [
-        e for e in entries if e.get("action", "compiled") == "compiled" and e.get("rc") in (0, None) and e.get("outcome") != "hit"
-    ]
+def _cold(entries: list[SeatLogEntry]) -> list[SeatLogEntry]:
+    return [e for e in entries if e.is_compile and e.key is not None and e.rc in (0, None) and e.outcome != "hit"]
 
 
 def _from_report(path: Path) -> Optional[Measured]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if data.get("gate") != "shard" or not data.get("ok") or "/" not in str(data.get("shard", "")):
+    report = read_shard_report(path)
+    if not report.ok or "/" not in (report.shard or ""):
         return None
-    index, count = (int(part) for part in str(data["shard"]).split("/"))
-    build_log = data.get("build_log")
-    seat = Path(build_log).parent / "seat.jsonl" if isinstance(build_log, str) else None
+    index, count = (int(part) for part in str(report.shard).split("/"))
+    seat = Path(report.build_log).parent / "seat.jsonl" if report.build_log is not None else None
     if seat is not None and seat.is_file():
-        return Measured(index, count, _cold(seat_log.read_log(seat)), data.get("build_s"), str(seat))
+        return Measured(index, count, _cold(seat_log.read_entries(seat)), report.build_s, str(seat))
     archive = path.with_name(path.name.removesuffix(".report.json") + SUFFIX)
     if not archive.is_file():
         print(f"{path}: neither its seat log ({seat}) nor its archive is here; left out", file=sys.stderr)
         return None
     manifest = read_manifest(archive)
     entries = [e for e in map(seat_log.timeline_entry, manifest.timeline) if e is not None]
-    return Measured(index, count, _cold(entries), data.get("build_s"), str(archive))
+    return Measured(index, count, _cold(entries), report.build_s, str(archive))
 
 
 def gather(folder: Path) -> list[Measured]:
@@ -86,15 +84,15 @@ def _ratio(predicted: Optional[float], measured: Optional[float]) -> Optional[fl
 
 def compare(table: CostTable, shards: list[Measured], tolerance: float) -> list[dict]:
     count = shards[0].count
-    owners = {e["key"]: m.index for m in shards for e in m.compiles}
+    owners = {str(e.key): m.index for m in shards for e in m.compiles}
     predicted = {p.index: p for p in predict_shards(table, owners, count, None, None)}
     rows = []
     for m in shards:
         p = predicted[m.index]
-        cpu = [e["cpu_s"] for e in m.compiles if isinstance(e.get("cpu_s"), (int, float))]
-        peaks = [e["peak_mb"] for e in m.compiles if isinstance(e.get("peak_mb"), (int, float))]
+        cpu = [e.cpu_s for e in m.compiles if e.cpu_s is not None]
+        peaks = [e.peak_mb for e in m.compiles if e.peak_mb is not None]
         cpu_measured = round(sum(cpu), 3) if cpu else None
-        keys = {e["key"] for e in m.compiles}
+        keys = {str(e.key) for e in m.compiles}
         cpu_ratio, wall_ratio = _ratio(p.cpu_s, cpu_measured), _ratio(p.wall_s, m.build_s)
         rows.append(
             {
