@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -237,17 +239,24 @@ def test_the_plan_job_outputs_every_matrix_of_a_chunk(tmp_path):
 
 def _compile_step(tmp_path: Path, resume: str, left: "list[str] | None") -> tuple[subprocess.CompletedProcess, list[str]]:
     """build.yml's "Compile shard" step, run by bash as the runner runs it, with a stub nox that
-    records its arguments; ``left``: the part before's report (None: no part before)."""
+    records its arguments; ``left``: the TUs the part before left (None: no part before)."""
     step = next(s for s in _build_jobs()["compile"]["steps"] if s.get("name") == "Compile shard")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "nox").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$NOX_ARGS"\n')
     (bin_dir / "nox").chmod(0o755)
     (bin_dir / "python").symlink_to(sys.executable)
-    if left is not None:
+    if left is not None:  # a shard archive: its manifest (part, partial, left) and a cache entry
         (tmp_path / "resume").mkdir()
-        (tmp_path / "resume" / "cuw-shard-c-2of4.tar").write_bytes(b"archive")
-        (tmp_path / "resume" / "cuw-shard-c-2of4.report.json").write_text(json.dumps({"ok": True, "part": 1, "left": left}))
+        with tarfile.open(tmp_path / "resume" / "cuw-shard-c-2of4.tar", "w") as tar:
+            for name, data in (
+                ("manifest.json", json.dumps({"part": 1, "partial": bool(left), "left": left}).encode()),
+                ("cache/0/a", b"entry"),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        (tmp_path / "resume" / "cuw-shard-c-2of4.report.json").write_text(json.dumps({"ok": True}))
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "NOX_ARGS": str(tmp_path / "nox-args"),
@@ -272,7 +281,7 @@ def _compile_step(tmp_path: Path, resume: str, left: "list[str] | None") -> tupl
 
 def test_the_compile_step_resumes_the_part_before_or_hands_a_finished_one_on(tmp_path):
     """Part 1: the shard with its deadline (a Unix time: the step's start plus deadline_s). A later
-    part: --resume the archive of the part before while its report lists TUs left; a part before
+    part: --resume the archive of the part before while its manifest is partial; a part before
     that finished the shard (the chain is a safe bound) is handed on as it is, nox never runs."""
     started = time.time()
     first, args = _compile_step(tmp_path / "first", "", None)
@@ -287,6 +296,8 @@ def test_the_compile_step_resumes_the_part_before_or_hands_a_finished_one_on(tmp
     assert "the part before finished it; its archive goes on as part 2" in finished.stdout
     handed = sorted(p.name for p in (tmp_path / "finished" / "artifacts").iterdir())
     assert handed == ["cuw-shard-c-2of4.report.json", "cuw-shard-c-2of4.tar"]
-    assert (tmp_path / "finished" / "artifacts" / "cuw-shard-c-2of4.tar").read_bytes() == b"archive"
+    assert (tmp_path / "finished" / "artifacts" / "cuw-shard-c-2of4.tar").read_bytes() == (
+        tmp_path / "finished" / "resume" / "cuw-shard-c-2of4.tar"
+    ).read_bytes()
     missing, args = _compile_step(tmp_path / "missing", "cuw-part1-c-2of4", None)
     assert missing.returncode == 2 and args == [] and "holds 0 shard archives, not 1" in missing.stderr
