@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Callable, Optional
 from cuw import __version__
 from cuw.toolchain.cache import Cache
 from cuw.config.cell import Cell
+from cuw.base.processes import pid_alive
 from cuw.base.errors import CuwError
 from cuw.base.files import sha256_of
 from cuw.toolchain.builder import Builder, current_builder
@@ -246,21 +247,11 @@ def remove_partials(dest: Path) -> list[Path]:
         return removed
     for tmp in dest.parent.glob(f"{_partial_prefix(dest)}*.partial"):
         pid = tmp.name[len(_partial_prefix(dest)) :].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid)):
             continue  # another run of this shard is packing right now
         tmp.unlink(missing_ok=True)
         removed.append(tmp)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by someone else
-    return True
 
 
 REMOTE_FAILURES = ("remote_storage_error", "remote_storage_timeout")

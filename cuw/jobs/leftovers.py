@@ -8,7 +8,7 @@ run of the same job must not wipe that folder under them (the wipe fails, or
 the orphans write into the new run's cache and seat log), so it kills them
 first. They are found by their environment: every process of a job's build
 inherits ``CUDA_HOME=<the job's shadow CUDA_HOME>``, a path no other job and no
-shell of the user's has. Linux only (``/proc``); elsewhere a no-op.
+shell of the user's has (read through psutil: Linux, macOS and Windows).
 """
 
 from __future__ import annotations
@@ -19,39 +19,12 @@ import time
 from pathlib import Path
 
 from cuw.base.errors import CuwError
-
-PROC = Path("/proc")
+from cuw.base.processes import with_environment
 
 
 def job_processes(cuda_home: Path) -> list[int]:
     """Processes (not this one) whose environment has ``CUDA_HOME=cuda_home``: a job's build."""
-    if not PROC.is_dir():
-        return []
-    entry_bytes = f"CUDA_HOME={cuda_home}".encode()
-    found = []
-    for entry in os.scandir(PROC):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (PROC / entry.name / "environ").read_bytes()  # a zombie's is empty: it is done
-        except OSError:
-            continue
-        if entry_bytes in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return sorted(found)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # it exists, owned by someone else
-    try:
-        return (PROC / str(pid) / "stat").read_text().split(") ", 1)[1][:1] != "Z" if PROC.is_dir() else True
-    except (OSError, IndexError):
-        return False
+    return with_environment("CUDA_HOME", str(cuda_home))
 
 
 def stop_orphans(cuda_home: Path, what: str, timeout: float = 30.0) -> list[int]:
