@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Union
 
 from cuw.jobs import cell_env
 from cuw.config.cell import Cell
@@ -139,38 +139,54 @@ def run_matrix(
     say(f"matrix: {len(build)} buildable cell(s), {at_once} at a time, {jobs_each} compile job(s) each")
     logs = work / "matrix-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    rows: list[Row] = []
-    pending = list(build)
-    running: list[tuple[Row, subprocess.Popen, threading.Thread, float]] = []
+    launcher = _CellLauncher(recipe, grid, torch_index, args, logs, jobs_each, say, settings)
+    return _run_cells(build, at_once, launcher)
 
-    def start(item: Buildable) -> None:
+
+@dataclass(frozen=True)
+class _CellRun:
+    row: Row
+    proc: subprocess.Popen
+    pump: threading.Thread
+    started: float
+
+
+@dataclass(frozen=True)
+class _CellLauncher:
+    """How a cell's ``cuw build`` starts: in its environment, its output pumped to its log."""
+
+    recipe: Recipe
+    grid: Grid
+    torch_index: dict[str, str]
+    args: list[str]
+    logs: Path
+    jobs_each: int
+    say: Callable[[str], None]
+    settings: Settings
+
+    def start(self, item: Buildable) -> Union[_CellRun, Row]:
+        """The cell's build, running; or its skipped row when its environment could not be made."""
         cell, interp = item.cell, item.interp
-        row = Row(cell, "failed", serves=served_pythons(recipe, grid, cell))
+        row = Row(cell, "failed", serves=served_pythons(self.recipe, self.grid, cell))
         started = time.monotonic()
         try:
-            spec = _spec(recipe, cell, interp, torch_index)
-            say(
+            spec = _spec(self.recipe, cell, interp, self.torch_index)
+            self.say(
                 f"matrix: {cell.id}: environment for Python {interp.version} ({interp.where})"
                 + (f", {spec.torch}" if spec.torch else "")
                 + " ..."
             )
-            python, reused = cell_env.ensure(spec, settings.folders.cell_venvs)
+            python, reused = cell_env.ensure(spec, self.settings.folders.cell_venvs)
         except CuwError as exc:
             row.status, row.why, row.wall = "skipped", f"its environment could not be made: {exc}", time.monotonic() - started
-            say(f"matrix: {cell.id}: {row.why}")
-            rows.append(row)
-            return
+            self.say(f"matrix: {cell.id}: {row.why}")
+            return row
         venv = python.parent.parent
         row.env = f"{venv} ({'reused' if reused else 'made'})"
-        say(f"matrix: {cell.id}: building in {row.env}")
-        env = settings.child_env(drop=("PYTHONHOME", "PYTHONPATH", "__PYVENV_LAUNCHER__"))
-        env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
-        # The cell's line's toolkit, whatever this run's own is: its build exports it to its jobs.
-        env.update(CUW_TOOLKIT=item.toolkit_home, CUW_CUDA_HOME=item.toolkit_home, CUDA_HOME=item.toolkit_home)
-        cmd = [str(python), "-m", "cuw", "build", recipe.key, *args, "--jobs", str(jobs_each)]
+        self.say(f"matrix: {cell.id}: building in {row.env}")
         proc = subprocess.Popen(
-            cmd,
-            env=env,
+            [str(python), "-m", "cuw", "build", self.recipe.key, *self.args, "--jobs", str(self.jobs_each)],
+            env=_cell_environ(self.settings, venv, item.toolkit_home),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -178,36 +194,61 @@ def run_matrix(
             errors="replace",
             start_new_session=os.name == "posix",
         )
-        pump = threading.Thread(target=_pump, args=(proc, logs / f"{cell.id}.log", cell.id, say, row.verdicts), daemon=True)
+        pump = threading.Thread(target=_pump, args=(proc, self.log(cell), cell.id, self.say, row.verdicts), daemon=True)
         pump.start()
-        running.append((row, proc, pump, started))
+        return _CellRun(row, proc, pump, started)
 
+    def log(self, cell: Cell) -> Path:
+        return self.logs / f"{cell.id}.log"
+
+
+def _cell_environ(settings: Settings, venv: Path, toolkit_home: str) -> dict[str, str]:
+    """The run's child environment inside the cell's venv, with the cell's line's toolkit whatever
+    this run's own is: its build exports it to its jobs."""
+    env = settings.child_env(drop=("PYTHONHOME", "PYTHONPATH", "__PYVENV_LAUNCHER__"))
+    env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    env.update(CUW_TOOLKIT=toolkit_home, CUW_CUDA_HOME=toolkit_home, CUDA_HOME=toolkit_home)
+    return env
+
+
+def _run_cells(build: list[Buildable], at_once: int, launcher: _CellLauncher) -> list[Row]:
+    """Every cell, ``at_once`` at a time; a row for each, in the order they ended."""
+    rows: list[Row] = []
+    pending = list(build)
+    running: list[_CellRun] = []
     try:
         while pending or running:
             while pending and len(running) < at_once:
-                start(pending.pop(0))
+                started = launcher.start(pending.pop(0))
+                if isinstance(started, Row):
+                    rows.append(started)
+                else:
+                    running.append(started)
             time.sleep(0.5)
-            for item in list(running):
-                row, proc, pump, started = item
-                if proc.poll() is None:
+            for run in list(running):
+                if run.proc.poll() is None:
                     continue
-                pump.join()
-                row.wall = time.monotonic() - started
-                row.status = "built" if proc.returncode == 0 else "failed"
-                if proc.returncode != 0 and not row.verdicts:
-                    row.why = f"cuw build exited {proc.returncode}; log {logs / (row.cell.id + '.log')}"
-                rows.append(row)
-                running.remove(item)
+                run.pump.join()
+                run.row.wall = time.monotonic() - run.started
+                run.row.status = "built" if run.proc.returncode == 0 else "failed"
+                if run.proc.returncode != 0 and not run.row.verdicts:
+                    run.row.why = f"cuw build exited {run.proc.returncode}; log {launcher.log(run.row.cell)}"
+                rows.append(run.row)
+                running.remove(run)
     except BaseException:
-        for _, proc, _, _ in running:
-            proc.terminate()
-        for _, proc, _, _ in running:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        _stop_cells([run.proc for run in running])
         raise
     return rows
+
+
+def _stop_cells(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def table(rows: list[Row], collapse_note: str = "") -> str:

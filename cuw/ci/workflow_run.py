@@ -39,7 +39,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager, Iterator, Optional, TextIO
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Optional, TextIO
 
 from cuw.base.ports import free_port
 from cuw.gates import report
@@ -47,6 +47,9 @@ from cuw.base.errors import CuwError
 from cuw.base.settings import Settings
 from cuw.toolchain.pythons import Interpreter, find_python
 from cuw.base.files import writable_dir
+
+if TYPE_CHECKING:
+    from cuw.config.recipe import Recipe
 
 WORKFLOW = Path(".github/workflows/build.yml")
 ACT_PLATFORMS = ("ubuntu-24.04", "ubuntu-24.04-arm", "windows-2022")
@@ -358,163 +361,181 @@ class WorkflowOptions:
     recipes: Optional[Path] = None
 
 
+_FILTERS = ("platform", "cuda", "pytorch", "python")
+
+
 def run_workflow(args: WorkflowOptions, settings: Settings) -> int:
     """The workflow's chunk under act with ``args``; its jobs get the run's environment (``settings``)."""
-    from cuw.ci import matrix
-    from cuw.config.lanes import local_lane
-    from cuw.partition.job_cap import job_cap
-    from cuw.config.policy import load_policy
     from cuw.config.recipe import default_recipes_dir, load_recipe
 
     repo = Path.cwd().resolve()
-    flow = repo / WORKFLOW
-    if not flow.is_file():
+    if not (repo / WORKFLOW).is_file():
         raise CuwError(f"no {WORKFLOW} under {repo}: run cuw workflow from the repository root")
     recipes_dir = args.recipes or default_recipes_dir(settings.recipes)
     recipe = load_recipe(args.recipe, recipes_dir)
-    filters = {f: _split(getattr(args, f), f) for f in ("platform", "cuda", "pytorch", "python")}
-    policy = load_policy(recipes_dir)
-    plan = matrix.plan(
-        [recipe],
-        policy.grid,
-        matrix.Filters(*(tuple(filters[f]) for f in ("platform", "cuda", "pytorch", "python"))),
-        cap=job_cap(policy.jobs),
+    filters = {f: _split(getattr(args, f), f) for f in _FILTERS}
+    chunk = _one_chunk(recipe, recipes_dir, filters, args.chunk)
+    lane = _chunk_lane(chunk)
+    _check_fail_shard(chunk, args.fail_shard)
+    if args.jobs is not None and not 1 <= args.jobs <= 64:
+        raise CuwError(f"--jobs must be between 1 and 64, got {args.jobs}")
+    run = _prepare_run(repo, chunk, args.index, args.engine, args.jobs, settings)
+    # Host mode runs no job containers: every job on this machine, not in its lane's image.
+    mode: ContextManager[tuple[list[str], dict[str, str]]] = (
+        docker_mode(run.index, lane, settings) if args.engine else nullcontext(([], {"on_host": "true"}))
     )
+    with mode as (mode_args, mode_inputs):
+        inputs = {"package": recipe.key, "chunk": chunk["id"], **mode_inputs, **{f: ",".join(v) for f, v in filters.items()}}
+        if args.fail_shard:
+            inputs["fail_shard"] = args.fail_shard
+        return _run_act(run, inputs, mode_args)
+
+
+def _one_chunk(recipe: Recipe, recipes_dir: Path, filters: dict[str, list[str]], chunk_id: Optional[str]) -> dict:
+    """The one chunk of the recipe's plan the filters (and --chunk) select."""
+    from cuw.ci import matrix
+    from cuw.config.policy import load_policy
+    from cuw.partition.job_cap import job_cap
+
+    policy = load_policy(recipes_dir)
+    plan = matrix.plan([recipe], policy.grid, matrix.Filters(*(tuple(filters[f]) for f in _FILTERS)), cap=job_cap(policy.jobs))
     chunks = plan["chunks"]
-    if args.chunk:
-        chunks = [c for c in chunks if c["id"] == args.chunk]
+    if chunk_id:
+        chunks = [c for c in chunks if c["id"] == chunk_id]
         if not chunks:
-            raise CuwError(f"--chunk {args.chunk}: no such chunk (have: {', '.join(c['id'] for c in plan['chunks'])})")
+            raise CuwError(f"--chunk {chunk_id}: no such chunk (have: {', '.join(c['id'] for c in plan['chunks'])})")
     if len(chunks) != 1:
         raise CuwError(
             f"the filters select {len(chunks)} chunks ({', '.join(c['id'] for c in chunks)}): "
             "one run is one chunk, narrow them or pass --chunk"
         )
-    chunk = chunks[0]
-    jobs = chunk["compile"]["include"] + chunk["link"]["include"]
-    lanes = sorted({j["lane"] for j in jobs})
+    return chunks[0]
+
+
+def _chunk_jobs(chunk: dict) -> list[dict]:
+    return chunk["compile"]["include"] + chunk["link"]["include"]
+
+
+def _chunk_lane(chunk: dict) -> str:
+    """The chunk's lane, which must be this machine's."""
+    from cuw.config.lanes import local_lane
+
+    lanes = sorted({j["lane"] for j in _chunk_jobs(chunk)})
     if lanes != [local_lane()]:
         raise CuwError(f"chunk {chunk['id']} runs on {', '.join(lanes)}; this machine runs {local_lane()} jobs only")
-    if args.fail_shard:
-        shards = {f"{j['cell']}:{j['shard']}" for j in chunk["compile"]["include"] if j["kind"] == "shard"}
-        if args.fail_shard not in shards:
-            raise CuwError(
-                f"--fail-shard {args.fail_shard}: not a shard of chunk {chunk['id']} (have: {', '.join(sorted(shards))})"
-            )
-    if args.jobs is not None and not 1 <= args.jobs <= 64:
-        raise CuwError(f"--jobs must be between 1 and 64, got {args.jobs}")
+    return lanes[0]
 
+
+def _check_fail_shard(chunk: dict, fail_shard: Optional[str]) -> None:
+    if not fail_shard:
+        return
+    shards = {f"{j['cell']}:{j['shard']}" for j in chunk["compile"]["include"] if j["kind"] == "shard"}
+    if fail_shard not in shards:
+        raise CuwError(f"--fail-shard {fail_shard}: not a shard of chunk {chunk['id']} (have: {', '.join(sorted(shards))})")
+
+
+@dataclass(frozen=True)
+class _ActRun:
+    """One run of the workflow under act: where it runs, what it reads, how."""
+
+    repo: Path
+    run_dir: Path
+    """``.cuw/farm/runs/<stamp>``: the act log and the job summaries."""
+    act_home: Path
+    index: Path
+    chunk: dict
+    local_repos: list[str]
+    engine: Optional[str]
+    jobs: Optional[int]
+    settings: Settings
+
+
+def _prepare_run(
+    repo: Path, chunk: dict, index_option: Optional[Path], engine: Optional[str], jobs: Optional[int], settings: Settings
+) -> _ActRun:
+    """Every input and tool before anything is made (the index folder, act, docker mode's own),
+    then the run's folder, the tool cache's Pythons and the offline actions."""
     farm = repo / ".cuw" / "farm"
-    index = (args.index or farm / "index").resolve()
-    # Every input and tool before anything is made: the index folder, act, and docker mode's own.
+    index = (index_option or farm / "index").resolve()
     if index.exists() and not index.is_dir():
         raise CuwError(f"--index {index} is a file, not a folder")
     _act_binary()
-    if args.engine:
+    if engine:
         _docker_tools()
     # The plan reads it (cells published with today's inputs are left out); docker mode mounts it.
     writable_dir(index, "--index")
     run_dir = farm / "runs" / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     act_home = farm / "act"
-    text = flow.read_text(encoding="utf-8")
-    minors = sorted(set(re.findall(r'python-version:\s*"(\d+\.\d+)"', text)) | {j["python"] for j in jobs})
-    interps = fill_tool_cache(act_home / "tool_cache", minors, settings)
-    for i in interps:
+    text = (repo / WORKFLOW).read_text(encoding="utf-8")
+    minors = sorted(set(re.findall(r'python-version:\s*"(\d+\.\d+)"', text)) | {j["python"] for j in _chunk_jobs(chunk)})
+    for i in fill_tool_cache(act_home / "tool_cache", minors, settings):
         report.say(f"workflow: setup-python gets Python {i.version} from {i.where}")
     offline = offline_actions(repo, settings.offline_actions)
     local_repos = local_repositories(text, offline) if offline else []
     report.say(f"workflow: actions {'from ' + str(offline) if offline else 'fetched by act (online)'}")
+    return _ActRun(repo, run_dir, act_home, index, chunk, local_repos, engine, jobs, settings)
 
-    # Host mode runs no job containers: every job on this machine, not in its lane's image.
-    mode: ContextManager[tuple[list[str], dict[str, str]]] = (
-        docker_mode(index, lanes[0], settings) if args.engine else nullcontext(([], {"on_host": "true"}))
+
+def _run_act(run: _ActRun, inputs: dict[str, str], mode_args: list[str]) -> int:
+    cmd = _act_command(run, inputs, mode_args)
+    mode = "in docker mode (a container per job)" if run.engine else "in host mode"
+    report.say(
+        f"workflow: {WORKFLOW} chunk {run.chunk['id']} ({run.chunk['jobs']} matrix jobs + plan + publish) with act "
+        f"{mode}; log {run.run_dir / 'act.jsonl'}"
     )
-    with mode as (mode_args, mode_inputs):
-        return _run_act(
-            repo, run_dir, act_home, index, chunk, recipe.key, filters, args, local_repos, mode_args, mode_inputs, settings
-        )
+    started = time.monotonic()
+    progress = Progress()
+    rc = _stream_act(cmd, run, progress)
+    wall = time.monotonic() - started
+    summary = run.run_dir / "summary.md"
+    summary.write_text("".join(f"## {j.name}\n\n{''.join(j.summary)}\n" for j in progress.jobs.values() if j.summary))
+    print(
+        f"workflow {run.chunk['id']}: {len(progress.jobs)} jobs in {wall:.0f} s (act exit {rc}); job summaries {summary}",
+        flush=True,
+    )
+    for job in progress.jobs.values():
+        print(job.verdict(), flush=True)
+    print(f"index: {run.index}", flush=True)
+    failed = [j for j in progress.jobs.values() if j.result not in ("success", "skipped")]  # skipped: nothing to build
+    return 0 if rc == 0 and not failed and progress.jobs else 1
 
 
-def _run_act(
-    repo: Path,
-    run_dir: Path,
-    act_home: Path,
-    index: Path,
-    chunk: dict,
-    package: str,
-    filters: dict[str, list[str]],
-    args: WorkflowOptions,
-    local_repos: list[str],
-    mode_args: list[str],
-    mode_inputs: dict[str, str],
-    settings: Settings,
-) -> int:
-    inputs = {"package": package, "chunk": chunk["id"], **mode_inputs, **{f: ",".join(v) for f, v in filters.items()}}
-    if args.fail_shard:
-        inputs["fail_shard"] = args.fail_shard
-    readable, dropped = act_readable((repo / WORKFLOW).read_text(encoding="utf-8"))
-    flow = run_dir / WORKFLOW.name
+def _act_command(run: _ActRun, inputs: dict[str, str], mode_args: list[str]) -> list[str]:
+    """act's command line for the workflow as act reads it (written into the run's folder)."""
+    readable, dropped = act_readable((run.repo / WORKFLOW).read_text(encoding="utf-8"))
+    flow = run.run_dir / WORKFLOW.name
     flow.write_text(readable, encoding="utf-8")
     if dropped:
         report.say(f"workflow: act reads {WORKFLOW} without {', '.join(sorted(set(dropped)))} (its schema predates them)")
-    cmd = [
-        _act_binary(),
-        "workflow_dispatch",
-        "-W",
-        str(flow),
-        "--json",
-        "--action-cache-path",
-        str(act_home),
-        "--no-cache-server",
-        "--artifact-server-addr",
-        "127.0.0.1",
-        "--artifact-server-port",
-        str(free_port()),
-        "--artifact-server-path",
-        str(run_dir / "artifact-server"),
-        "--var",
-        f"CUW_INDEX_DIR={index}",
-        *local_repos,
-        *mode_args,
-    ]
-    if not args.engine:
+    cmd = [_act_binary(), "workflow_dispatch", "-W", str(flow), "--json", "--action-cache-path", str(run.act_home)]
+    cmd += ["--no-cache-server", "--artifact-server-addr", "127.0.0.1", "--artifact-server-port", str(free_port())]
+    cmd += ["--artifact-server-path", str(run.run_dir / "artifact-server"), "--var", f"CUW_INDEX_DIR={run.index}"]
+    cmd += [*run.local_repos, *mode_args]
+    if not run.engine:
         for platform in ACT_PLATFORMS:
             cmd += ["-P", f"{platform}=-self-hosted"]
     for key, value in inputs.items():
         cmd += ["--input", f"{key}={value}"]
-    if args.jobs:
-        cmd += ["--concurrent-jobs", str(args.jobs)]
-    mode = "in docker mode (a container per job)" if args.engine else "in host mode"
-    report.say(
-        f"workflow: {WORKFLOW} chunk {chunk['id']} ({chunk['jobs']} matrix jobs + plan + publish) with act "
-        f"{mode}; log {run_dir / 'act.jsonl'}"
-    )
-    started = time.monotonic()
-    progress = Progress()
-    with open(run_dir / "act.jsonl", "w", encoding="utf-8") as log:
+    if run.jobs:
+        cmd += ["--concurrent-jobs", str(run.jobs)]
+    return cmd
+
+
+def _stream_act(cmd: list[str], run: _ActRun, progress: "Progress") -> int:
+    """Runs act, its JSON lines into the run's log and through ``progress``; act's exit code."""
+    with open(run.run_dir / "act.jsonl", "w", encoding="utf-8") as log:
         log.write(json.dumps({"cmd": cmd}) + "\n")
         proc = subprocess.Popen(
-            cmd, cwd=repo, env=_host_env(settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            cmd, cwd=run.repo, env=_host_env(run.settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
                 log.write(line)
                 progress.feed(line)
-            rc = proc.wait()
+            return proc.wait()
         except KeyboardInterrupt:
             proc.terminate()
             proc.wait(timeout=30)
             raise
-    wall = time.monotonic() - started
-    summary = run_dir / "summary.md"
-    summary.write_text("".join(f"## {j.name}\n\n{''.join(j.summary)}\n" for j in progress.jobs.values() if j.summary))
-    print(
-        f"workflow {chunk['id']}: {len(progress.jobs)} jobs in {wall:.0f} s (act exit {rc}); job summaries {summary}", flush=True
-    )
-    for job in progress.jobs.values():
-        print(job.verdict(), flush=True)
-    print(f"index: {index}", flush=True)
-    failed = [j for j in progress.jobs.values() if j.result not in ("success", "skipped")]  # skipped: nothing to build
-    return 0 if rc == 0 and not failed and progress.jobs else 1

@@ -49,38 +49,12 @@ def build_env(
     env = cache.scrub(dict(base))  # the run's child environment (Settings.child_env)
     for var in (*_LAUNCHER_VARS, SOURCE_FILTER_INDEX, SOURCE_FILTER_COUNT, "CUDACXX", "PYTORCH_NVCC"):
         env.pop(var, None)
-    nvcc = str(shadow_home / "bin" / "nvcc")
-    env.update(
-        {
-            "CUDA_HOME": str(shadow_home),
-            "CUDA_PATH": str(shadow_home),
-            "CUDACXX": nvcc,
-            "PYTORCH_NVCC": nvcc,
-            "PATH": os.pathsep.join([str(shadow_home / "bin"), str(Path(sys.executable).parent), env.get("PATH", "")]),
-            "TORCH_NO_COMPILER_WRAPPER": "1",  # torch would prepend ccache to both compilers
-            "MAX_JOBS": str(jobs),
-            "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),
-            "SKBUILD_BUILD_DIR": str(build_dir),
-            "PIP_NO_INPUT": "1",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        }
-    )
-    for var, name in (("CC", "gcc"), ("CXX", "g++")):
-        # Unset, scikit-build-core and setuptools take the compiler the interpreter was built with
-        # (sysconfig): Debian's own CPython names aarch64-linux-gnu-g++, a name the host seat does
-        # not stand in for, so every host compile would go around it. The seat's own name instead.
-        if not env.get(var) and os.path.lexists(shadow_home / "bin" / name):
-            env[var] = name
+    env.update(_toolchain_vars(env, shadow_home, build_dir, jobs))
+    _seat_compilers(env, shadow_home)
     if archs:
         env["CUDAARCHS"] = cmake_archs(archs)
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
-    link_flags = [f for f in env.pop("LINK", "").split() if f.upper() != FORCE_UNRESOLVED]
-    if lane == "windows" and shard is not None and shard.count > 1:
-        # MSVC's link.exe reads LINK: a shard links past its missing kernels.
-        # The link job never gets it: there an unresolved symbol is an error.
-        link_flags.append(FORCE_UNRESOLVED)
-    if link_flags:
-        env["LINK"] = " ".join(link_flags)
+    _link_flags(env, lane, shard)
     if source_filter_shard is not None:
         # Exported only for the source filter: the seat then partitions nothing.
         env[SOURCE_FILTER_INDEX] = str(source_filter_shard.index)
@@ -93,6 +67,43 @@ def build_env(
     env.update(expand_recipe_env(recipe, env))
     keep_going(env, recipe, shard is not None)
     return env
+
+
+def _toolchain_vars(env: dict[str, str], shadow_home: Path, build_dir: Path, jobs: int) -> dict[str, str]:
+    """The shadow CUDA home's nvcc for every build system, the job count, no prompts."""
+    nvcc = str(shadow_home / "bin" / "nvcc")
+    return {
+        "CUDA_HOME": str(shadow_home),
+        "CUDA_PATH": str(shadow_home),
+        "CUDACXX": nvcc,
+        "PYTORCH_NVCC": nvcc,
+        "PATH": os.pathsep.join([str(shadow_home / "bin"), str(Path(sys.executable).parent), env.get("PATH", "")]),
+        "TORCH_NO_COMPILER_WRAPPER": "1",  # torch would prepend ccache to both compilers
+        "MAX_JOBS": str(jobs),
+        "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),
+        "SKBUILD_BUILD_DIR": str(build_dir),
+        "PIP_NO_INPUT": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+
+
+def _seat_compilers(env: dict[str, str], shadow_home: Path) -> None:
+    for var, name in (("CC", "gcc"), ("CXX", "g++")):
+        # Unset, scikit-build-core and setuptools take the compiler the interpreter was built with
+        # (sysconfig): Debian's own CPython names aarch64-linux-gnu-g++, a name the host seat does
+        # not stand in for, so every host compile would go around it. The seat's own name instead.
+        if not env.get(var) and os.path.lexists(shadow_home / "bin" / name):
+            env[var] = name
+
+
+def _link_flags(env: dict[str, str], lane: str, shard: Optional[ShardSpec]) -> None:
+    link_flags = [f for f in env.pop("LINK", "").split() if f.upper() != FORCE_UNRESOLVED]
+    if lane == "windows" and shard is not None and shard.count > 1:
+        # MSVC's link.exe reads LINK: a shard links past its missing kernels.
+        # The link job never gets it: there an unresolved symbol is an error.
+        link_flags.append(FORCE_UNRESOLVED)
+    if link_flags:
+        env["LINK"] = " ".join(link_flags)
 
 
 def _cmake_generator(env: dict[str, str]) -> str:

@@ -184,48 +184,85 @@ def mermaid(timeline: Timeline) -> str:
     return "\n".join(lines)
 
 
+# The compile chart's geometry: the label column, the chart, a job's row, the tick labels above.
+_LABEL_W, _CHART_W, _ROW_H, _TOP = 150, 860, 26, 30
+_STYLE = """<style>
+body { font: 14px system-ui, sans-serif; margin: 24px; color: #1d2330; background: #fff; }
+.verdict.pass b { color: #2e9e5b; } .verdict.fail b { color: #d63b3b; }
+.lane { fill: #f1f3f7; } .label { font: 13px monospace; } .tick { stroke: #d6dae2; }
+.ticklabel { font: 11px sans-serif; fill: #5a6170; text-anchor: middle; } .uncompiled { fill: #d63b3b; font: 12px sans-serif; }
+.memnote { font: 11px sans-serif; fill: #5a6170; }
+.key { margin-right: 16px; } .swatch { display: inline-block; width: 12px; height: 12px; margin-right: 4px; }
+</style>"""
+
+
 def html(timeline: Timeline) -> str:
     """One self-contained page: the verdicts, then an SVG row per job with a bar per TU."""
     esc = _html.escape
-    label_w, chart_w, row_h, top = 150, 860, 26, 30
     span = max(timeline.span, 1.0)
-    scale = chart_w / span
-    rows = []
-    for i, job in enumerate(timeline.jobs):
-        y = top + i * row_h
-        state = "pass" if job.ok else ("fail" if job.ok is False else "unknown")
-        parts = [
-            f'<g class="job {state}" data-job="{esc(job.name)}">',
-            f'<text x="4" y="{y + 17}" class="label">{esc(job.name)}</text>',
-            f'<rect x="{label_w}" y="{y + 2}" width="{chart_w}" height="{row_h - 4}" class="lane"/>',
-        ]
-        for b in (b for b in timeline.bars if b.job == job.name):
-            x = label_w + b.start * scale
-            width = max((b.end - b.start) * scale, 1.5)
-            parts.append(
-                f'<rect class="bar {b.outcome}" x="{x:.1f}" y="{y + 4}" width="{width:.1f}" height="{row_h - 8}" '
-                f'fill="{OUTCOME_COLORS[b.outcome]}" data-key="{esc(b.key)}">'
-                f"<title>{esc(b.key)}: {b.outcome}, {b.end - b.start:.1f} s</title></rect>"
-            )
-        if job.uncompiled:
-            parts.append(
-                f'<text x="{label_w + chart_w - 4}" y="{y + 17}" text-anchor="end" class="uncompiled">'
-                f"{len(job.uncompiled)} owned TU(s) not compiled</text>"
-            )
-        parts.append("</g>")
-        rows.append("".join(parts))
-    height = top + len(timeline.jobs) * row_h + 30
+    scale = _CHART_W / span
+    rows = [_job_row(timeline, job, _TOP + i * _ROW_H, scale) for i, job in enumerate(timeline.jobs)]
+    height = _TOP + len(timeline.jobs) * _ROW_H + 30
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"/><title>{esc(timeline.cell)}: shard timeline</title>
+{_STYLE}</head>
+<body>
+<h1>{esc(timeline.cell)}</h1>
+<ul class="verdicts">{_verdicts(timeline.jobs)}</ul>
+<p class="legend">{_legend()}</p>
+<svg xmlns="http://www.w3.org/2000/svg" width="{_LABEL_W + _CHART_W + 10}" height="{height}" role="img"
+     aria-label="compile timeline per job">
+{_ticks(span, scale, height)}
+{"".join(rows)}
+</svg>
+<p>{len(timeline.bars)} compiles over {_clock(timeline.span)} (m:ss) in {len(timeline.jobs)} jobs.</p>
+{memory_svg(timeline)}
+</body></html>
+"""
+
+
+def _job_row(timeline: Timeline, job: Job, y: int, scale: float) -> str:
+    """A job's row: its name, its lane, a bar per compile, and how many owned TUs it never compiled."""
+    esc = _html.escape
+    state = "pass" if job.ok else ("fail" if job.ok is False else "unknown")
+    parts = [
+        f'<g class="job {state}" data-job="{esc(job.name)}">',
+        f'<text x="4" y="{y + 17}" class="label">{esc(job.name)}</text>',
+        f'<rect x="{_LABEL_W}" y="{y + 2}" width="{_CHART_W}" height="{_ROW_H - 4}" class="lane"/>',
+    ]
+    for b in (b for b in timeline.bars if b.job == job.name):
+        x = _LABEL_W + b.start * scale
+        width = max((b.end - b.start) * scale, 1.5)
+        parts.append(
+            f'<rect class="bar {b.outcome}" x="{x:.1f}" y="{y + 4}" width="{width:.1f}" height="{_ROW_H - 8}" '
+            f'fill="{OUTCOME_COLORS[b.outcome]}" data-key="{esc(b.key)}">'
+            f"<title>{esc(b.key)}: {b.outcome}, {b.end - b.start:.1f} s</title></rect>"
+        )
+    if job.uncompiled:
+        parts.append(
+            f'<text x="{_LABEL_W + _CHART_W - 4}" y="{y + 17}" text-anchor="end" class="uncompiled">'
+            f"{len(job.uncompiled)} owned TU(s) not compiled</text>"
+        )
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def _ticks(span: float, scale: float, height: int) -> str:
     ticks = []
     step = _tick_step(span)
     t = 0.0
     while t <= span:
-        x = label_w + t * scale
+        x = _LABEL_W + t * scale
         ticks.append(
-            f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 26}" class="tick"/>'
-            f'<text x="{x:.1f}" y="{top - 8}" class="ticklabel">{_clock(t)}</text>'
+            f'<line x1="{x:.1f}" y1="{_TOP - 4}" x2="{x:.1f}" y2="{height - 26}" class="tick"/>'
+            f'<text x="{x:.1f}" y="{_TOP - 8}" class="ticklabel">{_clock(t)}</text>'
         )
         t += step
-    legend = " ".join(
+    return "".join(ticks)
+
+
+def _legend() -> str:
+    return " ".join(
         f'<span class="key"><span class="swatch" style="background:{c}"></span>{name}</span>'
         for name, c in (
             ("cold compile (miss)", OUTCOME_COLORS["cold"]),
@@ -234,37 +271,18 @@ def html(timeline: Timeline) -> str:
             ("outcome unknown", OUTCOME_COLORS["other"]),
         )
     )
-    verdicts = "".join(
+
+
+def _verdicts(jobs: list[Job]) -> str:
+    esc = _html.escape
+    return "".join(
         f'<li class="verdict {"pass" if j.ok else "fail" if j.ok is False else "unknown"}">'
         f"<b>{esc(j.name)}</b>: {esc(j.verdict or 'no gate report found')}"
         f"{' (' + str(j.stubbed) + ' TUs stubbed)' if j.stubbed else ''}"
         + (f"<br/>not compiled: {esc(', '.join(j.uncompiled[:20]))}" if j.uncompiled else "")
         + "</li>"
-        for j in timeline.jobs
+        for j in jobs
     )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"/><title>{esc(timeline.cell)}: shard timeline</title>
-<style>
-body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #1d2330; background: #fff; }}
-.verdict.pass b {{ color: #2e9e5b; }} .verdict.fail b {{ color: #d63b3b; }}
-.lane {{ fill: #f1f3f7; }} .label {{ font: 13px monospace; }} .tick {{ stroke: #d6dae2; }}
-.ticklabel {{ font: 11px sans-serif; fill: #5a6170; text-anchor: middle; }} .uncompiled {{ fill: #d63b3b; font: 12px sans-serif; }}
-.memnote {{ font: 11px sans-serif; fill: #5a6170; }}
-.key {{ margin-right: 16px; }} .swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px; }}
-</style></head>
-<body>
-<h1>{esc(timeline.cell)}</h1>
-<ul class="verdicts">{verdicts}</ul>
-<p class="legend">{legend}</p>
-<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + chart_w + 10}" height="{height}" role="img"
-     aria-label="compile timeline per job">
-{"".join(ticks)}
-{"".join(rows)}
-</svg>
-<p>{len(timeline.bars)} compiles over {_clock(timeline.span)} (m:ss) in {len(timeline.jobs)} jobs.</p>
-{memory_svg(timeline)}
-</body></html>
-"""
 
 
 def _tick_step(span: float) -> float:

@@ -352,13 +352,39 @@ def verify(
     ``floor``: the manylinux tag of the builder that made the wheel (the link job passes its own);
     the wheel's tag must be it. Without one, the wheel's own tag is what its symbols are held to.
     ``cuobjdump``: the run's ``$CUW_CUOBJDUMP``, the arch check's reader instead of the toolkit's."""
-    checks: list[Check] = []
     try:
         name, version, _, tags = parse_wheel_filename(wheel.name)
     except Exception as exc:  # packaging raises several types for a bad name
         return Report(str(wheel), [Check("filename", False, [f"not a wheel filename: {exc}"])])
+    checks = [_filename_check(name, version, tags, recipe, cell), python_tag_check(recipe, cell, tags)]
+    linux_tags = sorted({t.platform for t in tags if t.platform.startswith("manylinux_")}, key=version_key)
+    members, record = _read_members(wheel)
+    checks.append(record)
+    if members is None:
+        return Report(str(wheel), checks)
+    checks.append(_size_check(wheel, members, policy.max_size_mb.get(cell.lane), cell.lane))
+    problems = _metadata_problems(members, name, version)
+    checks.append(Check("metadata", not problems, problems or ["Name and Version agree"]))
+    with tempfile.TemporaryDirectory(prefix="cuw-verify-") as tmp:
+        scratch = Path(tmp)
+        elves = [e for e in (read_binary(n, d, scratch) for n, d in members.items()) if e]
+        checks.append(Check("compiled", bool(elves), [e.path for e in elves] or ["no compiled code in the wheel"]))
+        checks.append(_needed_check(elves, members, recipe, cell, policy, linux_tags))
+        bad_rpath = [f"{e.path}: {p}" for e in elves for p in e.rpaths if not p.startswith("$ORIGIN")]
+        checks.append(Check("rpath", not bad_rpath, bad_rpath or ["every RPATH starts with $ORIGIN"]))
+        checks.append(glibc_check(elves, linux_tags, floor))
+        checks.append(_links_torch_check(elves, recipe))
+        checks.append(_pyinit_check(elves, recipe.verify.load_libraries))
+        checks.append(_arch_check(elves, scratch, archs, toolkit, recipe.device_code, cuobjdump))
+    if import_check:
+        checks.append(_import_check(wheel, members, elves, recipe, requires=import_requirements(recipe, cell)))
+    if torch_patches is not None:
+        checks.append(_torch_patch_check(wheel, members, elves, recipe, cell, torch_patches))
+    return Report(str(wheel), checks)
 
-    # filename agrees with the cell
+
+def _filename_check(name: str, version: Version, tags: frozenset[Tag], recipe: Recipe, cell: Cell) -> Check:
+    """The filename agrees with the cell: the distribution, the local label, the platform tags."""
     problems = []
     if canonicalize_name(name) != canonicalize_name(recipe.name):
         problems.append(f"distribution {name}, recipe names {recipe.name}")
@@ -370,63 +396,41 @@ def verify(
         problems.append(f"platform tags {sorted({t.platform for t in tags})} are not {cell.lane}")
     if target.os == "windows" and not all(t.platform == target.wheel_platform for t in tags):
         problems.append(f"platform tags {sorted({t.platform for t in tags})} are not {target.wheel_platform}")
-    checks.append(Check("filename", not problems, problems or [f"{name} {version} for {cell.id}"]))
-    checks.append(python_tag_check(recipe, cell, tags))
-    linux_tags = sorted({t.platform for t in tags if t.platform.startswith("manylinux_")}, key=version_key)
-    linux_tag = linux_tags[0] if linux_tags else None
+    return Check("filename", not problems, problems or [f"{name} {version} for {cell.id}"])
 
+
+def _read_members(wheel: Path) -> tuple[Optional[dict[str, bytes]], Check]:
+    """The wheel's files once its RECORD holds, with the record check; None when it does not."""
     try:
         record_problems: list[str] = _record_lines(wheel)
         if record_problems:
-            checks.append(Check("record", False, record_problems))
-            return Report(str(wheel), checks)
+            return None, Check("record", False, record_problems)
         with WheelFile(wheel) as wf:
             members = {i.filename: wf.read(i) for i in wf.infolist() if not i.is_dir()}
     except (WheelError, zipfile.BadZipFile, OSError, ValueError) as exc:  # ValueError: a RECORD hash it cannot decode
-        checks.append(Check("record", False, [str(exc)]))
-        return Report(str(wheel), checks)
-    checks.append(Check("record", not record_problems, record_problems or [f"{len(members)} files match RECORD"]))
-    checks.append(_size_check(wheel, members, policy.max_size_mb.get(cell.lane), cell.lane))
+        return None, Check("record", False, [str(exc)])
+    return members, Check("record", True, [f"{len(members)} files match RECORD"])
 
-    problems = _metadata_problems(members, name, version)
-    checks.append(Check("metadata", not problems, problems or ["Name and Version agree"]))
 
-    with tempfile.TemporaryDirectory(prefix="cuw-verify-") as tmp:
-        scratch = Path(tmp)
-        elves = [e for e in (read_binary(n, d, scratch) for n, d in members.items()) if e]
-        shipped = {Path(n).name for n in members}
+def _needed_check(
+    elves: list[Binary], members: dict[str, bytes], recipe: Recipe, cell: Cell, policy: WheelPolicy, linux_tags: list[str]
+) -> Check:
+    shipped = {Path(n).name for n in members}
+    linux_tag = linux_tags[0] if linux_tags else None
+    allowed = (
+        C_RUNTIME + manylinux_whitelist(linux_tag) + TORCH_LIBS + tuple(policy.exclude) + tuple(recipe.verify.allowed_needed)
+    )
+    foreign = [f for e in elves for f in _foreign_needed(e, shipped, allowed, cell.python)]
+    return Check("needed", not foreign, foreign or ["every DT_NEEDED / imported DLL is runtime, CUDA, torch or shipped"])
 
-        checks.append(Check("compiled", bool(elves), [e.path for e in elves] or ["no compiled code in the wheel"]))
 
-        allowed = (
-            C_RUNTIME + manylinux_whitelist(linux_tag) + TORCH_LIBS + tuple(policy.exclude) + tuple(recipe.verify.allowed_needed)
-        )
-        foreign = [f for e in elves for f in _foreign_needed(e, shipped, allowed, cell.python)]
-        checks.append(
-            Check("needed", not foreign, foreign or ["every DT_NEEDED / imported DLL is runtime, CUDA, torch or shipped"])
-        )
-
-        bad_rpath = [f"{e.path}: {p}" for e in elves for p in e.rpaths if not p.startswith("$ORIGIN")]
-        checks.append(Check("rpath", not bad_rpath, bad_rpath or ["every RPATH starts with $ORIGIN"]))
-
-        checks.append(glibc_check(elves, linux_tags, floor))
-
-        links = [f"{e.path}: {n}" for e in elves for n in _torch_needed(e)]
-        if recipe.links_torch and not links:
-            checks.append(Check("links_torch", False, ["recipe says links_torch: true, no library needs torch"]))
-        elif not recipe.links_torch and links:
-            checks.append(Check("links_torch", False, [f"recipe says links_torch: false, but {links[0]}"]))
-        else:
-            checks.append(Check("links_torch", True, links[:3] or ["torch-free, as the recipe says"]))
-
-        checks.append(_pyinit_check(elves, recipe.verify.load_libraries))
-        checks.append(_arch_check(elves, scratch, archs, toolkit, recipe.device_code, cuobjdump))
-
-    if import_check:
-        checks.append(_import_check(wheel, members, elves, recipe, requires=import_requirements(recipe, cell)))
-    if torch_patches is not None:
-        checks.append(_torch_patch_check(wheel, members, elves, recipe, cell, torch_patches))
-    return Report(str(wheel), checks)
+def _links_torch_check(elves: list[Binary], recipe: Recipe) -> Check:
+    links = [f"{e.path}: {n}" for e in elves for n in _torch_needed(e)]
+    if recipe.links_torch and not links:
+        return Check("links_torch", False, ["recipe says links_torch: true, no library needs torch"])
+    if not recipe.links_torch and links:
+        return Check("links_torch", False, [f"recipe says links_torch: false, but {links[0]}"])
+    return Check("links_torch", True, links[:3] or ["torch-free, as the recipe says"])
 
 
 def glibc_check(elves: list, linux_tags: list[str], floor: Optional[str]) -> Check:
@@ -613,61 +617,51 @@ def _import_check(
         target = Path(tmp) / "site"
         empty = Path(tmp) / "cwd"
         empty.mkdir()
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            return Check("import", False, [f"pip could not install the wheel: {proc.stderr.strip()[-300:]}"])
-        requires = recipe.verify.import_requires if requires is None else requires
-        if requires:  # the runtime dependencies the import needs, pinned in the recipe
-            proc = subprocess.run(
-                [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *requires],
-                capture_output=True,
-                text=True,
-            )
-            if proc.returncode != 0:
-                return Check(
-                    "import", False, [f"pip could not install verify.import_requires {requires}: {proc.stderr.strip()[-300:]}"]
-                )
+        refused = _install_for_import(wheel, target, recipe.verify.import_requires if requires is None else requires)
+        if refused:
+            return Check("import", False, [refused])
         failures, passed = [], 0
         for library in loaded_libraries(elves, recipe.verify.load_libraries):
             # A torch operator library registers its ops with torch when loaded; any other, through ctypes.
             how = "import torch; torch.ops.load_library(p)" if recipe.links_torch else "import ctypes; ctypes.CDLL(p)"
-            code = f"import sys; p = sys.argv[1]; {how}"
-            child = subprocess.run(
-                [python, "-c", code, str(target / library)],
-                cwd=empty,
-                env=_clean_env(target, tmp),
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            if child.returncode != 0:
-                last = (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1]
-                failures.append(f"{library} (verify.load_libraries): {last}")
+            failed = _in_clean_process([python, "-c", f"import sys; p = sys.argv[1]; {how}", str(target / library)], target, tmp)
+            if failed:
+                failures.append(f"{library} (verify.load_libraries): {failed}")
             else:
                 passed += 1
         for module in _modules(members, elves):
             if module in recipe.verify.skip_import:
                 continue
-            child = subprocess.run(
-                [python, "-c", f"import {module}"],
-                cwd=empty,
-                env=_clean_env(target, tmp),
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            if child.returncode != 0:
-                last = (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1]
-                failures.append(f"{module}: {last}")
+            failed = _in_clean_process([python, "-c", f"import {module}"], target, tmp)
+            if failed:
+                failures.append(f"{module}: {failed}")
             else:
                 passed += 1
         return Check(
             "import", not failures, failures or [f"{passed} modules import (or libraries load) in a clean process, GPUs hidden"]
         )
+
+
+def _install_for_import(wheel: Path, target: Path, requires: list[str]) -> str:
+    """The wheel (without its dependencies) and the runtime dependencies the import needs, pinned
+    in the recipe, installed into ``target``; why not, or ""."""
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    proc = subprocess.run([*pip, "--no-deps", "--target", str(target), str(wheel)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"pip could not install the wheel: {proc.stderr.strip()[-300:]}"
+    if requires:
+        proc = subprocess.run([*pip, "--target", str(target), *requires], capture_output=True, text=True)
+        if proc.returncode != 0:
+            return f"pip could not install verify.import_requires {requires}: {proc.stderr.strip()[-300:]}"
+    return ""
+
+
+def _in_clean_process(argv: list[str], target: Path, tmp: str) -> str:
+    """Runs ``argv`` in an empty folder with only ``target`` on the path; its last error line, or ""."""
+    child = subprocess.run(argv, cwd=Path(tmp) / "cwd", env=_clean_env(target, tmp), capture_output=True, text=True, timeout=300)
+    if child.returncode == 0:
+        return ""
+    return (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1]
 
 
 def write_verify_reports(checked: Report, wheel_path: Path) -> tuple[Path, Path]:
