@@ -55,63 +55,75 @@ def choose(policy: Policy, settings: Settings, option: Optional[str] = None, lin
     forced, source = requested(option, settings)
     if forced is None:
         if line is None:
-            try:
-                system = find_toolkit(homes=settings.homes)
-            except CuwError as exc:
-                wheel_lines = sorted(policy.toolkit_wheels)
-                hint = (
-                    (
-                        f"; or pass --toolkit wheels (CUW_TOOLKIT=wheels) for CUDA {wheel_lines[-1]} from the pinned "
-                        f"wheels in recipes/defaults.yml toolkit_wheels"
-                    )
-                    if wheel_lines
-                    else ""
-                )
-                raise CuwError(f"{exc}{hint}") from None
+            system = _system_toolkit(policy, settings)
             line = system.version
             if policy_choice(policy, line) == "system":
                 return Chosen(system, "system", f"CUDA {line}: system toolkit {system.home}")
         forced, source = policy_choice(policy, line), f"toolkits.{line} in recipes/defaults.yml"
     if forced == "system":
-        system = find_toolkit(homes=settings.homes)
-        if line is not None and system.version != line:
-            raise CuwError(
-                f"CUDA {line}: {source} is system, but the system toolkit is CUDA {system.version} "
-                f"({system.home}); {_other_line_fix(line)}"
-            )
-        return Chosen(system, "system", f"CUDA {system.version}: system toolkit {system.home} ({source})")
+        return _chosen_system(line, source, settings)
     if forced == "wheels":
-        if line is None:
-            if not policy.toolkit_wheels:
-                raise CuwError(
-                    f"{source} = wheels: recipes/defaults.yml has no toolkit_wheels pins; add them "
-                    "(a CUDA line mapped to its nvidia-cuda-nvcc, -runtime, -cccl, -crt, nvvm pins)"
-                )
-            line = max(policy.toolkit_wheels, key=version_key)
-        pins = policy.toolkit_wheels.get(line)
-        if not pins:
-            major = line.split(".")[0]
-            if major.isdigit() and int(major) < 13:
-                raise CuwError(
-                    f"CUDA {line}: {source} = wheels, but {provision.NO_NVCC_WHEEL.format(major=major, line=line)} "
-                    f"(set toolkits.{line} to system or a path and install it: .github/scripts/install-cuda.sh {line})"
-                )
-            raise CuwError(
-                f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels has no {line!r} pins; add them"
-            )
-        got = provision.ensure(provision.WheelToolkit(line, tuple(pins)), settings.folders.toolkits)
-        state = "reused" if got.reused else f"installed in {got.seconds:.1f} s"
-        return Chosen(
-            got.toolkit,
-            "wheels",
-            f"CUDA {line}: toolkit from the pinned wheels at {got.toolkit.home} ({state}, {got.size_mb:.0f} MB; {source})",
-            got,
-        )
+        return _chosen_wheels(policy, line, source, settings)
     home = _toolkit_folder(forced, source)
     version = _version_of(str(home / "bin" / exe_name("nvcc")))
     if line is not None and version != line:
         raise CuwError(f"{source} = {forced}: that toolkit is CUDA {version}, not {line}; name a CUDA {line} toolkit")
     return Chosen(Toolkit(home.resolve(), version), "path", f"CUDA {version}: toolkit {home} ({source})")
+
+
+def _system_toolkit(policy: Policy, settings: Settings) -> Toolkit:
+    """The system toolkit, or an error that offers the pinned wheels when the policy has some."""
+    try:
+        return find_toolkit(homes=settings.homes)
+    except CuwError as exc:
+        wheel_lines = sorted(policy.toolkit_wheels)
+        hint = (
+            (
+                f"; or pass --toolkit wheels (CUW_TOOLKIT=wheels) for CUDA {wheel_lines[-1]} from the pinned "
+                f"wheels in recipes/defaults.yml toolkit_wheels"
+            )
+            if wheel_lines
+            else ""
+        )
+        raise CuwError(f"{exc}{hint}") from None
+
+
+def _chosen_system(line: Optional[str], source: str, settings: Settings) -> Chosen:
+    system = find_toolkit(homes=settings.homes)
+    if line is not None and system.version != line:
+        raise CuwError(
+            f"CUDA {line}: {source} is system, but the system toolkit is CUDA {system.version} "
+            f"({system.home}); {_other_line_fix(line)}"
+        )
+    return Chosen(system, "system", f"CUDA {system.version}: system toolkit {system.home} ({source})")
+
+
+def _chosen_wheels(policy: Policy, line: Optional[str], source: str, settings: Settings) -> Chosen:
+    """NVIDIA's pinned wheels of the line (default: the newest line pinned), installed once."""
+    if line is None:
+        if not policy.toolkit_wheels:
+            raise CuwError(
+                f"{source} = wheels: recipes/defaults.yml has no toolkit_wheels pins; add them "
+                "(a CUDA line mapped to its nvidia-cuda-nvcc, -runtime, -cccl, -crt, nvvm pins)"
+            )
+        line = max(policy.toolkit_wheels, key=version_key)
+    pins = policy.toolkit_wheels.get(line)
+    if not pins:
+        major = line.split(".")[0]
+        if major.isdigit() and int(major) < 13:
+            raise CuwError(
+                f"CUDA {line}: {source} = wheels, but {provision.NO_NVCC_WHEEL.format(major=major, line=line)} "
+                f"(set toolkits.{line} to system or a path and install it: .github/scripts/install-cuda.sh {line})"
+            )
+        raise CuwError(f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels has no {line!r} pins; add them")
+    got = provision.ensure(provision.WheelToolkit(line, tuple(pins)), settings.folders.toolkits)
+    state = "reused" if got.reused else f"installed in {got.seconds:.1f} s"
+    return Chosen(
+        got.toolkit,
+        "wheels",
+        f"CUDA {line}: toolkit from the pinned wheels at {got.toolkit.home} ({state}, {got.size_mb:.0f} MB; {source})",
+        got,
+    )
 
 
 def _other_line_fix(line: str) -> str:

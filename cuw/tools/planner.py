@@ -453,16 +453,7 @@ def plan(
     """Plans ``counts``; the checklist runs at ``checked_n`` (default: the recipe's sharding.count).
     ``settings``: the run's, for the source it prepares (this process's environment's when None).
     ``cap_minutes``: a job's limit instead of the policy's ``jobs.limit_minutes``."""
-    if not counts:
-        raise CuwError("no shard count to plan")
-    for n in (*counts, *([checked_n] if checked_n is not None else [])):
-        check_count(n, "shard count")
-    cap = job_cap.job_cap(load_policy(Path(recipe.folder).parent).jobs, cap_minutes)
-    from cuw.partition.costs import load
-
-    table = load(costs_file) if costs_file else recipe_costs(recipe)
-    if recipe.sharding.rule == "cost" and table is None:
-        raise CuwError(f"recipe {recipe.key!r}: rule cost needs a cost table: cuw costs {recipe.key} --from <log>")
+    table, cap = _cost_table_and_cap(recipe, counts, costs_file, checked_n, cap_minutes)
     with tempfile.TemporaryDirectory(prefix="cuw-plan-") as scratch:
         inputs = gather(recipe, work or Path(scratch), table, from_log, settings)
         if not inputs.keys:
@@ -477,28 +468,11 @@ def plan(
         evaluated = {n: evaluate(recipe, inputs, n, family) for n in sorted(set(counts) | {checked})}
         rows = [evaluated[n][0] for n in sorted(set(counts))]
         row, owners = evaluated[checked]
-        sizes = dict(sorted(Counter(family.values()).items()))
-        checks = [
-            _check_filter(recipe),
-            _check_family(recipe, inputs, family, row),
-            _check_guards(recipe, inputs.tree),
-            _check_cap(row),
-        ]
-        drift = _check_costs(inputs)
-        capped = _check_job_cap(recipe, inputs, checked, cap)
-        checks += [c for c in (drift, capped) if c]
+        checks = _checklist(recipe, inputs, family, row, checked, cap)
         shards, runner = _shards(recipe, inputs, row, owners)
-    # A seat stubs, so an empty family still builds; with the source filter it sets the ceiling.
-    feasible = [
-        r
-        for r in rows
-        if r.largest_dispatch <= MAX_JOBS
-        and r.shards_without_tus == 0
-        and _under_cap(r, cap)
-        and (recipe.sharding.filter == "seat" or not any(v for k, v in r.family_empty.items() if k != REST_FAMILY))
-    ]
-    recommended, reason = _recommend(rows, feasible)
+    recommended, reason = _recommend(rows, _feasible(recipe, rows, cap))
     table_costs = inputs.table.costs if inputs.table else None
+    link_from, shard_from = _measured_from(inputs.table)
     return Plan(
         recipe=recipe.key,
         filter=recipe.sharding.filter,
@@ -506,20 +480,11 @@ def plan(
         per_family=recipe.sharding.per_family,
         origin=inputs.origin,
         tus=len(inputs.keys),
-        families=sizes,
+        families=dict(sorted(Counter(family.values()).items())),
         total_s=round(sum(table_costs.values()), 3) if table_costs else None,
         longest_s=round(max(table_costs.values()), 3) if table_costs else None,
-        link_from=(
-            f"measured link ({inputs.table.link.fixed_s:.1f} s beside its replays, {inputs.table.link.per_replay_s:.3f} s "
-            f"per replay; {inputs.table.link.source})"
-            if inputs.table is not None and inputs.table.link
-            else None
-        ),
-        shard_from=(
-            f"measured shards ({inputs.table.shard.fixed_s:.1f} s beside their compiles; {inputs.table.shard.source})"
-            if inputs.table is not None and inputs.table.shard
-            else None
-        ),
+        link_from=link_from,
+        shard_from=shard_from,
         checked_n=checked,
         rows=rows,
         recommended=recommended,
@@ -530,6 +495,65 @@ def plan(
         shards=shards,
         runner=runner,
     )
+
+
+def _cost_table_and_cap(
+    recipe: Recipe, counts: list[int], costs_file: Optional[Path], checked_n: Optional[int], cap_minutes: Optional[float]
+) -> tuple[Optional[CostTable], job_cap.JobCap]:
+    """The counts checked; the cost table the plan reads (``costs_file``, else the recipe's) and the job cap."""
+    if not counts:
+        raise CuwError("no shard count to plan")
+    for n in (*counts, *([checked_n] if checked_n is not None else [])):
+        check_count(n, "shard count")
+    cap = job_cap.job_cap(load_policy(Path(recipe.folder).parent).jobs, cap_minutes)
+    from cuw.partition.costs import load
+
+    table = load(costs_file) if costs_file else recipe_costs(recipe)
+    if recipe.sharding.rule == "cost" and table is None:
+        raise CuwError(f"recipe {recipe.key!r}: rule cost needs a cost table: cuw costs {recipe.key} --from <log>")
+    return table, cap
+
+
+def _checklist(
+    recipe: Recipe, inputs: Inputs, family: dict[str, str], row: Row, checked: int, cap: job_cap.JobCap
+) -> list[Check]:
+    checks = [
+        _check_filter(recipe),
+        _check_family(recipe, inputs, family, row),
+        _check_guards(recipe, inputs.tree),
+        _check_cap(row),
+    ]
+    drift = _check_costs(inputs)
+    capped = _check_job_cap(recipe, inputs, checked, cap)
+    return checks + [c for c in (drift, capped) if c]
+
+
+def _feasible(recipe: Recipe, rows: list[Row], cap: job_cap.JobCap) -> list[Row]:
+    # A seat stubs, so an empty family still builds; with the source filter it sets the ceiling.
+    return [
+        r
+        for r in rows
+        if r.largest_dispatch <= MAX_JOBS
+        and r.shards_without_tus == 0
+        and _under_cap(r, cap)
+        and (recipe.sharding.filter == "seat" or not any(v for k, v in r.family_empty.items() if k != REST_FAMILY))
+    ]
+
+
+def _measured_from(table: Optional[CostTable]) -> tuple[Optional[str], Optional[str]]:
+    """Where the link's and the shards' own costs come from, when the cost table measured them."""
+    link_from = (
+        f"measured link ({table.link.fixed_s:.1f} s beside its replays, {table.link.per_replay_s:.3f} s "
+        f"per replay; {table.link.source})"
+        if table is not None and table.link
+        else None
+    )
+    shard_from = (
+        f"measured shards ({table.shard.fixed_s:.1f} s beside their compiles; {table.shard.source})"
+        if table is not None and table.shard
+        else None
+    )
+    return link_from, shard_from
 
 
 def render(p: Plan) -> str:
