@@ -22,10 +22,11 @@ from cuw.jobs.archive import archive_name
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
 from cuw.config.grid import Grid, cells, collapse, collapses_python, torch_pin
-from cuw.config.policy import JobPolicy
+from cuw.config.policy import JobPolicy, Runner
 from cuw.config.recipe import Recipe
 from cuw.partition import job_cap
-from cuw.partition.costs import recipe_costs
+from cuw.partition.costs import CostTable, recipe_costs
+from cuw.partition.disk_need import disk_line, disk_need, on_bare_runner
 
 MAX_JOBS = 256
 MAX_BYTES = 1_000_000
@@ -59,6 +60,7 @@ class Job:
     part: int = 1  # a shard: which part of its chain this job is (rung ``compile`` is 1, ``compile_<k>`` is k)
     parts: int = 1  # a shard: the parts of its chain (1: one job)
     resume: str = ""  # a part after the first: the artifact of the part before it, which it resumes
+    free_disk: bool = False  # the workflow frees the runner's preinstalled folders first (cuw.partition.disk_need)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,21 @@ def recipe_rungs(recipe: Recipe, cap: job_cap.JobCap, cell_id: str) -> list[Rung
     if not v.ok:
         raise CuwError(f"{cell_id}: {v.detail}: {v.fix}")
     return [Rung(c.parts, c.deadline_s) for c in v.chains]
+
+
+def with_free_disk(
+    jobs: list[Job], table: Optional[CostTable], runners: Mapping[str, Runner], notes: dict[str, str]
+) -> list[Job]:
+    """``jobs`` (one cell's), each marked ``free_disk`` where the recipe's measured disk need (``table``),
+    with its margin, exceeds its lane runner's free disk and the job runs on the bare Linux runner.
+    A need the step cannot meet (the jobs run in a build image) is said in ``notes``, per recipe and lane."""
+    if not jobs or table is None:
+        return jobs
+    first = jobs[0]
+    need = disk_need(table, runners.get(first.lane), on_bare_runner(first.lane, first.image))
+    if not need.bare and any(need.exceeds(job.kind) for job in jobs):
+        notes[f"{first.recipe} {first.lane}"] = disk_line(need, first.lane, first.image)
+    return [replace(job, free_disk=need.free_disk(job.kind)) for job in jobs]
 
 
 def select(recipe: Recipe, grid: Grid, f: Filters) -> list[Cell]:
@@ -216,9 +233,11 @@ def plan(
     images: Optional[Mapping[str, str]] = None,
     hold_back: bool = False,
     cap: Optional[job_cap.JobCap] = None,
+    runners: Optional[Mapping[str, Runner]] = None,
 ) -> dict:
     """The chunk plan: deterministic (same input, same bytes). ``images``: per lane, the build
     image its jobs run in (recipes/defaults.yml images.<lane>.ref); a lane without one runs on the runner.
+    ``runners``: per lane, its runner (runners.<lane>), whose free disk decides each job's ``free_disk``.
     ``hold_back``: leave out the cells of :data:`UNVERIFIED_LANES` unless ``--platform`` names them
     (a farm dispatches no job to a lane that has never built a cell). ``cap``: the job cap (default:
     the default policy's), which sets each shard's deadline and chain."""
@@ -228,6 +247,7 @@ def plan(
     skipped: dict[str, str] = {}
     collapsed: dict[str, str] = {}
     held: Counter = Counter()
+    disk_notes: dict[str, str] = {}
     for recipe in chosen:
         try:
             selected = select(recipe, grid, f)
@@ -244,8 +264,10 @@ def plan(
                 continue
         sharded = [c for c in selected if c.lane in recipe.sharding.platforms and recipe.sharding.count > 1]
         rungs = recipe_rungs(recipe, cap, sharded[0].id) if sharded else None
+        table = recipe_costs(recipe) if runners else None  # the measured disk need
         for cell in selected:
-            jobs.extend(jobs_for_cell(recipe, cell, images, torch_pin(grid, cell.torch), rungs))
+            made = jobs_for_cell(recipe, cell, images, torch_pin(grid, cell.torch), rungs)
+            jobs.extend(with_free_disk(made, table, runners or {}, disk_notes))
         if collapses_python(recipe):
             collapsed[recipe.key] = collapse_note(recipe, grid)
     if not jobs:
@@ -265,6 +287,7 @@ def plan(
         "skipped": skipped,
         "collapsed": collapsed,
         **({"held_back": held_back} if held_back else {}),
+        **({"disk": dict(sorted(disk_notes.items()))} if disk_notes else {}),
     }
 
 
@@ -345,6 +368,12 @@ def summary(result: dict) -> str:
         for (key, parts), n in sorted(chained.items())
     ]
     lines += [f"  lane {lane}: {note}" for lane, note in sorted(result.get("held_back", {}).items())]
+    freeing = Counter(job["lane"] for c in result["chunks"] for job in chunk_jobs(c) if job.get("free_disk"))
+    lines += [
+        f"  free disk: {n} {lane} job(s) delete the runner's preinstalled folders first (measured need over runners.{lane}.free_disk_gb)"
+        for lane, n in sorted(freeing.items())
+    ]
+    lines += [f"  {key} {note}" for key, note in result.get("disk", {}).items()]
     published = result.get("published")
     if published:
         lines.append(

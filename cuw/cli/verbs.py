@@ -216,7 +216,9 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
     # An unverified lane is planned only when asked for: by --platform, or by the id of one of its chunks.
     from cuw.partition.job_cap import job_cap
 
-    result = matrix.plan(recipes, policy.grid, filters, images, hold_back=args.chunk is None, cap=job_cap(policy.jobs))
+    result = matrix.plan(
+        recipes, policy.grid, filters, images, hold_back=args.chunk is None, cap=job_cap(policy.jobs), runners=policy.runners
+    )
     if args.published is not None:
         result = _drop_published(result, recipes, policy, args.published, args.rebuild)
     elif args.rebuild is not None:

@@ -48,6 +48,10 @@ class Runner:
     """Its cores (GitHub's hosted runners: 4): the most parallel compile jobs the planner assumes."""
     headroom_gb: int = 2
     """Memory kept free of compiles: the system, the build's own Python, ninja and the link steps."""
+    free_disk_gb: Optional[int] = None
+    """Free disk (GB) at a job's start (GitHub's hosted Linux runners: 14). A cell whose measured disk
+    need, with its margin, is more gets the workflow's free-disk step (:mod:`cuw.partition.disk_need`);
+    None: the farm does not know, and the step never runs."""
 
     @property
     def budget_mb(self) -> float:
@@ -194,7 +198,7 @@ def check_remote_url(url: str, source: str) -> None:
 
 
 def check_runner(lane: str, runner: Runner, source: str) -> None:
-    """A known lane, a memory above its headroom, at least one core."""
+    """A known lane, a memory above its headroom, at least one core, a free disk of at least 1 GB."""
     from cuw.config.lanes import lane as lane_of
 
     try:
@@ -203,6 +207,8 @@ def check_runner(lane: str, runner: Runner, source: str) -> None:
         raise CuwError(f"{source}: {exc}") from None
     if not runner.cores >= 1:
         raise CuwError(f"{source}.cores = {runner.cores!r}: a runner has at least 1 core")
+    if runner.free_disk_gb is not None and not runner.free_disk_gb >= 1:
+        raise CuwError(f"{source}.free_disk_gb = {runner.free_disk_gb!r}: whole GB >= 1 (GitHub's hosted Linux runners: 14)")
     if not 0 <= runner.headroom_gb < runner.memory_gb:
         raise CuwError(
             f"{source}: memory_gb {runner.memory_gb!r} must exceed headroom_gb {runner.headroom_gb!r} (>= 0): "

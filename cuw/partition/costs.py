@@ -26,6 +26,12 @@ A link job's report (``link.report.json`` or ``dist/<wheel>.link.json``) feeds t
 ``link`` entry: what a link costs beside its replays (prepare, restore, configure and probes,
 the link steps, finish and verify) and what one replay costs, which the planner's link
 estimate reads.
+
+Both entries also learn ``disk_gb``, the most disk the job used (decimal GB): from the report's
+``resources`` record, free disk at the job's start less the least free disk seen. A shard's is
+the largest over the reports given; it is absent from tables recorded before the reports had
+the record. ``cuw matrix`` and ``cuw plan`` hold it against the runner's free disk
+(:mod:`cuw.partition.disk_need`).
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ class LinkCost:
     per_replay_s: float
     """One cache-hit replay's seconds."""
     source: str = ""
+    disk_gb: Optional[float] = None
+    """The most disk a link used (GB); None: not measured."""
 
     def estimate(self, tus: int) -> float:
         return self.fixed_s + self.per_replay_s * tus
@@ -64,6 +72,8 @@ class ShardCost:
     fixed_s: float
     """A shard build's seconds beside its compiles: configure, probes, stubs, the link steps."""
     source: str = ""
+    disk_gb: Optional[float] = None
+    """The most disk a shard used (GB), the largest over the reports; None: not measured."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,8 @@ def load(path: Path) -> CostTable:
                 f'{path}: link must be {{"fixed_s": seconds, "per_replay_s": seconds, ...}}: record it again with '
                 f"`cuw costs <recipe> --from <link report>`"
             )
-        link = LinkCost(float(link["fixed_s"]), float(link["per_replay_s"]), str(link.get("from", "")))
+        disk = _disk_entry(link, path, "link", "link report")
+        link = LinkCost(float(link["fixed_s"]), float(link["per_replay_s"]), str(link.get("from", "")), disk)
     shard = data.get("shard")
     if shard is not None:
         fixed = shard.get("fixed_s") if isinstance(shard, dict) else None
@@ -125,9 +136,20 @@ def load(path: Path) -> CostTable:
                 f'{path}: shard must be {{"fixed_s": seconds, ...}}: record it again with '
                 f"`cuw costs <recipe> --from <shard reports>`"
             )
-        shard = ShardCost(float(fixed), str(shard.get("from", "")))
+        shard = ShardCost(float(fixed), str(shard.get("from", "")), _disk_entry(shard, path, "shard", "shard reports"))
     cpu, peaks = (_measures(data.get(name), path, name, fix) for name in ("cpu_s", "peak_mb"))
     return CostTable({k: float(v) for k, v in costs.items()}, header, path, link, shard, cpu, peaks)
+
+
+def _disk_entry(entry: dict, path: Path, name: str, what: str) -> Optional[float]:
+    """An entry's optional ``disk_gb``: absent from tables recorded before the reports carried disk."""
+    disk = entry.get("disk_gb")
+    if disk is not None and not _is_measure(disk):
+        raise CuwError(
+            f"{path}: {name}.disk_gb = {disk!r} is not a number of GB >= 0: "
+            f"record it again with `cuw costs <recipe> --from <{what}>`"
+        )
+    return None if disk is None else float(disk)
 
 
 def _measures(section: object, path: Path, name: str, fix: str) -> dict[str, float]:
@@ -275,7 +297,8 @@ def link_report(path: Path) -> Optional[LinkCost]:
     """A link job's report as a :class:`LinkCost`; None when ``path`` is no link report (a log)."""
     if gate_of(path) != "link":
         return None
-    phases = read_link_report(path).phases
+    report = read_link_report(path)
+    phases = report.phases
     if phases is None or not all(k in phases for k in ("build_s", "replay_s", "replays")):
         raise CuwError(f"--from {path}: a link report without its phases (written by an older forge): link again, then record it")
     replays = int(phases["replays"])
@@ -284,7 +307,7 @@ def link_report(path: Path) -> Optional[LinkCost]:
     # its replays' own are configure, probes and the link steps (never less than nothing).
     fixed = beside + max(0.0, float(phases["build_s"]) - float(phases["replay_s"]))
     per_replay = float(phases["replay_s"]) / replays if replays else 0.0
-    return LinkCost(round(fixed, 3), round(per_replay, 4), _shown(path))
+    return LinkCost(round(fixed, 3), round(per_replay, 4), _shown(path), disk_used_gb(report.resources))
 
 
 def compile_span(entries: list[SeatLogEntry]) -> float:
@@ -299,9 +322,19 @@ def compile_span(entries: list[SeatLogEntry]) -> float:
     return span
 
 
-def shard_report(path: Path) -> Optional[tuple[float, Path]]:
-    """A finished, passing shard's report as (seconds beside its compiles, its seat log); None when
-    ``path`` is no shard report (a log)."""
+def disk_used_gb(record: Optional[dict]) -> Optional[float]:
+    """The most disk a job used, in GB, from its report's ``resources`` record (:mod:`cuw.jobs.resources`):
+    free disk at the start less the least free seen; None without the record (an older forge's report)."""
+    start = record.get("disk_free_start_mb") if record else None
+    least = record.get("min_disk_free_mb") if record else None
+    if not (_is_measure(start) and _is_measure(least)):
+        return None
+    return round(max(0.0, start - least) / 1000, 3)
+
+
+def shard_report(path: Path) -> Optional[tuple[float, Path, Optional[float]]]:
+    """A finished, passing shard's report as (seconds beside its compiles, its seat log, the disk it
+    used in GB or None); None when ``path`` is no shard report (a log)."""
     if gate_of(path) != "shard":
         return None
     report = read_shard_report(path)
@@ -312,7 +345,7 @@ def shard_report(path: Path) -> Optional[tuple[float, Path]]:
     seat = Path(build_log).parent / "seat.jsonl"
     if not seat.is_file():
         raise CuwError(f"--from {path}: its seat log {seat} is gone (the shard's work folder): record on the machine that ran it")
-    return max(0.0, float(build_s) - compile_span(seat_entries(seat))), seat
+    return max(0.0, float(build_s) - compile_span(seat_entries(seat))), seat, disk_used_gb(report.resources)
 
 
 def read_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:
@@ -343,6 +376,8 @@ class _Measured:
     fed: dict[str, list[str]] = field(default_factory=dict)
     link: Optional[LinkCost] = None
     beside: list[float] = field(default_factory=list)
+    disks: list[float] = field(default_factory=list)
+    """The disk each shard report measured (GB)."""
 
     def add(self, log: Path, source_root: Optional[Path], keep: Optional[Callable[[str], bool]]) -> None:
         if log.is_file() and (from_link := link_report(log)) is not None:
@@ -351,6 +386,8 @@ class _Measured:
         if log.is_file() and (from_shard := shard_report(log)) is not None:
             self.beside.append(from_shard[0])
             log = from_shard[1]
+            if from_shard[2] is not None:
+                self.disks.append(from_shard[2])
         keys = []
         for key, seconds in read_log(log, source_root).items():
             if keep is None or keep(key):
@@ -389,13 +426,7 @@ def record(
     if not got.seconds and (got.link is None or previous is None):
         raise CuwError(f"no TU of the partition appears in {', '.join(map(str, logs))}")
     link = got.link or (previous.link if previous else None)
-    shard = (
-        ShardCost(round(statistics.median(got.beside), 3), f"median of {len(got.beside)} shard report(s)")
-        if got.beside
-        else previous.shard
-        if previous
-        else None
-    )
+    shard = _shard_cost(got, previous.shard if previous else None)
     table = CostTable(
         _merged(previous.costs if previous else {}, got.seconds, 3),
         _header(previous, got),
@@ -408,6 +439,15 @@ def record(
     )
     write_text(out, json.dumps(_document(table), indent=2) + "\n", "--output")
     return table
+
+
+def _shard_cost(got: _Measured, previous: Optional[ShardCost]) -> Optional[ShardCost]:
+    """The median seconds beside the compiles of the shard reports given, and the largest disk one
+    used (the previous table's when none of them measured it); the previous entry without reports."""
+    if not got.beside:
+        return previous
+    disk = max(got.disks) if got.disks else previous.disk_gb if previous else None
+    return ShardCost(round(statistics.median(got.beside), 3), f"median of {len(got.beside)} shard report(s)", disk)
 
 
 def _without(old: dict[str, float], keys: dict[str, float]) -> dict[str, float]:
@@ -442,7 +482,12 @@ def _document(table: CostTable) -> dict[str, object]:
     if table.peaks:
         document["peak_mb"] = {k: int(v) for k, v in table.peaks.items()}
     if table.link is not None:
-        document["link"] = {"fixed_s": table.link.fixed_s, "per_replay_s": table.link.per_replay_s, "from": table.link.source}
+        link = {"fixed_s": table.link.fixed_s, "per_replay_s": table.link.per_replay_s, "from": table.link.source}
+        document["link"] = {**link, **_disk_field(table.link.disk_gb)}
     if table.shard is not None:
-        document["shard"] = {"fixed_s": table.shard.fixed_s, "from": table.shard.source}
+        document["shard"] = {"fixed_s": table.shard.fixed_s, "from": table.shard.source, **_disk_field(table.shard.disk_gb)}
     return document
+
+
+def _disk_field(disk_gb: Optional[float]) -> dict[str, float]:
+    return {} if disk_gb is None else {"disk_gb": disk_gb}

@@ -29,6 +29,9 @@ class ShardPrediction:
     peak_mb: Optional[float]
     """The predicted peak of ``jobs`` compiles at once; None: no peak measured for its slice."""
     why: str
+    disk_gb: Optional[float] = None
+    """The disk a shard used (the table's ``shard.disk_gb``: the largest measured, the same for every
+    shard); None: not measured."""
 
 
 def _per_key(values: dict[str, float], keys: list[str]) -> Optional[float]:
@@ -46,6 +49,7 @@ def predict_shards(
     for key, shard in owners.items():
         slices[shard].append(key)
     beside = table.shard.fixed_s if table is not None and table.shard else 0.0
+    disk = table.shard.disk_gb if table is not None and table.shard else None
     out = []
     for index, keys in slices.items():
         choice = choose_jobs(slice_peaks(table, keys), runner.cores if runner else 1, runner, pinned)
@@ -59,6 +63,7 @@ def predict_shards(
                 choice.jobs,
                 choice.peak_mb,
                 choice.why,
+                disk,
             )
         )
     return out
@@ -72,20 +77,27 @@ def _s(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _disk(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def runner_line(lane: str, runner: Optional[Runner]) -> str:
     if runner is None:
         return f"lane {lane}: no runner size in the policy (runners.{lane} in defaults.yml), one job per core"
-    return f"lane {lane}'s runner: {runner.cores} cores, {runner.memory_gb} GB ({runner.headroom_gb} GB headroom)"
+    disk = "" if runner.free_disk_gb is None else f", {runner.free_disk_gb} GB free disk"
+    return f"lane {lane}'s runner: {runner.cores} cores, {runner.memory_gb} GB ({runner.headroom_gb} GB headroom){disk}"
 
 
 def render_shards(shards: list[ShardPrediction], n: int, runner: str) -> list[str]:
     """The per-shard table for a terminal."""
     lines = [
         f"shards at N={n} ({runner}):",
-        f"{'shard':>6} {'TUs':>5} {'wall s':>8} {'cpu s':>8} {'jobs':>4} {'peak GB':>7}  why",
+        f"{'shard':>6} {'TUs':>5} {'wall s':>8} {'cpu s':>8} {'jobs':>4} {'peak GB':>7} {'disk GB':>7}  why",
     ]
     for s in shards:
-        lines.append(f"{s.index:>6} {s.tus:>5} {_s(s.wall_s):>8} {_s(s.cpu_s):>8} {s.jobs:>4} {_gb(s.peak_mb):>7}  {s.why}")
+        lines.append(
+            f"{s.index:>6} {s.tus:>5} {_s(s.wall_s):>8} {_s(s.cpu_s):>8} {s.jobs:>4} {_gb(s.peak_mb):>7} {_disk(s.disk_gb):>7}  {s.why}"
+        )
     return lines
 
 
@@ -94,11 +106,12 @@ def markdown_shards(shards: list[ShardPrediction], n: int, runner: str) -> list[
     lines = [
         f"Shards at N={n} ({runner}):",
         "",
-        "| shard | TUs | wall s | cpu s | jobs | peak GB | why |",
-        "|---|---|---|---|---|---|---|",
+        "| shard | TUs | wall s | cpu s | jobs | peak GB | disk GB | why |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in shards:
-        lines.append(f"| {s.index} | {s.tus} | {_s(s.wall_s)} | {_s(s.cpu_s)} | {s.jobs} | {_gb(s.peak_mb)} | {s.why} |")
+        cells = (s.index, s.tus, _s(s.wall_s), _s(s.cpu_s), s.jobs, _gb(s.peak_mb), _disk(s.disk_gb), s.why)
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines
 
 
@@ -106,11 +119,12 @@ def html_shards(shards: list[ShardPrediction], n: int, runner: str) -> str:
     """The per-shard table as an HTML fragment."""
     from html import escape
 
-    head = "".join(f"<th>{h}</th>" for h in ("shard", "TUs", "wall s", "cpu s", "jobs", "peak GB", "why"))
+    head = "".join(f"<th>{h}</th>" for h in ("shard", "TUs", "wall s", "cpu s", "jobs", "peak GB", "disk GB", "why"))
     rows = "".join(
         "<tr>"
         + "".join(
-            f"<td>{escape(str(c))}</td>" for c in (s.index, s.tus, _s(s.wall_s), _s(s.cpu_s), s.jobs, _gb(s.peak_mb), s.why)
+            f"<td>{escape(str(c))}</td>"
+            for c in (s.index, s.tus, _s(s.wall_s), _s(s.cpu_s), s.jobs, _gb(s.peak_mb), _disk(s.disk_gb), s.why)
         )
         + "</tr>"
         for s in shards

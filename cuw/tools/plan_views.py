@@ -50,7 +50,7 @@ def markdown(p: Plan) -> str:
         if timed:
             cells += [_seconds(r.slowest_s), _seconds(r.bound_s), _seconds(r.link_s), _seconds(r.wall_s)]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *markdown_shards(p.shards, p.checked_n, p.runner)]
+    lines += ["", *markdown_shards(p.shards, p.checked_n, p.runner), "", p.disk]
     lines += ["", f"Recommended N={p.recommended}: {p.reason}", "", f"Checks at N={p.checked_n}:", ""]
     for c in p.checks:
         lines.append(f"- {'✅' if c.ok else '❌'} **{c.name}**: {c.detail}" + (f" Fix: {c.fix}" if not c.ok and c.fix else ""))
@@ -145,6 +145,7 @@ li.ok::marker {{ content: "✔ "; color: #2e9e5b; }} li.fail::marker {{ content:
 {_curve_svg(p)}
 <table><tr>{"".join(f"<th>{esc(h)}</th>" for h in head)}</tr>{"".join(body)}</table>
 {html_shards(p.shards, p.checked_n, p.runner)}
+<p class="disk">{esc(p.disk)}</p>
 <h2>Checks at N={p.checked_n}</h2><ul>{checks}</ul>
 </body></html>
 """

@@ -32,6 +32,7 @@ from cuw.config.limits import check_count
 from cuw.partition.rules import OTHER_FAMILY, families_of
 from cuw.config.policy import load_policy
 from cuw.config.recipe import Recipe
+from cuw.partition.disk_need import disk_line, disk_need, on_bare_runner
 from cuw.tools.plan_shards import ShardPrediction, predict_shards, render_shards, runner_line
 
 HIT_SECONDS = 0.03
@@ -117,6 +118,8 @@ class Plan:
     """Each shard at ``checked_n``: its predicted wall and CPU seconds, jobs and peak memory."""
     runner: str = ""
     """The runner the shards' jobs are chosen for (:func:`cuw.tools.plan_shards.runner_line`)."""
+    disk: str = ""
+    """The jobs' measured disk need against that runner's free disk, and whether the free-disk step runs."""
 
     @property
     def ok(self) -> bool:
@@ -433,11 +436,16 @@ def _recommend(rows: list[Row], feasible: list[Row]) -> tuple[int, str]:
     )
 
 
-def _shards(recipe: Recipe, inputs: Inputs, row: Row, owners: dict[str, int]) -> tuple[list[ShardPrediction], str]:
-    """The checked N's shards on the runner of the recipe's Linux lane (else its first lane)."""
+def _shards(recipe: Recipe, inputs: Inputs, row: Row, owners: dict[str, int]) -> tuple[list[ShardPrediction], str, str]:
+    """The checked N's shards on the runner of the recipe's Linux lane (else its first lane), and what
+    the disk need means there (:func:`cuw.partition.disk_need.disk_line`, the rule ``cuw matrix`` applies)."""
     lanes = sorted(row.jobs_per_lane, key=lambda lane: (lane != "linux", lane)) or ["linux"]
-    runner = load_policy(Path(recipe.folder).parent).runners.get(lanes[0])
-    return predict_shards(inputs.table, owners, row.n, runner, recipe.max_jobs), runner_line(lanes[0], runner)
+    policy = load_policy(Path(recipe.folder).parent)
+    runner = policy.runners.get(lanes[0])
+    image = policy.images[lanes[0]].ref if lanes[0] in policy.images else ""
+    need = disk_need(inputs.table, runner, on_bare_runner(lanes[0], image))
+    shards = predict_shards(inputs.table, owners, row.n, runner, recipe.max_jobs)
+    return shards, runner_line(lanes[0], runner), disk_line(need, lanes[0], image)
 
 
 def plan(
@@ -469,7 +477,7 @@ def plan(
         rows = [evaluated[n][0] for n in sorted(set(counts))]
         row, owners = evaluated[checked]
         checks = _checklist(recipe, inputs, family, row, checked, cap)
-        shards, runner = _shards(recipe, inputs, row, owners)
+        shards, runner, disk = _shards(recipe, inputs, row, owners)
     recommended, reason = _recommend(rows, _feasible(recipe, rows, cap))
     table_costs = inputs.table.costs if inputs.table else None
     link_from, shard_from = _measured_from(inputs.table)
@@ -494,6 +502,7 @@ def plan(
         rest=len(inputs.rest),
         shards=shards,
         runner=runner,
+        disk=disk,
     )
 
 
@@ -594,7 +603,7 @@ def render(p: Plan) -> str:
         if r.wall_s is not None:
             line += f" {r.slowest_s:>9.1f} {r.bound_s:>8.1f} {r.link_s:>7.1f} {r.wall_s:>8.1f}"
         lines.append(line)
-    lines += ["", *render_shards(p.shards, p.checked_n, p.runner)]
+    lines += ["", *render_shards(p.shards, p.checked_n, p.runner), p.disk]
     lines += ["", f"recommended N={p.recommended}: {p.reason}", "", f"checks at N={p.checked_n}:"]
     for c in p.checks:
         lines.append(f"  {'ok  ' if c.ok else 'FAIL'} {c.name:10} {c.detail}")

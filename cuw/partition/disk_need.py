@@ -1,0 +1,91 @@
+"""A cell's disk need against its runner's free disk: the one rule ``cuw matrix`` and ``cuw plan`` share.
+
+The need is measured (a cost table's ``shard.disk_gb`` and ``link.disk_gb``, learned from the jobs'
+reports by ``cuw costs``); the runner's free disk is policy (``runners.<lane>.free_disk_gb`` in
+recipes/defaults.yml). A job whose need, with :data:`MARGIN` more, exceeds it gets the workflow's
+free-disk step, which deletes the runner's large preinstalled folders before anything is installed.
+The step acts on the runner's own disk, so it runs only where the job runs on the bare Linux runner:
+a job in its lane's build image (the workflow's ``container:``) cannot reach the host's folders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from cuw.config.lanes import lane as lane_of
+from cuw.config.policy import Runner
+from cuw.partition.costs import CostTable
+
+MARGIN = 0.25
+"""What the need is raised by before it is compared: one build's measure, taken from the forge job's
+start, leaves out what the steps before it install (the CUDA toolkit, the forge, torch's wheels) and
+varies with what the cache and the sources take from run to run."""
+
+
+def needs_free_disk(need_gb: Optional[float], runner: Optional[Runner]) -> bool:
+    """Whether a job that used ``need_gb`` (None: never measured) needs more than ``runner`` has free
+    (None, or no ``free_disk_gb``: the farm does not know, so no)."""
+    if need_gb is None or runner is None or runner.free_disk_gb is None:
+        return False
+    return need_gb * (1 + MARGIN) > runner.free_disk_gb
+
+
+@dataclass(frozen=True)
+class DiskNeed:
+    """A cell's measured disk need per job kind (GB; None: not measured) on a lane's runner."""
+
+    shard_gb: Optional[float]
+    link_gb: Optional[float]
+    runner: Optional[Runner]
+    bare: bool
+    """The jobs run on the bare Linux runner (no build image): where the free-disk step can act."""
+
+    def free_disk(self, kind: str) -> bool:
+        """Whether a ``kind`` job (shard, link; a build job is both) gets the free-disk step."""
+        return self.bare and self.exceeds(kind)
+
+    def exceeds(self, kind: str) -> bool:
+        """Whether a ``kind`` job's need with its margin exceeds the runner's free disk, wherever it runs."""
+        needs = {"shard": [self.shard_gb], "link": [self.link_gb], "build": [self.shard_gb, self.link_gb]}[kind]
+        return any(needs_free_disk(need, self.runner) for need in needs)
+
+
+def disk_need(table: Optional[CostTable], runner: Optional[Runner], bare: bool) -> DiskNeed:
+    """The need ``table`` measured (none without a table) on ``runner``; ``bare``: the jobs run on the
+    bare Linux runner."""
+    shard = table.shard.disk_gb if table is not None and table.shard is not None else None
+    link = table.link.disk_gb if table is not None and table.link is not None else None
+    return DiskNeed(shard, link, runner, bare)
+
+
+def on_bare_runner(lane: str, image: str) -> bool:
+    """Whether a job of ``lane`` with build image ``image`` ("" for none) runs on the bare Linux
+    runner, the only place the free-disk step can free the host's folders."""
+    return not image and lane_of(lane).os == "linux"
+
+
+def _used(kind: str, value: Optional[float]) -> str:
+    return f"{kind} used {value:.2f} GB" if value is not None else f"{kind}'s use not measured"
+
+
+def disk_line(need: DiskNeed, lane: str, image: str) -> str:
+    """What ``cuw plan`` says of the disk: each job's need, the runner's free disk, and whether the
+    free-disk step runs (and why not where it cannot)."""
+    if need.shard_gb is None and need.link_gb is None:
+        return (
+            "disk: not measured (cuw costs <recipe> --from <shard and link reports> learns it): the free-disk step does not run"
+        )
+    said = f"disk: a {_used('shard', need.shard_gb)}, the {_used('link', need.link_gb)}"
+    runner = need.runner
+    if runner is None or runner.free_disk_gb is None:
+        return f"{said}; lane {lane}'s runner has no free_disk_gb in the policy (runners.{lane}): the free-disk step never runs"
+    held = f"{said}; with {MARGIN:.0%} margin against lane {lane}'s {runner.free_disk_gb} GB free"
+    over = [kind for kind in ("shard", "link") if need.exceeds(kind)]
+    if not over:
+        return f"{held}: it fits, the free-disk step does not run"
+    jobs = " and ".join(f"{kind} jobs" for kind in over)
+    if not need.bare:
+        where = f"the build image {image}" if image else f"a {lane} runner that is not Linux"
+        return f"{held}: the {jobs} need more, but run in {where}, where the free-disk step cannot free the host's folders"
+    return f"{held}: the {jobs} need more; the free-disk step runs on them (it deletes the runner's preinstalled folders)"
