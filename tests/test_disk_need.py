@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cuw.base.errors import CuwError
-from cuw.ci.matrix import Filters, plan
+from cuw.ci.matrix import Filters, chunk_jobs, plan
 from cuw.config.policy import Runner, load_policy
 from cuw.config.recipe import load_recipe
 from cuw.partition.costs import disk_used_gb, load, record
@@ -85,7 +85,7 @@ def _with_disk(recipes_dir: Path, shard_gb: float, link_gb: float) -> None:
 
 
 def _jobs(result: dict) -> list[dict]:
-    return [j for c in result["chunks"] for j in c["compile"]["include"] + c["link"]["include"]]
+    return [j for c in result["chunks"] for j in chunk_jobs(c)]
 
 
 def test_the_matrix_marks_free_disk_from_a_large_measured_need_and_not_from_a_small_one(recipes_dir):
@@ -192,3 +192,53 @@ def test_costs_learn_disk_gb_from_a_real_cells_shard_and_link_reports(example_ce
     assert table.link is not None
     assert table.link.disk_gb == round(max(0.0, link["disk_free_start_mb"] - link["min_disk_free_mb"]) / 1000, 3)
     assert load(tmp_path / "costs.json").shard.disk_gb == table.shard.disk_gb
+
+
+FREE_DISK_IF = "matrix.free_disk && matrix.image == '' && runner.os == 'Linux'"
+
+
+def test_every_shard_rung_and_the_link_free_the_disk_first_on_the_bare_runner_only():
+    """The step sits on every job that runs a shard part or a link, right after the checkout (before the
+    toolkit and the forge are installed), runs only where the matrix says so on the bare Linux runner,
+    and its script deletes the usual large folders with the disk printed before and after."""
+    import yaml
+
+    from conftest import REPO
+    from cuw.ci.matrix import MATRICES
+
+    jobs = yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())["jobs"]
+    assert set(MATRICES) <= set(jobs)
+    for name in MATRICES:
+        steps = jobs[name]["steps"]
+        freeing = [s for s in steps if s.get("run") == ".github/scripts/free-disk.sh"]
+        assert len(freeing) == 1 and freeing[0]["if"] == FREE_DISK_IF, name
+        assert steps.index(freeing[0]) == 1 and str(steps[0].get("uses", "")).startswith("actions/checkout@"), name
+    others = [n for n, job in jobs.items() if n not in MATRICES and "free-disk.sh" in str(job)]
+    assert others == [], "plan and publish build nothing: they never free the disk"
+    script = (REPO / ".github/scripts/free-disk.sh").read_text()
+    for folder in (
+        "/usr/share/dotnet",
+        "/usr/local/lib/android",
+        "/opt/ghc",
+        "/opt/hostedtoolcache/CodeQL",
+        "/usr/local/share/boost",
+    ):
+        assert f"  {folder}\n" in script
+    assert 'sudo rm -rf "${folders[@]}"' in script and script.count("df -h /") == 2
+
+
+@pytest.mark.skipif(not Path("/.dockerenv").exists(), reason="shows the script's refusal inside a container")
+def test_the_free_disk_script_frees_nothing_inside_a_container(tmp_path):
+    """Here (a container, as a job in a build image is) the script deletes nothing: a sudo that would
+    say it was called is never reached."""
+    import os
+    import subprocess
+
+    from conftest import REPO
+
+    (tmp_path / "sudo").write_text("#!/bin/sh\necho SUDO CALLED\nexit 9\n")
+    (tmp_path / "sudo").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    got = subprocess.run([str(REPO / ".github/scripts/free-disk.sh")], capture_output=True, text=True, env=env)
+    assert got.returncode == 0 and "not on a bare Linux runner; nothing freed" in got.stderr
+    assert "SUDO CALLED" not in got.stdout

@@ -65,9 +65,9 @@ def test_the_count_is_the_largest_that_fits(peaks, cores, budget):
 
 def test_the_policy_gives_githubs_runner_per_lane(recipes_dir):
     runners = load_policy(recipes_dir).runners
-    assert runners["linux"] == Runner(16, 4, 2) and set(runners) == {"linux", "linux_aarch64", "windows"}
+    assert runners["linux"] == Runner(16, 4, 2, free_disk_gb=14) and set(runners) == {"linux", "linux_aarch64", "windows"}
     path = recipes_dir / "defaults.yml"
-    path.write_text(path.read_text().replace("linux: {memory_gb: 16, cores: 4}", "linux: {memory_gb: 2, cores: 4}"))
+    path.write_text(path.read_text().replace("linux: {memory_gb: 16, cores: 4,", "linux: {memory_gb: 2, cores: 4,"))
     assert cuw_main(["plan", "example", "--recipes", str(recipes_dir), "--shards", "2"]) == 2
 
 
