@@ -226,6 +226,26 @@ def _size(jobs: list[Job]) -> int:
     return len(json.dumps({"include": [asdict(j) for j in jobs]}, sort_keys=True, separators=(",", ":")))
 
 
+def _recipe_jobs(
+    recipe: Recipe,
+    selected: list[Cell],
+    grid: Grid,
+    images: Optional[Mapping[str, str]],
+    cap: job_cap.JobCap,
+    runners: Mapping[str, Runner],
+    disk_notes: dict[str, str],
+) -> list[Job]:
+    """The jobs of ``recipe``'s selected cells: each shard's chain under the cap, each job's free disk."""
+    sharded = [c for c in selected if c.lane in recipe.sharding.platforms and recipe.sharding.count > 1]
+    rungs = recipe_rungs(recipe, cap, sharded[0].id) if sharded else None
+    table = recipe_costs(recipe) if runners else None  # the measured disk need
+    jobs: list[Job] = []
+    for cell in selected:
+        made = jobs_for_cell(recipe, cell, images, torch_pin(grid, cell.torch), rungs)
+        jobs.extend(with_free_disk(made, table, runners, disk_notes))
+    return jobs
+
+
 def plan(
     recipes: Iterable[Recipe],
     grid: Grid,
@@ -262,12 +282,7 @@ def plan(
             if not selected:
                 skipped[recipe.key] = "only unverified lanes; ask for them with --platform"
                 continue
-        sharded = [c for c in selected if c.lane in recipe.sharding.platforms and recipe.sharding.count > 1]
-        rungs = recipe_rungs(recipe, cap, sharded[0].id) if sharded else None
-        table = recipe_costs(recipe) if runners else None  # the measured disk need
-        for cell in selected:
-            made = jobs_for_cell(recipe, cell, images, torch_pin(grid, cell.torch), rungs)
-            jobs.extend(with_free_disk(made, table, runners or {}, disk_notes))
+        jobs.extend(_recipe_jobs(recipe, selected, grid, images, cap, runners or {}, disk_notes))
         if collapses_python(recipe):
             collapsed[recipe.key] = collapse_note(recipe, grid)
     if not jobs:
