@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Hashable, Optional
 
 import yaml
 
@@ -32,14 +32,14 @@ def _where(node: yaml.Node) -> str:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+    def compose_node(self, parent: Optional[yaml.Node], index: int) -> Optional[yaml.Node]:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves it unannotated
             raise yaml.YAMLError(
                 f"an alias (*{event.anchor}) at line {event.start_mark.line + 1}: "
                 "anchors and aliases are not read here; write the value out"
             )
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves it unannotated
         if getattr(event, "anchor", None):
             raise yaml.YAMLError(
                 f"an anchor (&{event.anchor}) at line {event.start_mark.line + 1}: "
@@ -53,7 +53,7 @@ class _StrictLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, yaml.Node] = {}
             for key_node, _ in node.value:

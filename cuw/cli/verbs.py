@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from cuw.base.errors import CuwError
 from cuw.base.files import check_destination, writable_dir, write_text
-from cuw.base.settings import Settings
+from cuw.base.settings import MIRROR_VAR, Settings
 from cuw.cli.parser import parser
 from cuw.config.grid import cell_archs
 from cuw.config.limits import check_count
@@ -384,12 +384,13 @@ def _plan(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
     )
     from cuw.tools import plan_views
 
-    text = {
+    views: dict[str, Callable[[], str]] = {
         "json": result.to_json,
         "markdown": lambda: plan_views.markdown(result),
         "html": lambda: plan_views.html(result),
         "text": lambda: planner.render(result) + "\n",
-    }[fmt]()
+    }
+    text = views[fmt]()
     if args.output is not None:
         write_text(args.output, text, "--output")
         report.say(f"plan: {args.output}")
@@ -416,7 +417,7 @@ def _costs(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> i
 def _git_mirror(args: argparse.Namespace, settings: Settings) -> Settings:
     """``--git-mirror`` (else ``$CUW_GIT_MIRROR``) checked before anything is written: the run's
     mirror, absolute, handed to the verb's own jobs (build's shard processes, cibuildwheel's)."""
-    from cuw.jobs.sources import MIRROR_VAR, check_mirror
+    from cuw.jobs.sources import check_mirror
 
     if args.git_mirror is not None:
         if not args.git_mirror.strip():

@@ -24,7 +24,7 @@ from typing import IO, Optional
 import cuw
 from cuw.base.errors import CuwError
 from cuw.base.files import held
-from cuw.toolchain.pythons import Interpreter, find_python  # noqa: F401  (this module's callers name them here)
+from cuw.toolchain.pythons import Interpreter as Interpreter, find_python as find_python  # this module's callers name them here
 
 READY = ".cuw-cell-env.json"
 FORGE_ROOT = Path(cuw.FORGE_ROOT)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from cuw.partition.coverage import SOURCE_SUFFIXES
+from cuw.toolchain.nvcc_args import SOURCE_SUFFIXES
 from cuw.partition.rules import tu_key
 from cuw.seat.install import c_compiler
 from cuw.seat.runtime import HOST_COMPILERS, HOST_SCRIPT, PROBE_MARKERS, SOURCE_FILTER_VARS, SeatConfig

@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Collection, Optional
+from typing import Callable, Collection, Optional
 
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -456,6 +456,7 @@ def python_tag_check(recipe: Recipe, cell: Cell, tags: Collection[Tag]) -> Check
     """The wheel's Python and ABI tags against the recipe's ``wheel_python``."""
     declared = recipe.wheel_python
     cp = "cp" + cell.python.replace(".", "")
+    fits: Callable[[Tag], bool]
     if declared == "py3":
         want, fits = "py3-none", lambda t: t.interpreter.startswith("py3") and t.abi == "none"
     elif declared == "abi3":
