@@ -277,6 +277,22 @@ CASES: list[Case] = [
         expect="junk.bin",
     ),
     C("junk/plan-nan-costs", "plan", "example", "--costs", "{W}/nan_costs.json", *R, expect="nan_costs.json"),
+    # JSON's integers have no bound: 10**400 overflows a float (it was an internal error)
+    C("junk/plan-huge-int-costs", "plan", "example", "--costs", "{W}/big_costs.json", *R, expect="big_costs.json"),
+    C("junk/plan-huge-int-peak", "plan", "example", "--costs", "{W}/big_peak_costs.json", *R, expect="peak_mb"),
+    C(
+        "junk/costs-from-huge-int-seconds",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_big.jsonl",
+        "--output",
+        "{W}/afolder/c.json",
+        *R,
+        expect="seat_big.jsonl:1",
+    ),
+    C("junk/plan-cap-huge", "plan", "example", "--cap", "1e30", *R, expect="at most 7200"),
+    C("junk/plan-farm-cap-huge", "plan", "--farm", "--cap", "7201", *R, expect="at most 7200"),
     C(
         "junk/plan-from-log-nothing",
         "plan",
@@ -682,6 +698,12 @@ def build_world(W: Path) -> Path:
     (W / "seat_hits_nokey.jsonl").write_text('{"action": "probe"}\n[1, 2]\n"text"\n')
     (W / "seat_ok.jsonl").write_text('{"action": "compiled", "key": "csrc/kernels/k00_saxpy.cu", "seconds": 1.5, "rc": 0}\n')
     (W / "nan_costs.json").write_text('{"header": {}, "costs": {"a.cu": NaN}}\n')
+    big = "1" + "0" * 400
+    (W / "big_costs.json").write_text('{"header": {}, "costs": {"a.cu": ' + big + "}}\n")
+    (W / "big_peak_costs.json").write_text('{"header": {}, "costs": {"a.cu": 1}, "peak_mb": {"a.cu": ' + big + "}}\n")
+    (W / "seat_big.jsonl").write_text(
+        '{"action": "compiled", "key": "csrc/kernels/k00_saxpy.cu", "seconds": ' + big + ', "rc": 0}\n'
+    )
     _wheel(W / "wheels" / WHEEL, b"")
     (W / "junkwheels").mkdir()
     (W / "junkwheels" / WHEEL).write_bytes(JUNK)

@@ -35,19 +35,25 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def is_number(value: Any) -> bool:
+    """A finite number a float holds: JSON's integers have no bound, and 10**400 overflows a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 INT: Check = (_is_int, "an integer")
-NUMBER: Check = (_is_number, "a finite number")
+NUMBER: Check = (is_number, "a finite number")
 STRING: Check = (lambda v: isinstance(v, str), "a string")
 BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
 OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
 STRINGS: Check = (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings")
 INTS: Check = (lambda v: isinstance(v, list) and all(_is_int(x) for x in v), "a list of integers")
 NUMBERS: Check = (
-    lambda v: isinstance(v, dict) and all(isinstance(k, str) and _is_number(x) for k, x in v.items()),
+    lambda v: isinstance(v, dict) and all(isinstance(k, str) and is_number(x) for k, x in v.items()),
     "an object of numbers",
 )
 TEXTS: Check = (

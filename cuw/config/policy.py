@@ -279,10 +279,16 @@ def image_overrides(values: list[str], policy: "Policy", source: str = "--image"
     return {**{lane: image.ref for lane, image in policy.images.items()}, **out}
 
 
+LIMIT_MOST_MINUTES = 7200
+"""The longest job limit the forge takes (jobs.limit_minutes, plan --cap): GitHub's own cap on a self-hosted job."""
+
+
 def check_job_policy(jobs: JobPolicy, source: str) -> None:
     """A limit in minutes and a margin that leaves a shard some build time before its deadline."""
-    if not 0 < jobs.limit_minutes <= 7200:
-        raise CuwError(f"{source}.limit_minutes = {jobs.limit_minutes}: minutes, 1..7200 (GitHub-hosted jobs stop at 360)")
+    if not 0 < jobs.limit_minutes <= LIMIT_MOST_MINUTES:
+        raise CuwError(
+            f"{source}.limit_minutes = {jobs.limit_minutes}: minutes, 1..{LIMIT_MOST_MINUTES} (GitHub-hosted jobs stop at 360)"
+        )
     if not 0 <= jobs.margin_minutes < jobs.limit_minutes:
         raise CuwError(
             f"{source}.margin_minutes = {jobs.margin_minutes}: minutes, at least 0 and under limit_minutes "

@@ -37,7 +37,6 @@ the record. ``cuw matrix`` and ``cuw plan`` hold it against the runner's free di
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from typing import Callable, Optional, TypeGuard
 from cuw.base.errors import CuwError
 from cuw.toolchain import ninja
 from cuw.base.files import same_file, write_text
-from cuw.base.records import SeatLogEntry, gate_of, read_link_report, read_shard_report, seat_entries, seat_entry
+from cuw.base.records import SeatLogEntry, gate_of, is_number, read_link_report, read_shard_report, seat_entries, seat_entry
 from cuw.partition.rules import tu_key
 from cuw.config.recipe import Recipe, costs_path
 
@@ -115,13 +114,13 @@ def load(path: Path) -> CostTable:
     if not isinstance(costs, dict) or not costs:
         raise CuwError(f'{path}: expected {{"header": {{...}}, "costs": {{"<tu key>": seconds, ...}}}}: {fix}')
     for key, seconds in costs.items():
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        if not _is_measure(seconds):
             raise CuwError(f"{path}: costs[{key!r}] = {seconds!r} is not a number of seconds >= 0: {fix}")
     header = data.get("header") if isinstance(data.get("header"), dict) else {}
     link = data.get("link")
     if link is not None:
         numbers = [link.get(k) if isinstance(link, dict) else None for k in ("fixed_s", "per_replay_s")]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in numbers):
+        if not all(_is_measure(v) for v in numbers):
             raise CuwError(
                 f'{path}: link must be {{"fixed_s": seconds, "per_replay_s": seconds, ...}}: record it again with '
                 f"`cuw costs <recipe> --from <link report>`"
@@ -131,7 +130,7 @@ def load(path: Path) -> CostTable:
     shard = data.get("shard")
     if shard is not None:
         fixed = shard.get("fixed_s") if isinstance(shard, dict) else None
-        if not (isinstance(fixed, (int, float)) and not isinstance(fixed, bool) and math.isfinite(fixed) and fixed >= 0):
+        if not _is_measure(fixed):
             raise CuwError(
                 f'{path}: shard must be {{"fixed_s": seconds, ...}}: record it again with '
                 f"`cuw costs <recipe> --from <shard reports>`"
@@ -159,7 +158,7 @@ def _measures(section: object, path: Path, name: str, fix: str) -> dict[str, flo
     if not isinstance(section, dict):
         raise CuwError(f'{path}: {name} must be {{"<tu key>": number, ...}}: {fix}')
     for key, value in section.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        if not _is_measure(value):
             raise CuwError(f"{path}: {name}[{key!r}] = {value!r} is not a number >= 0: {fix}")
     return {k: float(v) for k, v in section.items()}
 
@@ -201,7 +200,7 @@ def usage_from_seat_log(path: Path) -> tuple[dict[str, float], dict[str, float]]
 
 
 def _is_measure(value: object) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return is_number(value) and float(value) >= 0  # type: ignore[arg-type]
 
 
 def _cold_compiles(path: Path) -> list[SeatLogEntry]:

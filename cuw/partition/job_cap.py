@@ -27,7 +27,7 @@ from typing import Optional
 
 from cuw.base.errors import CuwError
 from cuw.config.limits import MAX_SHARDS
-from cuw.config.policy import JobPolicy
+from cuw.config.policy import LIMIT_MOST_MINUTES, JobPolicy
 from cuw.config.recipe import Recipe
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.costs import CostTable
@@ -58,10 +58,10 @@ def job_cap(jobs: JobPolicy, cap_minutes: Optional[float] = None) -> JobCap:
     """The policy's cap, or ``--cap MINUTES`` in place of its limit (the margin stays the policy's)."""
     if cap_minutes is None:
         return JobCap(jobs.limit_minutes * 60.0, jobs.margin_minutes * 60.0, "jobs.limit_minutes")
-    if not math.isfinite(cap_minutes) or cap_minutes <= jobs.margin_minutes:
+    if not jobs.margin_minutes < cap_minutes <= LIMIT_MOST_MINUTES:
         raise CuwError(
             f"--cap {cap_minutes:g}: a job's limit in minutes, over jobs.margin_minutes ({jobs.margin_minutes}) "
-            "in recipes/defaults.yml, or a shard has no time to build"
+            f"in recipes/defaults.yml, or a shard has no time to build, and at most {LIMIT_MOST_MINUTES}"
         )
     return JobCap(cap_minutes * 60.0, jobs.margin_minutes * 60.0, "--cap")
 
