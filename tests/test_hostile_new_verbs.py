@@ -561,3 +561,19 @@ def test_a_docker_mode_workflow_without_a_registry_stops_before_building_an_imag
     assert code == 2
     _one_error(err, "--engine docker", "apt-get install docker-registry")  # before: after the two images were built
     assert not (repo / ".cuw").exists() and not (tmp_path / "idx").exists()
+
+
+# -- the run's environment ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", [("shard", "example", "1/2"), ("link", "example")])
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan"])
+def test_a_junk_sample_interval_is_refused_before_the_job_folder_is_made(verb, value, tmp_path, monkeypatch, capsys):
+    """CUW_SAMPLE_S is checked before the job takes its lock: a refused run leaves no cell folder or lock behind."""
+    monkeypatch.setenv("CUW_SAMPLE_S", value)
+    work = tmp_path / "work"
+    folders = ("--work", str(work), "--artifacts", str(tmp_path / "artifacts"), "--dist", str(tmp_path / "dist"))
+    code, err = _cuw(capsys, *verb, "--recipes", str(REPO / "recipes"), *folders[: 4 if verb[0] == "shard" else 6])
+    assert code == 2, err
+    _one_error(err, "CUW_SAMPLE_S", repr(value))
+    assert _files(work) == []

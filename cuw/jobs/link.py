@@ -135,9 +135,10 @@ def run_link(
     """
     settings = settings or Settings.from_env()
     cell = local_cell(recipe, find_toolkit(homes=settings.homes))
+    interval = resources.sample_interval(settings.sample_s)  # refused before the job folder is made
     with alone(recipe, cell, paths, "link", f"the link of {cell.id}", cache, settings):
         # From the job's start to its report: restoring N archives and finishing the wheel fill disks too.
-        with resources.Sampler(paths.cell_work(cell) / "link", resources.sample_interval(settings.sample_s)) as sampler:
+        with resources.Sampler(paths.cell_work(cell) / "link", interval) as sampler:
             return _run_link(recipe, paths, jobs, progress, zero_stats, cache, sampler, settings)
 
 

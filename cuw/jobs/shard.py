@@ -114,9 +114,9 @@ def run_shard(
     ``settings``: the run's (the command line passes them; this process's environment when None)."""
     settings = settings or Settings.from_env()
     cell = local_cell(recipe, find_toolkit(homes=settings.homes))
+    interval = resources.sample_interval(settings.sample_s)  # refused before the job folder is made
     with alone(recipe, cell, paths, f"shard-{spec.tag}", f"shard {spec} of {cell.id}", cache, settings):
         # From the job's start to its report: prepare (source copy, deps) fills disks too.
-        interval = resources.sample_interval(settings.sample_s)
         with resources.Sampler(paths.cell_work(cell) / f"shard-{spec.tag}", interval) as sampler:
             return _run_shard(recipe, spec, paths, jobs, progress, cache, sampler, settings)
 
