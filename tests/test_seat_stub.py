@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,7 +262,9 @@ HOST_CASES = [
 class Job:
     """One job folder: sources, a seat of shard 1/2 with its host seat in bin/, and a ccache."""
 
-    def __init__(self, root: Path, native: bool, partition_host: bool = True, partitioned: bool = True) -> None:
+    def __init__(
+        self, root: Path, native: bool, partition_host: bool = True, partitioned: bool = True, deadline: float | None = None
+    ) -> None:
         self.root = root
         self.src = root / "src"
         for rel, text in SOURCES.items():
@@ -292,6 +295,7 @@ class Job:
             real_compilers=install.find_host_compilers(),
             partition_host=partition_host,
             tree=str(root),
+            deadline=deadline,
         )
         self.nvcc = install.install(root / "seat", self.config)
         self.native = native and seat_native.install_native(root / "seat", self.config, note=root / "note.log")
@@ -419,6 +423,58 @@ LINK_CASES = [
 @pytest.mark.parametrize("case", LINK_CASES, ids=lambda c: c.name)
 def test_the_link_jobs_native_seat_matches_the_python_seat(link_jobs, case):
     _compare(*link_jobs, case)
+
+
+DEADLINE_CASES = [
+    Case(
+        "before the deadline: an owned TU compiles", ["-c", O_CU, "-o", "d_o.o", *ARCH], True, action="compiled", outcome="miss"
+    ),
+    Case(
+        "the tests' count of compiles reached: an owned TU is deferred",
+        ["-MD", "-c", O_DC, "-o", "d_dc.o", *ARCH],
+        False,
+        env={runtime.DEADLINE_AFTER_VAR: "1"},
+        action="deferred",
+    ),
+    Case("a foreign TU is stubbed as ever", ["-c", F_CU, "-o", "d_f.o", *ARCH], True),
+]
+PAST_DEADLINE_CASES = [
+    Case("past the deadline: an owned TU is deferred", ["-MD", "-c", O_CU, "-o", "p_o.o", *ARCH], False, action="deferred"),
+    Case("past the deadline: an owned host TU is deferred", ["-c", O_CPP, "-o", "p_h.o"], False, tool="g++", action="deferred"),
+    Case("past the deadline: a foreign TU is stubbed natively", ["-c", F_CU, "-o", "p_f.o", *ARCH], True),
+    Case("past the deadline: a probe still compiles", ["-c", O_CU, "-o", "cmTC_9.o"], False, action="probe"),
+]
+
+
+@pytest.fixture(scope="module")
+def deadline_jobs(tmp_path_factory) -> tuple[Job, Job]:
+    base = tmp_path_factory.mktemp("deadline")
+    far = time.time() + 86400
+    return Job(base / "a", native=True, deadline=far), Job(base / "b", native=False, deadline=far)
+
+
+@pytest.fixture(scope="module")
+def past_deadline_jobs(tmp_path_factory) -> tuple[Job, Job]:
+    base = tmp_path_factory.mktemp("past")
+    past = time.time() - 1
+    return Job(base / "a", native=True, deadline=past), Job(base / "b", native=False, deadline=past)
+
+
+@pytest.mark.parametrize("case", DEADLINE_CASES, ids=lambda c: c.name)
+def test_an_owned_compile_after_the_deadline_is_deferred_through_either_seat(deadline_jobs, case):
+    _compare(*deadline_jobs, case)
+    assert deadline_jobs[1].entries()[-1]["action"] == case.action
+
+
+@pytest.mark.parametrize("case", PAST_DEADLINE_CASES, ids=lambda c: c.name)
+def test_a_deadline_passed_defers_every_owned_compile_and_nothing_else(past_deadline_jobs, case):
+    native_job, python_job = past_deadline_jobs
+    _compare(native_job, python_job, case)
+    last = python_job.entries()[-1]
+    assert last["action"] == case.action
+    if case.action == "deferred":
+        out = python_job.src / case.argv[case.argv.index("-o") + 1]
+        assert out.read_bytes() == python_job.empty.read_bytes()  # the build goes on: an empty object stands in
 
 
 CONFTEST_CASES = [

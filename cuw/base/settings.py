@@ -60,6 +60,11 @@ VARIABLES: tuple[Variable, ...] = (
         "CUW_EXTRA_DEPS", "the folder of a recipe's `extra_deps` in its build (for `${CUW_EXTRA_DEPS}` in `env`)", read=False
     ),
     Variable("CUW_SEAT_STUB_NO_FALLBACK", "tests only: the native seat stub exits 97 instead of falling back", read=False),
+    Variable(
+        "CUW_SEAT_DEADLINE_AFTER",
+        "tests only: with a shard's `--deadline`, the seat counts it passed once this many compiles are in its log",
+        read=False,
+    ),
 )
 OTHER: tuple[Variable, ...] = (
     Variable("CUDA_HOME", "the system CUDA toolkit after `$CUW_CUDA_HOME`"),

@@ -97,9 +97,11 @@ def prepare(
     patch: Optional[PatchContext] = None,
     lane: str = "linux",
     settings: Optional[Settings] = None,
+    deadline: Optional[float] = None,
 ) -> Cache:
     """A fresh job folder: source copy (patched), empty cache, seat and shadow CUDA_HOME.
-    ``settings``: the run's (this process's environment's when None)."""
+    ``settings``: the run's (this process's environment's when None). ``deadline`` (Unix time): the
+    seat starts no owned compile after it (:attr:`runtime.SeatConfig.deadline`)."""
     settings = settings or Settings.from_env()
     for folder in {ws.root, ws.tree}:
         if folder.exists():
@@ -127,6 +129,7 @@ def prepare(
         # Windows shards keep every host source: the module-init symbol must link in each.
         partition_host=lane != "windows",
         tree=str(ws.tree),
+        deadline=deadline,
     )
     script = install.install(ws.seat_dir, config)
     # A shard's foreign TUs stubbed without a Python start (no C compiler: the scripts stay).

@@ -12,7 +12,7 @@ from typing import Optional
 from cuw.toolchain.nvcc_args import SOURCE_SUFFIXES
 from cuw.partition.rules import tu_key
 from cuw.seat.install import c_compiler
-from cuw.seat.runtime import HOST_COMPILERS, HOST_SCRIPT, PROBE_MARKERS, SOURCE_FILTER_VARS, SeatConfig
+from cuw.seat.runtime import DEADLINE_AFTER_VAR, HOST_COMPILERS, HOST_SCRIPT, PROBE_MARKERS, SOURCE_FILTER_VARS, SeatConfig
 from cuw.toolchain import nvcc_args
 from cuw.toolchain.cache import Ccache
 
@@ -83,6 +83,8 @@ def seat_table(config: SeatConfig) -> Optional[str]:
         # the rest while CUDA_WHEELS_SHARD_* name this shard (any other value: the Python seat).
         *([f"source_filter\t{part.index}/{part.count}"] if part and part.beside_filter else []),
         *compile_lines,
+        # Past it, an owned compile goes to the Python seat, which defers it (runtime.past_deadline).
+        *([f"deadline\t{config.deadline!r}"] if config.deadline is not None else []),
     ]
     owned: list[str] = []
     foreign: list[str] = []
@@ -133,6 +135,7 @@ def tables_header() -> str:
     index_var, count_var = SOURCE_FILTER_VARS
     out.append(f"#define FILTER_INDEX_VAR {_c_literal(index_var)}")
     out.append(f"#define FILTER_COUNT_VAR {_c_literal(count_var)}")
+    out.append(f"#define DEADLINE_AFTER_VAR {_c_literal(DEADLINE_AFTER_VAR)}")
     return "\n".join(out) + "\n"
 
 

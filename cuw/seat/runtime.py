@@ -60,6 +60,9 @@ SOURCE_FILTER_VARS = ("CUDA_WHEELS_SHARD_INDEX", "CUDA_WHEELS_SHARD_COUNT")
 DOUBLE_PARTITION_EXIT = 90
 HOST_COMPILERS = ("gcc", "g++", "cc", "c++")
 HOST_SCRIPT = "host-cc"
+DEADLINE_AFTER_VAR = "CUW_SEAT_DEADLINE_AFTER"
+"""Tests only: with a deadline set, it counts as passed once this many compiles are in the seat log
+(a part that stops after exactly k compiles, whatever the machine's speed, with ``--jobs 1``)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,9 @@ class SeatConfig:
     """Whether host TUs are partitioned too (False on Windows lanes)."""
     tree: str = ""
     """The folder holding the job's source and build trees: probe markers count below it only."""
+    deadline: Optional[float] = None
+    """Unix time after which an owned compile is not started: its TU gets the empty object and is
+    logged ``deferred``, left to the shard's continuation (``cuw shard --deadline``). None: no deadline."""
 
     @staticmethod
     def read(path: str) -> "SeatConfig":
@@ -261,14 +267,35 @@ def _double_partition(config: SeatConfig) -> bool:
     return False
 
 
+def past_deadline(config: SeatConfig) -> bool:
+    """Whether an owned compile starting now would start after the job's deadline."""
+    if config.deadline is None:
+        return False
+    after = os.environ.get(DEADLINE_AFTER_VAR, "")
+    if after.isdigit():
+        try:
+            with open(config.log, encoding="utf-8", errors="replace") as fh:
+                done = fh.read().count('"action": "compiled"')
+        except FileNotFoundError:
+            done = 0
+        if done >= int(after):
+            return True
+    return time.time() >= config.deadline
+
+
 def _stub_or_compile(call: NvccCall, config: SeatConfig, part: Optional[SeatPartition], cmd: list[str], **kind: str) -> int:
-    """One TU of the build: a foreign one gets the empty object, an owned one goes through the cache."""
+    """One TU of the build: a foreign one gets the empty object, an owned one goes through the cache
+    (or, past the job's deadline, gets the empty object too and is left to the continuation)."""
     assert call.source is not None
     key = tu_key(call.source, config.source_root)
     tu_owner = part.owner(key) if part and part.partitions(key) else None
     if part and tu_owner is not None and tu_owner != part.index:
         _stub(call, config)
         _log(config, action="stubbed", **kind, key=key, owner=tu_owner, output=call.output)
+        return 0
+    if past_deadline(config):
+        _stub(call, config)
+        _log(config, action="deferred", **kind, key=key, owner=tu_owner, output=call.output)
         return 0
     start, usage = time.monotonic(), _children_usage()
     rc, outcome = _compile_cached(cmd, config)

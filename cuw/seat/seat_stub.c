@@ -16,6 +16,8 @@
  *   [-ccbin <real g++>] <extra args>``, or ``<cache> <real compiler> <args>``) with the same
  *   environment, reads the call's outcome from the cache's per-call stats log, and appends the
  *   same "compiled" log line (cuw/seat/runtime.py _stub_or_compile, _compile_cached).
+ * An owned compile past the job's deadline ("deadline" line: a Unix time) is the Python seat's: it
+ * defers it (cuw/seat/runtime.py past_deadline).
  * Every other call, and any doubt or error before the compile starts, execs the Python seat with
  * the same argv. The argv reading below mirrors cuw/toolchain/nvcc_args.py parse() line by line;
  * tests/test_seat_stub.py runs both on the same argv shapes and compares the results.
@@ -275,6 +277,8 @@ struct table {
     const char *host_tools; /* " gcc g++ " : the host compilers the seat has a real one for */
     const char *source_filter; /* "I/N" when the table was written beside the source filter (its keys left out) */
     int partitioned; /* the seat has a partition ("partition" line) */
+    int has_deadline; /* a "deadline" line: owned compiles after it are the Python seat's to defer */
+    double deadline;
     char *owned; /* "key\towner-or-null\tjson-key\n" lines: the keys this seat compiles */
     char *keys; /* "key\towner\tjson-key\n" lines to the end: the keys another shard owns */
     /* The owned compile ("compile" line present): everything but the argv. */
@@ -330,6 +334,12 @@ static int read_table(struct table *t) {
         else if (strcmp(p, "host_tools") == 0) t->host_tools = value;
         else if (strcmp(p, "source_filter") == 0) t->source_filter = value;
         else if (strcmp(p, "partition") == 0) t->partitioned = 1;
+        else if (strcmp(p, "deadline") == 0) {
+            char *end;
+            t->deadline = strtod(value, &end);
+            if (end == value || *end) return -1;
+            t->has_deadline = 1;
+        }
         else if (strcmp(p, "compile") == 0) t->compile = strcmp(value, "1") == 0;
         else if (strcmp(p, "cache") == 0) t->cache = value;
         else if (strcmp(p, "nvcc") == 0) t->nvcc = value;
@@ -766,6 +776,8 @@ int main(int argc, char **argv) {
             owner = "null";
             json_key = json_string(key);
         }
+        if (t.has_deadline && (getenv(DEADLINE_AFTER_VAR) || now(CLOCK_REALTIME) >= t.deadline))
+            fallback(); /* past the deadline (or the tests' count of compiles): the Python seat defers it */
         return compile_cached(&t, argc, argv, json_key, owner, json_output);
     }
 
