@@ -278,6 +278,11 @@ def _archive_with_manifest(path: Path, body) -> Path:
         (lambda m: m.update(format=2), r"archive format 2, this forge reads 3 .*run the shards again"),
         (lambda m: m.update(fingerprint={"source": 7}), r"field 'fingerprint' .* not an object of strings"),
         (lambda m: m.pop("owned"), r"missing owned"),
+        (lambda m: m.update(part=0), r"says part 0, partial false with 0 TUs left; a part counts from 1"),
+        (lambda m: m.update(partial=True), r"says part 1, partial true with 0 TUs left; .*partial exactly when TUs are left"),
+        (lambda m: m.update(left=["b.cu"]), r"partial false with 1 TUs left"),
+        (lambda m: m.update(partial="yes"), r"field 'partial' is \"yes\", not true or false"),
+        (lambda m: m.update(left="b.cu"), r"field 'left' is \"b.cu\", not a list of strings"),
         (lambda m: m.clear(), r"missing"),
     ],
 )

@@ -93,6 +93,38 @@ def test_empty_cache_after_compiling_fails():
     assert not v.ok and any("cache is empty" in r for r in v.reasons)
 
 
+def test_a_part_stopped_at_its_deadline_passes_with_what_it_leaves():
+    v = shard_gate(good_shard(expected_owned=["csrc/kernels/k00.cu", "a.cu", "b.cu"], deferred=["a.cu", "b.cu"]))
+    assert v.ok, v.reasons
+    assert v.facts["left"] == ["a.cu", "b.cu"] and v.facts["partial"] is True
+    assert "stopped at its deadline with 2 of its 3 TUs left (partial)" in v.line
+
+
+def test_a_part_whose_deadline_passed_before_any_compile_is_still_valid():
+    v = shard_gate(good_shard(compiled=[], expected_owned=["a.cu", "b.cu"], deferred=["a.cu", "b.cu"], real_objects=0))
+    assert v.ok, v.reasons
+    assert v.facts["left"] == ["a.cu", "b.cu"] and "compiled 0 TUs" in v.line
+
+
+def test_a_deferred_tu_does_not_excuse_another_never_compiled():
+    v = shard_gate(good_shard(expected_owned=["csrc/kernels/k00.cu", "a.cu", "b.cu"], deferred=["a.cu"]))
+    assert not v.ok and any("never compiled before the build failed" in r and "b.cu" in r for r in v.reasons)
+
+
+def test_a_continuation_whose_earlier_tus_missed_fails_and_one_whose_hit_passes():
+    earlier = dict(compiled=["csrc/kernels/k00.cu", "a.cu"], expected_owned=["csrc/kernels/k00.cu", "a.cu"], earlier=["a.cu"])
+    v = shard_gate(good_shard(**earlier, missed=["a.cu", "csrc/kernels/k00.cu"]))
+    assert not v.ok and any("1 TUs finished in earlier parts missed the cache" in r and "a.cu" in r for r in v.reasons)
+    v = shard_gate(good_shard(**earlier, missed=["csrc/kernels/k00.cu"]))
+    assert v.ok, v.reasons
+    assert v.facts["left"] == [] and v.facts["partial"] is False and "1 of them finished in earlier parts, all hits" in v.line
+
+
+def test_an_earlier_parts_tu_deferred_again_is_not_left_it_is_in_the_cache():
+    v = shard_gate(good_shard(expected_owned=["csrc/kernels/k00.cu", "a.cu"], deferred=["a.cu"], earlier=["a.cu"]))
+    assert v.ok and v.facts["left"] == [] and v.facts["partial"] is False
+
+
 def good_link(**changes):
     tus = [f"csrc/kernels/k0{i}.cu" for i in range(9)]
     base = dict(

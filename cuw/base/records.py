@@ -155,6 +155,10 @@ class ShardReport(JobReport):
     previous_archive: Optional[str] = None
     counters: Optional[dict[str, Any]] = None
     compile_usage: Optional[dict[str, Any]] = None
+    part: Optional[int] = None
+    """A shard given ``--deadline`` or ``--resume``: which part of its chain this job was (from 1)."""
+    left: Optional[list[str]] = None
+    """With ``part``: the TUs of its slice no part has compiled yet (its continuation's work)."""
     schema: int = SHARD_REPORT_SCHEMA
 
     SCHEMA: ClassVar[int] = SHARD_REPORT_SCHEMA
@@ -166,8 +170,16 @@ class ShardReport(JobReport):
         "previous_archive": STRING,
         "counters": OBJECT,
         "compile_usage": OBJECT,
+        "part": INT,
+        "left": STRINGS,
     }
-    FACTS: ClassVar[dict[str, Check]] = {"compiled": INT, "expected_owned": INT, "uncompiled": STRINGS}
+    FACTS: ClassVar[dict[str, Check]] = {
+        "compiled": INT,
+        "expected_owned": INT,
+        "uncompiled": STRINGS,
+        "left": STRINGS,
+        "partial": BOOL,
+    }
 
 
 @dataclass(frozen=True)
@@ -281,7 +293,7 @@ class SeatLogEntry:
     """One decision of the seat (:mod:`cuw.seat.runtime`, ``seat_stub.c``): a JSON line of ``logs/seat.jsonl``."""
 
     action: str
-    """compiled, stubbed, passthrough, probe."""
+    """compiled, stubbed, deferred (past the job's deadline: stubbed, left to its continuation), passthrough, probe."""
     key: Optional[str] = None
     """The TU's partition key (compiled, stubbed)."""
     kind: Optional[str] = None

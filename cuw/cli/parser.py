@@ -109,6 +109,21 @@ def _shard_verb(sub: Subparsers) -> None:
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     p.add_argument("shard", help="I/N, 1-based: 3/23 is shard 3 of 23")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "--deadline",
+        default=None,
+        metavar="WHEN",
+        help="start no compile after WHEN (+SECONDS from the job's start, a Unix time, or an ISO-8601 UTC time): "
+        "the job packs what it has as a partial part and says how to continue (exit 0)",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="ARCHIVE",
+        help="continue this shard from its partial archive (the previous part's, its report beside it): "
+        "restored before the build; every TU finished there must be a cache hit",
+    )
     _common(p, dist=False)
 
 

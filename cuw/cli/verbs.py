@@ -539,6 +539,8 @@ def _build_verbs(args: argparse.Namespace, recipes_dir: Path, settings: Settings
     """shard, link and build: every option is checked before an output folder is created."""
     _check_counts(args)
     spec = parse_shard_spec(args.shard) if args.verb == "shard" else None
+    if spec is not None:
+        _settle_chain(args)
     recipe = load_recipe(args.recipe, recipes_dir)
     if args.backend == "cibuildwheel":
         if args.image is not None:
@@ -631,8 +633,11 @@ def _run_job(
     from cuw.jobs.shard import run_shard
 
     if spec is not None:
-        quiet = None if args.quiet else report.say
-        result = run_shard(recipe, spec, _paths(args), args.jobs, progress=quiet, cache=cache, settings=settings)
+        progress = None if args.quiet else report.say
+        deadline = None if args.deadline is None else float(args.deadline)  # settled: a Unix time
+        result = run_shard(
+            recipe, spec, _paths(args), args.jobs, progress, cache, settings=settings, deadline=deadline, resume=args.resume
+        )
         return 0 if result.verdict.ok else 1
     if args.verb == "link":
         linked = run_link(recipe, _paths(args), args.jobs, cache=cache, settings=settings)
@@ -657,6 +662,20 @@ def _image(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> i
     return 0
 
 
+def _settle_chain(args: argparse.Namespace) -> None:
+    """A shard's ``--deadline`` made a Unix time (``+SECONDS`` counts from now, the job's start: a job
+    in an image gets the same instant) and its ``--resume`` archive an absolute path; both checked
+    before any folder is made."""
+    import time
+
+    from cuw.jobs.continuation import parse_deadline, resume_path
+
+    if args.deadline is not None:
+        args.deadline = repr(parse_deadline(args.deadline, time.time()))
+    if args.resume is not None:
+        args.resume = resume_path(args.resume)
+
+
 def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec: Optional[ShardSpec], job: "ImageJob") -> list[str]:
     """The verb's own command line for the forge inside the image: absolute paths, no --image."""
     argv = [verb, args.recipe] + ([str(spec)] if spec is not None else [])
@@ -672,8 +691,10 @@ def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec: Op
     ]
     if verb != "shard":
         argv += ["--dist", str(args.dist.resolve())]
-    elif args.quiet:
-        argv.append("--quiet")
+    else:
+        argv += ["--quiet"] if args.quiet else []
+        argv += ["--deadline", args.deadline] if args.deadline is not None else []
+        argv += ["--resume", str(args.resume)] if args.resume is not None else []
     for flag, value in (("--jobs", args.jobs), ("--cache-tool", args.cache_tool), ("--cache-remote", args.cache_remote)):
         if value is not None:
             argv += [flag, str(value)]
@@ -692,6 +713,7 @@ def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes
     settings = job.settings
     folders = [args.work, args.artifacts] + ([args.dist] if args.verb != "shard" else [])
     read_only = [recipes_dir] + ([settings.git_mirror] if settings.git_mirror is not None else [])
+    read_only += [args.resume.parent] if getattr(args, "resume", None) is not None else []  # the archive and its report
     from cuw.config.cell import local_cell
     from cuw.toolchain.toolkit import find_toolkit
 

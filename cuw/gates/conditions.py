@@ -213,6 +213,17 @@ class ShardObservation:
     resources: Optional[dict[str, Any]] = None
     """The job's resource record without its samples (:func:`cuw.jobs.resources.summary`): numbers
     for a verdict that blames memory or disk."""
+    deferred: list[str] = field(default_factory=list)
+    """TU keys the seat did not start because the job's deadline had passed: left, not failed."""
+    earlier: list[str] = field(default_factory=list)
+    """A continuation's: TU keys finished in the earlier parts of its shard (in the cache it restored)."""
+    missed: list[str] = field(default_factory=list)
+    """TU keys whose compile here missed the cache: an earlier part's TU among them was not handed on."""
+
+    @property
+    def left(self) -> list[str]:
+        """The TUs this part leaves to a continuation: deferred, and in no part's cache yet."""
+        return sorted(set(self.deferred) - set(self.compiled) - set(self.earlier))
 
 
 def _listing(keys: list[str], limit: int = 5) -> str:
@@ -229,6 +240,7 @@ def shard_gate(obs: ShardObservation) -> Verdict:
     _check_slice_compiled(v, obs)
     _check_cache_stored(v, obs)
     _check_failed_build(v, obs)
+    _check_part(v, obs)
     if not v.ok and (obs.build_rc != 0 or obs.failed):
         _blame_machine(v, obs.log, obs.build_rc, obs.resources)
     if v.ok:
@@ -285,9 +297,9 @@ def _owned_in_build(obs: ShardObservation) -> list[str]:
 
 def _check_slice_compiled(v: Verdict, obs: ShardObservation) -> None:
     in_build = _owned_in_build(obs)
-    missing = sorted(set(in_build) - set(obs.compiled))
+    missing = sorted(set(in_build) - set(obs.compiled) - set(obs.deferred))  # deferred: left, not failed
     unseen = sorted(set(obs.expected_owned) - set(in_build) - set(obs.compiled))
-    if in_build and not obs.compiled:
+    if in_build and not obs.compiled and not obs.deferred:
         _fail(v, f"compiled none of its {len(in_build)} TUs")
     elif missing and obs.build_rc != 0:
         # A shard's build keeps going past a failed link (ninja -k 0, make -k): an owned TU it
@@ -332,7 +344,7 @@ def _check_failed_build(v: Verdict, obs: ShardObservation) -> None:
     """A shard's build is expected to fail at the link, on undefined references only."""
     if obs.build_rc == 0:
         return
-    if obs.real_objects == 0:
+    if obs.real_objects == 0 and (obs.compiled or not obs.deferred):  # all deferred: only stubs
         _fail(v, "no real object files were built")
     if not UNDEFINED_REFERENCE.search(obs.log):
         _fail(v, "compile-shard failed without undefined references (configure or build error; see log)")
@@ -341,13 +353,36 @@ def _check_failed_build(v: Verdict, obs: ShardObservation) -> None:
 def _shard_pass_line(obs: ShardObservation) -> str:
     how = "build succeeded" if obs.build_rc == 0 else "link failed on undefined references, as a shard should"
     n = len(obs.compiled)
-    if n:
-        slice_note = f"compiled {n} TU{'' if n == 1 else 's'}"
+    if n or obs.deferred:
+        slice_note = f"compiled {n} TU{'' if n == 1 else 's'}{_part_note(obs)}"
     elif obs.expected_owned:
         slice_note = f"compiled none of the {len(obs.expected_owned)} TUs of its slice: no build step compiles them"
     else:
         slice_note = "empty slice (no TU hashes to this shard)"
     return f"{slice_note}; {how}"
+
+
+def _check_part(v: Verdict, obs: ShardObservation) -> None:
+    """A part of a shard split by its deadline: what it leaves (facts), and a continuation's
+    replays of the earlier parts' TUs, every one a cache hit (else the handoff between parts broke)."""
+    if obs.deferred or obs.earlier:
+        v.facts["left"] = obs.left
+        v.facts["partial"] = bool(obs.left)
+    missed = sorted(set(obs.earlier) & set(obs.missed))
+    if missed:
+        _fail(
+            v,
+            f"{len(missed)} TUs finished in earlier parts missed the cache restored from them (each must be a hit: "
+            f"the archive resumed is not the one those parts packed, or its cache lost entries): {_listing(missed)}",
+        )
+
+
+def _part_note(obs: ShardObservation) -> str:
+    replayed = len(set(obs.earlier) & set(obs.compiled))
+    note = f" ({replayed} of them finished in earlier parts, all hits)" if replayed else ""
+    if obs.left:
+        note += f"; stopped at its deadline with {len(obs.left)} of its {len(obs.expected_owned)} TUs left (partial)"
+    return note
 
 
 @dataclass(frozen=True)

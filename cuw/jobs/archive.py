@@ -62,6 +62,13 @@ class Manifest:
     builder: Optional[dict[str, Any]] = None
     """Where the shard compiled (:class:`cuw.toolchain.builder.Builder`): the link refuses a
     cache made in another image or on another host toolchain."""
+    part: int = 1
+    """Which part of its shard this is: a shard stopped at its deadline (``partial``) goes on in a
+    continuation job (``cuw shard --resume``), part 2, with the cache of part 1 and its own."""
+    partial: bool = False
+    """The shard stopped at its deadline: ``left`` are still to compile; the link refuses it."""
+    left: list[str] = field(default_factory=list)
+    """The TUs of its slice no part has compiled yet (empty unless ``partial``)."""
 
     @staticmethod
     def from_json(data: Any, where: str) -> "Manifest":
@@ -89,6 +96,11 @@ class Manifest:
             check, what = _FIELDS[key]
             if not check(value):
                 raise CuwError(f"{where}: manifest field {key!r} is {json.dumps(value)[:80]}, not {what}")
+        if data.get("part", 1) < 1 or data.get("partial", False) != bool(data.get("left")):
+            raise CuwError(
+                f"{where}: manifest says part {data.get('part', 1)}, partial {json.dumps(data.get('partial', False))} "
+                f"with {len(data.get('left', []))} TUs left; a part counts from 1 and is partial exactly when TUs are left"
+            )
         if not 1 <= data["shard_index"] <= data["shard_count"]:
             raise CuwError(
                 f"{where}: manifest says shard {data['shard_index']} of {data['shard_count']}; "
@@ -142,6 +154,9 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # every Manifest fiel
     ),
     "timeline": (lambda v: isinstance(v, list) and all(isinstance(row, list) for row in v), "a list of rows"),
     "builder": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "part": (_is_int, "an integer"),
+    "partial": (lambda v: isinstance(v, bool), "true or false"),
+    "left": (_strings, "a list of strings"),
 }
 
 

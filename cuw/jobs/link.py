@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from cuw.jobs import archive
+from cuw.jobs import archive, continuation
 from cuw.gates import compdb
 from cuw.jobs import leftovers
 from cuw.jobs import resources
@@ -31,7 +31,7 @@ from cuw.jobs.fingerprint import check_fingerprint, handoff_fingerprint
 from cuw.jobs.patching import PatchContext
 from cuw.config.policy import CacheChoice, load_policy
 from cuw.config.recipe import Recipe
-from cuw.toolchain.cache import Cache, Sccache, check_remote, open_cache, tool_class
+from cuw.toolchain.cache import Cache, check_remote, open_cache, tool_class
 from cuw.wheel.finish import CudaRuntime, dist_versions, repair, retag
 from cuw.toolchain.toolkit import Toolkit, find_toolkit
 from cuw.toolchain.builder import current_builder
@@ -78,6 +78,7 @@ def _checked_archives(  # type: ignore[no-untyped-def]
     seen: dict[int, Path] = {}
     for path, manifest in zip(archives, manifests):
         archive.expect(manifest, path, cell, job_cache, count, current_builder(settings))
+        continuation.refuse_partial(manifest, path)  # a shard's chain hands over its last part
         if manifest.shard_index in seen:
             raise CuwError(f"{path} and {seen[manifest.shard_index]} are both shard {manifest.shard_index}/{count}")
         seen[manifest.shard_index] = path
@@ -107,14 +108,6 @@ def _restore(ws: Workspace, checked) -> tuple[int, list[int], set[str]]:  # type
         shutil.rmtree(staging, ignore_errors=True)
     missing = [i for i in range(1, count + 1) if i not in seen]
     return count, missing, {key for m in manifests for key in m.compiled}
-
-
-def _missed_keys(compiles: list[dict], job_cache: Cache) -> list[str]:
-    """TU keys that missed: from the seat's per-call outcome, or sccache's piece log."""
-    if isinstance(job_cache, Sccache):
-        stems = job_cache.missed_stems()
-        return sorted({e["key"] for e in compiles if Path(e["key"]).name.split(".", 1)[0] in stems})
-    return sorted(e["key"] for e in compiles if e.get("outcome") == "miss")
 
 
 def run_link(
@@ -236,7 +229,7 @@ def _run_link(
         cuda_tus_in_build=in_build,
         compile_db=compile_db,
         seat_keys=sorted({e["key"] for e in compiles}),
-        misses_by_key=_missed_keys(compiles, job_cache),
+        misses_by_key=seat_log.missed_keys(compiles, job_cache),
         uncacheable_by_key=sorted(e["key"] for e in compiles if str(e.get("outcome", "")).startswith("uncacheable")),
         shard_count=count,
         assignment=recipe_assignment(recipe, count, ws.src, cell.lane) if count > 1 else None,

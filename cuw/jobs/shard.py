@@ -6,17 +6,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from cuw import __version__
-from cuw.jobs import archive
+from cuw.jobs import archive, continuation
 from cuw.gates import compdb
 from cuw.jobs import leftovers
 from cuw.jobs import resources
 from cuw.gates import report
 from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
-from cuw.config.cell import local_cell
+from cuw.config.cell import Cell, local_cell
 from cuw.base.errors import CuwError
 from cuw.base.files import sha256_of
 from cuw.base.settings import Settings
@@ -31,7 +31,7 @@ from cuw.jobs.fingerprint import handoff_fingerprint
 from cuw.jobs.patching import PatchContext
 from cuw.config.policy import CacheChoice
 from cuw.config.recipe import Recipe
-from cuw.toolchain.cache import check_remote, tool_class
+from cuw.toolchain.cache import Cache, Stats, check_remote, open_cache, tool_class
 from cuw.toolchain.toolkit import find_toolkit
 from cuw.toolchain.builder import current_builder
 from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare, real_objects
@@ -109,16 +109,121 @@ def run_shard(
     progress: Optional[Progress] = report.say,
     cache: Optional[CacheChoice] = None,
     settings: Optional[Settings] = None,
+    deadline: Optional[float] = None,
+    resume: Optional[Path] = None,
 ) -> ShardResult:
     """One shard, alone: a second run of the same shard here is refused before it touches anything.
-    ``settings``: the run's (the command line passes them; this process's environment when None)."""
+    ``settings``: the run's (the command line passes them; this process's environment when None).
+    ``deadline`` (Unix time): no owned compile starts after it, and the job packs what it has as a
+    partial part; ``resume``: the previous part's archive, restored before the build
+    (:mod:`cuw.jobs.continuation`)."""
     settings = settings or Settings.from_env()
     cell = local_cell(recipe, find_toolkit(homes=settings.homes))
     interval = resources.sample_interval(settings.sample_s)  # refused before the job folder is made
     with alone(recipe, cell, paths, f"shard-{spec.tag}", f"shard {spec} of {cell.id}", cache, settings):
         # From the job's start to its report: prepare (source copy, deps) fills disks too.
         with resources.Sampler(paths.cell_work(cell) / f"shard-{spec.tag}", interval) as sampler:
-            return _run_shard(recipe, spec, paths, jobs, progress, cache, sampler, settings)
+            return _run_shard(recipe, spec, paths, jobs, progress, cache, sampler, settings, Chain(deadline, resume))
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Where this job stands in its shard's chain of parts: its deadline, the archive it resumes."""
+
+    deadline: Optional[float] = None
+    resume: Optional[Path] = None
+
+
+def _observe(
+    ws: Workspace,
+    recipe: Recipe,
+    rc: int,
+    owned: list[str],
+    stats: Stats,
+    sampler: resources.Sampler,
+    job_cache: Cache,
+    earlier: list[str],
+) -> tuple[ShardObservation, list[dict]]:
+    """What the shard gate judges, from the build's log, tree and seat log; and the compiles.
+    ``earlier``: a continuation's TUs finished in earlier parts."""
+    entries = seat_log.read_log(ws.seat_log)
+    compiles = [e for e in entries if e.get("action") == "compiled"]
+    seen = ("compiled", "stubbed", "deferred")
+    obs = ShardObservation(
+        build_rc=rc,
+        log=ws.build_log.read_text(errors="replace"),
+        real_objects=real_objects(ws),
+        seat_compiles_seen=sum(1 for e in entries if e.get("action") in seen and e.get("kind") != "host"),
+        compiled=sorted({e["key"] for e in compiles if e.get("rc") == 0}),
+        failed=sorted({e["key"] for e in compiles if e.get("rc") != 0}),
+        expected_owned=owned,
+        cache_files=stats.files,
+        unstored_misses=stats.unstored,
+        build_tus=compdb.compiled_sources(ws.tree, ws.src),
+        host_compiles_seen=sum(1 for e in entries if e.get("action") in seen and e.get("kind") == "host"),
+        device_code=recipe.device_code,
+        resources=resources.summary(sampler.record()),
+        uncacheable={
+            e["key"]: str(e["outcome"]).split(":", 1)[-1]
+            for e in compiles
+            if e.get("rc") == 0 and str(e.get("outcome", "")).startswith("uncacheable")
+        },
+        deferred=sorted({e["key"] for e in entries if e.get("action") == "deferred"}),
+        missed=seat_log.missed_keys(compiles, job_cache),
+        earlier=earlier,
+    )
+    return obs, compiles
+
+
+def _refuse_lost_remote(
+    job_cache: Cache, verdict: Verdict, target: Path, report_path: Path, context: dict[str, Any], spec: ShardSpec
+) -> None:
+    """Entries that never reached the remote: a manifest would claim a cache the link cannot find."""
+    lost = archive.remote_failures(job_cache)
+    if not lost:
+        return
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(lost.items()))
+    why = (
+        f"remote cache {job_cache.remote} failed during the build ({counts}): "
+        "this shard's cache did not all reach it; no manifest handed over, run the shard again"
+    )
+    target.unlink(missing_ok=True)
+    report.write(Verdict(verdict.gate, False, [why], verdict.facts), report_path, context)
+    raise CuwError(f"shard {spec}: {why}")
+
+
+def _manifest(
+    recipe: Recipe,
+    spec: ShardSpec,
+    cell: Cell,
+    job_cache: Cache,
+    obs: ShardObservation,
+    fingerprint: dict[str, str],
+    compiles: list[dict],
+    counters: dict[str, int],
+    resumed: Optional[continuation.Resumed],
+    settings: Settings,
+) -> archive.Manifest:
+    return archive.Manifest(
+        format=archive.FORMAT,
+        forge_version=__version__,
+        cell=cell.to_dict(),
+        shard_index=spec.index,
+        shard_count=spec.count,
+        filter=recipe.sharding.filter,
+        cache_tool=job_cache.tool,
+        cache_version=job_cache.version(),
+        cache_remote=job_cache.remote,
+        owned=obs.expected_owned,
+        compiled=continuation.merged_compiled(resumed, obs.compiled),
+        counters=counters,
+        fingerprint=fingerprint,
+        timeline=[row for row in map(seat_log.timeline_row, compiles) if row is not None],
+        builder=current_builder(settings).to_dict(),
+        part=resumed.part if resumed else 1,
+        partial=bool(obs.left),
+        left=obs.left,
+    )
 
 
 def _run_shard(
@@ -130,6 +235,7 @@ def _run_shard(
     cache: Optional[CacheChoice],
     sampler: resources.Sampler,
     settings: Settings,
+    chain: Chain,
 ) -> ShardResult:
     toolkit = find_toolkit(homes=settings.homes)
     cell = local_cell(recipe, toolkit)
@@ -147,6 +253,12 @@ def _run_shard(
     ws = Workspace.for_job(paths.cell_work(cell), f"shard-{spec.tag}", tool_class(choice.tool).shared_tree)
     # A run killed with SIGKILL leaves its build running in the job folder: stopped before the wipe.
     leftovers.stop_orphans(ws.cuda_home, f"shard {spec}")
+    # Before this run's report replaces the one beside the archive that records its digest.
+    resumed = None
+    if chain.resume:
+        resumed = continuation.check_resume(
+            chain.resume, spec, cell, open_cache(choice.tool, ws.cache_dir, ws.tree, choice.remote, settings)
+        )
     # The previous archive stays until this run's replaces it (or its gate fails); its
     # report says "running, not ok" until this run's verdict is written, after the archive.
     archive.remove_partials(target)
@@ -155,9 +267,13 @@ def _run_shard(
         patch_ctx = PatchContext(ws.src, cell, archs, recipe.key)
         # Under the source filter the seat partitions the rest (seat_rest), or nothing.
         seat_spec = spec if not source_filter or (seat_rest(recipe) and spec.count > 1) else None
-        job_cache = prepare(ws, recipe, toolkit, seat_spec, choice.tool, choice.remote, patch_ctx, cell.lane, settings)
+        job_cache = prepare(
+            ws, recipe, toolkit, seat_spec, choice.tool, choice.remote, patch_ctx, cell.lane, settings, chain.deadline
+        )
         # Before the source filter trims this shard's copy: the tree every job of the cell starts from.
         fingerprint = handoff_fingerprint(recipe, ws.src, archs, toolkit, spec.count, cell.lane)
+        if resumed:
+            continuation.restore(resumed, ws, fingerprint, spec)
         if source_filter:
             owned, will_compile = shard_workload(recipe, ws.src, spec, cell.lane)
             rule = recipe_assignment(recipe, spec.count, ws.src, cell.lane)
@@ -214,28 +330,7 @@ def _run_shard(
     finally:
         job_cache.stop()
 
-    entries = seat_log.read_log(ws.seat_log)
-    compiles = [e for e in entries if e.get("action") == "compiled"]
-    obs = ShardObservation(
-        build_rc=rc,
-        log=ws.build_log.read_text(errors="replace"),
-        real_objects=real_objects(ws),
-        seat_compiles_seen=sum(1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") != "host"),
-        compiled=sorted({e["key"] for e in compiles if e.get("rc") == 0}),
-        failed=sorted({e["key"] for e in compiles if e.get("rc") != 0}),
-        expected_owned=owned,
-        cache_files=stats.files,
-        unstored_misses=stats.unstored,
-        build_tus=compdb.compiled_sources(ws.tree, ws.src),
-        host_compiles_seen=sum(1 for e in entries if e.get("action") in ("compiled", "stubbed") and e.get("kind") == "host"),
-        device_code=recipe.device_code,
-        resources=resources.summary(sampler.record()),
-        uncacheable={
-            e["key"]: str(e["outcome"]).split(":", 1)[-1]
-            for e in compiles
-            if e.get("rc") == 0 and str(e.get("outcome", "")).startswith("uncacheable")
-        },
-    )
+    obs, compiles = _observe(ws, recipe, rc, owned, stats, sampler, job_cache, resumed.earlier if resumed else [])
     verdict = shard_gate(obs)
     written: Optional[Path] = None
     context = {
@@ -247,40 +342,14 @@ def _run_shard(
         "counters": stats.summary(),
         "compile_usage": seat_log.measured_totals(compiles),  # the CPU seconds and peak the planner is held to
         "parallel_jobs": {"jobs": parallel.jobs, "predicted_peak_mb": parallel.peak_mb, "why": parallel.why},
+        **({"part": resumed.part if resumed else 1, "left": obs.left} if chain.deadline or resumed else {}),
     }
     # Taken again at each write: the record covers the job up to the report that carries it.
     context["resources"] = sampler.record()
     if job_cache.remote:  # before the gate's own word on unstored misses: the remote's failure names it
-        lost = archive.remote_failures(job_cache)
-        if lost:
-            # Entries that never reached the remote: a manifest would claim a cache the link cannot find.
-            counts = ", ".join(f"{k} {v}" for k, v in sorted(lost.items()))
-            why = (
-                f"remote cache {job_cache.remote} failed during the build ({counts}): "
-                "this shard's cache did not all reach it; no manifest handed over, run the shard again"
-            )
-            verdict = Verdict(verdict.gate, False, [why], verdict.facts)
-            target.unlink(missing_ok=True)
-            report.write(verdict, report_path, context)
-            raise CuwError(f"shard {spec}: {why}")
+        _refuse_lost_remote(job_cache, verdict, target, report_path, context, spec)
     if verdict.ok:
-        manifest = archive.Manifest(
-            format=archive.FORMAT,
-            forge_version=__version__,
-            cell=cell.to_dict(),
-            shard_index=spec.index,
-            shard_count=spec.count,
-            filter=recipe.sharding.filter,
-            cache_tool=job_cache.tool,
-            cache_version=job_cache.version(),
-            cache_remote=job_cache.remote,
-            owned=owned,
-            compiled=obs.compiled,
-            counters=stats.summary(),
-            fingerprint=fingerprint,
-            timeline=[row for row in map(seat_log.timeline_row, compiles) if row is not None],
-            builder=current_builder(settings).to_dict(),
-        )
+        manifest = _manifest(recipe, spec, cell, job_cache, obs, fingerprint, compiles, stats.summary(), resumed, settings)
         try:
             written = archive.pack(job_cache, manifest, target)
         except CuwError as exc:
@@ -307,6 +376,8 @@ def _run_shard(
         for line in obs.log.splitlines()[-15:]:
             print(f"  | {line}", file=sys.stderr)
         report.say(f"full log: {ws.build_log}")
+    elif obs.left and written:
+        report.say(continuation.continue_line(label, manifest.part, len(obs.left), len(owned), recipe.key, spec, written))
     elif job_cache.remote:
         report.say(f"cache written to {job_cache.remote}; shard manifest: {written}")
     else:

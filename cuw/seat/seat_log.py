@@ -9,6 +9,7 @@ from typing import Optional
 
 from cuw.base.files import json_record, json_records
 from cuw.base.records import SeatLogEntry, seat_entries
+from cuw.toolchain.cache import Cache, Sccache
 
 
 def _is_cuda_compile(entry: dict) -> bool:
@@ -29,6 +30,15 @@ def read_entries(path: Path) -> list[SeatLogEntry]:
     """Every whole entry of a seat log, typed (:class:`cuw.base.records.SeatLogEntry`): a line cut
     short is left out, a whole one that cannot be read is refused naming its line."""
     return seat_entries(path)
+
+
+def missed_keys(compiles: list[dict], job_cache: Cache) -> list[str]:
+    """TU keys of ``compiled`` entries that missed the cache: from the seat's per-call outcome, or
+    sccache's piece log (the link's misses; a continuation's replays of its earlier parts)."""
+    if isinstance(job_cache, Sccache):
+        stems = job_cache.missed_stems()
+        return sorted({e["key"] for e in compiles if Path(e["key"]).name.split(".", 1)[0] in stems})
+    return sorted(e["key"] for e in compiles if e.get("outcome") == "miss")
 
 
 class LogReader:

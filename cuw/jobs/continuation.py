@@ -1,0 +1,139 @@
+"""A shard job that stops at a deadline, and the continuation job that resumes it.
+
+A hosted runner stops a job at its time limit (6 hours on GitHub) and keeps nothing. A shard
+given ``--deadline`` starts no owned compile after it (the seat defers it:
+:attr:`cuw.seat.runtime.SeatConfig.deadline`); what is running finishes, the shard gate counts
+the deferred TUs as left, and the job packs its whole cache as part 1, ``partial``. A
+continuation (``--resume`` that archive) checks it the way the link checks a shard's archive,
+restores its cache, builds again (every TU an earlier part finished is a hit, which the gate
+checks) and packs the whole cache as the next part. The link takes the last part of each
+shard's chain and refuses a partial one.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from cuw.base.errors import CuwError
+from cuw.config.cell import Cell
+from cuw.jobs import archive
+from cuw.jobs.fingerprint import check_fingerprint
+from cuw.jobs.workspace import Workspace
+from cuw.partition.rules import ShardSpec
+from cuw.toolchain.cache import Cache
+
+_EARLIEST = 1_000_000_000  # 2001-09-09: a smaller bare number is seconds meant as +SECONDS
+
+
+def parse_deadline(text: str, started: float) -> float:
+    """``--deadline``: ``+SECONDS`` from ``started`` (the job's start), a Unix time, or an ISO-8601
+    UTC time (``2026-12-02T17:00:00Z``), as a Unix time."""
+    value = text.strip()
+    try:
+        if value.startswith("+"):
+            seconds = float(value[1:])
+            if seconds >= 0 and seconds == seconds and seconds != float("inf"):
+                return started + seconds
+        elif value.replace(".", "", 1).isdigit():
+            if float(value) >= _EARLIEST:
+                return float(value)
+            raise CuwError(f"--deadline {text}: a Unix time before 2001; for seconds from the job's start write +{value}")
+        else:
+            when = datetime.fromisoformat(value)
+            if when.tzinfo is not None and when.utcoffset() == timezone.utc.utcoffset(None):
+                return when.timestamp()
+            raise CuwError(f"--deadline {text}: an ISO-8601 time must be UTC (end it in Z, e.g. 2026-12-02T17:00:00Z)")
+    except ValueError:
+        pass
+    raise CuwError(
+        f"--deadline {text!r}: not +SECONDS (from the job's start), a Unix time or an ISO-8601 UTC time (2026-12-02T17:00:00Z)"
+    )
+
+
+def describe_deadline(deadline: float) -> str:
+    return datetime.fromtimestamp(deadline, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The previous part's archive, checked: what the continuation restores and goes on from."""
+
+    path: Path
+    manifest: archive.Manifest
+
+    @property
+    def part(self) -> int:
+        """This continuation's part number."""
+        return self.manifest.part + 1
+
+    @property
+    def earlier(self) -> list[str]:
+        """The TUs the earlier parts finished: in the restored cache, so each must be a hit here."""
+        return self.manifest.compiled
+
+
+def resume_path(path: Path) -> Path:
+    """``--resume``'s archive, absolute; one that is not there is refused before anything is made."""
+    if not path.is_file():
+        raise CuwError(f"--resume {path}: no such archive (the previous part's cuw-shard-*.tar, its report beside it)")
+    return path.resolve()
+
+
+def check_resume(path: Path, spec: ShardSpec, cell: Cell, job_cache: Cache) -> Resumed:
+    """The archive ``--resume`` names, held against this job as the link holds a shard's archive
+    (its shard's recorded digest, every member, cell, cache tool, N, builder), and it must be this
+    shard's and partial. Before the job writes anything: the digest is in the report beside it."""
+    path = resume_path(path)
+    archive.check_digest(path)
+    manifest = archive.check_archive(path)
+    archive.expect(manifest, path, cell, job_cache, spec.count)
+    if manifest.shard_index != spec.index:
+        raise CuwError(
+            f"--resume {path}: the archive is shard {manifest.shard_index}/{manifest.shard_count}, this job is shard {spec}: "
+            "a continuation resumes its own shard's archive"
+        )
+    if not manifest.partial:
+        raise CuwError(
+            f"--resume {path}: shard {spec} part {manifest.part} finished with nothing left: "
+            "hand that archive to the link; there is nothing to resume"
+        )
+    return Resumed(path, manifest)
+
+
+def restore(resumed: Resumed, ws: Workspace, fingerprint: dict[str, str], spec: ShardSpec) -> int:
+    """The earlier parts' cache into the prepared job's cache, once their fingerprint is this
+    job's (the same forge, recipe, source, archs, toolkit and ownership); returns entries added."""
+    check_fingerprint(resumed.manifest.fingerprint, fingerprint, resumed.path, f"{spec} part {resumed.manifest.part}")
+    staging = ws.root / "resume"
+    staging.mkdir()
+    try:
+        return archive.merge_into([archive.unpack(resumed.path, staging)], ws.cache_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def refuse_partial(manifest: archive.Manifest, path: Path) -> None:
+    """The link's rule: a partial part is not a shard's cache; the chain's last part is."""
+    if manifest.partial:
+        shard = f"{manifest.shard_index}/{manifest.shard_count}"
+        raise CuwError(
+            f"{path}: shard {shard} part {manifest.part} stopped at its deadline with {len(manifest.left)} TUs left: "
+            f"its continuation did not run or stopped at its deadline too (cuw shard <recipe> {shard} --resume {path.name})"
+        )
+
+
+def continue_line(label: str, part: int, left: int, owned: int, recipe_key: str, spec: ShardSpec, written: Path) -> str:
+    """The partial job's last line: what is left and the command that goes on."""
+    return (
+        f"{label} part {part}: stopped at its deadline with {left} of {owned} TUs left; "
+        f"continue with: cuw shard {recipe_key} {spec} --resume {written}"
+    )
+
+
+def merged_compiled(resumed: Optional[Resumed], compiled: list[str]) -> list[str]:
+    """The TUs in this part's cache: the earlier parts' and its own."""
+    return sorted(set(resumed.earlier if resumed else []) | set(compiled))
