@@ -250,7 +250,7 @@ def _replayed_or_stubbed(seat_log: Path) -> set[str]:
     """Keys whose ninja time measures a stub or a cache hit, not a compile."""
     if not seat_log.is_file():
         return set()
-    return {str(e.key) for e in seat_entries(seat_log) if e.action == "stubbed" or e.outcome == "hit"}
+    return {str(e.key) for e in seat_entries(seat_log) if e.action in ("stubbed", "deferred") or e.outcome == "hit"}
 
 
 def from_ninja_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:

@@ -181,7 +181,7 @@ def seat_log_keys(path: Path) -> list[str]:
         raise CuwError(f"--from-log {path}: not a text file (a seat log, logs/seat.jsonl, or a .ninja_log)") from None
     except ValueError as exc:  # json.JSONDecodeError
         raise CuwError(f"--from-log {path}: not a seat log (JSON lines expected: {exc})") from None
-    keys = {e.key for e in entries if e.key is not None and e.action in ("compiled", "stubbed")}
+    keys = {e.key for e in entries if e.key is not None and e.action in ("compiled", "stubbed", "deferred")}
     if not keys:
         raise CuwError(f"--from-log {path}: the seat log names no compiled or stubbed TU")
     return sorted(keys)
