@@ -577,3 +577,17 @@ def test_a_junk_sample_interval_is_refused_before_the_job_folder_is_made(verb, v
     assert code == 2, err
     _one_error(err, "CUW_SAMPLE_S", repr(value))
     assert _files(work) == []
+
+
+@pytest.mark.parametrize("spoil", ["folder", "no-parent"])
+def test_the_reference_generator_names_a_page_it_cannot_write_in_one_line(spoil, tmp_path, monkeypatch, capsys):
+    """``python -m cuw.cli.reference`` where docs/cli.md is a folder, or docs/ is gone: one error line, exit 2, nothing torn."""
+    from cuw.cli import reference
+
+    page = tmp_path / "docs" / "cli.md"
+    if spoil == "folder":
+        page.mkdir(parents=True)
+    monkeypatch.setattr(reference, "CLI_MD", page)
+    assert reference.main() == 2
+    _one_error(capsys.readouterr().err, str(page))
+    assert _files(tmp_path) == (["docs", "docs/cli.md"] if spoil == "folder" else [])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import cuw
 from cuw.cli.parser import parser
+from cuw.config.docs import write_pages
 
 CLI_MD = Path(cuw.FORGE_ROOT) / "docs" / "cli.md"
 
@@ -134,10 +135,7 @@ def reference() -> str:
 
 
 def main() -> int:
-    CLI_MD.parent.mkdir(exist_ok=True)
-    CLI_MD.write_text(reference())
-    print(f"wrote {CLI_MD}", file=sys.stderr)
-    return 0
+    return write_pages({CLI_MD: reference()})
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import cuw
+from cuw.base import files
+from cuw.base.errors import CuwError
 from cuw.base.settings import OTHER, VARIABLES
 from cuw.config.recipe import LOADER_ONLY, Recipe
 from cuw.config.schema import docs_table, json_schema
@@ -67,12 +69,21 @@ def generated() -> dict[Path, str]:
     }
 
 
-def main() -> int:
-    DOCS.mkdir(exist_ok=True)
-    for path, text in generated().items():
-        path.write_text(text)
-        print(f"wrote {path}", file=sys.stderr)
+def write_pages(pages: dict[Path, str]) -> int:
+    """Writes generated pages (each whole or not at all); a page that cannot be written is one
+    ``cuw: error:`` line and exit 2, as for a verb."""
+    try:
+        for path, text in pages.items():
+            files.write_text(path, text, "generated page")
+            print(f"wrote {path}", file=sys.stderr)
+    except CuwError as exc:
+        print(f"cuw: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     return 0
+
+
+def main() -> int:
+    return write_pages(generated())
 
 
 if __name__ == "__main__":
