@@ -291,6 +291,19 @@ CASES: list[Case] = [
         *R,
         expect="seat_big.jsonl:1",
     ),
+    # nested deeper than the JSON parser goes (it was an internal error: RecursionError)
+    C("junk/plan-deep-costs", "plan", "example", "--costs", "{W}/deep.json", *R, expect="deep.json"),
+    C(
+        "junk/costs-from-deep-json",
+        "costs",
+        "example",
+        "--from",
+        "{W}/deep.json",
+        "--output",
+        "{W}/afolder/c.json",
+        *R,
+        expect="deep.json",
+    ),
     C("junk/plan-cap-huge", "plan", "example", "--cap", "1e30", *R, expect="at most 7200"),
     C("junk/plan-farm-cap-huge", "plan", "--farm", "--cap", "7201", *R, expect="at most 7200"),
     C(
@@ -705,6 +718,7 @@ def build_world(W: Path) -> Path:
     (W / "seat_ok.jsonl").write_text('{"action": "compiled", "key": "csrc/kernels/k00_saxpy.cu", "seconds": 1.5, "rc": 0}\n')
     (W / "nan_costs.json").write_text('{"header": {}, "costs": {"a.cu": NaN}}\n')
     big = "1" + "0" * 400
+    (W / "deep.json").write_text("[" * 200_000 + "\n")
     (W / "big_costs.json").write_text('{"header": {}, "costs": {"a.cu": ' + big + "}}\n")
     (W / "big_peak_costs.json").write_text('{"header": {}, "costs": {"a.cu": 1}, "peak_mb": {"a.cu": ' + big + "}}\n")
     (W / "seat_big.jsonl").write_text(

@@ -205,7 +205,7 @@ def json_record(line: bytes) -> Optional[dict]:
     writer killed mid-write) or one that is not a JSON object."""
     try:
         entry = json.loads(line.decode("utf-8"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return entry if isinstance(entry, dict) else None
 

@@ -249,7 +249,7 @@ def load_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CuwError(f"{path}: no such {what}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CuwError(f"{path}: unreadable {what} ({getattr(exc, 'strerror', None) or exc})") from None
 
 
@@ -279,7 +279,7 @@ def gate_of(path: Path) -> Optional[str]:
     JSON file): how a reader given either tells them apart before it reads one."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     gate = data.get("gate") if isinstance(data, dict) else None
     return gate if isinstance(gate, str) and gate in REPORTS else None
@@ -373,7 +373,7 @@ def seat_entries(path: Path) -> list[SeatLogEntry]:
     for n, line in enumerate(data.splitlines(), 1):
         try:
             value = json.loads(line.decode("utf-8")) if line.strip() else None
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             out.append(seat_entry(value, f"{path}:{n}"))

@@ -108,7 +108,7 @@ def load(path: Path) -> CostTable:
         raise CuwError(f"no cost table at {path}: {fix}") from None
     except UnicodeDecodeError:
         raise CuwError(f"{path}: not a text file (a JSON cost table expected): {fix}") from None
-    except (json.JSONDecodeError, ValueError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: a nesting deeper than the parser goes
         raise CuwError(f"{path}: not valid JSON ({exc}): {fix}") from None
     costs = data.get("costs") if isinstance(data, dict) else None
     if not isinstance(costs, dict) or not costs:
@@ -213,7 +213,7 @@ def _cold_compiles(path: Path) -> list[SeatLogEntry]:
             continue
         try:
             value = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             raise CuwError(f"{path}:{n}: not a seat log line (JSON expected)") from None
         if not isinstance(value, dict):
             raise CuwError(f"{path}:{n}: not a seat log line (a JSON object expected)")
