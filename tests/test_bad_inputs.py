@@ -304,6 +304,8 @@ CASES: list[Case] = [
         *R,
         expect="deep.json",
     ),
+    C("junk/audit-deep-marker", "audit", "--index", "{W}/deepidx", *R, expect="cuw-index.json"),
+    C("junk/matrix-published-deep-marker", "matrix", "--published", "{W}/deepidx", *R, expect="cuw-index.json"),
     C("junk/plan-cap-huge", "plan", "example", "--cap", "1e30", *R, expect="at most 7200"),
     C("junk/plan-farm-cap-huge", "plan", "--farm", "--cap", "7201", *R, expect="at most 7200"),
     C(
@@ -719,6 +721,8 @@ def build_world(W: Path) -> Path:
     (W / "nan_costs.json").write_text('{"header": {}, "costs": {"a.cu": NaN}}\n')
     big = "1" + "0" * 400
     (W / "deep.json").write_text("[" * 200_000 + "\n")
+    (W / "deepidx").mkdir()
+    (W / "deepidx" / "cuw-index.json").write_text("[" * 200_000 + "\n")
     (W / "big_costs.json").write_text('{"header": {}, "costs": {"a.cu": ' + big + "}}\n")
     (W / "big_peak_costs.json").write_text('{"header": {}, "costs": {"a.cu": 1}, "peak_mb": {"a.cu": ' + big + "}}\n")
     (W / "seat_big.jsonl").write_text(

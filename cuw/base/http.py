@@ -45,7 +45,7 @@ def fetch(url: str, what: str, limit: int = MAX_BYTES) -> bytes:
 def parse_json(data: bytes, where: str, what: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise CuwError(f"{what}: {where} is not JSON; restore the index or give its right location") from None
 
 

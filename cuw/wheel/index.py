@@ -188,7 +188,7 @@ def marker_lists(data: Any, where: str) -> tuple[dict[str, str], dict[str, dict[
 def _read_marker(marker: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
     try:
         data = json.loads(marker.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise CuwError(f"{marker}: unreadable index record; restore it from the published copy") from None
     return marker_lists(data, str(marker))
 
@@ -390,7 +390,7 @@ def packages_manifest(kept: list[Entry], sizes: dict[str, int], urls: Optional[d
         record_data = record_path.read_bytes() if record_path.is_file() else None
         try:
             record = json.loads(record_data) if record_data is not None else None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             record = None  # unreadable: its digest is still given, the cell comes from the file name
         serves = _serves(e)
         cell, source = _cell(record, serves)

@@ -44,7 +44,7 @@ FORMAT = 2  # 2: the cell's inputs and their digest (cuw/config/inputs.py)
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise CuwError(f"{path}: unreadable report ({exc})") from None
     if not isinstance(data, dict):
         raise CuwError(f"{path}: not a report (a JSON object was expected)")
@@ -388,7 +388,7 @@ def _same_inputs(index: Path, name: str, rec: dict[str, Any]) -> bool:
     published = index / "files" / f"{name}{RECORD_SUFFIX}"
     try:
         theirs = json.loads(published.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(theirs, dict) and bool(rec.get("inputs_digest")) and theirs.get("inputs_digest") == rec.get("inputs_digest")
 
