@@ -5,7 +5,6 @@ the link gate, then finish and the verify gate.
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from cuw.jobs.fingerprint import check_fingerprint, handoff_fingerprint
 from cuw.jobs.patching import PatchContext
 from cuw.config.policy import CacheChoice, load_policy
 from cuw.config.recipe import Recipe
-from cuw.toolchain.cache import Cache, check_remote, open_cache, tool_class
+from cuw.toolchain.cache import Cache, open_cache, tool_class
 from cuw.wheel.finish import CudaRuntime, dist_versions, repair, retag
 from cuw.toolchain.toolkit import Toolkit, find_toolkit
 from cuw.toolchain.builder import current_builder
@@ -41,8 +40,8 @@ from cuw.wheel.verify import Report as VerifyReport
 from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare
 
 
-from cuw.jobs.context import Progress, alone, check_floor, cell_archs_in_grid, resolve_cache
-from cuw.jobs.process import build
+from cuw.jobs import runner
+from cuw.jobs.context import Progress
 
 
 @dataclass
@@ -110,6 +109,36 @@ def _restore(ws: Workspace, checked) -> tuple[int, list[int], set[str]]:  # type
     return count, missing, {key for m in manifests for key in m.compiled}
 
 
+@dataclass(kw_only=True)
+class LinkJob(runner.Job):
+    """The link's state, filled in step by step."""
+
+    jobs: Optional[int]
+    zero_stats: bool
+    phases: dict[str, float] = field(default_factory=dict)
+    """Where the link's time goes (the planner's link estimate reads it from the report)."""
+    clock: float = field(init=False, default_factory=time.monotonic)
+    job_cache: Cache = field(init=False)
+    fingerprint: dict[str, str] = field(init=False)
+    count: int = field(init=False)
+    missing: list[int] = field(init=False)
+    replays: set[str] = field(init=False)
+    merged_at: int = field(init=False)
+    env: dict[str, str] = field(init=False)
+    built: runner.Built = field(init=False)
+    wheels: list[Path] = field(init=False)
+    log: str = field(init=False)
+    verdict: Verdict = field(init=False)
+    shipped: Optional[Path] = None
+    verified: Optional[VerifyReport] = None
+    written: Path = field(init=False)
+
+    def lap(self, phase: str) -> None:
+        """The seconds since the last lap, as ``phase``."""
+        now = time.monotonic()
+        self.phases[phase], self.clock = round(now - self.clock, 1), now
+
+
 def run_link(
     recipe: Recipe,
     paths: Paths,
@@ -128,161 +157,178 @@ def run_link(
     """
     settings = settings or Settings.from_env()
     cell = local_cell(recipe, find_toolkit(homes=settings.homes))
-    interval = resources.sample_interval(settings.sample_s)  # refused before the job folder is made
-    with alone(recipe, cell, paths, "link", f"the link of {cell.id}", cache, settings):
-        # From the job's start to its report: restoring N archives and finishing the wheel fill disks too.
-        with resources.Sampler(paths.cell_work(cell) / "link", interval) as sampler:
-            return _run_link(recipe, paths, jobs, progress, zero_stats, cache, sampler, settings)
+    job = LinkJob(
+        recipe=recipe,
+        paths=paths,
+        settings=settings,
+        progress=progress,
+        cache=cache,
+        folder="link",
+        label="link",
+        what=f"the link of {cell.id}",
+        gate="link",
+        jobs=jobs,
+        zero_stats=zero_stats,
+    )
+    steps = runner.Steps(
+        prepare=[runner.settle, _check_archives, _prepare, _restore_archives, _build_env],
+        build=[_build, _gate, _finish, _write_report],
+    )
+    runner.run(job, steps)
+    return LinkResult(job.verdict, job.shipped, job.written, job.missing, job.verified)
 
 
-def _run_link(
-    recipe: Recipe,
-    paths: Paths,
-    jobs: Optional[int],
-    progress: Optional[Progress],
-    zero_stats: bool,
-    cache: Optional[CacheChoice],
-    sampler: resources.Sampler,
-    settings: Settings,
-) -> LinkResult:
-    toolkit = find_toolkit(homes=settings.homes)
-    cell = local_cell(recipe, toolkit)
-    archs = cell_archs_in_grid(recipe, cell)
-    check_floor(recipe, cell, settings)
-    choice = resolve_cache(recipe, cell, cache, settings)
-    if choice.remote:
-        check_remote(choice.remote)
-    # Archives that are not the ones their shards made, or from another builder, are refused
-    # before the link's folder is touched.
-    for path in archive.shard_archives(paths.cell_artifacts(cell)):
+def _check_archives(job: LinkJob) -> None:
+    """Archives that are not the ones their shards made, or from another builder, are refused
+    before the link's folder is touched; then a killed link's build, still running there, is stopped."""
+    folder = job.paths.cell_artifacts(job.cell)
+    for path in archive.shard_archives(folder):
         archive.check_digest(path)
-    archive.check_builders(paths.cell_artifacts(cell), current_builder(settings))
-    ws = Workspace.for_job(paths.cell_work(cell), "link", tool_class(choice.tool).shared_tree)
-    its_cache = open_cache(choice.tool, ws.cache_dir, ws.tree, choice.remote, settings)  # read only: what the archives must match
-    _checked_archives(recipe, cell, paths, its_cache, settings, whole=True)
-    leftovers.stop_orphans(ws.cuda_home, "link")  # a killed link's build, still running in the job folder
-    link_patch = PatchContext(ws.src, cell, archs, recipe.key)
-    # Where the link's time goes (the planner's link estimate reads it from the report).
-    phases: dict[str, float] = {}
-    clock = time.monotonic()
-    job_cache = prepare(ws, recipe, toolkit, None, choice.tool, choice.remote, link_patch, cell.lane, settings)
-    phases["prepare_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
-    # What every shard's cache is a function of, against this link's own: before anything is built.
-    checked = _checked_archives(recipe, cell, paths, job_cache, settings)
+    archive.check_builders(folder, current_builder(job.settings))
+    job.ws = Workspace.for_job(job.paths.cell_work(job.cell), "link", tool_class(job.choice.tool).shared_tree)
+    its_cache = open_cache(job.choice.tool, job.ws.cache_dir, job.ws.tree, job.choice.remote, job.settings)  # read only
+    _checked_archives(job.recipe, job.cell, job.paths, its_cache, job.settings, whole=True)
+    leftovers.stop_orphans(job.ws.cuda_home, "link")
+
+
+def _prepare(job: LinkJob) -> None:
+    job.clock = time.monotonic()
+    link_patch = PatchContext(job.ws.src, job.cell, job.archs, job.recipe.key)
+    choice = job.choice
+    job.job_cache = prepare(
+        job.ws, job.recipe, job.toolkit, None, choice.tool, choice.remote, link_patch, job.cell.lane, job.settings
+    )
+    job.lap("prepare_s")
+
+
+def _restore_archives(job: LinkJob) -> None:
+    """What every shard's cache is a function of, against this link's own, before anything is
+    built; then the archives merged into the link's cache."""
+    recipe, cell, ws = job.recipe, job.cell, job.ws
+    checked = _checked_archives(recipe, cell, job.paths, job.job_cache, job.settings)
     archives, manifests, count, _ = checked
-    fingerprint = handoff_fingerprint(recipe, ws.src, archs, toolkit, count, cell.lane)
+    job.fingerprint = handoff_fingerprint(recipe, ws.src, job.archs, job.toolkit, count, cell.lane)
     for path, manifest in zip(archives, manifests):
-        check_fingerprint(manifest.fingerprint, fingerprint, path, f"{manifest.shard_index}/{manifest.shard_count}")
-    count, missing, replays = _restore(ws, checked)
-    phases["restore_s"], clock = round(time.monotonic() - clock, 1), time.monotonic()
-    merged_at = int(time.time())
-    if progress:
-        got = count - len(missing)
-        progress(f"link: restored {got}/{count} shard caches into {ws.cache_dir}")
-        progress(resources.disk_line("link", sampler))  # once the job is sure to build: a refusal stays one line
-        if missing:
-            progress(
-                f"link: missing shard archives: {shard_listing(missing, count)}; their TUs recompile here "
+        check_fingerprint(manifest.fingerprint, job.fingerprint, path, f"{manifest.shard_index}/{manifest.shard_count}")
+    job.count, job.missing, job.replays = _restore(ws, checked)
+    job.lap("restore_s")
+    job.merged_at = int(time.time())
+    if job.progress:
+        got = job.count - len(job.missing)
+        job.progress(f"link: restored {got}/{job.count} shard caches into {ws.cache_dir}")
+        job.progress(resources.disk_line("link", job.sampler))  # once the job is sure to build: a refusal stays one line
+        if job.missing:
+            job.progress(
+                f"link: missing shard archives: {shard_listing(job.missing, job.count)}; their TUs recompile here "
                 "and the gate will report them"
             )
+
+
+def _build_env(job: LinkJob) -> None:
+    recipe, ws, cell = job.recipe, job.ws, job.cell
+    deps = install_extra_deps(recipe, ws, cell.cuda)
     env = build_env(
         recipe,
         ws.cuda_home,
         ws.build,
-        jobs or default_jobs(),
+        job.jobs or default_jobs(),
         None,
-        settings.child_env(),
+        job.settings.child_env(),
         lane=cell.lane,
-        archs=archs,
-        deps_dir=install_extra_deps(recipe, ws, cell.cuda),
+        archs=job.archs,
+        deps_dir=deps,
     )
-    phases["deps_s"] = round(time.monotonic() - clock, 1)
-    job_cache.start()
-    try:
-        if zero_stats:
-            job_cache.zero()
-        started = time.monotonic()
-        # What the shards compiled, CUDA and host, is what the link replays (unknown with a shard missing).
-        rc = build(ws, recipe, env, "link", None if missing else len(replays), progress, count_host=True)
-        build_s = round(time.monotonic() - started, 1)
-        stats = job_cache.stats()
-    finally:
-        job_cache.stop()
+    job.env = env
+    job.lap("deps_s")
 
+
+def _build(job: LinkJob) -> None:
+    # What the shards compiled, CUDA and host, is what the link replays (unknown with a shard missing).
+    expected = None if job.missing else len(job.replays)
+    job.built = runner.cached_build(job, job.job_cache, job.env, expected, count_host=True, zero=job.zero_stats)
+
+
+def _gate(job: LinkJob) -> None:
+    """The link gate over what the build did; its verdict printed."""
+    ws, stats, cell = job.ws, job.built.stats, job.cell
     compiles = [e for e in seat_log.read_log(ws.seat_log) if e.get("action") == "compiled"]
-    phases["build_s"] = build_s
+    job.phases["build_s"] = job.built.seconds
     # The replays' own seconds; the rest of build_s is configure, probes, the link steps.
-    phases["replay_s"] = round(sum(float(e.get("seconds") or 0.0) for e in compiles), 1)
-    phases["replays"] = len(compiles)
+    job.phases["replay_s"] = round(sum(float(e.get("seconds") or 0.0) for e in compiles), 1)
+    job.phases["replays"] = len(compiles)
     in_build, compile_db = compdb.cuda_compiles_from(ws.tree, ws.src)
-    wheels = sorted(ws.wheel_dir.glob("*.whl"))
-    log = ws.build_log.read_text(errors="replace")
+    job.wheels = sorted(ws.wheel_dir.glob("*.whl"))
+    job.log = ws.build_log.read_text(errors="replace")
     obs = LinkObservation(
-        build_rc=rc,
-        wheel=str(wheels[0]) if wheels else None,
+        build_rc=job.built.rc,
+        wheel=str(job.wheels[0]) if job.wheels else None,
         hits=stats.hits,
         misses=stats.misses,
         uncacheable=stats.uncacheable,
         total=stats.total,
         stats_zeroed_at=stats.zeroed_at,
-        merged_at=merged_at,
+        merged_at=job.merged_at,
         cuda_tus_in_build=in_build,
         compile_db=compile_db,
         seat_keys=sorted({e["key"] for e in compiles}),
-        misses_by_key=seat_log.missed_keys(compiles, job_cache),
+        misses_by_key=seat_log.missed_keys(compiles, job.job_cache),
         uncacheable_by_key=sorted(e["key"] for e in compiles if str(e.get("outcome", "")).startswith("uncacheable")),
-        shard_count=count,
-        assignment=recipe_assignment(recipe, count, ws.src, cell.lane) if count > 1 else None,
-        missing_shards=missing,
-        log=log,
-        resources=resources.summary(sampler.record()),
+        shard_count=job.count,
+        assignment=recipe_assignment(job.recipe, job.count, ws.src, cell.lane) if job.count > 1 else None,
+        missing_shards=job.missing,
+        log=job.log,
+        resources=resources.summary(job.sampler.record()),
     )
-    verdict = link_gate(obs)
-    context = {
+    job.verdict = link_gate(obs)
+    job.context = {
         "cell": cell.to_dict(),
-        "shard_count": count,
-        "fingerprint": fingerprint,
+        "shard_count": job.count,
+        "fingerprint": job.fingerprint,
         "build_log": str(ws.build_log),
         "wheel": obs.wheel,
-        "build_s": build_s,
-        "cache": {"tool": job_cache.tool, "version": job_cache.version(), "remote": job_cache.remote},
-        "phases": phases,
-        "builder": current_builder(settings).to_dict(),
+        "build_s": job.built.seconds,
+        "cache": {"tool": job.job_cache.tool, "version": job.job_cache.version(), "remote": job.job_cache.remote},
+        "phases": job.phases,
+        "builder": current_builder(job.settings).to_dict(),
     }
-    report.step_summary(f"{recipe.key} link", verdict, settings.github.step_summary)
-    report.say(verdict.line)
-    shipped: Optional[Path] = None
-    verified: Optional[VerifyReport] = None
-    if verdict.ok and wheels:
-        clock = time.monotonic()
-        verified, final = _finish_and_verify(wheels[0], recipe, cell, archs, toolkit, ws, paths, settings)
-        phases["finish_s"] = round(time.monotonic() - clock, 1)
-        if verified.ok:
-            # Into dist/ through temp files renamed into place, wheel first, reports after it: two
-            # links of one cell writing at once, or a reader (pip, an upload) never see a torn file.
-            from cuw.base.files import copy_into, writable_dir
+    runner.announce(job, job.verdict)
 
-            writable_dir(paths.dist, "--dist")
-            beside = write_verify_reports(verified, final)
-            shipped = copy_into(final, paths.dist / final.name, "--dist")
-            for made in beside:
-                copy_into(made, paths.dist / made.name, "--dist")
-            context["wheel"] = str(shipped)
-        else:
-            write_verify_reports(verified, final)
-    context["resources"] = sampler.record()  # after finish and verify: the whole job
-    if shipped:
-        report_path = report.write(verdict, paths.dist / f"{shipped.name}.link.json", context)
-        report.say(f"wheel: {shipped}")
-    else:
-        report_path = report.write(verdict, paths.cell_artifacts(cell) / "link.report.json", context)
-        if wheels:
-            report.say(f"rejected wheel kept at {wheels[0]} (not copied to {paths.dist})")
-        if rc != 0:
-            for line in log.splitlines()[-15:]:
-                print(f"  | {line}", file=sys.stderr)
-        report.say(f"full log: {ws.build_log}")
-    return LinkResult(verdict, shipped, report_path, missing, verified)
+
+def _finish(job: LinkJob) -> None:
+    """A passed link's wheel finished and verified; a verified one shipped into dist/."""
+    if not (job.verdict.ok and job.wheels):
+        return
+    job.clock = time.monotonic()
+    job.verified, final = _finish_and_verify(
+        job.wheels[0], job.recipe, job.cell, job.archs, job.toolkit, job.ws, job.paths, job.settings
+    )
+    job.lap("finish_s")
+    if not job.verified.ok:
+        write_verify_reports(job.verified, final)
+        return
+    # Into dist/ through temp files renamed into place, wheel first, reports after it: two
+    # links of one cell writing at once, or a reader (pip, an upload) never see a torn file.
+    from cuw.base.files import copy_into, writable_dir
+
+    writable_dir(job.paths.dist, "--dist")
+    beside = write_verify_reports(job.verified, final)
+    job.shipped = copy_into(final, job.paths.dist / final.name, "--dist")
+    for made in beside:
+        copy_into(made, job.paths.dist / made.name, "--dist")
+    job.context["wheel"] = str(job.shipped)
+
+
+def _write_report(job: LinkJob) -> None:
+    """Beside the shipped wheel, or in the cell's artifacts for a link that shipped none."""
+    job.context["resources"] = job.sampler.record()  # after finish and verify: the whole job
+    if job.shipped:
+        job.written = report.write(job.verdict, job.paths.dist / f"{job.shipped.name}.link.json", job.context)
+        report.say(f"wheel: {job.shipped}")
+        return
+    job.written = report.write(job.verdict, job.paths.cell_artifacts(job.cell) / "link.report.json", job.context)
+    if job.wheels:
+        report.say(f"rejected wheel kept at {job.wheels[0]} (not copied to {job.paths.dist})")
+    runner.show_failure(job, job.log, tail=job.built.rc != 0)
 
 
 def _finish_and_verify(
