@@ -21,7 +21,7 @@ from typing import Any, Hashable, Optional
 
 import yaml
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 
 LIMIT = 1 << 20  # bytes: the largest recipe is a few kilobytes
 DEPTH = 32
@@ -86,23 +86,23 @@ def read_yaml(path: Path, what: str) -> Any:
             info = os.fstat(fh.fileno())
             if not stat.S_ISREG(info.st_mode):
                 kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
-                raise CuwError(f"{path}: {kind}; give the {what}, a YAML file")
+                raise InputError(f"{path}: {kind}; give the {what}, a YAML file")
             data = fh.read(LIMIT + 1)
     except FileNotFoundError:
-        raise CuwError(f"{path}: no such file (the {what})") from None
+        raise InputError(f"{path}: no such file (the {what})") from None
     except IsADirectoryError:
-        raise CuwError(f"{path}: a folder; give the {what}, a YAML file") from None
+        raise InputError(f"{path}: a folder; give the {what}, a YAML file") from None
     except OSError as exc:
-        raise CuwError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+        raise InputError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     if len(data) > LIMIT:
-        raise CuwError(f"{path}: larger than {LIMIT // 1024} KiB; the {what} is a small hand-written file")
+        raise InputError(f"{path}: larger than {LIMIT // 1024} KiB; the {what} is a small hand-written file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise CuwError(f"{path}: not a text file (the {what}, UTF-8 YAML, expected)") from None
+        raise InputError(f"{path}: not a text file (the {what}, UTF-8 YAML, expected)") from None
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader with stricter rules
     except yaml.YAMLError as exc:
-        raise CuwError(problem(path, exc)) from None
+        raise InputError(problem(path, exc)) from None
     except RecursionError:
-        raise CuwError(f"{path}: nested too deeply to read") from None
+        raise InputError(f"{path}: nested too deeply to read") from None

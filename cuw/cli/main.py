@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional, TextIO, TypeVar
 
-from cuw.base.errors import CuwError, Terminated, raise_terminated
+from cuw.base.errors import CuwError, OutputError, Terminated, raise_terminated
 from cuw.base.settings import Settings
 
 
@@ -47,7 +47,7 @@ class _NamedOutput:
 
     def _open(self) -> TextIO:
         if self._stream is None:
-            raise OSError(9, "standard output is closed; the result had nowhere to go")
+            raise OutputError("standard output is closed; the result had nowhere to go")
         return self._stream
 
     @staticmethod
@@ -55,7 +55,7 @@ class _NamedOutput:
         try:
             return call(*args)
         except OSError as exc:
-            raise OSError(exc.errno, f"cannot write to standard output ({exc.strerror or exc})") from None
+            raise OutputError(f"cannot write to standard output ({exc.strerror or exc})") from None
 
     def write(self, text: str) -> int:
         return self._named(self._open().write, text)

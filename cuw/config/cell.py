@@ -9,7 +9,7 @@ from typing import Optional
 
 from packaging.version import Version
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.config.lanes import local_lane
 from cuw.config.recipe import Recipe
 from cuw.toolchain.toolkit import Toolkit
@@ -60,5 +60,5 @@ def parse_cell(recipe: Recipe, text: str) -> Cell:
     """``LANE/PY/CUDA[/TORCH]`` (``linux/3.11/13.0/2.14``) as a cell of ``recipe``."""
     parts = text.split("/")
     if len(parts) not in (3, 4) or not all(parts):
-        raise CuwError(f"--cell {text!r} is not LANE/PY/CUDA[/TORCH] (for example linux/3.11/13.0/2.14)")
+        raise InputError(f"--cell {text!r} is not LANE/PY/CUDA[/TORCH] (for example linux/3.11/13.0/2.14)")
     return Cell(recipe.key, parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else None)

@@ -17,7 +17,7 @@ from typing import Optional
 from packaging.version import Version
 
 from cuw.config.cell import Cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.config.recipe import Recipe
 
 
@@ -129,7 +129,7 @@ def cell_archs(recipe: Recipe, archs: Archs, cell: Cell) -> list[str]:
         return list(archs.aarch64[cell.cuda])
     if cell.cuda in archs.cuda:
         return list(archs.cuda[cell.cuda])
-    raise CuwError(f"recipes/defaults.yml: archs.cuda has no list for CUDA {cell.cuda} (cell {cell.id})")
+    raise InputError(f"recipes/defaults.yml: archs.cuda has no list for CUDA {cell.cuda} (cell {cell.id})")
 
 
 def require_in_grid(recipe: Recipe, grid: Grid, cell: Cell) -> None:
@@ -151,7 +151,7 @@ def require_in_grid(recipe: Recipe, grid: Grid, cell: Cell) -> None:
         why = f"it needs torch >= {over.min_pytorch}"
     else:
         why = f"torch {cell.torch} does not ship for CUDA {cell.cuda} and Python {cell.python}"
-    raise CuwError(f"cell {cell.id} is not in {recipe.key}'s grid: {why}")
+    raise InputError(f"cell {cell.id} is not in {recipe.key}'s grid: {why}")
 
 
 def parse_arch(arch: str) -> tuple[str, bool]:
@@ -181,15 +181,15 @@ def check_torch_rows(grid: Grid, source: str) -> None:
 
     for version, release in grid.torch.items():
         if release.patch is not None and not re.fullmatch(rf"{re.escape(version)}\.\d+", release.patch):
-            raise CuwError(
+            raise InputError(
                 f"{source}: grid.torch.{version}.patch {release.patch!r} is not a release of {version} (for example {version}.1)"
             )
         for lane, lines in release.holes.items():
             if lane not in grid.platforms:
-                raise CuwError(f"{source}: grid.torch.{version}.holes names lane {lane!r}, not one of grid.platforms")
+                raise InputError(f"{source}: grid.torch.{version}.holes names lane {lane!r}, not one of grid.platforms")
             unknown = [line for line in lines if line not in release.cuda]
             if unknown:
-                raise CuwError(
+                raise InputError(
                     f"{source}: grid.torch.{version}.holes.{lane}: CUDA {', '.join(unknown)} is not a line of "
                     f"this release ({', '.join(release.cuda)})"
                 )

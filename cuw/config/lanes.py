@@ -12,7 +12,7 @@ import platform
 import sys
 from dataclasses import dataclass
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def lane(name: str) -> Lane:
     try:
         return LANES[name]
     except KeyError:
-        raise CuwError(f"unknown lane {name!r} (lanes: {', '.join(LANE_NAMES)})") from None
+        raise InputError(f"unknown lane {name!r} (lanes: {', '.join(LANE_NAMES)})") from None
 
 
 def linux_lane(machine: str) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.base.files import check_apart, contained
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def check_job_folders(folders: dict[str, Path], source: Path) -> None:
     src = source.resolve()
     for option, folder in resolved.items():
         if _inside(folder, src):
-            raise CuwError(
+            raise InputError(
                 f"{option} {folder} is inside the recipe's source {src}: the job copies that source into "
                 f"its work folder, which would copy itself; pick a folder outside it"
             )
@@ -65,12 +65,12 @@ def check_job_folders(folders: dict[str, Path], source: Path) -> None:
             path_max, name_max = 4096, 255
         long_name = next((part for part in folder.parts if len(os.fsencode(part)) > name_max), None)
         if long_name is not None:
-            raise CuwError(
+            raise InputError(
                 f"{option}: the folder name {long_name[:40]}... is over {name_max} bytes, more than the "
                 "file system takes; pick a shorter path"
             )
         if len(os.fsencode(str(folder))) > path_max - ROOM_FOR_JOBS:
-            raise CuwError(
+            raise InputError(
                 f"{option} is {len(str(folder))} characters long: the job folders and the source tree under it "
                 f"need about {ROOM_FOR_JOBS} more within the file system's {path_max}; pick a shorter path"
             )

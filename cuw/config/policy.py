@@ -9,7 +9,7 @@ from typing import Literal, Optional
 
 from cuw.toolchain.cache import tool_class
 from cuw.config.grid import Archs, Grid
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.base.settings import Settings
 from cuw.base.yamlfile import read_yaml
 from cuw.config.lanes import LANES
@@ -120,7 +120,7 @@ def load_policy(recipes_dir: Path) -> Policy:
             check_arch(arch, f"{path}: archs ({line})")
     for lane, limit in policy.wheel.max_size_mb.items():
         if not limit > 0:
-            raise CuwError(f"{path}: wheel.max_size_mb.{lane} = {limit!r} is not a size in MB > 0")
+            raise InputError(f"{path}: wheel.max_size_mb.{lane} = {limit!r} is not a size in MB > 0")
     for line, pins in policy.toolkit_wheels.items():
         check_pins(line, pins, f"{path}: toolkit_wheels.{line}")
     for line, choice in policy.toolkits.items():
@@ -128,11 +128,11 @@ def load_policy(recipes_dir: Path) -> Policy:
         if choice == "wheels" and line not in policy.toolkit_wheels:
             major = line.split(".")[0]
             if major.isdigit() and int(major) < 13:
-                raise CuwError(
+                raise InputError(
                     f"{path}: toolkits.{line} = wheels: {NO_NVCC_WHEEL.format(major=major, line=line)}; "
                     f"set it to system or a toolkit path"
                 )
-            raise CuwError(
+            raise InputError(
                 f"{path}: toolkits.{line} = wheels but toolkit_wheels has no {line!r} pins; add them "
                 f"(nvidia-cuda-nvcc=={line}.*'s release and its companions) or use system"
             )
@@ -140,7 +140,7 @@ def load_policy(recipes_dir: Path) -> Policy:
         for folder in folders:
             parts = folder.replace("\\", "/").split("/")
             if not folder or folder.startswith(("/", "$")) or ".." in parts or ":" in folder:
-                raise CuwError(
+                raise InputError(
                     f"{path}: wheel.cuda_runtime_rpath.{line}: {folder!r} must be a folder relative to "
                     "site-packages, like nvidia/cu13/lib (no '..', no absolute path, no $ORIGIN)"
                 )
@@ -156,7 +156,7 @@ def load_policy(recipes_dir: Path) -> Policy:
         try:
             tool_class(tool)
         except CuwError as exc:
-            raise CuwError(f"{path}: cache.tool.{lane}: {exc}") from None
+            raise InputError(f"{path}: cache.tool.{lane}: {exc}") from None
     return policy
 
 
@@ -186,15 +186,15 @@ def check_remote_url(url: str, source: str) -> None:
 
     parsed = urlparse(url.split("|", 1)[0])
     if parsed.scheme not in ("redis", "http", "https", "file"):
-        raise CuwError(
+        raise InputError(
             f"{source} {url!r}: unsupported scheme {parsed.scheme!r} (use redis://host:port, http(s)://host/path or file:/folder)"
         )
     try:
         parsed.port
     except ValueError as exc:
-        raise CuwError(f"{source} {url!r}: {exc} (a port is 1..65535)") from None
+        raise InputError(f"{source} {url!r}: {exc} (a port is 1..65535)") from None
     if parsed.scheme != "file" and not parsed.hostname:
-        raise CuwError(f"{source} {url!r}: no host (for example redis://localhost:6379)")
+        raise InputError(f"{source} {url!r}: no host (for example redis://localhost:6379)")
 
 
 def check_runner(lane: str, runner: Runner, source: str) -> None:
@@ -204,13 +204,13 @@ def check_runner(lane: str, runner: Runner, source: str) -> None:
     try:
         lane_of(lane)
     except CuwError as exc:
-        raise CuwError(f"{source}: {exc}") from None
+        raise InputError(f"{source}: {exc}") from None
     if not runner.cores >= 1:
-        raise CuwError(f"{source}.cores = {runner.cores!r}: a runner has at least 1 core")
+        raise InputError(f"{source}.cores = {runner.cores!r}: a runner has at least 1 core")
     if runner.free_disk_gb is not None and not runner.free_disk_gb >= 1:
-        raise CuwError(f"{source}.free_disk_gb = {runner.free_disk_gb!r}: whole GB >= 1 (GitHub's hosted Linux runners: 14)")
+        raise InputError(f"{source}.free_disk_gb = {runner.free_disk_gb!r}: whole GB >= 1 (GitHub's hosted Linux runners: 14)")
     if not 0 <= runner.headroom_gb < runner.memory_gb:
-        raise CuwError(
+        raise InputError(
             f"{source}: memory_gb {runner.memory_gb!r} must exceed headroom_gb {runner.headroom_gb!r} (>= 0): "
             "give the runner's memory in GB (GitHub's hosted runners: 16)"
         )
@@ -224,10 +224,10 @@ def check_image_policy(lane: str, image: BuildImage, source: str) -> None:
 
     known = lane_of(lane)
     if known.os != "linux":
-        raise CuwError(f"{source}: only Linux lanes run in a build image (lane {lane} is {known.os})")
+        raise InputError(f"{source}: only Linux lanes run in a build image (lane {lane} is {known.os})")
     check_pinned(image.ref, f"{source}.ref")
     if not re.fullmatch(rf"manylinux_\d+_\d+_{re.escape(known.wheel_platform)}", image.floor):
-        raise CuwError(f"{source}.floor {image.floor!r}: a manylinux_X_Y_{known.wheel_platform} tag")
+        raise InputError(f"{source}.floor {image.floor!r}: a manylinux_X_Y_{known.wheel_platform} tag")
 
 
 # An image name as the engines read it: [registry[:port]/]path[:tag], path parts of a-z 0-9 joined by . _ __ -.
@@ -242,15 +242,17 @@ def check_pinned(ref: str, source: str) -> None:
 
     name, at, digest = ref.rpartition("@")
     if not at or not digest.startswith("sha256:"):
-        raise CuwError(f"{source} {ref!r}: pin the image by digest (name@sha256:<64 hex digits>): a tag can move under the farm")
+        raise InputError(
+            f"{source} {ref!r}: pin the image by digest (name@sha256:<64 hex digits>): a tag can move under the farm"
+        )
     if not re.fullmatch(r"[0-9a-f]{64}", digest[len("sha256:") :]):
-        raise CuwError(
+        raise InputError(
             f"{source} {ref!r}: the digest after @sha256: is 64 lowercase hex digits "
             f"(this one has {len(digest) - len('sha256:')} characters)"
         )
     if not re.fullmatch(IMAGE_NAME, name):
         why = "an image name is lowercase" if name != name.lower() else f"{name!r} is not an image name"
-        raise CuwError(
+        raise InputError(
             f"{source} {ref!r}: {why} ([registry[:port]/]path[:tag]@sha256:<digest>, path parts of a-z and 0-9 joined by . _ -)"
         )
 
@@ -265,15 +267,15 @@ def image_overrides(values: list[str], policy: "Policy", source: str = "--image"
     for item in (v.strip() for value in values for v in value.split(",")):
         lane, sep, ref = (part.strip() for part in item.partition("="))
         if not sep or not lane or not ref:
-            raise CuwError(f"{source} {item!r}: LANE=REF (for example linux=registry/image@sha256:<digest>)")
+            raise InputError(f"{source} {item!r}: LANE=REF (for example linux=registry/image@sha256:<digest>)")
         try:
             known = lane_of(lane)
         except CuwError as exc:
-            raise CuwError(f"{source} {item!r}: {exc}") from None
+            raise InputError(f"{source} {item!r}: {exc}") from None
         if known.os != "linux":
-            raise CuwError(f"{source} {item!r}: only Linux lanes run in a build image")
+            raise InputError(f"{source} {item!r}: only Linux lanes run in a build image")
         if lane in out:
-            raise CuwError(f"{source}: lane {lane} is given twice")
+            raise InputError(f"{source}: lane {lane} is given twice")
         check_pinned(ref, f"{source} for lane {lane}:")
         out[lane] = ref
     return {**{lane: image.ref for lane, image in policy.images.items()}, **out}
@@ -286,11 +288,11 @@ LIMIT_MOST_MINUTES = 7200
 def check_job_policy(jobs: JobPolicy, source: str) -> None:
     """A limit in minutes and a margin that leaves a shard some build time before its deadline."""
     if not 0 < jobs.limit_minutes <= LIMIT_MOST_MINUTES:
-        raise CuwError(
+        raise InputError(
             f"{source}.limit_minutes = {jobs.limit_minutes}: minutes, 1..{LIMIT_MOST_MINUTES} (GitHub-hosted jobs stop at 360)"
         )
     if not 0 <= jobs.margin_minutes < jobs.limit_minutes:
-        raise CuwError(
+        raise InputError(
             f"{source}.margin_minutes = {jobs.margin_minutes}: minutes, at least 0 and under limit_minutes "
             f"({jobs.limit_minutes}), or a shard has no time to build"
         )
@@ -301,4 +303,4 @@ def check_toolkit_choice(choice: str, source: str) -> None:
     if choice in ("system", "wheels"):
         return
     if not choice or not Path(choice).is_absolute():
-        raise CuwError(f"{source} = {choice!r}: use system, wheels or the absolute path of a toolkit folder (holding bin/nvcc)")
+        raise InputError(f"{source} = {choice!r}: use system, wheels or the absolute path of a toolkit folder (holding bin/nvcc)")

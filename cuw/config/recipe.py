@@ -9,7 +9,7 @@ from typing import Literal, Optional
 
 
 import cuw
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.base.yamlfile import read_yaml
 from cuw.config.lanes import LANE_NAMES
 from cuw.config.limits import check_count
@@ -180,7 +180,7 @@ class Recipe:
     def source_dir(self) -> Path:
         """The local source folder (``source.path`` recipes only)."""
         if self.source.path is None:
-            raise CuwError(f"recipe {self.key!r} has no local source folder (it is fetched)")
+            raise InputError(f"recipe {self.key!r} has no local source folder (it is fetched)")
         return (Path(self.folder) / self.source.path).resolve()
 
 
@@ -205,13 +205,13 @@ RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 def check_recipes_dir(recipes_dir: Path) -> Path:
     if not recipes_dir.is_dir():
         what = "is not a folder" if recipes_dir.exists() else "does not exist"
-        raise CuwError(f"recipes folder {recipes_dir} {what} (pass --recipes DIR or set $CUW_RECIPES)")
+        raise InputError(f"recipes folder {recipes_dir} {what} (pass --recipes DIR or set $CUW_RECIPES)")
     return recipes_dir
 
 
 def check_recipe_name(key: str) -> str:
     if not RECIPE_NAME.fullmatch(key) or ".." in key:
-        raise CuwError(
+        raise InputError(
             f"recipe name {key!r} is not a folder name (letters, digits, '_', '-', '.'; no '/', no '..'): "
             "give the name of a folder directly under the recipes folder"
         )
@@ -231,7 +231,7 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
     if not path.is_file():
         known = known_recipes(recipes_dir)
         listing = ", ".join(known) if known else "none"
-        raise CuwError(f"unknown recipe {key!r} (in {recipes_dir}); known recipes: {listing}")
+        raise InputError(f"unknown recipe {key!r} (in {recipes_dir}); known recipes: {listing}")
     data = read_yaml(path, "recipe")
     if isinstance(data, dict):
         for reserved in LOADER_ONLY:
@@ -249,33 +249,33 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
 def _validate_source(source: Source, path: Path) -> None:
     kinds = [k for k in ("path", "pypi", "git") if getattr(source, k) is not None]
     if len(kinds) != 1:
-        raise CuwError(f"{path}: source needs exactly one of path, pypi, git (got {', '.join(kinds) or 'none'})")
+        raise InputError(f"{path}: source needs exactly one of path, pypi, git (got {', '.join(kinds) or 'none'})")
     if source.pypi is not None:
         if "==" not in source.pypi:
-            raise CuwError(f"{path}: source.pypi {source.pypi!r} must pin a version: name==version")
+            raise InputError(f"{path}: source.pypi {source.pypi!r} must pin a version: name==version")
         if not (source.sha256 and len(source.sha256) == 64 and all(c in "0123456789abcdef" for c in source.sha256)):
-            raise CuwError(f"{path}: source.pypi needs source.sha256, the sdist's sha256 (64 hex digits)")
+            raise InputError(f"{path}: source.pypi needs source.sha256, the sdist's sha256 (64 hex digits)")
     elif source.sha256 is not None:
-        raise CuwError(f"{path}: source.sha256 goes with source.pypi")
+        raise InputError(f"{path}: source.sha256 goes with source.pypi")
     if source.git is not None and not re.fullmatch(r"(https?|ssh|git|file)://[^\s]+", source.git):
         # git reads "--upload-pack=<command>" and "ext::<command>" as commands to run: only a URL passes.
-        raise CuwError(
+        raise InputError(
             f"{path}: source.git {source.git!r} is not a repository URL (https://, http://, ssh://, git:// or file://)"
         )
     if source.git is not None and (not source.tag or source.tag.startswith("-")):
-        raise CuwError(f"{path}: source.git needs source.tag (a release tag; a branch is refused)")
+        raise InputError(f"{path}: source.git needs source.tag (a release tag; a branch is refused)")
     if source.git is None and (
         source.tag is not None or source.recursive or source.archive_sha256 is not None or source.commit is not None
     ):
-        raise CuwError(f"{path}: source.tag, source.commit, source.recursive and source.archive_sha256 go with source.git")
+        raise InputError(f"{path}: source.tag, source.commit, source.recursive and source.archive_sha256 go with source.git")
     if source.git is not None and not (source.commit and re.fullmatch(r"[0-9a-f]{40}", source.commit)):
-        raise CuwError(
+        raise InputError(
             f"{path}: source.commit {source.commit!r} must be the commit source.tag names (40 lowercase hex "
             f"digits: `git ls-remote {source.git} 'refs/tags/{source.tag}^{{}}'`): every job checks out that commit"
         )
     pin = source.archive_sha256
     if pin is not None and not (len(pin) == 64 and all(c in "0123456789abcdef" for c in pin)):
-        raise CuwError(
+        raise InputError(
             f"{path}: source.archive_sha256 {pin!r} is not a sha256 (64 lowercase hex digits): "
             "write the output of `sha256sum <tarball>`"
         )
@@ -285,36 +285,36 @@ def _validate(recipe: Recipe, path: Path) -> None:
     _validate_source(recipe.source, path)
     subdir = recipe.build_subdir.replace("\\", "/")
     if subdir.startswith("/") or re.match(r"[A-Za-z]:", subdir) or ".." in subdir.split("/"):
-        raise CuwError(f"{path}: build_subdir {recipe.build_subdir!r} leads outside the source: give a folder inside it")
+        raise InputError(f"{path}: build_subdir {recipe.build_subdir!r} leads outside the source: give a folder inside it")
     if recipe.source.path is not None:
         # A job copies this folder into its tree: it must be the recipe's own files or a sibling
         # recipe's (example_torch builds ../example/package), never an arbitrary folder.
         root = path.parent.parent.resolve()
         if Path(recipe.source.path).is_absolute() or not recipe.source_dir.is_relative_to(root):
-            raise CuwError(
+            raise InputError(
                 f"{path}: source.path {recipe.source.path!r} leads outside the recipes folder {root}: give a folder "
                 "relative to the recipe folder (package, or ../<other recipe>/package)"
             )
         if not recipe.source_dir.is_dir():
-            raise CuwError(f"{path}: source.path {recipe.source.path!r} is not a folder ({recipe.source_dir})")
+            raise InputError(f"{path}: source.path {recipe.source.path!r} is not a folder ({recipe.source_dir})")
         if not (recipe.source_dir / recipe.build_subdir).is_dir():
-            raise CuwError(f"{path}: build_subdir {recipe.build_subdir!r} is not a folder under the source")
+            raise InputError(f"{path}: build_subdir {recipe.build_subdir!r} is not a folder under the source")
     if recipe.wheel_python == "abi3" and not recipe.abi3_min_python:
-        raise CuwError(f"{path}: wheel_python: abi3 needs abi3_min_python, the oldest Python the wheel serves ('3.10')")
+        raise InputError(f"{path}: wheel_python: abi3 needs abi3_min_python, the oldest Python the wheel serves ('3.10')")
     if recipe.wheel_python != "abi3" and recipe.abi3_min_python is not None:
-        raise CuwError(f"{path}: abi3_min_python goes with wheel_python: abi3 (this recipe has {recipe.wheel_python})")
+        raise InputError(f"{path}: abi3_min_python goes with wheel_python: abi3 (this recipe has {recipe.wheel_python})")
     if recipe.abi3_min_python is not None and not re.fullmatch(r"3\.\d+", recipe.abi3_min_python):
-        raise CuwError(f"{path}: abi3_min_python {recipe.abi3_min_python!r} is not a Python line like '3.10'")
+        raise InputError(f"{path}: abi3_min_python {recipe.abi3_min_python!r} is not a Python line like '3.10'")
     for key, most in (("max_jobs", 1024), ("nvcc_threads", 256)):
         value = getattr(recipe, key)
         if value is not None and not 1 <= value <= most:
-            raise CuwError(f"{path}: {key} must be from 1 to {most}, got {value}")
+            raise InputError(f"{path}: {key} must be from 1 to {most}, got {value}")
     sharding = recipe.sharding
     check_count(sharding.count, f"{path}: sharding.count")
     _validate_sharding(sharding, path)
     for line in recipe.extra_deps_cuda:
         if not re.fullmatch(r"\d+\.\d+", line):
-            raise CuwError(f"{path}: extra_deps_cuda.{line}: not a CUDA line like '13.0'")
+            raise InputError(f"{path}: extra_deps_cuda.{line}: not a CUDA line like '13.0'")
     for line, archs in recipe.archs.items():
         for arch in archs:
             check_arch(arch, f"{path}: archs.{line}")
@@ -331,32 +331,34 @@ def _validate_sharding(sharding: Sharding, path: Path) -> None:
     has_costs = costs_path(path.parent).is_file()
     record = f"create {costs_path(path.parent)} with `cuw costs {path.parent.name} --from <seat log or .ninja_log>`"
     if sharding.filter == "source" and not globs:
-        raise CuwError(f"{path}: sharding.filter is 'source' but sharding.source.globs names no files to partition")
+        raise InputError(f"{path}: sharding.filter is 'source' but sharding.source.globs names no files to partition")
     if sharding.filter == "seat" and not sharding.source.seat_rest:
-        raise CuwError(f"{path}: sharding.source.seat_rest is only read with filter: source (this recipe uses seat)")
+        raise InputError(f"{path}: sharding.source.seat_rest is only read with filter: source (this recipe uses seat)")
     if sharding.rule == "cost" and not has_costs:
-        raise CuwError(f"{path}: sharding.rule is 'cost' but there is no cost table: {record}")
+        raise InputError(f"{path}: sharding.rule is 'cost' but there is no cost table: {record}")
     if sharding.rule == "sorted" and sharding.filter == "seat" and not has_costs:
-        raise CuwError(
+        raise InputError(
             f"{path}: sharding.rule 'sorted' needs the full set of TUs, which a seat only knows from a cost table: "
             f"use filter: source, or {record}"
         )
     if sharding.source.families and sharding.filter == "seat" and not has_costs:
-        raise CuwError(f"{path}: sharding.source.families needs the full set of TUs (filter: source, or a cost table): {record}")
+        raise InputError(
+            f"{path}: sharding.source.families needs the full set of TUs (filter: source, or a cost table): {record}"
+        )
     if sharding.per_family and sharding.rule == "hash":
-        raise CuwError(f"{path}: sharding.per_family needs rule sorted or cost (the hash rule cannot spread a family)")
+        raise InputError(f"{path}: sharding.per_family needs rule sorted or cost (the hash rule cannot spread a family)")
     if sharding.per_family and not sharding.source.families:
-        raise CuwError(f"{path}: sharding.per_family is set but sharding.source.families names no family")
+        raise InputError(f"{path}: sharding.per_family is set but sharding.source.families names no family")
     for name, family_globs in sharding.source.families.items():
         if not family_globs:
-            raise CuwError(f"{path}: sharding.source.families.{name} names no globs")
+            raise InputError(f"{path}: sharding.source.families.{name} names no globs")
 
 
 def check_arch(arch: str, where: str) -> None:
     base, plus, suffix = arch.partition("+")
     major, _, minor = base.partition(".")
     if not (major.isdigit() and minor[:1].isdigit()) or (plus and suffix != "PTX"):
-        raise CuwError(f"{where}: {arch!r} is not a compute capability like '9.0' or '12.0+PTX'")
+        raise InputError(f"{where}: {arch!r} is not a compute capability like '9.0' or '12.0+PTX'")
 
 
 def _require_readme(recipe: Recipe, path: Path) -> None:
@@ -368,7 +370,7 @@ def _require_readme(recipe: Recipe, path: Path) -> None:
     text = readme.read_text() if readme.is_file() else ""
     unexplained = [key for key in overrides if f"`{key}`" not in text]
     if unexplained:
-        raise CuwError(
+        raise InputError(
             f"{path}: overrides {', '.join(unexplained)} of the farm policy; "
             f"explain each in {readme} (mention it as `{unexplained[0]}`)"
         )
@@ -381,9 +383,9 @@ def recipe_for_wheel(filename: str, recipes_dir: Path) -> str:
     try:
         dist = canonicalize_name(parse_wheel_filename(filename)[0])
     except Exception:
-        raise CuwError(f"{filename} is not a wheel filename") from None
+        raise InputError(f"{filename} is not a wheel filename") from None
     known = known_recipes(recipes_dir)
     matches = [k for k in known if canonicalize_name(load_recipe(k, recipes_dir).name) == dist]
     if not matches:
-        raise CuwError(f"no recipe builds {dist}; pass --recipe (known: {', '.join(known)})")
+        raise InputError(f"no recipe builds {dist}; pass --recipe (known: {', '.join(known)})")
     return matches[0]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from cuw.base.ports import free_port
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.settings import Settings, process_environ
 
 TOOLS = ("ccache", "sccache")
@@ -121,7 +121,7 @@ class Cache:
         env.update(self.env)
         proc = subprocess.run([self.binary(), *args], capture_output=True, text=True, env=env, timeout=600)
         if check and proc.returncode != 0:
-            raise CuwError(f"{self.tool} {' '.join(args)} failed for {self.cache_dir}: {proc.stderr.strip()}")
+            raise ToolError(f"{self.tool} {' '.join(args)} failed for {self.cache_dir}: {proc.stderr.strip()}")
         return proc.stdout
 
     def _read_state(self) -> dict:
@@ -243,7 +243,7 @@ class Sccache(Cache):
         job = self.cache_dir.parent
         port = self._read_state().get("port")
         if port is None:
-            raise CuwError(f"sccache for {self.cache_dir} was not prepared (no server port)")
+            raise ToolError(f"sccache for {self.cache_dir} was not prepared (no server port)")
         return {
             "SCCACHE_DIR": str(self.cache_dir),
             # The cell's shared tree and this job's own folder: the shadow CUDA_HOME and the extra deps
@@ -309,7 +309,7 @@ def tool_class(name: str) -> type[Cache]:
     for cls in (Ccache, Sccache):
         if cls.tool == name:
             return cls
-    raise CuwError(f"unknown cache tool {name!r}; known: {', '.join(TOOLS)}")
+    raise InputError(f"unknown cache tool {name!r}; known: {', '.join(TOOLS)}")
 
 
 def open_cache(
@@ -319,7 +319,7 @@ def open_cache(
     ``$CUW_SCCACHE``; this process's environment's when None), else the pinned one."""
     cls = tool_class(name)
     if remote and cls is not Ccache:
-        raise CuwError(f"a remote cache ({remote}) is supported with ccache, not {name}")
+        raise InputError(f"a remote cache ({remote}) is supported with ccache, not {name}")
     return cls(cache_dir, base_dir, remote, (settings or Settings.from_env()).cache_binaries.get(name))
 
 
@@ -328,7 +328,7 @@ def _binary(tool: str, pinned: str, package: str, override: Optional[str]) -> st
     """The pinned tool: ``override`` (the run's ``$CUW_<TOOL>``), the one beside this Python, or PATH's."""
     if override and not (os.path.isfile(override) and os.access(override, os.X_OK)):
         # A named tool is never replaced by another one found elsewhere.
-        raise CuwError(
+        raise InputError(
             f"CUW_{tool.upper()}={override}: no executable file there; point it at {tool} {pinned}, "
             f"or unset it to use the pinned {package} wheel"
         )
@@ -337,12 +337,12 @@ def _binary(tool: str, pinned: str, package: str, override: Optional[str]) -> st
         if candidate and os.access(candidate, os.X_OK):
             found = _version(candidate)
             if found != pinned:
-                raise CuwError(
+                raise ToolError(
                     f"{candidate} is {tool} {found}; the forge pins {pinned} so shards and link agree "
                     f"(pip install {package}=={pinned}, or set CUW_{tool.upper()})"
                 )
             return candidate
-    raise CuwError(f"{tool} not found: pip install {package}=={pinned} (or set CUW_{tool.upper()})")
+    raise ToolError(f"{tool} not found: pip install {package}=={pinned} (or set CUW_{tool.upper()})")
 
 
 VERSION_TIMEOUT_S = 20.0
@@ -364,9 +364,9 @@ def _version(path: str) -> str:
             stdin=subprocess.DEVNULL,
         ).stdout
     except subprocess.TimeoutExpired:
-        raise CuwError(f"{path} --version did not answer in {VERSION_TIMEOUT_S:.0f} s: not a working compiler cache") from None
+        raise ToolError(f"{path} --version did not answer in {VERSION_TIMEOUT_S:.0f} s: not a working compiler cache") from None
     except OSError as exc:
-        raise CuwError(f"{path} --version cannot run ({exc.strerror or exc})") from None
+        raise ToolError(f"{path} --version cannot run ({exc.strerror or exc})") from None
     first = out.splitlines()[0] if out else ""
     return first.rsplit(" ", 1)[-1] if first.split(" ")[0] in ("ccache", "sccache") else "unknown"
 
@@ -391,7 +391,7 @@ def check_remote(url: str, timeout: float = REMOTE_TIMEOUT_S) -> None:
     if parsed.scheme == "file":
         folder = Path(parsed.path)
         if not folder.is_dir():
-            raise CuwError(f"remote cache {url}: {folder} is not a folder")
+            raise InputError(f"remote cache {url}: {folder} is not a folder")
         return
     if parsed.scheme in ("redis", "http", "https"):
         port = parsed.port or {"redis": 6379, "http": 80, "https": 443}[parsed.scheme]
@@ -406,4 +406,4 @@ def check_remote(url: str, timeout: float = REMOTE_TIMEOUT_S) -> None:
         except OSError as exc:
             raise CuwError(f"remote cache {url} is unreachable ({exc}); no build was started") from None
         return
-    raise CuwError(f"remote cache {url}: unsupported scheme {parsed.scheme!r} (use redis://, http(s):// or file:)")
+    raise InputError(f"remote cache {url}: unsupported scheme {parsed.scheme!r} (use redis://, http(s):// or file:)")

@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError, ToolError
 from cuw.base.settings import Settings, ToolkitHomes
 
 DEFAULT_CUDA_HOME = "/usr/local/cuda-13.0"
@@ -52,12 +52,12 @@ def _version_of(nvcc: str) -> str:
             [nvcc, "--version"], capture_output=True, text=True, errors="replace", timeout=60, stdin=subprocess.DEVNULL
         ).stdout
     except subprocess.TimeoutExpired:
-        raise CuwError(f"{nvcc} --version did not answer in 60 s: not a working CUDA toolkit") from None
+        raise ToolError(f"{nvcc} --version did not answer in 60 s: not a working CUDA toolkit") from None
     except OSError as exc:
-        raise CuwError(f"cannot run {nvcc}: {exc}") from None
+        raise ToolError(f"cannot run {nvcc}: {exc}") from None
     match = re.search(r"release (\d+\.\d+)", out)
     if not match:
-        raise CuwError(f"{nvcc} --version printed no 'release X.Y' line")
+        raise ToolError(f"{nvcc} --version printed no 'release X.Y' line")
     return match.group(1)
 
 
@@ -75,7 +75,7 @@ def find_toolkit(platform: Optional[str] = None, homes: Optional[ToolkitHomes] =
     for var, named in homes.named():
         # A toolkit the user named is the one they meant: no silent fallback to another nvcc.
         if named and not _is_shadow(Path(named)) and not (Path(named) / "bin" / nvcc).is_file():
-            raise CuwError(
+            raise InputError(
                 f"{var}={named} has no bin/{nvcc}: point it at a CUDA toolkit (the folder holding bin/{nvcc}), "
                 f"or unset it to use nvcc on PATH or {DEFAULT_CUDA_HOME_WINDOWS if windows else DEFAULT_CUDA_HOME}"
             )
@@ -91,7 +91,7 @@ def find_toolkit(platform: Optional[str] = None, homes: Optional[ToolkitHomes] =
             home_path = Path(home).resolve()
             return Toolkit(home_path, _version_of(str(home_path / "bin" / nvcc)), windows)
     where = "bin\\nvcc.exe" if windows else "bin/nvcc"
-    raise CuwError(f"no CUDA toolkit found: set CUDA_HOME (or CUW_CUDA_HOME) to a folder with {where}")
+    raise ToolError(f"no CUDA toolkit found: set CUDA_HOME (or CUW_CUDA_HOME) to a folder with {where}")
 
 
 def _home_of_nvcc(nvcc: Path) -> str:
@@ -175,7 +175,7 @@ def find_cuobjdump(toolkit: Toolkit, override: Optional[str] = None) -> Path:
     ``nvidia-cuda-cuobjdump`` wheel ships (a newer cuobjdump reads older binaries)."""
     if override:
         if not Path(override).is_file():
-            raise CuwError(f"CUW_CUOBJDUMP={override} is not a file")
+            raise InputError(f"CUW_CUOBJDUMP={override} is not a file")
         return Path(override)
     own = toolkit.tool("cuobjdump")
     if own.exists():
@@ -188,4 +188,4 @@ def find_cuobjdump(toolkit: Toolkit, override: Optional[str] = None) -> Path:
                 return found
     except ImportError:
         pass
-    raise CuwError(f"cuobjdump not found in {toolkit.home}/bin nor in the nvidia-cuda-cuobjdump wheel")
+    raise ToolError(f"cuobjdump not found in {toolkit.home}/bin nor in the nvidia-cuda-cuobjdump wheel")

@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelError, WheelFile
 
 from cuw.config.cell import Cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, ToolError
 from cuw.base.files import write_text
 from cuw.base.settings import process_environ
 from cuw.base.versions import version_key
@@ -139,8 +139,8 @@ TORCH_DLLS = (
 )
 
 
-class GateCannotRun(CuwError):
-    exit_code = 2
+class GateCannotRun(ToolError):
+    """The verify gate cannot run here (no cuobjdump, a Windows wheel's import check elsewhere): exit 2."""
 
 
 @dataclass
