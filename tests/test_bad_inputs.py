@@ -4,9 +4,9 @@ Every row runs ``python -m cuw`` (or an invoke task / nox session calling it) as
 subprocess in a scratch world and asserts
 
 * the exit code (2 bad input, 1 a gate refused the result);
-* stderr: exactly one line ``cuw: error: ...`` (argparse errors: the usage lines
-  before it), naming what the row expects; invoke and nox add their own framing,
-  so for them: no traceback and a non-zero exit;
+* stderr: exactly one line ``cuw: error: ...`` (argparse's errors too: no usage
+  block), naming what the row expects; through nox and invoke, which add their own
+  framing lines: the same exit code, one ``cuw: error:`` line and no usage block;
 * no ``Traceback`` and no ``internal error`` anywhere, and no crash log written;
 * nothing in the world changed outside the folders the row legitimately writes
   (a snapshot of path, size, mtime and mode before and after).
@@ -40,8 +40,9 @@ class Case:
     """A substring of the error line: the file, option or value it must name."""
     code: int = 2
     kind: str = "error"
-    """error: one ``cuw: error:`` line; usage: argparse's usage lines then one error line;
-    gate: exit 1 without an error line; wrapper: an invoke task or nox session (own framing)."""
+    """error: one ``cuw: error:`` line; gate: exit 1 without an error line; wrapper: an invoke task
+    or nox session (its own framing lines around the verb's one error line); refused: the wrapper's
+    own grammar refuses the line before the verb runs (one line of its own)."""
     writes: tuple[str, ...] = ()
     """World paths the row may create or change (relative to the world)."""
 
@@ -385,16 +386,16 @@ CASES: list[Case] = [
     C("count/spec-negative-count", "shard", "example", "1/-4", *R, *OUT, expect="'1/-4'"),
     C("count/spec-empty", "shard", "example", "", *R, *OUT, expect="''"),
     C("count/spec-unicode-digits", "shard", "example", "\u0661/\u0662", *R, *OUT, expect="not I/N"),
-    C("count/spec-negative-index", "shard", "example", "-4/4", *R, *OUT, kind="usage"),
+    C("count/spec-negative-index", "shard", "example", "-4/4", *R, *OUT),
     C("count/build-shards-0", "build", "example", "--shards", "0", *R, *OUTD, expect="--shards 0"),
     C("count/build-shards-neg", "build", "example", "--shards", "-4", *R, *OUTD, expect="--shards -4"),
     C("count/build-shards-256", "build", "example", "--shards", "256", *R, *OUTD, expect="--shards 256"),
     C("count/build-shards-20-digits", "build", "example", "--shards", "99999999999999999999", *R, *OUTD, expect="--shards"),
-    C("count/build-shards-abc", "build", "example", "--shards", "abc", *R, *OUTD, kind="usage", expect="--shards"),
+    C("count/build-shards-abc", "build", "example", "--shards", "abc", *R, *OUTD, expect="--shards"),
     C("count/plan-shards-0", "plan", "example", "--shards", "0", *R, expect="--shards 0"),
     C("count/plan-shards-neg", "plan", "example", "--shards", "-4", *R, expect="--shards -4"),
     C("count/plan-shards-256", "plan", "example", "--shards", "256", *R, expect="--shards 256"),
-    C("count/plan-shards-abc", "plan", "example", "--shards", "abc", *R, kind="usage", expect="--shards"),
+    C("count/plan-shards-abc", "plan", "example", "--shards", "abc", *R, expect="--shards"),
     C("count/plan-check-neg", "plan", "example", "--check", "-4", *R, expect="--check -4"),
     C("count/plan-check-huge", "plan", "example", "--check", "100000", *R, expect="--check 100000"),
     C("count/plan-range-zero", "plan", "example", "--range", "0..4", *R, expect="--range"),
@@ -411,7 +412,7 @@ CASES: list[Case] = [
     C("deadline/nan", "shard", "example", "1/2", "--deadline", "+nan", *R, *OUT, expect="--deadline '+nan'"),
     C("resume/missing", "shard", "example", "1/2", "--resume", "{W}/nowhere.tar", *R, *OUT, expect="no such archive"),
     C("count/jobs-huge", "link", "example", "--jobs", "100000", *R, *OUTD, expect="--jobs"),
-    C("count/jobs-abc", "build", "example", "--jobs", "abc", *R, *OUTD, kind="usage", expect="--jobs"),
+    C("count/jobs-abc", "build", "example", "--jobs", "abc", *R, *OUTD, expect="--jobs"),
     C("count/recipe-count-0", "show", "count0", *B, expect="sharding.count 0"),
     C("count/recipe-count-huge", "show", "counthuge", *B, expect="sharding.count"),
     C("count/recipe-count-str", "show", "countstr", *B, expect="sharding.count"),
@@ -456,7 +457,7 @@ CASES: list[Case] = [
     ),
     C("option/show-bad-cell", "show", "example", "--cell", "garbage", *R, expect="--cell 'garbage'"),
     C("option/show-cell-off-grid", "show", "example", "--cell", "linux/2.7/13.0", *R, expect="2.7"),
-    C("option/cache-tool", "shard", "example", "1/2", "--cache-tool", "distcc", *R, *OUT, kind="usage", expect="--cache-tool"),
+    C("option/cache-tool", "shard", "example", "1/2", "--cache-tool", "distcc", *R, *OUT, expect="--cache-tool"),
     C("option/cache-remote-scheme", "shard", "example", "1/2", "--cache-remote", "ftp://x", *R, *OUT, expect="ftp://x"),
     C(
         "option/cache-remote-port",
@@ -470,10 +471,21 @@ CASES: list[Case] = [
     ),
     C("option/cache-remote-no-host", "build", "example", "--cache-remote", "redis://", *R, *OUTD, expect="no host"),
     C("option/plan-from-log-source-filter", "plan", "natten", "--from-log", "{W}/seat_ok.jsonl", *R, expect="--from-log"),
-    C("option/unknown-verb", "compile", "example", kind="usage", expect="invalid choice"),
-    C("option/unknown-flag", "matrix", "--frobnicate", *R, kind="usage", expect="--frobnicate"),
-    C("option/missing-arg", "shard", "example", kind="usage", expect="required"),
-    C("option/no-verb", kind="usage", expect="required"),
+    C("option/unknown-verb", "compile", "example", expect="invalid choice"),
+    C("option/unknown-flag", "matrix", "--frobnicate", *R, expect="--frobnicate"),
+    C("option/missing-arg", "shard", "example", expect="required"),
+    C("option/no-verb", expect="required: verb; `cuw --help` lists the verbs"),
+    C(
+        "option/bad-choice-format",
+        "audit",
+        "--index",
+        "{W}/afolder",
+        "--format",
+        "pdf",
+        *R,
+        expect="--format: invalid choice: 'pdf'",
+    ),
+    C("option/missing-value", "plan", "example", "--shards", *R, expect="--shards: expected one argument"),
     # -- outputs ---------------------------------------------------------------------------
     C("output/matrix-missing-folder", "matrix", "--output", "{W}/nodir/m.json", *R, expect="nodir"),
     C("output/matrix-onto-folder", "matrix", "--output", "{W}/afolder", *R, expect="is a folder"),
@@ -658,12 +670,46 @@ CASES: list[Case] = [
     C("farm/publish-unrecorded", "publish", "{W}/wheels", "{W}/notindex", code=1, kind="gate", expect="no build record"),
     C("farm/workflow-outside-repo", "workflow", "example", *R, expect="build.yml"),
     # -- the wrappers: invoke tasks and nox sessions -------------------------------------------
-    C("wrapper/invoke-plan-shards-abc", "@invoke", "plan", "example", "--shards", "abc", kind="wrapper"),
+    # invoke's own grammar takes plan's optional recipe as no positional: invoke refuses it, in its one line
+    C("wrapper/invoke-plan-shards-abc", "@invoke", "plan", "example", "--shards", "abc", code=1, kind="refused"),
     C("wrapper/invoke-shard-abc", "@invoke", "shard", "example", "abc", kind="wrapper"),
     C("wrapper/invoke-build-shards-abc", "@invoke", "build", "--recipe", "example", "--shards", "abc", kind="wrapper"),
     C("wrapper/nox-plan-shards-abc", "@nox", "plan", "--", "example", "--shards", "abc", *R, kind="wrapper"),
     C("wrapper/nox-shard-spec", "@nox", "shard", "--", "example", "0/4", *R, *OUT, kind="wrapper"),
     C("wrapper/nox-matrix-empty-cuda", "@nox", "matrix", "--", "--cuda", "", *R, kind="wrapper"),
+    # argparse's own errors through every front end: one line, exit 2, no usage block
+    C("frontend/cuw-bad-choice", "@cuw", "shard", "example", "1/2", "--cache-tool", "nosuch", *R, *OUT, expect="--cache-tool"),
+    C("frontend/cuw-unknown-option", "@cuw", "matrix", "--frobnicate", *R, expect="matrix: unrecognized arguments: --frobnicate"),
+    C("frontend/cuw-missing-positional", "@cuw", "shard", "example", *R, expect="shard: the following arguments are required"),
+    C("frontend/cuw-bad-verb", "@cuw", "compile", expect="invalid choice: 'compile'"),
+    C(
+        "frontend/nox-bad-choice",
+        "@nox",
+        "shard",
+        "--",
+        "example",
+        "1/2",
+        "--cache-tool",
+        "nosuch",
+        *R,
+        *OUT,
+        kind="wrapper",
+        expect="--cache-tool: invalid choice",
+    ),
+    C("frontend/nox-unknown-option", "@nox", "matrix", "--", "--frobnicate", *R, kind="wrapper", expect="--frobnicate"),
+    C("frontend/nox-missing-positional", "@nox", "shard", "--", "example", *R, kind="wrapper", expect="required: shard"),
+    C(
+        "frontend/invoke-bad-choice",
+        "@invoke",
+        "shard",
+        "example",
+        "1/2",
+        "--cache-tool",
+        "nosuch",
+        kind="wrapper",
+        expect="--cache-tool: invalid choice",
+    ),
+    C("frontend/invoke-bad-int", "@invoke", "build", "--recipe", "example", "--jobs", "many", kind="wrapper", expect="--jobs"),
 ]
 
 
@@ -822,6 +868,8 @@ def _command(case: Case, world: Path) -> list[str]:
     argv = [a.replace("{W}", str(world)) for a in case.argv]
     if argv[:1] == ["@invoke"]:
         return [sys.executable, "-m", "invoke", "--search-root", str(REPO), *argv[1:]]
+    if argv[:1] == ["@cuw"]:  # the console script pip installs
+        return [str(Path(sys.executable).with_name("cuw")), *argv[1:]]
     if argv[:1] == ["@nox"]:
         return [sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "-s", *argv[1:]]
     return [sys.executable, "-m", "cuw", *argv]
@@ -844,18 +892,18 @@ def test_bad_input(case: Case, world: Path, tmp_path: Path) -> None:
     assert "Traceback" not in both, shown
     assert "internal error" not in both, shown
     assert not list(logs.iterdir()), shown
-    if case.kind == "wrapper":
-        assert proc.returncode != 0, shown
-    else:
-        assert proc.returncode == case.code, shown
-        lines = proc.stderr.splitlines()
-        errors = [line for line in lines if line.startswith("cuw: error:")]
-        if case.kind == "error":
-            assert len(lines) == 1 and len(errors) == 1, shown
-        elif case.kind == "usage":
-            assert lines[0].startswith("usage:") and len(errors) == 1 and lines[-1] == errors[0], shown
-        else:  # a gate refused: no error line, the verdict says why
-            assert not errors, shown
-        if case.expect:
-            assert case.expect in (errors[0] if errors else both), shown
+    assert proc.returncode == case.code, shown
+    lines = proc.stderr.splitlines()
+    errors = [line for line in lines if line.startswith("cuw: error:")]
+    assert not [line for line in both.splitlines() if line.lstrip().startswith("usage:")], shown
+    if case.kind == "error":
+        assert len(lines) == 1 and len(errors) == 1, shown
+    elif case.kind == "wrapper":  # nox's and invoke's own lines around the verb's one
+        assert len(errors) == 1, shown
+    elif case.kind == "refused":
+        assert len(lines) == 1 and not errors, shown
+    else:  # a gate refused: no error line, the verdict says why
+        assert not errors, shown
+    if case.expect:
+        assert case.expect in (errors[0] if errors else both), shown
     assert not _changes(before, after, case.writes), "\n".join(_changes(before, after, case.writes)) + "\n" + shown

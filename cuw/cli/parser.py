@@ -7,12 +7,11 @@ The one definition of the verbs: the nox sessions and invoke tasks are made from
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.config.paths import Paths
 from cuw.toolchain.cache import TOOLS
 
@@ -34,9 +33,25 @@ def _git_mirror(p: argparse.ArgumentParser) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        raise CuwError(message)
+    """argparse whose errors are the forge's one line and exit 2 (a bad choice, an unknown option,
+    a missing argument), not its usage block: the line names the verb and where its options are."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _usage_error(self.prog, message)
+
+
+def _usage_error(prog: str, message: str) -> InputError:
+    verb = prog.removeprefix("cuw").strip()
+    return InputError(f"{verb + ': ' if verb else ''}{message}; `{prog} --help` lists {'its options' if verb else 'the verbs'}")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed; an option the verb does not take is named with the verb (argparse names the
+    top-level parser, which knows no options)."""
+    args, extras = parser().parse_known_args(argv)
+    if extras:
+        raise _usage_error(f"cuw {args.verb}", f"unrecognized arguments: {' '.join(extras)}")
+    return args
 
 
 def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from cuw.base.errors import CuwError
 from cuw.base.files import check_destination, writable_dir, write_text
 from cuw.base.settings import MIRROR_VAR, Settings
-from cuw.cli.parser import parser
+from cuw.cli.parser import parse
 from cuw.config.grid import cell_archs
 from cuw.config.limits import check_count
 from cuw.config.paths import Paths
@@ -434,7 +434,7 @@ def _git_mirror(args: argparse.Namespace, settings: Settings) -> Settings:
 def run(argv: list[str], settings: Optional[Settings] = None) -> int:
     """Parses ``argv`` and runs its verb with ``settings`` (the environment's, read once by
     :func:`cuw.cli.main.main`; read here when called without them); returns the exit code."""
-    args = parser().parse_args(argv)
+    args = parse(argv)
     settings = settings or Settings.from_env()
     if hasattr(args, "git_mirror"):
         settings = _git_mirror(args, settings)
