@@ -296,5 +296,21 @@ def test_a_malformed_manifest_is_a_refusal_naming_the_field(tmp_path, edit, mess
         archive.read_manifest(_archive_with_manifest(tmp_path / f"list{archive.SUFFIX}", [1, 2]))
 
 
+def test_a_manifest_or_report_nested_deeper_than_the_parser_goes_is_a_refusal(tmp_path):
+    """A tampered archive whose manifest, or whose shard report, is JSON nested 100,000 deep: one
+    line naming the file, not an internal error."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    bad = tmp_path / f"deep{archive.SUFFIX}"
+    with tarfile.open(bad, "w") as tar:
+        info = tarfile.TarInfo(archive.MANIFEST)
+        info.size = len(deep)
+        tar.addfile(info, io.BytesIO(deep))
+    with pytest.raises(CuwError, match=f"{bad}: corrupted or truncated archive"):
+        archive.read_manifest(bad)
+    archive.report_path(bad).write_bytes(deep)
+    with pytest.raises(CuwError, match="unreadable shard report"):
+        archive.check_digest(bad)
+
+
 def test_the_manifest_schema_covers_every_field():
     assert set(archive._FIELDS) == set(archive.Manifest.__dataclass_fields__)

@@ -300,7 +300,7 @@ class Progress:
     def feed(self, line: str) -> None:
         try:
             ev: dict[str, Any] = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             if line.strip():
                 print(f"act: {line.rstrip()}", file=self.out, flush=True)
             return

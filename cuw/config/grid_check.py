@@ -53,7 +53,7 @@ def wheel_names(index: str, project: str = "torch") -> list[str]:
         try:
             files = json.loads(body)["files"]
             return [f["filename"] for f in files if str(f.get("filename", "")).endswith(".whl")]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise CuwError(f"torch index {url}: not a PEP 691 project page") from None
     parser = _Anchors()
     parser.feed(body.decode("utf-8", "replace"))

@@ -182,7 +182,7 @@ def check_digest(path: Path) -> None:
             f"{path}: its shard's report {recorded_in.name} is missing, so the archive cannot be checked "
             "against the digest its shard recorded: hand over the shard's archive and report together"
         ) from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise CuwError(f"{recorded_in}: unreadable shard report ({exc}); run that shard again") from None
     recorded = body.get("archive_sha256") if isinstance(body, dict) else None
     shard = body.get("shard") if isinstance(body, dict) else None
@@ -334,7 +334,8 @@ def _open(path: Path) -> tarfile.TarFile:
     return tarfile.TarFile(path, "r", copybufsize=COPY_BUFSIZE)  # TarFile, not open(): no compression is ever guessed
 
 
-_CORRUPT = (tarfile.TarError, EOFError, OSError, ValueError, json.JSONDecodeError, AssertionError)
+# RecursionError: JSON nested deeper than the parser goes (a tampered manifest or report).
+_CORRUPT = (tarfile.TarError, EOFError, OSError, ValueError, json.JSONDecodeError, AssertionError, RecursionError)
 
 
 def read_manifest(path: Path) -> Manifest:

@@ -96,7 +96,7 @@ def image_id(engine: Engine, ref: str) -> Optional[str]:
         return None
     try:
         found = json.loads(out.stdout.strip())
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return found if isinstance(found, str) and found.startswith("sha256:") else None
 

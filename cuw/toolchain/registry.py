@@ -132,7 +132,7 @@ def _repo_digests(engine: Engine, ref: str) -> list[str]:
     )
     try:
         found = json.loads(out.stdout.strip() or "null") if out.returncode == 0 else None
-    except ValueError:
+    except (ValueError, RecursionError):
         found = None
     return [d for d in found or [] if isinstance(d, str)]
 
