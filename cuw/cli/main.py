@@ -44,18 +44,21 @@ class _NamedOutput:
 
     def __init__(self, stream: Optional[TextIO]) -> None:
         self._stream = stream
+        self.failed: Optional[OutputError] = None
+        """The first write that failed, kept: argparse swallows an OSError while printing --help."""
 
     def _open(self) -> TextIO:
         if self._stream is None:
-            raise OutputError("standard output is closed; the result had nowhere to go")
+            self.failed = self.failed or OutputError("standard output is closed; the result had nowhere to go")
+            raise self.failed
         return self._stream
 
-    @staticmethod
-    def _named(call: Callable[..., _T], *args: Any) -> _T:
+    def _named(self, call: Callable[..., _T], *args: Any) -> _T:
         try:
             return call(*args)
         except OSError as exc:
-            raise OutputError(f"cannot write to standard output ({exc.strerror or exc})") from None
+            self.failed = self.failed or OutputError(f"cannot write to standard output ({exc.strerror or exc})")
+            raise self.failed from None
 
     def write(self, text: str) -> int:
         return self._named(self._open().write, text)
@@ -94,8 +97,16 @@ def _run_once(argv: Optional[list[str]]) -> int:
         # better part of the start-up, and a CI cancel in it must still end in one line and 143.
         from cuw.cli.verbs import run
 
-        code = run(sys.argv[1:] if argv is None else argv, settings)
+        try:
+            code = run(sys.argv[1:] if argv is None else argv, settings)
+        except SystemExit as exc:  # --help: argparse printed it and exits 0, even when it went nowhere
+            if exc.code not in (0, None):
+                raise
+            code = 0
         sys.stdout.flush()  # a full or broken stdout must not pass for a written result
+        failed = getattr(sys.stdout, "failed", None)
+        if failed is not None:
+            raise failed
         return code
     except CuwError as exc:
         print(f"cuw: error: {_one_line(str(exc))}", file=sys.stderr)
