@@ -579,6 +579,25 @@ def test_a_junk_sample_interval_is_refused_before_the_job_folder_is_made(verb, v
     assert _files(work) == []
 
 
+@pytest.mark.parametrize("verb", [("shard", "example", "1/2"), ("link", "example")])
+@pytest.mark.parametrize("where", ["folder", "missing"])
+def test_a_named_cache_tool_that_is_not_there_is_refused_before_the_job_folder_is_made(
+    verb, where, tmp_path, monkeypatch, capsys
+):
+    """CUW_CCACHE naming a folder or nothing: one line, and no seat, probe file or lock left in --work
+    (the tool was checked only when the job prepared its cache, after it had made its folder)."""
+    named = tmp_path / "tools" if where == "folder" else tmp_path / "no-ccache"
+    if where == "folder":
+        named.mkdir()
+    monkeypatch.setenv("CUW_CCACHE", str(named))
+    work = tmp_path / "work"
+    folders = ("--work", str(work), "--artifacts", str(tmp_path / "artifacts"), "--dist", str(tmp_path / "dist"))
+    code, err = _cuw(capsys, *verb, "--recipes", str(REPO / "recipes"), *folders[: 4 if verb[0] == "shard" else 6])
+    assert code == 2, err
+    _one_error(err, f"CUW_CCACHE={named}", "no executable file there")
+    assert _files(work) == []
+
+
 @pytest.mark.parametrize("spoil", ["folder", "no-parent"])
 def test_the_reference_generator_names_a_page_it_cannot_write_in_one_line(spoil, tmp_path, monkeypatch, capsys):
     """``python -m cuw.cli.reference`` where docs/cli.md is a folder, or docs/ is gone: one error line, exit 2, nothing torn."""

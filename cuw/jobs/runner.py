@@ -28,7 +28,7 @@ from cuw.jobs import resources
 from cuw.jobs.context import Progress, alone, cell_archs_in_grid, check_floor, resolve_cache
 from cuw.jobs.process import build
 from cuw.jobs.workspace import Workspace
-from cuw.toolchain.cache import Cache, Stats, check_remote
+from cuw.toolchain.cache import Cache, Stats, binary_for, check_remote
 from cuw.toolchain.toolkit import Toolkit, find_toolkit
 
 
@@ -82,6 +82,7 @@ def run(job: J, steps: Steps[J]) -> J:
     job.toolkit = find_toolkit(homes=job.settings.homes)
     job.cell = local_cell(job.recipe, job.toolkit)
     interval = resources.sample_interval(job.settings.sample_s)  # refused before the job folder is made
+    binary_for(resolve_cache(job.recipe, job.cell, job.cache, job.settings).tool, job.settings)  # so is a missing tool
     with alone(job.recipe, job.cell, job.paths, job.folder, job.what, job.cache, job.settings):
         # From the job's start to its report: preparing (a source copy, deps, N archives) fills disks too.
         with resources.Sampler(job.paths.cell_work(job.cell) / job.folder, interval) as job.sampler:

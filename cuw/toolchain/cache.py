@@ -323,6 +323,13 @@ def open_cache(
     return cls(cache_dir, base_dir, remote, (settings or Settings.from_env()).cache_binaries.get(name))
 
 
+def binary_for(name: str, settings: Settings) -> str:
+    """The binary a job of cache tool ``name`` runs, checked (a named one exists, the pinned version):
+    asked before a job makes its folder, so a refusal leaves nothing behind."""
+    cls = tool_class(name)
+    return _binary(cls.tool, cls.pinned, cls.package, settings.cache_binaries.get(name))
+
+
 @lru_cache(maxsize=None)
 def _binary(tool: str, pinned: str, package: str, override: Optional[str]) -> str:
     """The pinned tool: ``override`` (the run's ``$CUW_<TOOL>``), the one beside this Python, or PATH's."""
