@@ -195,7 +195,7 @@ def _link_job(recipes: Path, tmp_path: Path, project: dict[str, str]) -> tuple[W
     recipe = load_recipe("project", recipes)
     ws = Workspace(tmp_path / "link", tmp_path / "link")
     job_cache = prepare(ws, recipe, find_toolkit(), None, "ccache")
-    env = build_env(recipe, ws.cuda_home, ws.build, 2, None, archs=["9.0"])
+    env = build_env(recipe, ws.cuda_home, ws.build, 2, None, base=dict(os.environ), archs=["9.0"])
     return ws, job_cache, env
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -229,7 +230,7 @@ def test_causal_conv1d_patch_compiles_for_the_cells_archs(tmp_path):
     shutil.copytree(source, pristine, symlinks=True)
     apply(recipe, _context(recipe, source))
     toolkit = find_toolkit()
-    env = build_env(recipe, toolkit.home, tmp_path / "build", 2, None, archs=["8.0", "9.0+PTX"])
+    env = build_env(recipe, toolkit.home, tmp_path / "build", 2, None, base=dict(os.environ), archs=["8.0", "9.0+PTX"])
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
 
     upstream = _gencodes(_setup_py_nvcc_flags(pristine, env)["nvcc"])
