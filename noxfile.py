@@ -43,6 +43,14 @@ for _verb in verb_specs():
 
 
 @nox.session
+def long(session: nox.Session) -> None:
+    """The longest real builds of the examples (pytest -m long), kept out of nox -s tests to hold it near a quarter
+    of an hour; CI runs them after it (.ci/run). A worker per core, whole files per worker, like nox -s tests."""
+    args = session.posargs or ["-q", "-n", "auto", "--dist", "loadfile", "--durations=10"]
+    session.run(sys.executable, "-m", "pytest", "-rfEs", "-m", "long", *args)
+
+
+@nox.session
 def farm(session: nox.Session) -> None:
     """The farm tier: the real workflow under act, publish, pip install from the index (pytest -m farm)."""
     session.run(sys.executable, "-m", "pytest", "-m", "farm", "-v", "-s", "tests/test_farm.py", *session.posargs)

@@ -346,6 +346,7 @@ def _frontend_build(driver: Path, command: list[str], out: Path) -> subprocess.C
     )
 
 
+@pytest.mark.long
 def test_driver_build_runs_the_forge_jobs_and_their_gates(tmp_path, recipes_dir, paths):
     """What cibuildwheel runs in the container, run here: a shard (its receipt wheel,
     its archive) and the link (the finished, verified wheel), each through its gate."""

@@ -37,6 +37,8 @@ from cuw.partition.rules import ShardSpec
 from cuw.seat import runtime, seat_log
 from cuw.toolchain.toolkit import find_toolkit
 
+pytestmark = pytest.mark.long  # three real parts and a link: the long tier (nox -s long), which CI runs
+
 SPEC = ShardSpec(1, 3)
 
 

@@ -93,6 +93,7 @@ exit 1
 """
 
 
+@pytest.mark.long
 def test_each_cells_row_is_its_real_builds_outcome_and_its_lines_toolkit_reaches_it(recipes_dir, tmp_path, monkeypatch):
     """run_matrix over four cells, each a real child process: the example really built (one shard,
     the forge's own Python and this machine's toolkit), a cell whose line's toolkit is not one (the
@@ -230,6 +231,7 @@ def test_the_environment_key_follows_its_inputs(monkeypatch):
     assert base.key() not in keys, "a changed forge makes a new environment"
 
 
+@pytest.mark.long
 def test_a_cells_environment_is_made_once_with_its_python_and_reused(tmp_path):
     """A real venv from another Python than the forge's (pyenv's 3.12 here), the forge installed in it."""
     other = next((m for m in ("3.12", "3.10", "3.13") if m != f"{sys.version_info.major}.{sys.version_info.minor}"), None)

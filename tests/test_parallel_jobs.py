@@ -105,6 +105,7 @@ def test_the_plan_prints_each_shards_cpu_seconds_peak_and_jobs(recipes_dir, caps
         assert "peak GB" in out and cells in out and "3 compiles could peak at 14.6 GB" in out
 
 
+@pytest.mark.long
 @pytest.mark.needs("cmake")
 def test_a_shard_whose_table_allows_one_compile_at_a_time_builds_with_one(recipes_dir, paths):
     """13 GB per TU in a 16 GB runner with 2 GB headroom: one compile at a time, whatever --jobs

@@ -116,6 +116,7 @@ def _environment(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.long
 @pytest.mark.needs("nvcc", "cmake")
 def test_the_add_a_recipe_walkthrough_runs_command_by_command(tmp_path):
     env = _environment(tmp_path)
