@@ -332,6 +332,23 @@ def test_seat_log_costs_count_host_tus_and_sum_a_key_built_twice(tmp_path):
     assert from_seat_log(log) == {"csrc/scatter.cpp": 200.0, "csrc/cuda/scatter_cuda.cu": 300.0}
 
 
+def test_a_tu_deferred_past_the_deadline_costs_nothing_in_a_seat_log_or_its_ninja_log(tmp_path):
+    """A part stopped by its deadline stubs the TUs it did not start (``deferred``): the stub's
+    moment in the seat log and in ``.ninja_log`` is no compile's cost; the continuation records it."""
+    from cuw.partition.costs import _replayed_or_stubbed, from_seat_log
+
+    entries = [
+        {"action": "compiled", "key": "csrc/a.cu", "outcome": "miss", "rc": 0, "seconds": 300.0, "cpu_s": 290.0, "peak_mb": 900},
+        {"action": "deferred", "kind": "host", "key": "csrc/b.cpp", "owner": 1, "output": "b.o"},
+        {"action": "deferred", "key": "csrc/c.cu", "owner": 1, "output": "c.o"},
+        {"action": "stubbed", "key": "csrc/d.cu", "owner": 2, "output": "d.o"},
+    ]
+    log = tmp_path / "seat.jsonl"
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    assert from_seat_log(log) == {"csrc/a.cu": 300.0}
+    assert _replayed_or_stubbed(log) == {"csrc/b.cpp", "csrc/c.cu", "csrc/d.cu"}
+
+
 def test_globs_that_match_more_than_translation_units_are_refused_by_the_plan(recipes_dir):
     """`globs: ["**/*"]` would delete CMakeLists.txt and the headers from every shard but one:
     the plan (and every job, through the same function) refuses it, naming what it matched."""
