@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
+from collections import Counter
 
 import pytest
 
@@ -61,3 +63,78 @@ def test_a_toolkit_that_cannot_run_is_a_tool_error(tmp_path):
     broken.write_text("not a program")
     with pytest.raises(ToolError, match="cannot run"):
         _version_of(str(broken))
+
+
+KINDS = ("CuwError", "InputError", "ToolError", "OutputError", "GateFailure")
+
+
+def _made(source: str) -> Counter[str]:
+    """How many errors of each kind ``source`` makes: a call of the class, raised there or returned
+    to be raised by its caller."""
+    calls = (node.func for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call))
+    return Counter(func.id for func in calls if isinstance(func, ast.Name) and func.id in KINDS)
+
+
+PLAIN_CUW_ERROR = {
+    "cuw/base/files.py": 1,
+    "cuw/base/http.py": 1,
+    "cuw/ci/audit.py": 1,
+    "cuw/ci/cibw.py": 5,
+    "cuw/ci/matrix.py": 7,
+    "cuw/ci/published.py": 6,
+    "cuw/ci/workflow_run.py": 16,
+    "cuw/cli/verbs.py": 32,
+    "cuw/config/grid_check.py": 1,
+    "cuw/jobs/archive.py": 29,
+    "cuw/jobs/backends.py": 2,
+    "cuw/jobs/cell_env.py": 1,
+    "cuw/jobs/container.py": 1,
+    "cuw/jobs/context.py": 2,
+    "cuw/jobs/continuation.py": 7,
+    "cuw/jobs/fingerprint.py": 2,
+    "cuw/jobs/leftovers.py": 1,
+    "cuw/jobs/link.py": 2,
+    "cuw/jobs/local.py": 1,
+    "cuw/jobs/patching.py": 7,
+    "cuw/jobs/resources.py": 1,
+    "cuw/jobs/shard.py": 2,
+    "cuw/jobs/sources.py": 24,
+    "cuw/jobs/timeline.py": 2,
+    "cuw/jobs/workspace.py": 2,
+    "cuw/partition/costs.py": 29,
+    "cuw/toolchain/builder.py": 2,
+    "cuw/toolchain/cache.py": 2,
+    "cuw/toolchain/engine.py": 7,
+    "cuw/toolchain/image_build.py": 16,
+    "cuw/toolchain/provision.py": 10,
+    "cuw/toolchain/registry.py": 5,
+    "cuw/tools/cmake_guards.py": 2,
+    "cuw/tools/cmake_reader.py": 1,
+    "cuw/tools/planner.py": 10,
+    "cuw/wheel/finish.py": 11,
+    "cuw/wheel/index.py": 14,
+    "cuw/wheel/publish.py": 17,
+    "cuw/wheel/torch_venvs.py": 4,
+}
+"""Where an error is still made as the plain base (a full disk, an unreachable index, a lock held by
+another run, or a site not yet sorted into its kind), and how many. Only shrinks: a new error raises
+the kind that says what went wrong, so a test can match the kind instead of the prose."""
+
+
+def test_a_plain_cuw_error_is_made_no_more_than_it_was():
+    made = {p.relative_to(REPO).as_posix(): _made(p.read_text(encoding="utf-8")) for p in sorted((REPO / "cuw").rglob("*.py"))}
+    over = {name: kinds["CuwError"] for name, kinds in made.items() if kinds["CuwError"] > PLAIN_CUW_ERROR.get(name, 0)}
+    assert over == {}, "raise the kind that says what went wrong (cuw/base/errors.py), not a plain CuwError"
+    total = sum(made.values(), Counter())
+    assert total["InputError"] and total["ToolError"] and total["OutputError"]
+    assert _made("raise InputError('x')\ne = CuwError('y')\nraise e\nraise ToolError\n") == Counter(InputError=1, CuwError=1)
+
+
+def test_an_output_folder_that_cannot_be_made_is_an_output_error(tmp_path):
+    from cuw.base.files import writable_dir
+
+    (tmp_path / "dist").write_text("a file where the folder should go")
+    with pytest.raises(InputError, match="is a file, not a folder"):
+        writable_dir(tmp_path / "dist", "--dist")
+    with pytest.raises(OutputError, match="cannot write there"):
+        writable_dir(tmp_path / "dist" / "wheels", "--dist")

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.base.files import contained, copy_into, write_text
 
 
@@ -45,13 +45,13 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path):
 
 
 def test_outputs_onto_a_folder_or_into_a_missing_folder_are_refused(tmp_path):
-    with pytest.raises(CuwError, match="is a folder"):
+    with pytest.raises(InputError, match="is a folder"):
         write_text(tmp_path, "x", "--output")
-    with pytest.raises(CuwError, match="does not exist"):
+    with pytest.raises(InputError, match="does not exist"):
         write_text(tmp_path / "no" / "x.json", "x", "--output")
 
 
 def test_a_path_built_from_input_stays_under_its_root(tmp_path):
     assert contained(tmp_path / "a" / "b", tmp_path, "cell") == (tmp_path / "a" / "b").resolve()
-    with pytest.raises(CuwError, match="would lie outside"):
+    with pytest.raises(InputError, match="would lie outside"):
         contained(tmp_path / ".." / "elsewhere", tmp_path, "recipe '..'")

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.config.policy import JobPolicy, load_policy
 from cuw.partition.job_cap import ShardLoad, chain, job_cap
 
@@ -47,7 +47,7 @@ def test_the_cap_option_replaces_the_limit_and_keeps_the_margin():
     assert (policy.limit_minutes, policy.margin_minutes) == (355, 20)
     assert job_cap(policy).budget_s == 335 * 60 and job_cap(policy, 80).budget_s == 60 * 60
     for bad in (20, 5, -1, float("nan"), float("inf")):
-        with pytest.raises(CuwError, match=r"--cap .*: a job's limit in minutes, over jobs.margin_minutes \(20\)"):
+        with pytest.raises(InputError, match=r"--cap .*: a job's limit in minutes, over jobs.margin_minutes \(20\)"):
             job_cap(policy, bad)
     run = subprocess.run(
         [sys.executable, "-m", "cuw", "plan", "example", "--cap", "15"], capture_output=True, text=True, cwd=REPO

@@ -1,12 +1,12 @@
 import pytest
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.partition.rules import ShardSpec, owner, parse_shard_spec, tu_key
 
 
 @pytest.mark.parametrize("text", ["0/4", "5/4", "a/b", "3", "3/0", "-1/4", "3/23/1", ""])
 def test_malformed_shard_specs_are_refused(text):
-    with pytest.raises(CuwError) as err:
+    with pytest.raises(InputError) as err:
         parse_shard_spec(text)
     assert repr(text) in str(err.value)
 

@@ -27,8 +27,9 @@ class ToolError(CuwError):
 
 
 class OutputError(CuwError, OSError):
-    """A result with nowhere to go: standard output closed or full (exit 2). Also an
-    :class:`OSError`, as a failed write always was, for code that handles one."""
+    """A result with nowhere to go: standard output closed or full, an output file or folder that
+    cannot be written (exit 2). Also an :class:`OSError`, as a failed write always was, for code
+    that handles one."""
 
 
 class GateFailure(CuwError):

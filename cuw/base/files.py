@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError, OutputError
 
 
 def contained(path: Path, root: Path, what: str) -> Path:
@@ -32,16 +32,16 @@ def contained(path: Path, root: Path, what: str) -> Path:
     resolved_root = root.resolve()
     resolved = path.resolve()
     if resolved != resolved_root and resolved_root not in resolved.parents:
-        raise CuwError(f"{what}: {path} would lie outside {root}; refusing to write there")
+        raise InputError(f"{what}: {path} would lie outside {root}; refusing to write there")
     return resolved
 
 
 def check_destination(dest: Path, option: str) -> None:
     """Refuses an output path that is a folder or whose folder is missing, before any work."""
     if dest.is_dir():
-        raise CuwError(f"{option} {dest} is a folder; give a file path")
+        raise InputError(f"{option} {dest} is a folder; give a file path")
     if not dest.parent.is_dir():
-        raise CuwError(f"{option} {dest}: the folder {dest.parent} does not exist (create it first)")
+        raise InputError(f"{option} {dest}: the folder {dest.parent} does not exist (create it first)")
 
 
 def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
@@ -49,7 +49,7 @@ def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
     try:
         return tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
     except OSError as exc:
-        raise CuwError(
+        raise OutputError(
             f"{option} {dest}: cannot write in {dest.parent} ({exc.strerror or exc}); pick a writable folder"
         ) from None
 
@@ -65,7 +65,7 @@ def _replace(dest: Path, option: str, fill: Callable[[str], object]) -> Path:
         os.replace(tmp, dest)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise CuwError(f"{option} {dest}: cannot write ({exc.strerror or exc})") from None
+        raise OutputError(f"{option} {dest}: cannot write ({exc.strerror or exc})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -102,14 +102,14 @@ def copy_into(src: Path, dest: Path, option: str = "output") -> Path:
 def writable_dir(folder: Path, option: str) -> Path:
     """Creates ``folder`` if needed and proves a file can be written in it; a clear error otherwise."""
     if folder.exists() and not folder.is_dir():
-        raise CuwError(f"{option} {folder} is a file, not a folder")
+        raise InputError(f"{option} {folder} is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".cuw-write-probe-", dir=folder)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise CuwError(f"{option} {folder}: cannot write there ({exc.strerror or exc}); pick a writable folder") from None
+        raise OutputError(f"{option} {folder}: cannot write there ({exc.strerror or exc}); pick a writable folder") from None
     return folder
 
 
@@ -121,7 +121,7 @@ def check_apart(folders: list[tuple[str, Path]], context: str = "") -> None:
         for other, there in resolved:
             if other != option and (folder == there or there in folder.parents):
                 relation = "the same folder as" if folder == there else "inside"
-                raise CuwError(f"{context}{option} {folder} is {relation} {other} {there}: give each its own folder")
+                raise InputError(f"{context}{option} {folder} is {relation} {other} {there}: give each its own folder")
 
 
 def same_file(a: Path, b: Path) -> bool:

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 
 MAX_BYTES = 4 << 20  # an index's marker or a build record; never a wheel
 TIMEOUT_S = 30.0  # the longest wait for the server: to connect, for its headers, for the next bytes
@@ -38,7 +38,7 @@ def fetch(url: str, what: str, limit: int = MAX_BYTES) -> bytes:
             "cannot be read is an error (read as empty it would rebuild or republish everything)"
         ) from None
     if len(data) > limit:
-        raise CuwError(f"{what}: {url} is over {limit >> 20} MiB; not an index file")
+        raise InputError(f"{what}: {url} is over {limit >> 20} MiB; not an index file")
     return bytes(data)
 
 
@@ -46,7 +46,7 @@ def parse_json(data: bytes, where: str, what: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise CuwError(f"{what}: {where} is not JSON; restore the index or give its right location") from None
+        raise InputError(f"{what}: {where} is not JSON; restore the index or give its right location") from None
 
 
 def fetch_json(url: str, what: str, limit: int = MAX_BYTES) -> Any:

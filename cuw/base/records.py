@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Union
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 
 SHARD_REPORT_SCHEMA = 1
 LINK_REPORT_SCHEMA = 1
@@ -75,16 +75,16 @@ def check_fields(data: dict[str, Any], where: str, spec: dict[str, Check], what:
     for key, (test, must) in spec.items():
         value = data.get(key)
         if value is not None and not test(value):
-            raise CuwError(f"{where}: {what} {key!r} is {_shown(value)}, not {must}")
+            raise InputError(f"{where}: {what} {key!r} is {_shown(value)}, not {must}")
 
 
 def check_schema(data: dict[str, Any], where: str, known: int, what: str) -> int:
     """The record's schema version (1 when it names none); one newer than ``known`` is refused."""
     schema = data.get("schema", 1)
     if not _is_int(schema) or schema < 1:
-        raise CuwError(f"{where}: field 'schema' is {_shown(schema)}, not a schema version (an integer from 1)")
+        raise InputError(f"{where}: field 'schema' is {_shown(schema)}, not a schema version (an integer from 1)")
     if schema > known:
-        raise CuwError(
+        raise InputError(
             f"{where}: a {what} of schema {schema}; this forge reads {what}s up to schema {known}: "
             "read it with the forge that wrote it, or run the job again with this one"
         )
@@ -226,16 +226,16 @@ Report = Union[ShardReport, LinkReport]
 def job_report(data: Any, where: str) -> JobReport:
     """A shard's or a link's report from its JSON object, every field it holds checked."""
     if not isinstance(data, dict):
-        raise CuwError(f"{where}: not a job report (a JSON object expected)")
+        raise InputError(f"{where}: not a job report (a JSON object expected)")
     gate = data.get("gate")
     kind = REPORTS.get(gate) if isinstance(gate, str) else None
     if kind is None:
-        raise CuwError(f"{where}: field 'gate' is {_shown(data.get('gate'))}, not shard or link: not a job report")
+        raise InputError(f"{where}: field 'gate' is {_shown(data.get('gate'))}, not shard or link: not a job report")
     schema = check_schema(data, where, kind.SCHEMA, f"{data['gate']} report")
     if "ok" not in data:
-        raise CuwError(f"{where}: a {data['gate']} report without its field 'ok'")
+        raise InputError(f"{where}: a {data['gate']} report without its field 'ok'")
     if not isinstance(data["ok"], bool):
-        raise CuwError(f"{where}: field 'ok' is {_shown(data['ok'])}, not true or false")
+        raise InputError(f"{where}: field 'ok' is {_shown(data['ok'])}, not true or false")
     check_fields(data, where, kind.FIELDS)
     check_fields(data.get("facts") or {}, where, kind.FACTS, "fact")
     known = {f.name for f in fields(kind)} - {"extra"}
@@ -248,9 +248,9 @@ def load_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CuwError(f"{path}: no such {what}") from None
+        raise InputError(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CuwError(f"{path}: unreadable {what} ({getattr(exc, 'strerror', None) or exc})") from None
+        raise InputError(f"{path}: unreadable {what} ({getattr(exc, 'strerror', None) or exc})") from None
 
 
 def read_report(path: Path, gate: Optional[str] = None) -> JobReport:
@@ -258,7 +258,7 @@ def read_report(path: Path, gate: Optional[str] = None) -> JobReport:
     data = load_json(path, f"{gate or 'job'} report")
     found = data.get("gate") if isinstance(data, dict) else None
     if gate is not None and isinstance(found, str) and found in REPORTS and found != gate:
-        raise CuwError(f"{path}: a {found} report, not the {gate} report expected here")
+        raise InputError(f"{path}: a {found} report, not the {gate} report expected here")
     return job_report(data, str(path))
 
 
@@ -355,7 +355,7 @@ def seat_entry(data: dict[str, Any], where: str) -> SeatLogEntry:
     """A seat-log line's JSON object as an entry; a field of the wrong type, or a newer schema, is refused."""
     check_schema(data, where, SEAT_LOG_SCHEMA, "seat log line")
     if "action" not in data:
-        raise CuwError(f"{where}: a seat log line without its field 'action'")
+        raise InputError(f"{where}: a seat log line without its field 'action'")
     check_fields(data, where, SeatLogEntry.FIELDS)
     return SeatLogEntry(**{k: v for k, v in data.items() if k in SeatLogEntry.FIELDS and v is not None})
 
@@ -368,7 +368,7 @@ def seat_entries(path: Path) -> list[SeatLogEntry]:
     except FileNotFoundError:
         return []
     except OSError as exc:
-        raise CuwError(f"{path}: unreadable seat log ({exc.strerror or exc})") from None
+        raise InputError(f"{path}: unreadable seat log ({exc.strerror or exc})") from None
     out = []
     for n, line in enumerate(data.splitlines(), 1):
         try:

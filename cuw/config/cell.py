@@ -9,7 +9,7 @@ from typing import Optional
 
 from packaging.version import Version
 
-from cuw.base.errors import CuwError, InputError
+from cuw.base.errors import InputError, ToolError
 from cuw.config.lanes import local_lane
 from cuw.config.recipe import Recipe
 from cuw.toolchain.toolkit import Toolkit
@@ -48,7 +48,7 @@ def local_cell(recipe: Recipe, toolkit: Toolkit, lane: Optional[str] = None) -> 
     if recipe.links_torch:
         torch = installed_torch()
         if torch is None:
-            raise CuwError(
+            raise ToolError(
                 f"recipe {recipe.key!r} links torch, but torch is not installed here "
                 f"(pip install torch built for CUDA {toolkit.version})"
             )

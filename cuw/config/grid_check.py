@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.config.grid import Grid
 
 TIMEOUT_S = 20.0
@@ -54,7 +54,7 @@ def wheel_names(index: str, project: str = "torch") -> list[str]:
             files = json.loads(body)["files"]
             return [f["filename"] for f in files if str(f.get("filename", "")).endswith(".whl")]
         except (ValueError, KeyError, TypeError, RecursionError):
-            raise CuwError(f"torch index {url}: not a PEP 691 project page") from None
+            raise InputError(f"torch index {url}: not a PEP 691 project page") from None
     parser = _Anchors()
     parser.feed(body.decode("utf-8", "replace"))
     return parser.names
@@ -172,7 +172,7 @@ def check(grid: Grid, indexes: dict[str, str]) -> CheckResult:
     Only torch lines at least as new as the grid's oldest count (older releases are
     history, not gaps), and only Pythons the grid builds."""
     if not indexes:
-        raise CuwError("recipes/defaults.yml names no torch_index (CUDA line -> simple index URL): nothing to ask")
+        raise InputError("recipes/defaults.yml names no torch_index (CUDA line -> simple index URL): nothing to ask")
     oldest = min((Version(t) for t in grid.torch), default=Version("0"))
     result = CheckResult()
     for cuda in grid.cuda:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.settings import Settings
 from cuw.base.versions import version_key
 from cuw.config.policy import Policy, check_toolkit_choice
@@ -67,7 +67,7 @@ def choose(policy: Policy, settings: Settings, option: Optional[str] = None, lin
     home = _toolkit_folder(forced, source)
     version = _version_of(str(home / "bin" / exe_name("nvcc")))
     if line is not None and version != line:
-        raise CuwError(f"{source} = {forced}: that toolkit is CUDA {version}, not {line}; name a CUDA {line} toolkit")
+        raise InputError(f"{source} = {forced}: that toolkit is CUDA {version}, not {line}; name a CUDA {line} toolkit")
     return Chosen(Toolkit(home.resolve(), version), "path", f"CUDA {version}: toolkit {home} ({source})")
 
 
@@ -85,13 +85,13 @@ def _system_toolkit(policy: Policy, settings: Settings) -> Toolkit:
             if wheel_lines
             else ""
         )
-        raise CuwError(f"{exc}{hint}") from None
+        raise type(exc)(f"{exc}{hint}") from None  # the kind find_toolkit gave: a bad setting or no toolkit
 
 
 def _chosen_system(line: Optional[str], source: str, settings: Settings) -> Chosen:
     system = find_toolkit(homes=settings.homes)
     if line is not None and system.version != line:
-        raise CuwError(
+        raise ToolError(
             f"CUDA {line}: {source} is system, but the system toolkit is CUDA {system.version} "
             f"({system.home}); {_other_line_fix(line)}"
         )
@@ -102,7 +102,7 @@ def _chosen_wheels(policy: Policy, line: Optional[str], source: str, settings: S
     """NVIDIA's pinned wheels of the line (default: the newest line pinned), installed once."""
     if line is None:
         if not policy.toolkit_wheels:
-            raise CuwError(
+            raise InputError(
                 f"{source} = wheels: recipes/defaults.yml has no toolkit_wheels pins; add them "
                 "(a CUDA line mapped to its nvidia-cuda-nvcc, -runtime, -cccl, -crt, nvvm pins)"
             )
@@ -111,11 +111,13 @@ def _chosen_wheels(policy: Policy, line: Optional[str], source: str, settings: S
     if not pins:
         major = line.split(".")[0]
         if major.isdigit() and int(major) < 13:
-            raise CuwError(
+            raise InputError(
                 f"CUDA {line}: {source} = wheels, but {provision.NO_NVCC_WHEEL.format(major=major, line=line)} "
                 f"(set toolkits.{line} to system or a path and install it: .github/scripts/install-cuda.sh {line})"
             )
-        raise CuwError(f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels has no {line!r} pins; add them")
+        raise InputError(
+            f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels has no {line!r} pins; add them"
+        )
     got = provision.ensure(provision.WheelToolkit(line, tuple(pins)), settings.folders.toolkits)
     state = "reused" if got.reused else f"installed in {got.seconds:.1f} s"
     return Chosen(
@@ -172,11 +174,11 @@ def for_container(policy: Policy, option: Optional[str], line: str, settings: Se
     if forced == "wheels":
         major = line.split(".")[0]
         if major.isdigit() and int(major) < 13:
-            raise CuwError(f"CUDA {line}: {source} = wheels, but {provision.NO_NVCC_WHEEL.format(major=major, line=line)}")
+            raise InputError(f"CUDA {line}: {source} = wheels, but {provision.NO_NVCC_WHEEL.format(major=major, line=line)}")
         newest = max(policy.toolkit_wheels, key=version_key, default=None)
         if line != newest:
             # The job's forge takes "wheels" as the newest pinned line: it finds its cell from the toolkit.
-            raise CuwError(
+            raise InputError(
                 f"CUDA {line}: {source} = wheels, but recipes/defaults.yml toolkit_wheels "
                 + (
                     f"pins {newest} as the newest line, which a job given wheels builds; name the {line} toolkit's folder instead"
@@ -194,7 +196,7 @@ def _toolkit_folder(forced: str, source: str) -> Path:
     home = Path(forced)
     nvcc = exe_name("nvcc")
     if not (home / "bin" / nvcc).is_file():
-        raise CuwError(f"{source} = {forced}: no bin/{nvcc} there; point it at a CUDA toolkit folder, or use system or wheels")
+        raise InputError(f"{source} = {forced}: no bin/{nvcc} there; point it at a CUDA toolkit folder, or use system or wheels")
     return home
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cuw.base import records
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, OutputError
 from cuw.gates.conditions import Verdict
 
 
@@ -25,7 +25,7 @@ def write(verdict: Verdict, path: Path, context: dict[str, Any]) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise CuwError(f"report {path}: cannot create {path.parent} ({exc.strerror or exc})") from None
+        raise OutputError(f"report {path}: cannot create {path.parent} ({exc.strerror or exc})") from None
     body = {
         "gate": verdict.gate,
         "ok": verdict.ok,

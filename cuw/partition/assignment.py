@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from cuw.partition.costs import CostTable, recipe_costs
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.partition.coverage import covered_keys, rest_keys
 from cuw.partition.rules import Assignment, assign, families_of
 from cuw.config.recipe import Recipe
@@ -41,7 +41,7 @@ def recipe_assignment(
         # A TU the table names but the source no longer has would take a shard's place.
         costs = {k: v for k, v in costs.items() if k in set(keys) | set(rest)}
         if table and not any(k in costs for k in keys):
-            raise CuwError(
+            raise InputError(
                 f"{table.path}: no TU of it is in the source any more: record it again (cuw costs {recipe.key} --from <log>)"
             )
     else:

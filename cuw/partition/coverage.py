@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.config.recipe import Recipe
 from cuw.partition.globs import glob_match, glob_paths
 from cuw.partition.rules import tu_key
@@ -74,7 +74,7 @@ def source_filter_files(src_root: Path, globs: list[str], lane: str = "linux") -
     not_tus = [p for p in matched if not p.name.endswith(SOURCE_SUFFIXES)]
     if not_tus:
         shown = ", ".join(str(p.relative_to(src_root)) for p in not_tus[:3]) + (", ..." if len(not_tus) > 3 else "")
-        raise CuwError(
+        raise InputError(
             f"sharding.source.globs ({', '.join(globs)}) match {len(not_tus)} file(s) that are not translation "
             f"units ({shown}): the filter would delete them from every shard but one and the others could not "
             "build; narrow the globs to the sources it partitions (for example csrc/kernels/*.cu)"
@@ -82,7 +82,7 @@ def source_filter_files(src_root: Path, globs: list[str], lane: str = "linux") -
     if lane == "windows":
         matched = [p for p in matched if p.suffix in CUDA_SUFFIXES]
     if not matched:
-        raise CuwError(f"sharding.source.globs ({', '.join(globs)}) matched no file under {src_root}")
+        raise InputError(f"sharding.source.globs ({', '.join(globs)}) matched no file under {src_root}")
     return matched
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.config.limits import MAX_SHARDS
 from cuw.config.policy import LIMIT_MOST_MINUTES, JobPolicy
 from cuw.config.recipe import Recipe
@@ -59,7 +59,7 @@ def job_cap(jobs: JobPolicy, cap_minutes: Optional[float] = None) -> JobCap:
     if cap_minutes is None:
         return JobCap(jobs.limit_minutes * 60.0, jobs.margin_minutes * 60.0, "jobs.limit_minutes")
     if not jobs.margin_minutes < cap_minutes <= LIMIT_MOST_MINUTES:
-        raise CuwError(
+        raise InputError(
             f"--cap {cap_minutes:g}: a job's limit in minutes, over jobs.margin_minutes ({jobs.margin_minutes}) "
             f"in recipes/defaults.yml, or a shard has no time to build, and at most {LIMIT_MOST_MINUTES}"
         )

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.config.limits import check_count
 from cuw.partition.globs import glob_match
 
@@ -76,11 +76,11 @@ def parse_shard_spec(text: str) -> ShardSpec:
     """Parses ``I/N`` (1 <= I <= N); anything else is a CuwError that says why."""
     match = _SPEC.match(text)
     if not match:
-        raise CuwError(f"shard {text!r} is not I/N (for example 3/23: shard 3 of 23, counted from 1)")
+        raise InputError(f"shard {text!r} is not I/N (for example 3/23: shard 3 of 23, counted from 1)")
     index, count = int(match.group(1)), int(match.group(2))
     check_count(count, f"shard {text!r}: count")
     if not 1 <= index <= count:
-        raise CuwError(f"shard {text!r}: the index must be between 1 and {count} (shards count from 1)")
+        raise InputError(f"shard {text!r}: the index must be between 1 and {count} (shards count from 1)")
     return ShardSpec(index, count)
 
 
@@ -101,7 +101,7 @@ def families_of(keys: Iterable[str], families: Mapping[str, Sequence[str]]) -> d
     for key in keys:
         found = sorted(name for name, globs in families.items() if any(glob_match(key, g) for g in globs))
         if len(found) > 1:
-            raise CuwError(f"sharding.source.families: {key} matches {' and '.join(found)}; a file belongs to one family")
+            raise InputError(f"sharding.source.families: {key} matches {' and '.join(found)}; a file belongs to one family")
         out[key] = found[0] if found else OTHER_FAMILY
     return out
 
@@ -194,7 +194,7 @@ def assign(
     if count < 1:
         raise ValueError(f"shard count must be >= 1, got {count}")
     if rule not in RULES:
-        raise CuwError(f"sharding.rule {rule!r} is not one of {', '.join(RULES)}")
+        raise InputError(f"sharding.rule {rule!r} is not one of {', '.join(RULES)}")
     family = dict(family or {})
     extra = set(rest)
     known = sorted((set(keys) or set(costs or {})) - extra)
@@ -204,7 +204,7 @@ def assign(
         table = _round_robin(known, count, family, per_family, sorted(extra))
     else:
         if not costs:
-            raise CuwError("sharding.rule 'cost' needs a cost table (record one with `cuw costs <recipe> --from <log>`)")
+            raise InputError("sharding.rule 'cost' needs a cost table (record one with `cuw costs <recipe> --from <log>`)")
         fallback = sum(costs.values()) / len(costs)
         main = {k: v for k, v in costs.items() if k not in extra}
         table = _lpt(main, count, family, per_family, {k: costs.get(k, fallback) for k in extra})

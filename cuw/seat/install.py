@@ -130,9 +130,9 @@ def empty_elf_object(machine: Optional[str] = None) -> bytes:
 
     arch = (machine or platform.machine()).lower()
     if sys.platform == "win32" or arch not in _ELF_MACHINES:
-        from cuw.base.errors import CuwError
+        from cuw.base.errors import ToolError
 
-        raise CuwError(f"no C compiler to build the empty object with, and none is built in for {arch} (set CC)")
+        raise ToolError(f"no C compiler to build the empty object with, and none is built in for {arch} (set CC)")
     e_machine, e_flags = _ELF_MACHINES[arch]
     names = [b"", b".text", b".note.GNU-stack", b".symtab", b".strtab", b".shstrtab"]
     shstrtab = b"\0".join(names) + b"\0"
