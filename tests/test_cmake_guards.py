@@ -10,7 +10,7 @@ from natten_source import fresh_natten_tree, natten_ctx, natten_recipe
 
 from cuw.tools.cmake_guards import find_unguarded
 from cuw.tools.cmake_reader import parse_file
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.jobs.patching import apply
 
 NATTEN_CMAKE = Path("csrc") / "CMakeLists.txt"
@@ -251,14 +251,14 @@ def test_targets_across_files_and_transitive_conditions(tmp_path):
     ],
 )
 def test_broken_cmake_is_one_clear_error(tmp_path, text, why):
-    with pytest.raises(CuwError, match=why):
+    with pytest.raises(InputError, match=why):
         _lint(tmp_path, text)
 
 
 def test_a_tree_without_cmake_files_is_an_error(tmp_path):
-    with pytest.raises(CuwError, match="no CMakeLists.txt"):
+    with pytest.raises(InputError, match="no CMakeLists.txt"):
         find_unguarded(tmp_path)
-    with pytest.raises(CuwError, match="no such folder"):
+    with pytest.raises(InputError, match="no such folder"):
         find_unguarded(tmp_path / "missing")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cuw.partition.costs import load, record
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 
 
 def _seat_log(path: Path, costs: dict[str, float]) -> Path:
@@ -60,9 +60,9 @@ def test_a_recorded_table_drives_the_cost_rule_to_golden_owners(tmp_path):
 def test_the_output_may_not_be_one_of_the_logs(tmp_path):
     log = _seat_log(tmp_path / "seat.jsonl", {"a.cu": 1.0})
     before = log.read_bytes()
-    with pytest.raises(CuwError, match="is also a --from log"):
+    with pytest.raises(InputError, match="is also a --from log"):
         record([log], log)
-    with pytest.raises(CuwError, match="is also a --from log"):
+    with pytest.raises(InputError, match="is also a --from log"):
         record([log], tmp_path / "." / "seat.jsonl")
     assert log.read_bytes() == before
 
@@ -78,7 +78,7 @@ def test_a_table_with_a_cost_that_is_not_finite_seconds_is_refused(tmp_path, bad
 def test_seat_log_lines_that_are_not_entries_are_named(tmp_path):
     log = tmp_path / "seat.jsonl"
     log.write_text('{"action": "compiled", "key": "a.cu", "rc": 0, "outcome": "miss", "seconds": 1}\n[1, 2]\n')
-    with pytest.raises(CuwError, match=r"seat.jsonl:2: not a seat log line"):
+    with pytest.raises(InputError, match=r"seat.jsonl:2: not a seat log line"):
         record([log], tmp_path / "costs.json")
     assert not (tmp_path / "costs.json").exists()
 
@@ -95,7 +95,7 @@ def test_a_link_report_without_phases_and_a_malformed_link_entry_are_refused(tmp
         record([old], tmp_path / "costs.json")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"costs": {"a.cu": 1.0}, "link": {"fixed_s": "soon", "per_replay_s": 0.1}}))
-    with pytest.raises(CuwError, match="link must be"):
+    with pytest.raises(InputError, match="link must be"):
         load(bad)
 
 
@@ -211,5 +211,5 @@ def test_tables_learn_cpu_seconds_and_peaks_beside_wall_and_old_tables_stay_read
     old.write_text(json.dumps({"header": {}, "costs": {"a.cu": 1.0}}))
     assert (load(old).costs, load(old).cpu, load(old).peaks) == ({"a.cu": 1.0}, {}, {})
     old.write_text(json.dumps({"header": {}, "costs": {"a.cu": 1.0}, "peak_mb": {"a.cu": -1}}))
-    with pytest.raises(CuwError, match=r"peak_mb\['a.cu'\] = -1 is not a number >= 0"):
+    with pytest.raises(InputError, match=r"peak_mb\['a.cu'\] = -1 is not a number >= 0"):
         load(old)

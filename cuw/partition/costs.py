@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, TypeGuard
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.toolchain import ninja
 from cuw.base.files import same_file, write_text
 from cuw.base.records import SeatLogEntry, gate_of, is_number, read_link_report, read_shard_report, seat_entries, seat_entry
@@ -101,27 +101,27 @@ def load(path: Path) -> CostTable:
     """Reads a cost table; a malformed one is an error naming the file and the fix."""
     fix = "record it again with `cuw costs <recipe> --from <seat log or .ninja_log>`"
     if path.is_dir():
-        raise CuwError(f"cost table {path} is a folder; give the costs.json file")
+        raise InputError(f"cost table {path} is a folder; give the costs.json file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except FileNotFoundError:
-        raise CuwError(f"no cost table at {path}: {fix}") from None
+        raise InputError(f"no cost table at {path}: {fix}") from None
     except UnicodeDecodeError:
-        raise CuwError(f"{path}: not a text file (a JSON cost table expected): {fix}") from None
+        raise InputError(f"{path}: not a text file (a JSON cost table expected): {fix}") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: a nesting deeper than the parser goes
-        raise CuwError(f"{path}: not valid JSON ({exc}): {fix}") from None
+        raise InputError(f"{path}: not valid JSON ({exc}): {fix}") from None
     costs = data.get("costs") if isinstance(data, dict) else None
     if not isinstance(costs, dict) or not costs:
-        raise CuwError(f'{path}: expected {{"header": {{...}}, "costs": {{"<tu key>": seconds, ...}}}}: {fix}')
+        raise InputError(f'{path}: expected {{"header": {{...}}, "costs": {{"<tu key>": seconds, ...}}}}: {fix}')
     for key, seconds in costs.items():
         if not _is_measure(seconds):
-            raise CuwError(f"{path}: costs[{key!r}] = {seconds!r} is not a number of seconds >= 0: {fix}")
+            raise InputError(f"{path}: costs[{key!r}] = {seconds!r} is not a number of seconds >= 0: {fix}")
     header = data.get("header") if isinstance(data.get("header"), dict) else {}
     link = data.get("link")
     if link is not None:
         numbers = [link.get(k) if isinstance(link, dict) else None for k in ("fixed_s", "per_replay_s")]
         if not all(_is_measure(v) for v in numbers):
-            raise CuwError(
+            raise InputError(
                 f'{path}: link must be {{"fixed_s": seconds, "per_replay_s": seconds, ...}}: record it again with '
                 f"`cuw costs <recipe> --from <link report>`"
             )
@@ -131,7 +131,7 @@ def load(path: Path) -> CostTable:
     if shard is not None:
         fixed = shard.get("fixed_s") if isinstance(shard, dict) else None
         if not _is_measure(fixed):
-            raise CuwError(
+            raise InputError(
                 f'{path}: shard must be {{"fixed_s": seconds, ...}}: record it again with '
                 f"`cuw costs <recipe> --from <shard reports>`"
             )
@@ -144,7 +144,7 @@ def _disk_entry(entry: dict, path: Path, name: str, what: str) -> Optional[float
     """An entry's optional ``disk_gb``: absent from tables recorded before the reports carried disk."""
     disk = entry.get("disk_gb")
     if disk is not None and not _is_measure(disk):
-        raise CuwError(
+        raise InputError(
             f"{path}: {name}.disk_gb = {disk!r} is not a number of GB >= 0: "
             f"record it again with `cuw costs <recipe> --from <{what}>`"
         )
@@ -156,10 +156,10 @@ def _measures(section: object, path: Path, name: str, fix: str) -> dict[str, flo
     if section is None:
         return {}
     if not isinstance(section, dict):
-        raise CuwError(f'{path}: {name} must be {{"<tu key>": number, ...}}: {fix}')
+        raise InputError(f'{path}: {name} must be {{"<tu key>": number, ...}}: {fix}')
     for key, value in section.items():
         if not _is_measure(value):
-            raise CuwError(f"{path}: {name}[{key!r}] = {value!r} is not a number >= 0: {fix}")
+            raise InputError(f"{path}: {name}[{key!r}] = {value!r} is not a number >= 0: {fix}")
     return {k: float(v) for k, v in section.items()}
 
 
@@ -214,9 +214,9 @@ def _cold_compiles(path: Path) -> list[SeatLogEntry]:
         try:
             value = json.loads(line)
         except (ValueError, RecursionError):
-            raise CuwError(f"{path}:{n}: not a seat log line (JSON expected)") from None
+            raise InputError(f"{path}:{n}: not a seat log line (JSON expected)") from None
         if not isinstance(value, dict):
-            raise CuwError(f"{path}:{n}: not a seat log line (a JSON object expected)")
+            raise InputError(f"{path}:{n}: not a seat log line (a JSON object expected)")
         entry = seat_entry(value, f"{path}:{n}")  # a field of the wrong type: refused, naming it
         if not entry.is_compile or entry.rc not in (0, None):
             continue
@@ -224,13 +224,13 @@ def _cold_compiles(path: Path) -> list[SeatLogEntry]:
             hits += 1
             continue
         if entry.key is None or entry.seconds is None:
-            raise CuwError(f"{path}:{n}: a compiled entry without a TU key and seconds")
+            raise InputError(f"{path}:{n}: a compiled entry without a TU key and seconds")
         if entry.seconds < 0:
-            raise CuwError(f"{path}:{n}: seconds {entry.seconds!r} is not a finite number >= 0")
+            raise InputError(f"{path}:{n}: seconds {entry.seconds!r} is not a finite number >= 0")
         out.append(entry)
     if not out:
         why = f"all {hits} compiles were cache hits: record from a cold build" if hits else "no compiled TUs"
-        raise CuwError(f"{path}: {why}")
+        raise InputError(f"{path}: {why}")
     return out
 
 
@@ -242,7 +242,7 @@ def _job_seat(start: Path) -> Optional[dict]:
             try:
                 return json.loads(config.read_text())
             except (OSError, ValueError):
-                raise CuwError(f"{config}: unreadable seat configuration of the job folder above the log") from None
+                raise InputError(f"{config}: unreadable seat configuration of the job folder above the log") from None
     return None
 
 
@@ -260,7 +260,7 @@ def from_ninja_log(path: Path, source_root: Optional[Path] = None) -> dict[str, 
     seconds, skip = ninja_log_times(path, source_root)
     kept = {k: v for k, v in seconds.items() if k not in skip}
     if not kept:
-        raise CuwError(f"{path}: every compile in it was a stub or a cache hit: record from a cold build")
+        raise InputError(f"{path}: every compile in it was a stub or a cache hit: record from a cold build")
     return kept
 
 
@@ -268,16 +268,16 @@ def ninja_log_times(path: Path, source_root: Optional[Path] = None) -> tuple[dic
     """Every compile's seconds per key in ``.ninja_log``, and the keys that were stubs or hits."""
     lines = path.read_text(encoding="utf-8").splitlines()
     if not lines or not lines[0].startswith("# ninja log v"):
-        raise CuwError(f"{path}: not a ninja log (its first line is not '# ninja log vN')")
+        raise InputError(f"{path}: not a ninja log (its first line is not '# ninja log vN')")
     build_dir = path.parent
     job = _job_seat(build_dir)
     root = source_root or (Path(job["source_root"]) if job else None)
     skip = _replayed_or_stubbed(Path(job["log"])) if job else set()
     if root is None:
-        raise CuwError(f"{path}: pass --source-root, the folder TU keys are relative to (no forge job folder above it)")
+        raise InputError(f"{path}: pass --source-root, the folder TU keys are relative to (no forge job folder above it)")
     entries = ninja.compdb(build_dir)
-    if entries is None:
-        raise CuwError(f"{path}: `ninja -t compdb` failed in {build_dir} (the build.ninja beside the log is needed)")
+    if entries is None:  # ninja reads the build.ninja beside the log: the log's folder is the input
+        raise InputError(f"{path}: `ninja -t compdb` failed in {build_dir} (the build.ninja beside the log is needed)")
     sources = {e["output"]: e["file"] for e in entries if isinstance(e, dict) and e.get("output") and e.get("command")}
     seconds: dict[str, float] = {}
     for line in lines[1:]:
@@ -288,7 +288,7 @@ def ninja_log_times(path: Path, source_root: Optional[Path] = None) -> tuple[dic
         source = source if source.is_absolute() else build_dir / source
         seconds[tu_key(str(source), str(root))] = (int(parts[1]) - int(parts[0])) / 1000.0
     if not seconds:
-        raise CuwError(f"{path}: no compile of the build's compile database appears in it")
+        raise InputError(f"{path}: no compile of the build's compile database appears in it")
     return seconds, skip
 
 
@@ -299,7 +299,9 @@ def link_report(path: Path) -> Optional[LinkCost]:
     report = read_link_report(path)
     phases = report.phases
     if phases is None or not all(k in phases for k in ("build_s", "replay_s", "replays")):
-        raise CuwError(f"--from {path}: a link report without its phases (written by an older forge): link again, then record it")
+        raise InputError(
+            f"--from {path}: a link report without its phases (written by an older forge): link again, then record it"
+        )
     replays = int(phases["replays"])
     beside = sum(float(phases.get(k) or 0.0) for k in ("prepare_s", "restore_s", "deps_s", "finish_s"))
     # Replays run in parallel with each other, not with configure: the build's seconds beyond
@@ -340,23 +342,25 @@ def shard_report(path: Path) -> Optional[tuple[float, Path, Optional[float]]]:
     build_s, build_log = report.build_s, report.build_log
     if not report.ok or build_s is None or build_log is None:
         why = "; ".join(report.reasons) or "no build_s or build_log"
-        raise CuwError(f"--from {path}: a shard report of a build that did not pass ({why[:200]}): record a passing shard")
+        raise InputError(f"--from {path}: a shard report of a build that did not pass ({why[:200]}): record a passing shard")
     seat = Path(build_log).parent / "seat.jsonl"
     if not seat.is_file():
-        raise CuwError(f"--from {path}: its seat log {seat} is gone (the shard's work folder): record on the machine that ran it")
+        raise InputError(
+            f"--from {path}: its seat log {seat} is gone (the shard's work folder): record on the machine that ran it"
+        )
     return max(0.0, float(build_s) - compile_span(seat_entries(seat))), seat, disk_used_gb(report.resources)
 
 
 def read_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "no such file"
-        raise CuwError(f"--from {path}: {what} (a seat log, logs/seat.jsonl, or a build's .ninja_log)")
+        raise InputError(f"--from {path}: {what} (a seat log, logs/seat.jsonl, or a build's .ninja_log)")
     try:
         with open(path, encoding="utf-8") as fh:
             first = fh.readline()
         return from_ninja_log(path, source_root) if first.startswith("# ninja log") else from_seat_log(path)
     except UnicodeDecodeError:
-        raise CuwError(f"--from {path}: not a text file (a seat log, logs/seat.jsonl, or a build's .ninja_log)") from None
+        raise InputError(f"--from {path}: not a text file (a seat log, logs/seat.jsonl, or a build's .ninja_log)") from None
 
 
 def _shown(path: Path) -> str:
@@ -417,13 +421,13 @@ def record(
     is never written over."""
     for log in logs:
         if same_file(log, out):
-            raise CuwError(f"--output {out} is also a --from log; write the table elsewhere")
+            raise InputError(f"--output {out} is also a --from log; write the table elsewhere")
     got = _Measured()
     for log in logs:
         got.add(log, source_root, keep)
     previous = load(out) if out.exists() else None
     if not got.seconds and (got.link is None or previous is None):
-        raise CuwError(f"no TU of the partition appears in {', '.join(map(str, logs))}")
+        raise InputError(f"no TU of the partition appears in {', '.join(map(str, logs))}")
     link = got.link or (previous.link if previous else None)
     shard = _shard_cost(got, previous.shard if previous else None)
     table = CostTable(

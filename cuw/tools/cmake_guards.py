@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.tools.cmake_reader import IDENT, Arg, Branch, Command, cmake_files, parse_file, render
 
 # ---------------------------------------------------------------------------
@@ -303,9 +303,9 @@ def find_unguarded(tree: Path) -> list[GuardFinding]:
     if tree.is_file():
         return find_in_commands(parse_file(tree, Path(tree.name)))
     if not tree.is_dir():
-        raise CuwError(f"{tree}: no such folder or CMake file")
+        raise InputError(f"{tree}: no such folder or CMake file")
     files = cmake_files(tree)
     if not files:
-        raise CuwError(f"{tree}: no CMakeLists.txt or *.cmake file under it")
+        raise InputError(f"{tree}: no CMakeLists.txt or *.cmake file under it")
     commands = [c for path in files for c in parse_file(path, path.relative_to(tree))]
     return find_in_commands(commands)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 
 # ---------------------------------------------------------------------------
 # Reading CMake: commands with their arguments and line numbers.
@@ -81,8 +81,8 @@ class _Reader:
         self.pos = 0
         self.line = 1
 
-    def fail(self, why: str, line: Optional[int] = None) -> CuwError:
-        return CuwError(f"{self.path}:{line or self.line}: cannot parse CMake: {why}")
+    def fail(self, why: str, line: Optional[int] = None) -> InputError:
+        return InputError(f"{self.path}:{line or self.line}: cannot parse CMake: {why}")
 
     def peek(self, n: int = 0) -> str:
         i = self.pos + n

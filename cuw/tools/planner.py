@@ -24,7 +24,7 @@ from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import REST_FAMILY, covered_keys, rest_keys
 from cuw.partition.costs import CostTable, recipe_costs
 from cuw.partition import job_cap
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.base.settings import Settings
 from cuw.config.grid import cells
 from cuw.ci.matrix import MAX_JOBS, RUNGS, jobs_for_cell
@@ -168,7 +168,7 @@ def seat_log_keys(path: Path) -> list[str]:
 
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "no such file"
-        raise CuwError(f"--from-log {path}: {what} (a job's logs/seat.jsonl, or its build's .ninja_log)")
+        raise InputError(f"--from-log {path}: {what} (a job's logs/seat.jsonl, or its build's .ninja_log)")
     try:
         with open(path, encoding="utf-8") as fh:
             ninja = fh.readline().startswith("# ninja log")
@@ -178,12 +178,12 @@ def seat_log_keys(path: Path) -> list[str]:
             return sorted(ninja_log_times(path)[0])
         entries = read_entries(path)
     except UnicodeDecodeError:
-        raise CuwError(f"--from-log {path}: not a text file (a seat log, logs/seat.jsonl, or a .ninja_log)") from None
+        raise InputError(f"--from-log {path}: not a text file (a seat log, logs/seat.jsonl, or a .ninja_log)") from None
     except ValueError as exc:  # json.JSONDecodeError
-        raise CuwError(f"--from-log {path}: not a seat log (JSON lines expected: {exc})") from None
+        raise InputError(f"--from-log {path}: not a seat log (JSON lines expected: {exc})") from None
     keys = {e.key for e in entries if e.key is not None and e.action in ("compiled", "stubbed", "deferred")}
     if not keys:
-        raise CuwError(f"--from-log {path}: the seat log names no compiled or stubbed TU")
+        raise InputError(f"--from-log {path}: the seat log names no compiled or stubbed TU")
     return sorted(keys)
 
 
@@ -197,7 +197,7 @@ def gather(
     if recipe.sharding.filter == "seat" and table is not None:
         return Inputs(sorted(table.costs), f"cost table {table.path}", table, None)
     if from_log is not None:
-        raise CuwError("--from-log lists a seat's TUs; this recipe uses filter: source, whose files come from its globs")
+        raise InputError("--from-log lists a seat's TUs; this recipe uses filter: source, whose files come from its globs")
     tree = prepare_tree(recipe, work / "src", settings)
     keys = covered_keys(recipe, tree)
     rest = rest_keys(recipe, tree)
@@ -465,7 +465,7 @@ def plan(
     with tempfile.TemporaryDirectory(prefix="cuw-plan-") as scratch:
         inputs = gather(recipe, work or Path(scratch), table, from_log, settings)
         if not inputs.keys:
-            raise CuwError(f"recipe {recipe.key!r}: the partition covers no TU ({inputs.origin})")
+            raise InputError(f"recipe {recipe.key!r}: the partition covers no TU ({inputs.origin})")
         family = {
             **families_of(set(inputs.keys) - set(inputs.rest), recipe.sharding.source.families),
             **{k: REST_FAMILY for k in inputs.rest},
@@ -511,7 +511,7 @@ def _cost_table_and_cap(
 ) -> tuple[Optional[CostTable], job_cap.JobCap]:
     """The counts checked; the cost table the plan reads (``costs_file``, else the recipe's) and the job cap."""
     if not counts:
-        raise CuwError("no shard count to plan")
+        raise InputError("no shard count to plan")
     for n in (*counts, *([checked_n] if checked_n is not None else [])):
         check_count(n, "shard count")
     cap = job_cap.job_cap(load_policy(Path(recipe.folder).parent).jobs, cap_minutes)
@@ -519,7 +519,7 @@ def _cost_table_and_cap(
 
     table = load(costs_file) if costs_file else recipe_costs(recipe)
     if recipe.sharding.rule == "cost" and table is None:
-        raise CuwError(f"recipe {recipe.key!r}: rule cost needs a cost table: cuw costs {recipe.key} --from <log>")
+        raise InputError(f"recipe {recipe.key!r}: rule cost needs a cost table: cuw costs {recipe.key} --from <log>")
     return table, cap
 
 
@@ -615,11 +615,11 @@ def render(p: Plan) -> str:
 def parse_counts(shards: Optional[int], span: Optional[str]) -> list[int]:
     """``--shards N`` or ``--range A..B`` (default 2..64)."""
     if shards is not None and span is not None:
-        raise CuwError("give --shards N or --range A..B, not both")
+        raise InputError("give --shards N or --range A..B, not both")
     if shards is not None:
         return [check_count(shards, "--shards")]
     match = re.fullmatch(r"\s*([0-9]{1,9})\s*\.\.\s*([0-9]{1,9})\s*", span or "2..64")
     if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
-        raise CuwError(f"--range {span!r} is not A..B with 1 <= A <= B (for example 2..64)")
+        raise InputError(f"--range {span!r} is not A..B with 1 <= A <= B (for example 2..64)")
     check_count(int(match.group(2)), "--range end")
     return list(range(int(match.group(1)), int(match.group(2)) + 1))
