@@ -27,7 +27,7 @@ from cuw.jobs import archive
 from cuw.toolchain.cache import Ccache, Sccache
 from cuw.config.cell import Cell
 from cuw.cli.cibw_backend import COMMAND_VAR, shard_receipt
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.partition.rules import ShardSpec
 from cuw.config.policy import BuildImage, CacheChoice, Policy
 from cuw.config.recipe import load_recipe
@@ -212,7 +212,7 @@ def test_the_toolkit_choice_reaches_the_job(recipes_dir, paths, tmp_path, monkey
     assert table["before-build"][1] == (f'python -m cuw toolkit --toolkit wheels --cuda 13.0 --recipes "{_host(recipes_dir)}"')
     folder = tmp_path / "cuda-13.0"
     monkeypatch.setenv("CUW_TOOLKIT", str(folder))  # the variable when no option is given
-    with pytest.raises(CuwError, match=r"\$CUW_TOOLKIT = .*cuda-13\.0: no bin/nvcc there"):
+    with pytest.raises(InputError, match=r"\$CUW_TOOLKIT = .*cuda-13\.0: no bin/nvcc there"):
         cibw.job_for(recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4)
     (folder / "bin").mkdir(parents=True)
     (folder / "bin" / "nvcc").write_text("")
@@ -252,7 +252,7 @@ def test_manylinux_image_follows_the_policy():
     ref = "quay.io/pypa/manylinux_2_28_x86_64@sha256:" + "1" * 64
     policy = Policy(images={"linux": BuildImage(ref, "manylinux_2_28_x86_64")})
     assert cibw.manylinux_image(policy, "linux") == ref
-    with pytest.raises(CuwError, match="images.linux_aarch64"):
+    with pytest.raises(InputError, match="images.linux_aarch64"):
         cibw.manylinux_image(policy, "linux_aarch64")
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.config.grid import Grid, TorchRelease
 from cuw.ci.matrix import MAX_JOBS, Filters, dumps, plan
 from cuw.config.policy import load_policy
@@ -45,7 +45,7 @@ def test_shard_fan_out_and_link_lists_per_lane(recipes_dir, grid):
 def test_torch_free_collapse_and_its_filter_error(recipes_dir, grid):
     recipe = load_recipe("example", recipes_dir)
     assert all(j["torch"] == "" for j in _jobs(plan([recipe], grid, Filters())))
-    with pytest.raises(CuwError, match=r"example is torch-free .* --pytorch does not apply"):
+    with pytest.raises(InputError, match=r"example is torch-free .* --pytorch does not apply"):
         plan([recipe], grid, Filters(pytorch=("2.14",)))
 
 
@@ -74,7 +74,7 @@ def test_values_that_exist_but_not_together(recipes_dir):
         torch={"2.13": TorchRelease(["12.8"], ["3.11", "3.12"]), "2.14": TorchRelease(["13.0"], ["3.12"])},
     )
     recipe = load_recipe("example_torch", recipes_dir)
-    with pytest.raises(CuwError, match=r"each value exists, but not together"):
+    with pytest.raises(InputError, match=r"each value exists, but not together"):
         plan([recipe], grid, Filters(pytorch=("2.14",), cuda=("12.8",)))
 
 
@@ -109,7 +109,7 @@ def test_a_big_grid_is_chunked_under_the_caps_never_truncated(recipes_dir):
 
 def test_a_cell_over_the_cap_is_an_error(recipes_dir, grid):
     recipe = replace(load_recipe("example", recipes_dir), sharding=Sharding(count=300, platforms=["linux"]))
-    with pytest.raises(CuwError, match=r"alone needs 301 jobs, over GitHub's 256: lower sharding.count"):
+    with pytest.raises(InputError, match=r"alone needs 301 jobs, over GitHub's 256: lower sharding.count"):
         plan([recipe], grid, Filters(platform=("linux",)))
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import REPO
 from wheel_maker import make_wheel
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.ci import matrix
 from cuw.ci.published import cell_status, read_records
 from cuw.config.cell import Cell
@@ -113,13 +113,13 @@ def test_the_index_is_read_the_same_over_http_and_an_unreadable_one_is_an_error(
         assert _status(recipes, url).current == [CELL.id]
         assert read_records(url) == read_records(str(index))
         (index / "files" / f"{WHEEL}{RECORD_SUFFIX}").write_text("{not json")
-        with pytest.raises(CuwError, match=r"is not JSON; restore the index"):
+        with pytest.raises(InputError, match=r"is not JSON; restore the index"):
             read_records(url)
         with pytest.raises(CuwError, match=r"cannot read .*/nowhere/cuw-index.json .*an index that cannot be read is an error"):
             read_records(f"{url}/nowhere")
     finally:
         server.shutdown()
-    with pytest.raises(CuwError, match="no such index folder"):
+    with pytest.raises(InputError, match="no such index folder"):
         read_records(str(tmp_path / "missing"))
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "x.txt").write_text("x")

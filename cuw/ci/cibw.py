@@ -33,7 +33,7 @@ from cuw.gates import report
 from cuw.jobs.backends import build_env
 from cuw.toolchain.cache import tool_class
 from cuw.config.cell import Cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError, ToolError
 from cuw.base.settings import Settings
 from cuw.config import lanes, toolkits
 from cuw.config.grid import cell_archs, require_in_grid
@@ -72,7 +72,7 @@ def lane_target(lane: str) -> LaneTarget:
     try:
         return LANES[lane]
     except KeyError:
-        raise CuwError(f"the cibuildwheel backend has no target for lane {lane!r} (known: {', '.join(LANES)})") from None
+        raise InputError(f"the cibuildwheel backend has no target for lane {lane!r} (known: {', '.join(LANES)})") from None
 
 
 def build_identifier(cell: Cell) -> str:
@@ -85,7 +85,7 @@ def manylinux_image(policy: Policy, lane: str) -> str:
     backend's ``--image`` and the workflow's ``container:`` run."""
     image = policy.images.get(lane)
     if image is None:
-        raise CuwError(f"recipes/defaults.yml: images has no build image for lane {lane} (images.{lane}.ref)")
+        raise InputError(f"recipes/defaults.yml: images has no build image for lane {lane} (images.{lane}.ref)")
     return image.ref
 
 
@@ -319,7 +319,7 @@ def job_specs(recipe: Recipe, verb: str, shard: Optional[str], shards: Optional[
         return [None]
     count = recipe.sharding.count if shards is None else shards
     if count < 1:
-        raise CuwError(f"--shards must be at least 1, got {count}")
+        raise InputError(f"--shards must be at least 1, got {count}")
     return [*(ShardSpec(i, count) for i in range(1, count + 1)), None]
 
 
@@ -343,12 +343,12 @@ def run_jobs(
 def _cibuildwheel() -> str:
     found = shutil.which("cibuildwheel") or str(Path(sys.executable).parent / "cibuildwheel")
     if not os.access(found, os.X_OK):
-        raise CuwError("cibuildwheel is not installed: pip install -e '.[test]' (pyproject.toml pins it)")
+        raise ToolError("cibuildwheel is not installed: pip install -e '.[test]' (pyproject.toml pins it)")
     return found
 
 
-def _cannot_start(job: CibwJob, why: str) -> CuwError:
-    return CuwError(f"{why}; the cibuildwheel configuration is written: {job.config_path}")
+def _cannot_start(job: CibwJob, why: str) -> ToolError:
+    return ToolError(f"{why}; the cibuildwheel configuration is written: {job.config_path}")
 
 
 def run_job(job: CibwJob, settings: Settings) -> bool:

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from cuw.jobs.archive import archive_name
 from cuw.config.cell import Cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.config.grid import Grid, cells, collapse, collapses_python, torch_pin
 from cuw.config.policy import JobPolicy, Runner
 from cuw.config.recipe import Recipe
@@ -133,7 +133,7 @@ def recipe_rungs(recipe: Recipe, cap: job_cap.JobCap, cell_id: str) -> list[Rung
         return [Rung(1, int(cap.budget_s))] * recipe.sharding.count
     v = job_cap.verdict(recipe, table, recipe.sharding.count, cap, RUNGS)
     if not v.ok:
-        raise CuwError(f"{cell_id}: {v.detail}: {v.fix}")
+        raise InputError(f"{cell_id}: {v.detail}: {v.fix}")
     return [Rung(c.parts, c.deadline_s) for c in v.chains]
 
 
@@ -158,7 +158,7 @@ def select(recipe: Recipe, grid: Grid, f: Filters) -> list[Cell]:
     with the lowest Python the filters keep."""
     everything = cells(recipe, grid, per_python=True)
     if f.pytorch and not recipe.links_torch:
-        raise CuwError(f"{recipe.key} is torch-free (links_torch: false); --pytorch does not apply to it")
+        raise InputError(f"{recipe.key} is torch-free (links_torch: false); --pytorch does not apply to it")
     for name, values, axis in (
         ("--platform", f.platform, {c.lane for c in everything}),
         ("--cuda", f.cuda, {c.cuda for c in everything}),
@@ -167,7 +167,7 @@ def select(recipe: Recipe, grid: Grid, f: Filters) -> list[Cell]:
     ):
         unknown = [v for v in values if v not in axis]
         if unknown:
-            raise CuwError(
+            raise InputError(
                 f"{name} {', '.join(unknown)} matches no cell of {recipe.key} (it has: {', '.join(sorted(axis)) or 'none'})"
             )
     chosen = [
@@ -179,7 +179,7 @@ def select(recipe: Recipe, grid: Grid, f: Filters) -> list[Cell]:
         and (not f.python or c.python in f.python)
     ]
     if not chosen:
-        raise CuwError(f"the filters match no cell of {recipe.key}: each value exists, but not together")
+        raise InputError(f"the filters match no cell of {recipe.key}: each value exists, but not together")
     return collapse(recipe, chosen)
 
 
@@ -210,7 +210,7 @@ def _chunk_groups(jobs: list[Job]) -> list[tuple[str, list[Job]]]:
         for cell_id in sorted(by_cell):
             cell_jobs = by_cell[cell_id]
             if len(cell_jobs) > MAX_JOBS:
-                raise CuwError(f"{cell_id} alone needs {len(cell_jobs)} jobs, over GitHub's {MAX_JOBS}: lower sharding.count")
+                raise InputError(f"{cell_id} alone needs {len(cell_jobs)} jobs, over GitHub's {MAX_JOBS}: lower sharding.count")
             if part and (len(part) + len(cell_jobs) > MAX_JOBS or _size(part + cell_jobs) > MAX_BYTES):
                 parts.append(part)
                 part = []
@@ -287,7 +287,7 @@ def plan(
             collapsed[recipe.key] = collapse_note(recipe, grid)
     if not jobs:
         reasons = "; ".join(skipped.values()) or "no recipes"
-        raise CuwError(f"the filters match no cell: {reasons}")
+        raise InputError(f"the filters match no cell: {reasons}")
     held_back = {
         lane: f"{n} cell(s) held back: {UNVERIFIED_LANES[lane]}; ask for them with --platform {lane}"
         for lane, n in sorted(held.items())
@@ -411,4 +411,4 @@ def chunk(result: dict, chunk_id: Optional[str]) -> dict:
         if c["id"] == chunk_id:
             return c
     known = ", ".join(c["id"] for c in result["chunks"][:10])
-    raise CuwError(f"--chunk: no chunk {chunk_id!r} in the plan; pass an id `cuw matrix` lists (first ones: {known})")
+    raise InputError(f"--chunk: no chunk {chunk_id!r} in the plan; pass an id `cuw matrix` lists (first ones: {known})")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 from urllib.parse import quote, unquote, urlsplit
 
 from cuw.base import http
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.config.cell import Cell
 from cuw.config.inputs import cell_inputs, inputs_digest
 from cuw.config.policy import Policy
@@ -51,7 +51,7 @@ def locate(location: str, option: str = "--published") -> Union[str, Path]:
     ``file://`` URL is its folder). An empty value and any other scheme are refused: read as a
     folder, they would be "nothing published"."""
     if not location.strip():
-        raise CuwError(f"{option}: an empty value; give the index folder or the http(s) URL it is served at")
+        raise InputError(f"{option}: an empty value; give the index folder or the http(s) URL it is served at")
     match = _SCHEME.match(location)
     if match is None:
         return Path(location)
@@ -61,7 +61,7 @@ def locate(location: str, option: str = "--published") -> Union[str, Path]:
     parts = urlsplit(location)
     if scheme == "file" and parts.netloc in ("", "localhost"):
         return Path(unquote(parts.path))
-    raise CuwError(f"{option} {location}: {scheme}:// is not read; give the index folder or the http(s) URL it is served at")
+    raise InputError(f"{option} {location}: {scheme}:// is not read; give the index folder or the http(s) URL it is served at")
 
 
 def read_records(location: str, option: str = "--published") -> list[dict[str, Any]]:
@@ -96,7 +96,7 @@ def _read_folder(folder: Path, location: str, option: str) -> Published:
             else "give the folder the index was published to"
         )
         what = "is a file, not an index folder" if folder.exists() else "no such index folder"
-        raise CuwError(f"{option} {location}: {what} ({fix})")
+        raise InputError(f"{option} {location}: {what} ({fix})")
     names = sorted(published_files(folder))  # the marker checked, as read_served checks a served one
     remote = remote_files(folder)
     records = []
@@ -105,9 +105,9 @@ def _read_folder(folder: Path, location: str, option: str) -> Published:
         try:
             record = http.parse_json(path.read_bytes(), str(path), option)
         except OSError as exc:
-            raise CuwError(f"{option}: {path}: {exc.strerror or exc}; a published wheel lacks its record") from None
+            raise InputError(f"{option}: {path}: {exc.strerror or exc}; a published wheel lacks its record") from None
         if not isinstance(record, dict) or record.get("wheel") != name:
-            raise CuwError(f"{option}: the record of {name} names another wheel; restore the index")
+            raise InputError(f"{option}: the record of {name} names another wheel; restore the index")
         records.append(record)
     wheels = {name: _remote_url(remote.get(name)) or str(folder / "files" / name) for name in names}
     return Published(records, wheels, _sizes(remote))
@@ -153,7 +153,7 @@ def check_cells(records: list[dict[str, Any]], option: str = "--published") -> N
     it, and publish would then refuse the rebuild (the name is published)."""
     for record in records:
         if record_cell(record) is None:
-            raise CuwError(
+            raise InputError(
                 f"{option}: the record of {record.get('wheel')} names no cell (its inputs.cell, or its cell, "
                 "is missing or malformed); restore the index"
             )

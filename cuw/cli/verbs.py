@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.files import check_destination, writable_dir, write_text
 from cuw.base.settings import MIRROR_VAR, Settings
 from cuw.cli.parser import parse
@@ -48,7 +48,7 @@ def _lint_guards(args: argparse.Namespace, recipes_dir: Path, settings: Settings
     if given.exists():
         findings, where = find_unguarded(given), str(given)
     elif "/" in args.target or "\\" in args.target:
-        raise CuwError(f"lint-guards: {given}: no such file or folder")
+        raise InputError(f"lint-guards: {given}: no such file or folder")
     else:
         from cuw.tools.planner import prepare_tree
 
@@ -72,7 +72,7 @@ def _verify(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
     from cuw.wheel.verify import verify, write_verify_reports
 
     if not args.wheel.is_file():
-        raise CuwError(f"no such wheel: {args.wheel}")
+        raise InputError(f"no such wheel: {args.wheel}")
     recipe = load_recipe(args.recipe or recipe_for_wheel(args.wheel.name, recipes_dir), recipes_dir)
     settings = _use_toolkit(args, recipes_dir, settings)  # $CUW_TOOLKIT and the policy's toolkits, as the build had them
     toolkit = find_toolkit(homes=settings.homes)
@@ -81,13 +81,13 @@ def _verify(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
     archs = cell_archs(recipe, policy.archs, cell)
     patches = None
     if args.torch_index and not args.torch_patches:
-        raise CuwError("--torch-index goes with --torch-patches")
+        raise InputError("--torch-index goes with --torch-patches")
     if args.torch_patches:
         from cuw.wheel.verify import TorchPatches
 
         index = args.torch_index or policy.torch_index.get(cell.cuda)
         if not index:
-            raise CuwError(
+            raise InputError(
                 f"--torch-patches: no torch_index for CUDA {cell.cuda} in recipes/defaults.yml; pass --torch-index URL"
             )
         patches = TorchPatches(index, settings.folders.torch_venvs)
@@ -114,7 +114,7 @@ def _split(values: list[str], flag: str = "filter") -> tuple[str, ...]:
     """Repeated or comma-separated filter values; an empty one is refused (it would match everything)."""
     out = tuple(v.strip() for value in values for v in value.split(","))
     if any(not v for v in out):
-        raise CuwError(
+        raise InputError(
             f"--{flag}: an empty value (give a value like --{flag} {_EXAMPLE.get(flag, 'X')}, or leave the option out)"
         )
     return out
@@ -152,7 +152,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, s
     for row in skipped:
         report.say(f"skipped {row.cell.id}: needs {row.why}")
     if not build:
-        raise CuwError(
+        raise ToolError(
             f"none of the {len(selected)} selected cells of {recipe.key} can be built on this machine: "
             + "; ".join(f"{r.cell.id}: {r.why}" for r in skipped[:3])
         )
@@ -192,7 +192,7 @@ def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, s
     from cuw.toolchain.toolkit import find_toolkit
 
     if getattr(args, "matrix", False):
-        raise CuwError("build --matrix builds with the pip backend; with cibuildwheel pass one --cell")
+        raise InputError("build --matrix builds with the pip backend; with cibuildwheel pass one --cell")
     cell = parse_cell(recipe, args.cell) if args.cell else local_cell(recipe, find_toolkit(homes=settings.homes))
     choice = cache_choice(load_policy(recipes_dir), cell.lane, settings, args.cache_tool, args.cache_remote)
     specs = cibw.job_specs(recipe, args.verb, getattr(args, "shard", None), getattr(args, "shards", None))
@@ -211,7 +211,7 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
     filters = _filters(args)
     policy = load_policy(recipes_dir)
     if args.on_host and args.image:
-        raise CuwError("--on-host runs every job on its runner; --image names the image a lane's jobs run in: give one")
+        raise InputError("--on-host runs every job on its runner; --image names the image a lane's jobs run in: give one")
     images = {} if args.on_host else image_overrides(args.image, policy)
     # An unverified lane is planned only when asked for: by --platform, or by the id of one of its chunks.
     from cuw.partition.job_cap import job_cap
@@ -222,7 +222,7 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
     if args.published is not None:
         result = _drop_published(result, recipes, policy, args.published, args.rebuild)
     elif args.rebuild is not None:
-        raise CuwError("--rebuild chooses among the cells --published finds; give --published too")
+        raise InputError("--rebuild chooses among the cells --published finds; give --published too")
     text = matrix.dumps(matrix.chunk(result, args.chunk))  # an unknown chunk fails before any output
     if args.output:
         write_text(args.output, text, "--output")
@@ -240,7 +240,7 @@ def _audit(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> i
         check_destination(args.output, "--output")
         _outside_index(args.output, args.index, "--index")
     if args.on_host and args.image:
-        raise CuwError("--on-host and --image name two builders; give one")
+        raise InputError("--on-host and --image name two builders; give one")
     keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
     recipes = [load_recipe(k, recipes_dir) for k in keys]
     policy = load_policy(recipes_dir)
@@ -265,7 +265,7 @@ def _outside_index(output: Path, location: Optional[str], option: str) -> None:
     if isinstance(where, Path) and where.is_dir():
         root, out = where.resolve(), output.resolve()
         if out == root or root in out.parents:
-            raise CuwError(
+            raise InputError(
                 f"--output {output} is inside the index {location} ({option}), which is read, never written; "
                 "give a path outside it"
             )
@@ -340,18 +340,18 @@ def _farm_plan(args: argparse.Namespace, recipes_dir: Path) -> int:
     from cuw.tools import farm_plan
 
     if args.recipe is not None:
-        raise CuwError("--farm plans every recipe; leave out the recipe name")
+        raise InputError("--farm plans every recipe; leave out the recipe name")
     try:
         limits = [int(v) for v in args.concurrency.split(",")]
     except ValueError:
-        raise CuwError(f"--concurrency {args.concurrency!r}: numbers of concurrent jobs, comma-separated (20,60)") from None
+        raise InputError(f"--concurrency {args.concurrency!r}: numbers of concurrent jobs, comma-separated (20,60)") from None
     if not limits or any(not 1 <= c <= 10000 for c in limits):
-        raise CuwError(f"--concurrency {args.concurrency!r}: each between 1 and 10000")
+        raise InputError(f"--concurrency {args.concurrency!r}: each between 1 and 10000")
     counts: dict[str, int] = {}
     for item in args.count:
         key, sep, n = item.partition("=")
         if not sep or not n.isdigit():
-            raise CuwError(f"--count {item!r}: RECIPE=N (for example natten=40)")
+            raise InputError(f"--count {item!r}: RECIPE=N (for example natten=40)")
         load_recipe(key, recipes_dir)
         counts[key] = check_count(int(n), "--count")
     recipes = [load_recipe(k, recipes_dir) for k in known_recipes(recipes_dir)]
@@ -369,13 +369,13 @@ def _plan(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
     if args.farm:
         return _farm_plan(args, recipes_dir)
     if args.recipe is None:
-        raise CuwError("plan: name a recipe (cuw recipes lists them), or pass --farm for the whole grid")
+        raise InputError("plan: name a recipe (cuw recipes lists them), or pass --farm for the whole grid")
     recipe = load_recipe(args.recipe, recipes_dir)
     counts = planner.parse_counts(args.shards, args.range)
     if args.check is not None:
         check_count(args.check, "--check")
     if args.json and args.format not in (None, "json"):
-        raise CuwError(f"--json and --format {args.format} ask for two formats; give one")
+        raise InputError(f"--json and --format {args.format} ask for two formats; give one")
     fmt = "json" if args.json else args.format or "text"
     if args.output is not None:
         check_destination(args.output, "--output")
@@ -408,7 +408,7 @@ def _costs(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> i
     out = args.output or costs_path(Path(recipe.folder))
     check_destination(out, "--output")
     if args.source_root is not None and not args.source_root.is_dir():
-        raise CuwError(f"--source-root {args.source_root} is not a folder")
+        raise InputError(f"--source-root {args.source_root} is not a folder")
     table = costs.record(args.logs, out, args.source_root, cost_keeps(recipe))
     report.say(f"cost table: {len(table.costs)} TUs, {table.total:.1f} s in all, longest {table.longest:.1f} s -> {out}")
     return 0
@@ -421,7 +421,7 @@ def _git_mirror(args: argparse.Namespace, settings: Settings) -> Settings:
 
     if args.git_mirror is not None:
         if not args.git_mirror.strip():
-            raise CuwError(
+            raise InputError(
                 f"--git-mirror: an empty value (give a git repository, a folder of mirrors or a tarball, "
                 f"or leave the option out to use ${MIRROR_VAR} or the recipe's URL)"
             )
@@ -473,10 +473,10 @@ def _publish(args: argparse.Namespace, recipes_dir: Path, settings: Settings) ->
     from cuw.wheel.publish import AssetStore, check_asset_store, check_folders, continue_from, run_publish
 
     if (args.asset_url is None) != (args.upload is None):
-        raise CuwError("--asset-url and --upload go together: where the wheels will be, and where they wait for upload")
+        raise InputError("--asset-url and --upload go together: where the wheels will be, and where they wait for upload")
     store = AssetStore(args.asset_url, args.upload) if args.asset_url else None
     if not args.incoming.is_dir():  # before --from-url fills INDEX: a typo must not leave it continued
-        raise CuwError(f"publish: {args.incoming} is not a folder (the wheels the links uploaded)")
+        raise InputError(f"publish: {args.incoming} is not a folder (the wheels the links uploaded)")
     check_folders(args.incoming, args.index, args.upload)
     if store is not None:
         check_asset_store(store)
@@ -544,7 +544,7 @@ def _build_verbs(args: argparse.Namespace, recipes_dir: Path, settings: Settings
     recipe = load_recipe(args.recipe, recipes_dir)
     if args.backend == "cibuildwheel":
         if args.image is not None:
-            raise CuwError(
+            raise InputError(
                 "--image goes with the pip backend; cibuildwheel runs its own image (images.<lane>.ref in recipes/defaults.yml)"
             )
         return _cibuildwheel(args, recipe, recipes_dir, settings)
@@ -563,14 +563,14 @@ def _build_verbs(args: argparse.Namespace, recipes_dir: Path, settings: Settings
 def _check_counts(args: argparse.Namespace) -> None:
     """--jobs, build's --shards, and the cell filters that only --matrix reads."""
     if args.jobs is not None and not 1 <= args.jobs <= 1024:
-        raise CuwError(f"--jobs must be between 1 and 1024, got {args.jobs}")
+        raise InputError(f"--jobs must be between 1 and 1024, got {args.jobs}")
     if args.verb != "build":
         return
     if args.shards is not None:
         check_count(args.shards, "--shards")
     given = [f"--{f}" for f in ("platform", "cuda", "pytorch", "python") if getattr(args, f)]
     if given and not args.matrix:
-        raise CuwError(
+        raise InputError(
             f"{', '.join(given)} select cells of --matrix; without --matrix, build makes this machine's cell "
             f"(add --matrix, or see `cuw show {args.recipe}` for the cell built here)"
         )
@@ -579,11 +579,11 @@ def _check_counts(args: argparse.Namespace) -> None:
 def _check_pip_options(args: argparse.Namespace, settings: Settings) -> None:
     """The options the pip backend reads, in the order a user meets them."""
     if args.image is not None and getattr(args, "matrix", False):
-        raise CuwError("--image builds this machine's cell; build --matrix picks each cell's environment itself")
+        raise InputError("--image builds this machine's cell; build --matrix picks each cell's environment itself")
     if args.image is None and args.engine is not None:
-        raise CuwError("--engine goes with --image (the engine that runs the build image)")
+        raise InputError("--engine goes with --image (the engine that runs the build image)")
     if args.cell:
-        raise CuwError("--cell goes with --backend cibuildwheel; the pip backend builds this machine's cell")
+        raise InputError("--cell goes with --backend cibuildwheel; the pip backend builds this machine's cell")
     if getattr(args, "matrix", False):
         _filters(args)
     from cuw.config import toolkits
@@ -718,7 +718,7 @@ def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes
     from cuw.toolchain.toolkit import find_toolkit
 
     if job.foreign and toolkits.requested(getattr(args, "toolkit", None), settings)[0] not in (None, "wheels"):
-        raise CuwError(
+        raise InputError(
             f"--image {job.ref} runs on {job.machine}, this machine on {platform.machine()}: its jobs use "
             "NVIDIA's pinned wheels for its machine (--toolkit wheels), not a toolkit of this one"
         )
@@ -761,7 +761,7 @@ def _toolkit(args: argparse.Namespace, recipes_dir: Path, settings: Settings) ->
     policy = load_policy(recipes_dir)
     line = args.cuda
     if line is not None and line not in policy.grid.cuda:
-        raise CuwError(f"--cuda {line}: not a CUDA line of the grid ({', '.join(policy.grid.cuda)} in recipes/defaults.yml)")
+        raise InputError(f"--cuda {line}: not a CUDA line of the grid ({', '.join(policy.grid.cuda)} in recipes/defaults.yml)")
     forced = toolkits.requested(args.toolkit, settings)[0]
     choice = forced or (toolkits.policy_choice(policy, line) if line else None)
     outputs: dict[str, str] = {}
@@ -784,7 +784,9 @@ def _toolkit(args: argparse.Namespace, recipes_dir: Path, settings: Settings) ->
 
 def _github_file(var: str, target: Optional[str], values: dict[str, str]) -> None:
     if not target:
-        raise CuwError(f"--github-env: ${var} is not set (it is set inside a GitHub Actions step); run without --github-env here")
+        raise InputError(
+            f"--github-env: ${var} is not set (it is set inside a GitHub Actions step); run without --github-env here"
+        )
     with open(target, "a", encoding="utf-8") as out:
         out.writelines(f"{k}={v}\n" for k, v in values.items())
 
@@ -798,7 +800,7 @@ def _grid(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
     for item in args.index:
         cuda, eq, url = item.partition("=")
         if not eq or cuda not in policy.grid.cuda or not url.strip():
-            raise CuwError(f"--index {item!r} is not CUDA=URL with a CUDA line of the grid ({', '.join(policy.grid.cuda)})")
+            raise InputError(f"--index {item!r} is not CUDA=URL with a CUDA line of the grid ({', '.join(policy.grid.cuda)})")
         indexes[cuda] = url.strip()
     if not args.check:
         for torch, release in sorted(policy.grid.torch.items()):
