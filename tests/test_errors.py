@@ -103,10 +103,9 @@ PLAIN_CUW_ERROR = {
     "cuw/toolchain/image_build.py": 16,
     "cuw/toolchain/provision.py": 10,
     "cuw/toolchain/registry.py": 5,
-    "cuw/wheel/finish.py": 11,
-    "cuw/wheel/index.py": 14,
-    "cuw/wheel/publish.py": 17,
-    "cuw/wheel/torch_venvs.py": 4,
+    "cuw/wheel/finish.py": 1,
+    "cuw/wheel/publish.py": 1,
+    "cuw/wheel/torch_venvs.py": 1,
 }
 """Where an error is still made as the plain base (a full disk, an unreachable index, a lock held by
 another run, or a site not yet sorted into its kind), and how many. Only shrinks: a new error raises

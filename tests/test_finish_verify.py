@@ -17,7 +17,7 @@ from wheel.wheelfile import WheelFile
 
 from conftest import expected_tu_values, need
 from cuw.config.cell import Cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.wheel.finish import CudaRuntime, cell_version, expand_requires, local_label, retag, rewrite_metadata
 from cuw.wheel.index import build_index
 from cuw.config.policy import load_policy
@@ -68,7 +68,7 @@ def test_requirement_templates():
     versions = {"cumm": "0.5.0+cu130"}
     out = expand_requires(["cumm=={VER:cumm}", "x-{LOCAL}"], CELL, versions.get)
     assert out == ["cumm==0.5.0+cu130", f"x-{local_label(CELL)}"]
-    with pytest.raises(CuwError, match=r"\{VER:nope\} but no finished nope wheel"):
+    with pytest.raises(InputError, match=r"\{VER:nope\} but no finished nope wheel"):
         expand_requires(["a=={VER:nope}"], CELL, versions.get)
 
 
@@ -385,7 +385,7 @@ def test_index_adds_to_an_existing_index_and_never_replaces_or_deletes(tmp_path)
     with WheelFile(other, "a") as wf:  # same name, other bytes
         wf.writestr("torchy/extra.py", "X = 2\n")
     shutil.move(str(other), rebuilt / other.name)
-    with pytest.raises(CuwError, match="already publishes .* with other bytes"):
+    with pytest.raises(InputError, match="already publishes .* with other bytes"):
         build_index(rebuilt, out)
     assert (out / "files" / old.name).read_bytes() == old.read_bytes()
 
@@ -401,7 +401,7 @@ def test_index_refuses_an_output_that_is_its_input_or_not_an_index(tmp_path):
     stranger = tmp_path / "docs"
     stranger.mkdir()
     (stranger / "notes.txt").write_text("mine")
-    with pytest.raises(CuwError, match="not an index made by `cuw index`"):
+    with pytest.raises(InputError, match="not an index made by `cuw index`"):
         build_index(wheels, stranger)
     assert (stranger / "notes.txt").read_text() == "mine" and sorted(p.name for p in wheels.iterdir()) == before
     a_file = tmp_path / "file"

@@ -16,7 +16,7 @@ import yaml
 from conftest import REPO, need, shared_dir
 from wheel_maker import make_wheel
 from cuw.ci import workflow_run
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.wheel.index import MARKER
 from cuw.wheel.publish import RECORD_SUFFIX, publish, sha256_file, summarize
 
@@ -161,7 +161,7 @@ def test_offline_actions_cover_every_pin_of_the_workflow():
         "actions/upload-artifact@65c4c4a1ddee5b72f698fdd19549f0f0fb45cf08",
         "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093",
     }
-    with pytest.raises(CuwError, match="holds no action.yml"):
+    with pytest.raises(InputError, match="holds no action.yml"):
         workflow_run.local_repositories("uses: actions/cache@" + "0" * 40, folder)
 
 
@@ -172,7 +172,7 @@ def test_the_tool_cache_gets_this_interpreter_for_setup_python(tmp_path, monkeyp
     slot = tmp_path / "tc" / "Python" / found.version
     assert (slot / "x64.complete").exists() and (slot / "x64" / "bin").is_dir()
     assert workflow_run.fill_tool_cache(tmp_path / "tc", [minor])[0].version == found.version  # again: same slot
-    with pytest.raises(CuwError, match="Python 2.1"):
+    with pytest.raises(ToolError, match="Python 2.1"):
         workflow_run.fill_tool_cache(tmp_path / "tc", ["2.1"])
 
 

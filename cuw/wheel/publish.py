@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name
 
 from cuw import __version__
 from cuw.gates import report
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.base.records import LinkReport, ShardReport, read_link_report, read_shard_report
 from cuw.base.settings import GitHub, Settings
 from cuw.base.files import check_apart, copy_into, writable_dir, write_text
@@ -45,9 +45,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
-        raise CuwError(f"{path}: unreadable report ({exc})") from None
+        raise InputError(f"{path}: unreadable report ({exc})") from None
     if not isinstance(data, dict):
-        raise CuwError(f"{path}: not a report (a JSON object was expected)")
+        raise InputError(f"{path}: not a report (a JSON object was expected)")
     return data
 
 
@@ -152,14 +152,14 @@ def record(recipe: Any, dist: Path, artifacts: Path, settings: Settings) -> Path
         if rep.cell == cell.to_dict() and rep.ok:
             links.append((path, rep))
     if not links:
-        raise CuwError(
+        raise InputError(
             f"no passed link of {cell.id} in {dist} (a *.whl.link.json with ok: true): "
             "run the link first; only a wheel that passed link and verify gets a build record"
         )
     path, link_rep = links[-1]
     wheel = dist / path.name[: -len(".link.json")]
     if not wheel.is_file():
-        raise CuwError(f"{path} names {wheel.name}, which is not in {dist}")
+        raise InputError(f"{path} names {wheel.name}, which is not in {dist}")
     cell_dir = artifacts / cell.id
     # The shards of this link only: reports of another N left in the folder by earlier runs are not its history.
     suffix = f"of{link_rep.shard_count}.report.json"
@@ -235,26 +235,26 @@ def check_asset_store(store: AssetStore) -> None:
 
     bad = f"--asset-url {store.url!r}:"
     if not store.url.lower().startswith(("https://", "http://")):
-        raise CuwError(f"{bad} an http(s) URL with {{wheel}} (and {{recipe}}) in it")
+        raise InputError(f"{bad} an http(s) URL with {{wheel}} (and {{recipe}}) in it")
     try:
         fields = [
             (name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(store.url) if name is not None
         ]
     except ValueError as exc:
-        raise CuwError(f"{bad} not a template ({exc}); only {{recipe}} and {{wheel}} may be filled in") from None
+        raise InputError(f"{bad} not a template ({exc}); only {{recipe}} and {{wheel}} may be filled in") from None
     if any(name not in ("recipe", "wheel") or spec or conversion for name, spec, conversion in fields):
-        raise CuwError(
+        raise InputError(
             f"{bad} only {{recipe}} and {{wheel}} may be filled in, as they are (no index, attribute, conversion or format)"
         )
     if "wheel" not in [name for name, _, _ in fields]:
-        raise CuwError(f"{bad} an http(s) URL with {{wheel}} (and {{recipe}}) in it: every wheel needs a URL of its own")
+        raise InputError(f"{bad} an http(s) URL with {{wheel}} (and {{recipe}}) in it: every wheel needs a URL of its own")
     template = urlsplit(store.url)
     filled = store.url_of("r", "w.whl")
     if "{" in template.netloc or not urlsplit(filled).hostname:
-        raise CuwError(f"{bad} the host must be written out (https://HOST/...{{wheel}})")
+        raise InputError(f"{bad} the host must be written out (https://HOST/...{{wheel}})")
     odd = next((c for c in filled if c.isspace() or not c.isprintable() or c in '"<>\\^`{|}'), None)
     if odd is not None:
-        raise CuwError(f"{bad} {odd!r} has no place in a URL (percent-encode it)")
+        raise InputError(f"{bad} {odd!r} has no place in a URL (percent-encode it)")
 
 
 def check_folders(incoming: Path, index: Path, upload: Optional[Path] = None) -> None:
@@ -274,24 +274,24 @@ def continue_from(site: str, index: Path) -> int:
 
     def check_new() -> None:
         if (index / MARKER).exists():
-            raise CuwError(f"--from-url: {index} already holds an index; give a new folder to continue {site} in")
+            raise InputError(f"--from-url: {index} already holds an index; give a new folder to continue {site} in")
         if index.exists() and not index.is_dir():
-            raise CuwError(f"--from-url: {index} is a file; give a new or empty folder to continue {site} in")
+            raise InputError(f"--from-url: {index} is a file; give a new or empty folder to continue {site} in")
         there = sorted(p.name for p in index.iterdir() if p.name != LOCK) if index.is_dir() else []
         if there:
-            raise CuwError(
+            raise InputError(
                 f"--from-url: {index} holds other files ({', '.join(there[:3])}); give a new or empty folder "
                 f"to continue {site} in"
             )
 
     check_new()
     if not site.lower().startswith(("https://", "http://", "file://")):
-        raise CuwError(f"--from-url {site}: the http(s) URL the index is served at")
+        raise InputError(f"--from-url {site}: the http(s) URL the index is served at")
     served = read_served(site.rstrip("/"), "--from-url")
     files, remote, records = served.files, served.remote, served.records
     local = sorted(set(files) - set(remote))
     if local:
-        raise CuwError(
+        raise InputError(
             f"--from-url: {site} serves {local[0]} itself; --from-url continues an index whose wheels are "
             "stored elsewhere (release assets)"
         )
@@ -315,7 +315,7 @@ def publish(
     from cuw.wheel.index import MARKER, add_to_index, index_lock, published_files, remote_files, write_marker, write_pages
 
     if not incoming.is_dir():
-        raise CuwError(f"publish: {incoming} is not a folder (the wheels the links uploaded)")
+        raise InputError(f"publish: {incoming} is not a folder (the wheels the links uploaded)")
     check_folders(incoming, index, store.upload if store is not None else None)
     # Sorted once without touching the index (a run with nothing to add, or refused, writes nothing)...
     outcome, accepted = _sort(incoming, published_files(index) if (index / MARKER).is_file() else {}, reports, index)
@@ -352,7 +352,7 @@ def publish(
             write_pages(index, published)  # pages a killed run left behind the marker are brought up to it
         listed = len(published_files(index))
         if listed < online:  # a partial read of the online index must never shrink it
-            raise CuwError(
+            raise CuwError(  # the two indexes disagree: neither an option nor a tool is at fault
                 f"publish: the index at {index} lists {listed} wheels, the published one {online}; refusing to publish fewer"
             )
     return outcome

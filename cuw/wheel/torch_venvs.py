@@ -17,7 +17,7 @@ from typing import Optional
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.files import held
 from cuw.config.grid_check import wheel_names
 
@@ -46,7 +46,7 @@ def find_python(version: str) -> str:
 
     found, looked = pythons.find_python(version)
     if found is None:
-        raise CuwError(f"no Python {version} here (looked at this interpreter, {', '.join(looked)})")
+        raise ToolError(f"no Python {version} here (looked at this interpreter, {', '.join(looked)})")
     return found.path
 
 
@@ -63,13 +63,15 @@ def ensure(version: str, python: str, root: Path, index: Optional[str] = None) -
             shutil.rmtree(venv)  # a venv left half-made by an interrupted install
         made = subprocess.run([find_python(python), "-m", "venv", str(venv)], capture_output=True, text=True)
         if made.returncode != 0:
-            raise CuwError(f"could not make a venv at {venv}: {made.stderr.strip()[-300:]}")
+            raise ToolError(f"could not make a venv at {venv}: {made.stderr.strip()[-300:]}")
         cmd = [str(interpreter), "-m", "pip", "install", "--quiet", f"torch=={version}"]
         if index:
             cmd += ["--index-url", index]
         installed = subprocess.run(cmd, capture_output=True, text=True)
         if installed.returncode != 0:
-            raise CuwError(f"could not install torch=={version} into {venv}: {installed.stderr.strip()[-300:]}")
+            raise CuwError(  # pip's reason: most often the index, out of reach
+                f"could not install torch=={version} into {venv}: {installed.stderr.strip()[-300:]}"
+            )
         (venv / READY).write_text(f"torch=={version}\n")
     return interpreter
 
@@ -77,5 +79,5 @@ def ensure(version: str, python: str, root: Path, index: Optional[str] = None) -
 def releases_on(index: str, line: str, python: str, platform_suffix: str) -> list[str]:
     versions = patch_releases(wheel_names(index), line, python, platform_suffix)
     if not versions:
-        raise CuwError(f"{index} offers no torch {line}.* wheel for Python {python} ({platform_suffix})")
+        raise InputError(f"{index} offers no torch {line}.* wheel for Python {python} ({platform_suffix})")
     return versions
