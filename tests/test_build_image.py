@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, engine_or_skip, expected_tu_values, need, run_cuw
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.files import held
 from cuw.config.policy import BuildImage, check_image_policy
 from cuw.toolchain.builder import Builder, current_builder, floor_for
@@ -222,7 +222,7 @@ def test_builders_compare_by_image_id_or_by_host_toolchain():
     assert host.same_as(Builder(None, "x86_64", "2.36", "3.4.30", "g++ 12"))
     assert not host.same_as(Builder(None, "x86_64", "2.36", "3.4.30", "g++ 13"))
     assert Builder.from_dict(a.to_dict(), "x") == a
-    with pytest.raises(CuwError, match="builder record is missing"):
+    with pytest.raises(InputError, match="builder record is missing"):
         Builder.from_dict(None, "an archive")
 
 
@@ -241,10 +241,10 @@ def test_an_image_recipe_is_read_strictly(tmp_path):
     text = default_recipe().read_text()
     bad = tmp_path / "bad.yml"
     bad.write_text(text + "platforms: [x]\n")
-    with pytest.raises(CuwError, match="unknown key"):
+    with pytest.raises(InputError, match="unknown key"):
         load_image_recipe(bad)
     bad.write_text(text.replace("sha256: 2411", "sha256: zz11"))
-    with pytest.raises(CuwError, match="sha256 of 64 hex digits"):
+    with pytest.raises(InputError, match="sha256 of 64 hex digits"):
         load_image_recipe(bad)
     bad.write_bytes(b"\xff\xfe\x00binary")
     with pytest.raises(CuwError, match="not a text file"):
@@ -252,7 +252,7 @@ def test_an_image_recipe_is_read_strictly(tmp_path):
     with pytest.raises(CuwError, match="no such file"):
         load_image_recipe(tmp_path / "missing.yml")
     for ref in ("--rm", "a b", "", "UPPER:case"):
-        with pytest.raises(CuwError, match="not an image reference"):
+        with pytest.raises(InputError, match="not an image reference"):
             check_ref(ref)
     assert check_ref("cuw-standin-x86_64:9c5af190a04c1042") and check_ref("sha256:" + "0" * 64)
 
@@ -293,7 +293,7 @@ def test_a_runner_image_links_its_pythons_into_the_tool_cache(tmp_path):
             .read_text()
             .replace("tool_cache: /opt/hostedtoolcache", f"tool_cache: {value}")
         )
-        with pytest.raises(CuwError, match="tool_cache must be an absolute folder path"):
+        with pytest.raises(InputError, match="tool_cache must be an absolute folder path"):
             load_image_recipe(bad)
 
 
@@ -325,6 +325,6 @@ def test_a_local_image_is_pinned_by_digest_through_the_local_registry(tmp_path):
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
     finally:
         subprocess.run([engine.path, "rmi", "-f", ref], capture_output=True)
-    with pytest.raises(CuwError, match="cannot push"):
+    with pytest.raises(ToolError, match="cannot push"):
         with local_registry(tmp_path / "registry", said.append) as registry:
             pin(engine, registry, "cuw-no-such-image:absent", said.append)

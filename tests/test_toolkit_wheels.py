@@ -19,7 +19,7 @@ import pytest
 import yaml
 from elftools.elf.elffile import ELFFile
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.config.policy import load_policy
 from cuw.toolchain.toolkit import Toolkit, find_toolkit, make_shadow_home
 
@@ -51,10 +51,10 @@ def test_policy_refuses_wheels_for_a_cuda_12_line(recipes_dir):
 
 def test_policy_refuses_loose_pins_and_unknown_choices(recipes_dir):
     _edit_policy(recipes_dir, toolkit_wheels={"13.0": ["nvidia-cuda-nvcc>=13.0"]})
-    with pytest.raises(CuwError, match=r"toolkit_wheels\.13\.0: 'nvidia-cuda-nvcc>=13.0' is not an exact pin"):
+    with pytest.raises(InputError, match=r"toolkit_wheels\.13\.0: 'nvidia-cuda-nvcc>=13.0' is not an exact pin"):
         load_policy(recipes_dir)
     _edit_policy(recipes_dir, toolkit_wheels={"13.0": ["nvidia-nvvm==13.0.88"]}, toolkits={"13.0": "wheels"})
-    with pytest.raises(CuwError, match=r"toolkit_wheels\.13\.0: no nvidia-cuda-nvcc pin"):
+    with pytest.raises(InputError, match=r"toolkit_wheels\.13\.0: no nvidia-cuda-nvcc pin"):
         load_policy(recipes_dir)
     _edit_policy(recipes_dir, toolkit_wheels={}, toolkits={"13.0": "cuda13"})
     with pytest.raises(CuwError, match=r"toolkits\.13\.0 = 'cuda13': use system, wheels or the absolute path"):

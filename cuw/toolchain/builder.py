@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.base.settings import Settings
 from cuw.base.versions import version_key
 
@@ -57,10 +57,10 @@ class Builder:
     def from_dict(cls, data: object, what: str) -> "Builder":
         keys = ("image", "arch", "glibc", "glibcxx", "compiler")
         if not isinstance(data, dict) or not all(k in data for k in keys):
-            raise CuwError(f"{what}: its builder record is missing or malformed (needs {', '.join(keys)})")
+            raise InputError(f"{what}: its builder record is missing or malformed (needs {', '.join(keys)})")
         values = {k: data[k] for k in keys}
         if not all(v is None or isinstance(v, str) for v in values.values()) or not values["arch"]:
-            raise CuwError(f"{what}: its builder record is malformed")
+            raise InputError(f"{what}: its builder record is malformed")
         return cls(**values)
 
     def same_as(self, other: "Builder") -> bool:

@@ -409,7 +409,7 @@ def check_remote(url: str, timeout: float = REMOTE_TIMEOUT_S) -> None:
                     sock.sendall(b"PING\r\n")
                     reply = sock.recv(64)
                     if not reply.startswith((b"+PONG", b"-NOAUTH")):
-                        raise CuwError(f"remote cache {url}: not a Redis server (replied {reply[:40]!r})")
+                        raise InputError(f"remote cache {url}: not a Redis server (replied {reply[:40]!r})")
         except OSError as exc:
             raise CuwError(f"remote cache {url} is unreachable ({exc}); no build was started") from None
         return

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError, ToolError
 from cuw.toolchain.builder import linux_machine
 
 ENGINES = ("docker", "podman")
@@ -36,7 +36,7 @@ class Engine:
 def check_ref(ref: str, what: str = "--image") -> str:
     """A plausible image reference (no option, no whitespace); refused in one line otherwise."""
     if not ref or not _REF.match(ref) or len(ref) > 512:
-        raise CuwError(f"{what} {ref!r} is not an image reference (name[:tag][@sha256:digest], as `docker images` lists)")
+        raise InputError(f"{what} {ref!r} is not an image reference (name[:tag][@sha256:digest], as `docker images` lists)")
     return ref
 
 
@@ -65,7 +65,7 @@ def find_engine(name: Optional[str] = None) -> Engine:
     """``name`` (``--engine``, else the run's ``$CUW_ENGINE``), else docker, then podman on PATH; it must answer."""
     wanted = name or None
     if wanted is not None and wanted not in ENGINES:
-        raise CuwError(f"--engine {wanted!r}: choose docker or podman (or set {ENGINE_VAR})")
+        raise InputError(f"--engine {wanted!r}: choose docker or podman (or set {ENGINE_VAR})")
     for candidate in [wanted] if wanted else list(ENGINES):
         path = shutil.which(candidate)
         if path is None:
@@ -75,9 +75,9 @@ def find_engine(name: Optional[str] = None) -> Engine:
             return Engine(candidate, path)
         if wanted or candidate == ENGINES[-1] or not shutil.which(ENGINES[-1]):
             hint = " (start it as root: dockerd &)" if candidate == "docker" else ""
-            raise CuwError(f"{candidate} is installed but its engine does not answer: {why}{hint}")
+            raise ToolError(f"{candidate} is installed but its engine does not answer: {why}{hint}")
     tried = wanted or " or ".join(ENGINES)
-    raise CuwError(
+    raise ToolError(
         f"no container engine: {tried} is not on PATH (install docker.io and start dockerd as root, or install podman)"
     )
 
@@ -114,11 +114,11 @@ def image_machine(engine: Engine, ref: str) -> str:
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        raise CuwError(f"--image {ref}: `uname -m` in a container of it did not answer in 120 s") from None
+        raise ToolError(f"--image {ref}: `uname -m` in a container of it did not answer in 120 s") from None
     machine = out.stdout.strip()
     if out.returncode != 0 or not re.fullmatch(r"[a-z0-9_]+", machine):
         why = (out.stderr.strip().splitlines() or ["no answer"])[-1]
-        raise CuwError(
+        raise ToolError(
             f"--image {ref}: cannot run `uname -m` in it ({why}); an image of another machine needs "
             "qemu-user-static with binfmt_misc (apt-get install qemu-user-static binfmt-support)"
         )
@@ -130,7 +130,7 @@ def require_image(engine: Engine, ref: str) -> str:
     behind the user's back: a pinned reference is pulled by the workflow, a stand-in is built)."""
     found = image_id(engine, check_ref(ref))
     if found is None:
-        raise CuwError(
+        raise InputError(
             f"--image {ref}: {engine.name} has no such image (build the stand-in with `cuw image`, "
             f"or `{engine.name} pull {ref}` where its registry is reachable)"
         )

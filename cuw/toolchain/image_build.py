@@ -26,7 +26,7 @@ from typing import IO, Any, Callable, Optional
 
 
 import cuw
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.yamlfile import read_yaml
 from cuw.base.files import held, sha256_of
 from cuw.toolchain.builder import PLATFORM_ARCH, linux_machine
@@ -79,42 +79,42 @@ class ImageRecipe:
 def _need(data: dict, key: str, kind: type, where: Path) -> Any:
     value = data.get(key)
     if not isinstance(value, kind) or (isinstance(value, (str, list, dict)) and not value):
-        raise CuwError(f"{where}: {key} must be a non-empty {kind.__name__}")
+        raise InputError(f"{where}: {key} must be a non-empty {kind.__name__}")
     return value
 
 
 def load_image_recipe(path: Path) -> ImageRecipe:
     """An image recipe, strictly: unknown keys, wrong types and unpinned sources are refused."""
     if path.is_dir():
-        raise CuwError(f"image recipe {path} is a folder; give the recipe's .yml file (images/standin-x86_64.yml)")
+        raise InputError(f"image recipe {path} is a folder; give the recipe's .yml file (images/standin-x86_64.yml)")
     data = read_yaml(path, "image recipe")
     if not isinstance(data, dict):
-        raise CuwError(f"image recipe {path}: a mapping of {', '.join(sorted(_KEYS))} expected")
+        raise InputError(f"image recipe {path}: a mapping of {', '.join(sorted(_KEYS))} expected")
     unknown = sorted(set(map(str, data)) - _KEYS)
     if unknown:
-        raise CuwError(f"image recipe {path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
+        raise InputError(f"image recipe {path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
     for key in ("name", "arch", "suite"):
         if not re.fullmatch(r"[a-z0-9][a-z0-9_.\-]*", str(_need(data, key, str, path))):
-            raise CuwError(f"image recipe {path}: {key} {data[key]!r} must be lowercase letters, digits, '.', '_' or '-'")
+            raise InputError(f"image recipe {path}: {key} {data[key]!r} must be lowercase letters, digits, '.', '_' or '-'")
     packages = _need(data, "packages", list, path)
     if not all(isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.\-]*", p) for p in packages):
-        raise CuwError(f"image recipe {path}: packages must be Debian package names")
+        raise InputError(f"image recipe {path}: packages must be Debian package names")
     pythons = []
     for abi, source in _need(data, "python", dict, path).items():
         if not _ABI.match(str(abi)) or not isinstance(source, dict) or set(source) not in ({"url", "sha256"}, {"debian"}):
-            raise CuwError(f"image recipe {path}: python.{abi} must be cpXY-cpXY with url and sha256, or with debian")
+            raise InputError(f"image recipe {path}: python.{abi} must be cpXY-cpXY with url and sha256, or with debian")
         if "debian" in source:
             version = f"{str(abi)[2]}.{str(abi).split('-')[0][3:]}"
             if source["debian"] != f"python{version}" or source["debian"] not in packages:
-                raise CuwError(f"image recipe {path}: python.{abi}.debian must be python{version}, listed in packages")
+                raise InputError(f"image recipe {path}: python.{abi}.debian must be python{version}, listed in packages")
             pythons.append(PythonSource(str(abi), debian=str(source["debian"])))
             continue
         if not re.fullmatch(r"[0-9a-f]{64}", str(source["sha256"])) or not str(source["url"]).startswith(("http://", "https://")):
-            raise CuwError(f"image recipe {path}: python.{abi}: an http(s) url and a sha256 of 64 hex digits")
+            raise InputError(f"image recipe {path}: python.{abi}: an http(s) url and a sha256 of 64 hex digits")
         pythons.append(PythonSource(str(abi), str(source["url"]), str(source["sha256"])))
     tool_cache = data.get("tool_cache", "")
     if tool_cache and not (isinstance(tool_cache, str) and re.fullmatch(r"(/[a-zA-Z0-9_.\-]+)+", tool_cache)):
-        raise CuwError(f"image recipe {path}: tool_cache must be an absolute folder path (/opt/hostedtoolcache)")
+        raise InputError(f"image recipe {path}: tool_cache must be an absolute folder path (/opt/hostedtoolcache)")
     return ImageRecipe(
         path,
         data["name"],
@@ -132,7 +132,7 @@ def default_recipe(arch: Optional[str] = None) -> Path:
     path = IMAGES_DIR / f"standin-{machine}.yml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem.removeprefix("standin-") for p in IMAGES_DIR.glob("standin-*.yml")))
-        raise CuwError(f"no stand-in image recipe for {machine} ({path}); recipes exist for: {known or 'none'}")
+        raise ToolError(f"no stand-in image recipe for {machine} ({path}); recipes exist for: {known or 'none'}")
     return path
 
 
@@ -149,6 +149,7 @@ def fetch_source(source: PythonSource, folder: Path, say: Say) -> Path:
             shutil.copyfileobj(response, out, 1 << 20)
         got = sha256_of(Path(tmp))
         if got != source.sha256:
+            # The download or the pin: either may be what changed, so no kind names the fault.
             raise CuwError(f"{source.url}: sha256 {got}, the image recipe pins {source.sha256}; refusing it")
         os.replace(tmp, target)
     except OSError as exc:
@@ -251,7 +252,7 @@ def _run_logged(
         rc = proc.wait()
     if rc != 0:
         tail = log_path.read_text(errors="replace").splitlines()[-3:]
-        raise CuwError(f"image: {what} failed (exit {rc}): {' | '.join(tail)}; whole log: {log_path}")
+        raise ToolError(f"image: {what} failed (exit {rc}): {' | '.join(tail)}; whole log: {log_path}")
     say(f"image: {what}: {time.monotonic() - started:.0f} s")
 
 
@@ -261,9 +262,9 @@ def _base_layer(engine: Engine, recipe: ImageRecipe, folder: Path, log: Path, sa
     if image_id(engine, base):
         return base
     if not shutil.which("debootstrap"):
-        raise CuwError("image: debootstrap is not installed (apt-get install debootstrap)")
+        raise ToolError("image: debootstrap is not installed (apt-get install debootstrap)")
     if os.geteuid() != 0:
-        raise CuwError("image: debootstrap makes the Debian root as root; run `cuw image` as root")
+        raise ToolError("image: debootstrap makes the Debian root as root; run `cuw image` as root")
     root = folder / "rootfs"
     if root.exists():
         shutil.rmtree(root)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.base.files import held
 from cuw.toolchain.toolkit import Toolkit, _version_of
 
@@ -41,17 +41,17 @@ def check_pins(line: str, pins: list[str], where: str) -> None:
     """Exact ``name==version`` pins for a line that has an nvcc wheel (CUDA 13 and later)."""
     major = line.split(".")[0]
     if not major.isdigit() or int(major) < 13:
-        raise CuwError(
+        raise InputError(
             f"{where}: {NO_NVCC_WHEEL.format(major=major, line=line)}; remove the entry "
             f"(and use system or a toolkit path for {line})"
         )
     if not pins:
-        raise CuwError(f"{where}: no pins; list the wheels, e.g. [nvidia-cuda-nvcc==13.0.88, nvidia-nvvm==13.0.88, …]")
+        raise InputError(f"{where}: no pins; list the wheels, e.g. [nvidia-cuda-nvcc==13.0.88, nvidia-nvvm==13.0.88, …]")
     for pin in pins:
         if not isinstance(pin, str) or not PIN.match(pin):
-            raise CuwError(f"{where}: {pin!r} is not an exact pin (name==version, e.g. nvidia-cuda-nvcc==13.0.88)")
+            raise InputError(f"{where}: {pin!r} is not an exact pin (name==version, e.g. nvidia-cuda-nvcc==13.0.88)")
     if not any(p.lower().startswith(("nvidia-cuda-nvcc==", "nvidia_cuda_nvcc==")) for p in pins):
-        raise CuwError(f"{where}: no nvidia-cuda-nvcc pin: the toolkit's nvcc comes from it")
+        raise InputError(f"{where}: no nvidia-cuda-nvcc pin: the toolkit's nvcc comes from it")
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def ensure(spec: WheelToolkit, root: Path, python: str = sys.executable) -> Prov
     """The line's toolkit from its pinned wheels under ``root`` (the run's ``$CUW_TOOLKITS``): reused
     when ready, else installed (once, under a lock)."""
     if sys.platform.startswith("win"):
-        raise CuwError(
+        raise InputError(
             f"toolkits.{spec.line} = wheels: the wheel toolkit is provisioned on Linux only; "
             f"use system (.github/scripts/install-cuda.ps1) or a toolkit path on Windows"
         )
@@ -139,7 +139,7 @@ def ensure(spec: WheelToolkit, root: Path, python: str = sys.executable) -> Prov
             proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             shutil.rmtree(stage, ignore_errors=True)
-            raise CuwError(
+            raise CuwError(  # pip's reason, in its log: most often the index, out of reach
                 f"installing the CUDA {spec.line} toolkit wheels ({' '.join(spec.pins)}) failed "
                 f"(exit {proc.returncode}); pip's output is in {log_path}"
             )
@@ -164,7 +164,7 @@ def _complete(home: Path, spec: WheelToolkit) -> None:
     """The links a system toolkit has and the wheels lack; then nvcc must report the line."""
     nvcc = home / "bin" / "nvcc"
     if not nvcc.is_file():
-        raise CuwError(
+        raise InputError(
             f"toolkit_wheels.{spec.line}: the pinned wheels installed no {nvcc.relative_to(home.parents[2])}; "
             "pin nvidia-cuda-nvcc of that line"
         )
@@ -175,12 +175,12 @@ def _complete(home: Path, spec: WheelToolkit) -> None:
         if not plain.exists():
             plain.symlink_to(versioned.name)
     if not (home / "nvvm" / "bin" / "cicc").is_file():
-        raise CuwError(
+        raise InputError(
             f"toolkit_wheels.{spec.line}: no nvvm/bin/cicc in the installed wheels; pin nvidia-nvvm=={spec.line}.*'s release"
         )
     version = _version_of(str(nvcc))
     if version != spec.line:
-        raise CuwError(
+        raise InputError(
             f"toolkit_wheels.{spec.line}: the pinned nvcc reports CUDA {version}, not {spec.line}; "
             f"pin the {spec.line} release of every wheel"
         )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import ToolError
 from cuw.base.ports import free_port
 from cuw.toolchain.engine import Engine, check_ref
 
@@ -87,7 +87,7 @@ def _start(binary: str, folder: Path, wait_s: float) -> tuple[subprocess.Popen, 
                     _stop(proc)
                     return None
                 tail = " | ".join(said[-2:])
-                raise CuwError(
+                raise ToolError(
                     f"the local registry ({binary}) did not answer on {host} in {wait_s:.0f} s: "
                     f"{tail or 'no output'}; log {log_path}"
                 )
@@ -103,14 +103,14 @@ def local_registry(folder: Path, say: Say, wait_s: float = 30.0) -> Iterator[Reg
     """A registry storing under ``folder``, stopped when the block ends (also on Ctrl-C)."""
     binary = next((found for name in BINARIES if (found := shutil.which(name))), None)
     if binary is None:
-        raise CuwError("no image registry to pin a local image by digest: apt-get install docker-registry")
+        raise ToolError("no image registry to pin a local image by digest: apt-get install docker-registry")
     folder.mkdir(parents=True, exist_ok=True)
     for _ in range(PORT_TRIES):
         started = _start(binary, folder, wait_s)
         if started is not None:
             break
     else:
-        raise CuwError(
+        raise ToolError(
             f"the local registry ({binary}) lost its port to another server {PORT_TRIES} times; log {folder / 'registry.log'}"
         )
     proc, host = started
@@ -151,10 +151,10 @@ def pin(engine: Engine, registry: Registry, ref: str, say: Say) -> str:
         )
         if out.returncode != 0:
             why = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
-            raise CuwError(f"cannot push {ref} to the local registry {registry.host}: {engine.name} {cmd[0]}: {why}")
+            raise ToolError(f"cannot push {ref} to the local registry {registry.host}: {engine.name} {cmd[0]}: {why}")
     prefix = target.rsplit(":", 1)[0] + "@sha256:"
     pinned = [d for d in _repo_digests(engine, target) if d.startswith(prefix)]
     if not pinned:
-        raise CuwError(f"{engine.name} pushed {target} but names no digest for it in {registry.host}")
+        raise ToolError(f"{engine.name} pushed {target} but names no digest for it in {registry.host}")
     say(f"registry: {ref} is {pinned[0]} ({time.monotonic() - started:.0f} s)")
     return pinned[0]
