@@ -14,7 +14,7 @@ from cuw.toolchain.builder import current_builder
 from cuw.jobs import archive
 from cuw.toolchain import cache
 from cuw.config.cell import Cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 
 CELL = Cell("example", "linux", "3.11", "13.0", None)
 
@@ -130,7 +130,7 @@ def test_an_old_gzip_archive_is_refused_by_name(tmp_path):
     folder.mkdir()
     old = _old_forge_archive(folder / f"cuw-shard-{CELL.id}-1of2{archive.LEGACY_SUFFIX}")
     for read in (archive.read_manifest, lambda p: archive.unpack(p, folder), archive.shard_archives):
-        with pytest.raises(CuwError, match=r"a gzip shard archive from an older forge .*re-run that shard") as err:
+        with pytest.raises(InputError, match=r"a gzip shard archive from an older forge .*re-run that shard") as err:
             read(old if read is not archive.shard_archives else folder)
         assert str(old) in str(err.value) and "\n" not in str(err.value)
     renamed = old.rename(folder / f"cuw-shard-{CELL.id}-1of2{archive.SUFFIX}")  # the name does not matter
@@ -199,7 +199,7 @@ def test_links_in_an_archive_are_refused(tmp_path):
     info.linkname = "/etc/passwd"
     bad = _raw_archive(tmp_path / f"bad{archive.SUFFIX}", [(info, b"")])
     (tmp_path / "staging").mkdir()
-    with pytest.raises(CuwError, match=r"is a link"):
+    with pytest.raises(InputError, match=r"is a link"):
         archive.unpack(bad, tmp_path / "staging")
 
 
@@ -224,7 +224,7 @@ def test_a_file_that_is_not_an_archive(tmp_path):
     plain = tmp_path / f"plain{archive.SUFFIX}"
     with tarfile.open(plain, "w") as tar:
         tar.addfile(tarfile.TarInfo("readme"), io.BytesIO(b""))
-    with pytest.raises(CuwError, match=r"no manifest.json inside"):
+    with pytest.raises(InputError, match=r"no manifest.json inside"):
         archive.read_manifest(plain)
 
 
@@ -292,7 +292,7 @@ def test_a_malformed_manifest_is_a_refusal_naming_the_field(tmp_path, edit, mess
     bad = _archive_with_manifest(tmp_path / f"bad{archive.SUFFIX}", body)
     with pytest.raises(CuwError, match=message):
         archive.read_manifest(bad)
-    with pytest.raises(CuwError, match="not a JSON object"):
+    with pytest.raises(InputError, match="not a JSON object"):
         archive.read_manifest(_archive_with_manifest(tmp_path / f"list{archive.SUFFIX}", [1, 2]))
 
 
@@ -308,7 +308,7 @@ def test_a_manifest_or_report_nested_deeper_than_the_parser_goes_is_a_refusal(tm
     with pytest.raises(CuwError, match=f"{bad}: corrupted or truncated archive"):
         archive.read_manifest(bad)
     archive.report_path(bad).write_bytes(deep)
-    with pytest.raises(CuwError, match="unreadable shard report"):
+    with pytest.raises(InputError, match="unreadable shard report"):
         archive.check_digest(bad)
 
 

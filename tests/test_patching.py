@@ -9,7 +9,7 @@ import pytest
 
 from conftest import have, shared_sources, unmet, why
 from cuw.config.cell import Cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.jobs.patching import PatchContext, apply, patch_file
 from cuw.config.recipe import known_recipes, load_recipe
 from cuw.jobs.sources import materialize
@@ -57,7 +57,7 @@ def test_a_moved_anchor_fails_loudly(recipes_dir, tmp_path):
     src = materialize(recipe, tmp_path / "src")
     registry = src / "csrc" / "registry.cpp"
     registry.write_text(registry.read_text().replace("CUW_EXAMPLE_FLAVOUR;", "CUW_EXAMPLE_FLAVOUR ;"))
-    with pytest.raises(CuwError, match=r"example patch: csrc/registry.cpp: anchor not found"):
+    with pytest.raises(InputError, match=r"example patch: csrc/registry.cpp: anchor not found"):
         apply(recipe, _ctx(recipe, src))
     with pytest.raises(CuwError, match=r"does not exist in the source"):
         _ctx(recipe, src).replace("nope.cpp", "a", "b")
@@ -66,7 +66,7 @@ def test_a_moved_anchor_fails_loudly(recipes_dir, tmp_path):
 def test_a_patch_without_a_patch_function(recipes_dir, tmp_path):
     (recipes_dir / "example" / "patch.py").write_text("X = 1\n")
     recipe = load_recipe("example", recipes_dir)
-    with pytest.raises(CuwError, match=r"defines no patch\(ctx\) function"):
+    with pytest.raises(InputError, match=r"defines no patch\(ctx\) function"):
         apply(recipe, _ctx(recipe, tmp_path))
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_sources
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.config.recipe import load_recipe
 from cuw.jobs.sources import checkout_git, fetch_sdist, unpack
 
@@ -146,7 +146,7 @@ def test_git_tag_checkout(bare_repo, tmp_path):
 
 
 def test_git_branch_is_refused(bare_repo, tmp_path):
-    with pytest.raises(CuwError, match=r"source.tag 'main' is a branch, not a tag"):
+    with pytest.raises(InputError, match=r"source.tag 'main' is a branch, not a tag"):
         checkout_git(bare_repo, "main", "0" * 40, False, tmp_path / "src")
     with pytest.raises(CuwError, match=r"'v9' is not a tag of that repository"):
         checkout_git(bare_repo, "v9", "0" * 40, False, tmp_path / "src")
@@ -351,7 +351,7 @@ def test_tarball_members_escaping_the_tree_are_refused(recipes_dir, tmp_path, mo
     (tmp_path / "m").mkdir()
     evil = _tar(tmp_path / "m" / "pkg-1.0.tar.gz", [_file("pkg-1.0/setup.py"), _file("pkg-1.0/../../evil")])
     _git_recipe(recipes_dir, _sha(evil))
-    with pytest.raises(CuwError, match="would land outside the source folder"):
+    with pytest.raises(InputError, match="would land outside the source folder"):
         _materialize(recipes_dir, tmp_path / "m", tmp_path / "src", monkeypatch)
     assert not (tmp_path / "evil").exists()
 
@@ -379,7 +379,7 @@ def test_hostile_mirror_layouts_are_refused(make, message, recipes_dir, tmp_path
 def test_mirror_without_the_tag_is_refused(upstream, recipes_dir, tmp_path, monkeypatch):
     _git_recipe(recipes_dir, None)
     _git(upstream, "tag", "-d", "v1.0")
-    with pytest.raises(CuwError, match=rf"git mirror {upstream} \(for {PKG_URL}\): source.tag 'v1.0' is not a tag"):
+    with pytest.raises(InputError, match=rf"git mirror {upstream} \(for {PKG_URL}\): source.tag 'v1.0' is not a tag"):
         _materialize(recipes_dir, upstream, tmp_path / "src", monkeypatch)
 
 
@@ -406,7 +406,7 @@ def test_dotdot_repository_name_is_refused(recipes_dir, tmp_path, monkeypatch):
 def test_tarball_cannot_carry_submodules(upstream, recipes_dir, tmp_path, monkeypatch):
     tarball = _archive(upstream, tmp_path / "pkg-1.0.tar.gz")
     _git_recipe(recipes_dir, _sha(tarball), extra=", recursive: true")
-    with pytest.raises(CuwError, match="source.recursive needs submodules, which a `git archive` tarball"):
+    with pytest.raises(InputError, match="source.recursive needs submodules, which a `git archive` tarball"):
         _materialize(recipes_dir, tarball, tmp_path / "src", monkeypatch)
 
 

@@ -26,7 +26,7 @@ from cuw import __version__
 from cuw.toolchain.cache import Cache
 from cuw.config.cell import Cell
 from cuw.base.processes import pid_alive
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError, OutputError
 from cuw.base.files import sha256_of
 from cuw.toolchain.builder import Builder, current_builder
 
@@ -75,9 +75,9 @@ class Manifest:
         """The manifest, read through its schema: a missing, unknown, mistyped or out-of-range field
         is a refusal naming it (a tampered or foreign manifest must never reach the merge)."""
         if not isinstance(data, dict):
-            raise CuwError(f"{where}: manifest is not a JSON object; not a shard archive of this forge")
+            raise InputError(f"{where}: manifest is not a JSON object; not a shard archive of this forge")
         if _is_int(data.get("format")) and data["format"] != FORMAT:
-            raise CuwError(
+            raise InputError(
                 f"{where}: archive format {data['format']}, this forge reads {FORMAT} (forge {__version__}): "
                 "run the shards again with this forge"
             )
@@ -88,21 +88,21 @@ class Manifest:
             if k not in data and f.default is MISSING and f.default_factory is MISSING
         )
         if unknown or missing:
-            raise CuwError(
+            raise InputError(
                 f"{where}: manifest does not match format {FORMAT} "
                 f"({'unknown field(s) ' + ', '.join(unknown) if unknown else 'missing ' + ', '.join(missing)})"
             )
         for key, value in data.items():
             check, what = _FIELDS[key]
             if not check(value):
-                raise CuwError(f"{where}: manifest field {key!r} is {json.dumps(value)[:80]}, not {what}")
+                raise InputError(f"{where}: manifest field {key!r} is {json.dumps(value)[:80]}, not {what}")
         if data.get("part", 1) < 1 or data.get("partial", False) != bool(data.get("left")):
-            raise CuwError(
+            raise InputError(
                 f"{where}: manifest says part {data.get('part', 1)}, partial {json.dumps(data.get('partial', False))} "
                 f"with {len(data.get('left', []))} TUs left; a part counts from 1 and is partial exactly when TUs are left"
             )
         if not 1 <= data["shard_index"] <= data["shard_count"]:
-            raise CuwError(
+            raise InputError(
                 f"{where}: manifest says shard {data['shard_index']} of {data['shard_count']}; "
                 "a shard index runs from 1 to the count"
             )
@@ -112,7 +112,7 @@ class Manifest:
             or not all(isinstance(cell[k], str) and _safe_name(cell[k]) for k in _CELL_KEYS - {"torch"})
             or not (cell["torch"] is None or (isinstance(cell["torch"], str) and _safe_name(cell["torch"])))
         ):
-            raise CuwError(
+            raise InputError(
                 f"{where}: manifest cell {json.dumps(cell)[:160]} is not a cell "
                 f"({', '.join(sorted(_CELL_KEYS))}: names of letters, digits, '.', '_', '-')"
             )
@@ -178,22 +178,22 @@ def check_digest(path: Path) -> None:
     try:
         body = json.loads(recorded_in.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CuwError(
+        raise InputError(
             f"{path}: its shard's report {recorded_in.name} is missing, so the archive cannot be checked "
             "against the digest its shard recorded: hand over the shard's archive and report together"
         ) from None
     except (OSError, ValueError, RecursionError) as exc:
-        raise CuwError(f"{recorded_in}: unreadable shard report ({exc}); run that shard again") from None
+        raise InputError(f"{recorded_in}: unreadable shard report ({exc}); run that shard again") from None
     recorded = body.get("archive_sha256") if isinstance(body, dict) else None
     shard = body.get("shard") if isinstance(body, dict) else None
     if not (isinstance(recorded, str) and len(recorded) == 64 and all(c in "0123456789abcdef" for c in recorded)):
-        raise CuwError(
+        raise InputError(
             f"{recorded_in}: records no archive_sha256 for {path.name} (a shard that did not finish, or an "
             f"older forge's): run shard {shard or 'i/N'} again"
         )
     got = sha256_of(path)
     if got != recorded:
-        raise CuwError(
+        raise InputError(
             f"{path}: SHA-256 {got[:16]}… is not the {recorded[:16]}… shard {shard} recorded when it made "
             "the archive: it was altered, cut short or replaced since; run that shard again"
         )
@@ -238,7 +238,7 @@ def pack(job_cache: Cache, manifest: Manifest, dest: Path) -> Path:
         tmp.unlink(missing_ok=True)
         why = getattr(exc, "strerror", None) or str(exc)
         kept = "; the previous archive there is untouched" if dest.exists() else ""
-        raise CuwError(f"cannot write the shard archive {dest}: {why}{kept}") from None
+        raise OutputError(f"cannot write the shard archive {dest}: {why}{kept}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -301,11 +301,11 @@ def _check_member(member: tarfile.TarInfo, where: Path) -> None:
     # A drive letter or a stream name in any component ("cache/C:/Windows/x") joins to a path
     # outside the staging folder on Windows; "//host/share" is caught as absolute.
     if name.startswith(("/", "\\")) or ".." in parts or any(":" in part for part in parts):
-        raise CuwError(f"{where}: member {name!r} would land outside the cache directory; refusing the archive")
+        raise InputError(f"{where}: member {name!r} would land outside the cache directory; refusing the archive")
     if not (member.isfile() or member.isdir()):
-        raise CuwError(f"{where}: member {name!r} is a link or device, not a cache file; refusing the archive")
+        raise InputError(f"{where}: member {name!r} is a link or device, not a cache file; refusing the archive")
     if name != MANIFEST and parts[0] != CACHE_PREFIX:
-        raise CuwError(f"{where}: unexpected member {name!r} (a shard archive holds {MANIFEST} and {CACHE_PREFIX}/)")
+        raise InputError(f"{where}: unexpected member {name!r} (a shard archive holds {MANIFEST} and {CACHE_PREFIX}/)")
 
 
 def refuse_legacy(path: Path) -> None:
@@ -316,7 +316,7 @@ def refuse_legacy(path: Path) -> None:
     except OSError:
         return  # the read that follows names the error
     if magic == _GZIP_MAGIC:
-        raise CuwError(
+        raise InputError(
             f"{path}: a gzip shard archive from an older forge (this forge writes and reads uncompressed "
             f"{SUFFIX}); re-run that shard with this forge, or delete the file"
         )
@@ -343,7 +343,7 @@ def read_manifest(path: Path) -> Manifest:
         with _open(path) as tar:
             return _manifest_in(tar, path)
     except _CORRUPT as exc:
-        raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
+        raise InputError(f"{path}: corrupted or truncated archive ({exc})") from None
 
 
 def check_archive(path: Path) -> Manifest:
@@ -356,14 +356,14 @@ def check_archive(path: Path) -> Manifest:
             _check_complete(tar, path)
             return _manifest_in(tar, path)
     except _CORRUPT as exc:
-        raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
+        raise InputError(f"{path}: corrupted or truncated archive ({exc})") from None
 
 
 def _manifest_in(tar: tarfile.TarFile, path: Path) -> Manifest:
     try:
         member = tar.getmember(MANIFEST)
     except KeyError:
-        raise CuwError(f"{path}: no {MANIFEST} inside: not a shard archive") from None
+        raise InputError(f"{path}: no {MANIFEST} inside: not a shard archive") from None
     fh = tar.extractfile(member)
     assert fh is not None
     return Manifest.from_json(json.loads(fh.read()), str(path))
@@ -375,7 +375,7 @@ def _check_complete(tar: tarfile.TarFile, path: Path) -> None:
     assert tar.fileobj is not None
     tar.fileobj.seek(tar.offset)  # where reading the members stopped
     if tar.fileobj.read(2 * tarfile.BLOCKSIZE) != bytes(2 * tarfile.BLOCKSIZE):
-        raise CuwError(f"{path}: corrupted or truncated archive (no end-of-archive marker after its last member)")
+        raise InputError(f"{path}: corrupted or truncated archive (no end-of-archive marker after its last member)")
 
 
 def unpack(path: Path, staging_root: Path) -> Restored:
@@ -394,7 +394,7 @@ def unpack(path: Path, staging_root: Path) -> Restored:
         raise
     except _CORRUPT as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        raise CuwError(f"{path}: corrupted or truncated archive ({exc})") from None
+        raise InputError(f"{path}: corrupted or truncated archive ({exc})") from None
     return Restored(path, manifest, staging / CACHE_PREFIX)
 
 
@@ -421,7 +421,7 @@ def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], staging: Path
         try:
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
         except FileExistsError:
-            raise CuwError(f"{where}: member {member.name!r} appears twice; refusing the archive") from None
+            raise InputError(f"{where}: member {member.name!r} appears twice; refusing the archive") from None
         with open(fd, "wb", buffering=0) as out:
             source.seek(member.offset_data)
             left = member.size
@@ -471,24 +471,24 @@ def expect(
     """An archive from another recipe, cell, cache tool/version/remote, shard count or builder (``builder``:
     the link's; this process's when None) is refused by name."""
     if manifest.cell.get("recipe") != cell.recipe:
-        raise CuwError(f"{path}: archive is for recipe {manifest.cell.get('recipe')!r}, not {cell.recipe!r}")
+        raise InputError(f"{path}: archive is for recipe {manifest.cell.get('recipe')!r}, not {cell.recipe!r}")
     theirs = Cell(**manifest.cell)
     if theirs != cell:
-        raise CuwError(f"{path}: archive is for cell {theirs.id}, this link builds {cell.id}")
+        raise InputError(f"{path}: archive is for cell {theirs.id}, this link builds {cell.id}")
     tool, version = job_cache.tool, job_cache.version()
     if manifest.cache_tool != tool or manifest.cache_version != version:
-        raise CuwError(
+        raise InputError(
             f"{path}: archive was made with {manifest.cache_tool} {manifest.cache_version}; "
             f"this link uses {tool} {version} (shards and link must run the same tool and version)"
         )
     if manifest.cache_remote != job_cache.remote:
-        raise CuwError(
+        raise InputError(
             f"{path}: shard used remote cache {manifest.cache_remote or 'none'}, this link uses {job_cache.remote or 'none'}"
         )
     if count is not None and manifest.shard_count != count:
-        raise CuwError(f"{path}: archive is shard {manifest.shard_index}/{manifest.shard_count}, others are of {count}")
+        raise InputError(f"{path}: archive is shard {manifest.shard_index}/{manifest.shard_count}, others are of {count}")
     if manifest.format != FORMAT:
-        raise CuwError(f"{path}: archive format {manifest.format}, this forge reads {FORMAT} (forge {__version__})")
+        raise InputError(f"{path}: archive format {manifest.format}, this forge reads {FORMAT} (forge {__version__})")
     check_builder(manifest, path, builder or current_builder())
 
 
@@ -497,7 +497,7 @@ def check_builder(manifest: Manifest, path: Path, here: Builder) -> None:
     its objects carry that builder's glibc and compiler, and the wheel gets this builder's floor."""
     theirs = Builder.from_dict(manifest.builder, str(path))
     if not here.same_as(theirs):
-        raise CuwError(
+        raise InputError(
             f"{path}: shard {manifest.shard_index}/{manifest.shard_count} was compiled {theirs.describe()}; "
             f"this link runs {here.describe()}: run shards and link in one image (--image)"
         )

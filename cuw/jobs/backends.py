@@ -15,7 +15,7 @@ from string import Template
 from typing import Mapping, Optional
 
 from cuw.toolchain import cache
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.config.grid import cmake_archs
 from cuw.partition.rules import ShardSpec
 from cuw.config.recipe import Recipe
@@ -165,12 +165,12 @@ def expand_recipe_env(recipe: Recipe, env: dict[str, str]) -> dict[str, str]:
             out[key] = Template(value).substitute(env)
         except KeyError as exc:
             known = ", ".join(v for v in ("CUDAARCHS", "TORCH_CUDA_ARCH_LIST", "CUW_EXTRA_DEPS", "CUDA_HOME") if v in env)
-            raise CuwError(
+            raise InputError(
                 f"recipe {recipe.key!r}: env.{key} refers to ${{{exc.args[0]}}}, which the build environment "
                 f"does not set here (set: {known or 'none of CUDAARCHS, CUW_EXTRA_DEPS'})"
             ) from None
         except ValueError:
-            raise CuwError(f"recipe {recipe.key!r}: env.{key}: a '$' must start ${{NAME}} (write $$ for a literal $)") from None
+            raise InputError(f"recipe {recipe.key!r}: env.{key}: a '$' must start ${{NAME}} (write $$ for a literal $)") from None
     return out
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import cuw
-from cuw.base.errors import CuwError
+from cuw.base.errors import ToolError
 from cuw.base.files import held, only_one
 from cuw.base.settings import Settings
 from cuw.jobs.cell_env import forge_requirements
@@ -179,7 +179,7 @@ def image_env(job: ImageJob, say: Say) -> Path:
             rc = subprocess.run(job.engine.cmd(*argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
         if rc != 0:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
-            raise CuwError(f"image {job.ref}: the forge's environment could not be made (exit {rc}): {tail}; log {log}")
+            raise ToolError(f"image {job.ref}: the forge's environment could not be made (exit {rc}): {tail}; log {log}")
         (venv / READY).write_text(json.dumps({"image": job.identity, "abi": abi, "requirements": requirements}, indent=2))
     return venv
 

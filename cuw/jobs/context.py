@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from cuw.config.cell import Cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.base.settings import Settings
 from cuw.partition.rules import ShardSpec
 from cuw.config.grid import cell_archs, require_in_grid
@@ -52,7 +52,7 @@ def check_floor(recipe: Recipe, cell: Cell, settings: Settings) -> None:
     if image is None or builder.image is None or builder.image.rsplit("@", 1)[0] != image.ref:
         return
     if builder.floor != image.floor:
-        raise CuwError(
+        raise InputError(
             f"recipes/defaults.yml: images.{cell.lane}.floor is {image.floor}, but {image.ref} "
             f"has glibc {builder.glibc}, whose floor is {builder.floor}: correct the policy"
         )
@@ -83,4 +83,4 @@ def alone(
 def check_lane(recipe: Recipe, cell: Cell, spec: ShardSpec) -> None:
     if spec.count > 1 and cell.lane not in recipe.sharding.platforms:
         lanes = ", ".join(recipe.sharding.platforms)
-        raise CuwError(f"recipe {recipe.key!r} does not shard on lane {cell.lane} (sharding.platforms: {lanes}); use 1/1")
+        raise InputError(f"recipe {recipe.key!r} does not shard on lane {cell.lane} (sharding.platforms: {lanes}); use 1/1")

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.config.cell import Cell
 from cuw.jobs import archive
 from cuw.jobs.fingerprint import check_fingerprint
@@ -41,15 +41,15 @@ def parse_deadline(text: str, started: float) -> float:
         elif value.replace(".", "", 1).isdigit():
             if float(value) >= _EARLIEST:
                 return float(value)
-            raise CuwError(f"--deadline {text}: a Unix time before 2001; for seconds from the job's start write +{value}")
+            raise InputError(f"--deadline {text}: a Unix time before 2001; for seconds from the job's start write +{value}")
         else:
             when = datetime.fromisoformat(value)
             if when.tzinfo is not None and when.utcoffset() == timezone.utc.utcoffset(None):
                 return when.timestamp()
-            raise CuwError(f"--deadline {text}: an ISO-8601 time must be UTC (end it in Z, e.g. 2026-12-02T17:00:00Z)")
+            raise InputError(f"--deadline {text}: an ISO-8601 time must be UTC (end it in Z, e.g. 2026-12-02T17:00:00Z)")
     except ValueError:
         pass
-    raise CuwError(
+    raise InputError(
         f"--deadline {text!r}: not +SECONDS (from the job's start), a Unix time or an ISO-8601 UTC time (2026-12-02T17:00:00Z)"
     )
 
@@ -79,7 +79,7 @@ class Resumed:
 def resume_path(path: Path) -> Path:
     """``--resume``'s archive, absolute; one that is not there is refused before anything is made."""
     if not path.is_file():
-        raise CuwError(f"--resume {path}: no such archive (the previous part's cuw-shard-*.tar, its report beside it)")
+        raise InputError(f"--resume {path}: no such archive (the previous part's cuw-shard-*.tar, its report beside it)")
     return path.resolve()
 
 
@@ -92,12 +92,12 @@ def check_resume(path: Path, spec: ShardSpec, cell: Cell, job_cache: Cache) -> R
     manifest = archive.check_archive(path)
     archive.expect(manifest, path, cell, job_cache, spec.count)
     if manifest.shard_index != spec.index:
-        raise CuwError(
+        raise InputError(
             f"--resume {path}: the archive is shard {manifest.shard_index}/{manifest.shard_count}, this job is shard {spec}: "
             "a continuation resumes its own shard's archive"
         )
     if not manifest.partial:
-        raise CuwError(
+        raise InputError(
             f"--resume {path}: shard {spec} part {manifest.part} finished with nothing left: "
             "hand that archive to the link; there is nothing to resume"
         )
@@ -120,7 +120,7 @@ def refuse_partial(manifest: archive.Manifest, path: Path) -> None:
     """The link's rule: a partial part is not a shard's cache; the chain's last part is."""
     if manifest.partial:
         shard = f"{manifest.shard_index}/{manifest.shard_count}"
-        raise CuwError(
+        raise InputError(
             f"{path}: shard {shard} part {manifest.part} stopped at its deadline with {len(manifest.left)} TUs left: "
             f"its continuation did not run or stopped at its deadline too (cuw shard <recipe> {shard} --resume {path.name})"
         )

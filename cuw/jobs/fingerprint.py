@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 from cuw.base import files
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError, ToolError
 from cuw.config.recipe import Recipe
 from cuw.jobs.cell_env import forge_digest
 from cuw.partition.assignment import recipe_assignment
@@ -56,7 +56,7 @@ def _nvcc_version(toolkit: Toolkit) -> str:
             stdin=subprocess.DEVNULL,
         ).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CuwError(f"{toolkit.nvcc} --version: {exc}") from None
+        raise ToolError(f"{toolkit.nvcc} --version: {exc}") from None
     lines = [line for line in out.splitlines() if line.strip()]
     return lines[-1] if lines else toolkit.version
 
@@ -79,7 +79,7 @@ def check_fingerprint(theirs: dict[str, str], ours: dict[str, str], archive: Pat
     """The archive's fingerprint against the link's: the first field that differs, named."""
     for field, meaning in FIELDS.items():
         if theirs.get(field) != ours.get(field):
-            raise CuwError(
+            raise InputError(
                 f"{archive}: shard {shard} was built with another {field} ({meaning}: "
                 f"{theirs.get(field) or 'none'} there, {ours[field]} here); its cache would miss here: "
                 f"run the shards again with this forge, recipe and source"

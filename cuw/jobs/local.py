@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence, Union
 from cuw.gates import report
 from cuw.seat import seat_log
 from cuw.config.cell import Cell, local_cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.base.settings import Settings
 from cuw.partition.rules import ShardSpec
 from cuw.base.progress import Meter
@@ -61,7 +61,7 @@ def run_build(
     choice = resolve_cache(recipe, cell, cache, settings)
     n = recipe.sharding.count if count is None else count
     if n < 1:
-        raise CuwError(f"--shards must be at least 1, got {n}")
+        raise InputError(f"--shards must be at least 1, got {n}")
     specs = [ShardSpec(i, n) for i in range(1, n + 1)]
     check_lane(recipe, cell, specs[0])
     for stale in paths.cell_artifacts(cell).glob("cuw-shard-*"):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from cuw.config.cell import Cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.config.recipe import Recipe
 
 
@@ -37,19 +37,19 @@ class PatchContext:
         """
         path = self.source_dir / relpath
         if not path.is_file():
-            raise CuwError(f"{self.recipe} patch: {relpath} does not exist in the source")
+            raise InputError(f"{self.recipe} patch: {relpath} does not exist in the source")
         text = path.read_text()
         if old in new and new in text:
             return False  # an insertion keeps its anchor: present ``new`` means patched
         if old in text:
             found = text.count(old)
             if found != count:
-                raise CuwError(f"{self.recipe} patch: {relpath}: expected {count} copy of the anchor, found {found}")
+                raise InputError(f"{self.recipe} patch: {relpath}: expected {count} copy of the anchor, found {found}")
             path.write_text(text.replace(old, new))
             return True
         if new in text:
             return False
-        raise CuwError(f"{self.recipe} patch: {relpath}: anchor not found (upstream changed?): {old.splitlines()[0]!r}")
+        raise InputError(f"{self.recipe} patch: {relpath}: anchor not found (upstream changed?): {old.splitlines()[0]!r}")
 
 
 def patch_file(recipe: Recipe) -> Optional[Path]:
@@ -57,18 +57,18 @@ def patch_file(recipe: Recipe) -> Optional[Path]:
     return path if path.is_file() else None
 
 
-def _recipe_code_error(recipe: Recipe, path: Path, exc: BaseException) -> CuwError:
+def _recipe_code_error(recipe: Recipe, path: Path, exc: BaseException) -> InputError:
     """One line naming the recipe, the file and the line where its own code failed."""
     if isinstance(exc, SyntaxError):
-        return CuwError(f"recipe {recipe.key!r}: {path}:{exc.lineno}: syntax error: {exc.msg}")
+        return InputError(f"recipe {recipe.key!r}: {path}:{exc.lineno}: syntax error: {exc.msg}")
     if isinstance(exc, SystemExit):
-        return CuwError(
+        return InputError(
             f"recipe {recipe.key!r}: {path} called sys.exit({exc.code!r}); a patch reports failure by raising "
             "an exception (a patch that exits could make a job look done)"
         )
     line = next((f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == str(path)), None)
     where = f"{path}:{line}" if line else str(path)
-    return CuwError(f"recipe {recipe.key!r}: {where}: {type(exc).__name__}: {exc}")
+    return InputError(f"recipe {recipe.key!r}: {where}: {type(exc).__name__}: {exc}")
 
 
 def apply(recipe: Recipe, ctx: PatchContext) -> bool:
@@ -85,7 +85,7 @@ def apply(recipe: Recipe, ctx: PatchContext) -> bool:
     try:
         spec.loader.exec_module(module)
         if not callable(getattr(module, "patch", None)):
-            raise CuwError(f"{path}: defines no patch(ctx) function")
+            raise InputError(f"{path}: defines no patch(ctx) function")
         module.patch(ctx)
     except (CuwError, KeyboardInterrupt):
         raise

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import InputError
 from cuw.gates.conditions import size
 
 SAMPLE_ENV = "CUW_SAMPLE_S"
@@ -65,7 +65,7 @@ def sample_interval(raw: str) -> float:
     except ValueError:
         value = -1.0
     if not 0.1 <= value <= 3600:
-        raise CuwError(f"{SAMPLE_ENV} must be a number of seconds between 0.1 and 3600, got {raw!r}")
+        raise InputError(f"{SAMPLE_ENV} must be a number of seconds between 0.1 and 3600, got {raw!r}")
     return value
 
 

@@ -28,7 +28,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple, Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.base.files import copy_into, sha256_of
 from cuw.base.progress import Meter
 from cuw.base.settings import MIRROR_VAR, Settings
@@ -128,7 +128,7 @@ def _download_by_hash(requirement: str, sha256: str, into: Path, index_url: Opti
 def _check_name(name: str, where: Path) -> PurePosixPath:
     path = PurePosixPath(name.replace("\\", "/"))
     if path.is_absolute() or ".." in path.parts or (path.parts and ":" in path.parts[0]):
-        raise CuwError(f"{where}: member {name!r} would land outside the source folder")
+        raise InputError(f"{where}: member {name!r} would land outside the source folder")
     return path
 
 
@@ -151,9 +151,9 @@ def unpack(archive: Path, dest: Path) -> Path:
                         if member.issym() or member.islnk():
                             target = PurePosixPath(member.name).parent / member.linkname
                             if member.linkname.startswith("/") or ".." in PurePosixPath(os.path.normpath(target)).parts:
-                                raise CuwError(f"{archive}: link {member.name!r} -> {member.linkname!r} points out of the tree")
+                                raise InputError(f"{archive}: link {member.name!r} -> {member.linkname!r} points out of the tree")
                         elif not (member.isfile() or member.isdir()):
-                            raise CuwError(f"{archive}: member {member.name!r} is not a file or folder")
+                            raise InputError(f"{archive}: member {member.name!r} is not a file or folder")
                     # The checks above are the rule; tarfile's "data" filter (3.11.4+, 3.10.12+) checks again
                     # where the interpreter has it (a build image's Python may be an older patch release).
                     if hasattr(tarfile, "data_filter"):
@@ -161,7 +161,7 @@ def unpack(archive: Path, dest: Path) -> Path:
                     else:
                         tar.extractall(staging)
             except (tarfile.TarError, EOFError, OSError) as exc:
-                raise CuwError(f"{archive}: corrupted or truncated archive ({exc})") from None
+                raise InputError(f"{archive}: corrupted or truncated archive ({exc})") from None
         entries = list(staging.iterdir())
         top = entries[0] if len(entries) == 1 and entries[0].is_dir() else staging
         shutil.move(str(top), dest)
@@ -184,10 +184,10 @@ def checkout_git(url: str, tag: str, commit: str, recursive: bool, dest: Path) -
     found = {ref: sha for sha, ref in (line.split("\t", 1) for line in refs.stdout.splitlines() if "\t" in line)}
     if f"refs/tags/{tag}" not in found:
         what = "a branch, not a tag" if f"refs/heads/{tag}" in found else "not a tag of that repository"
-        raise CuwError(f"source.tag {tag!r} is {what}: pin a release tag")
+        raise InputError(f"source.tag {tag!r} is {what}: pin a release tag")
     named = found.get(f"refs/tags/{tag}^{{}}", found[f"refs/tags/{tag}"])  # an annotated tag's commit is its peeled ref
     if named != commit:
-        raise CuwError(
+        raise InputError(
             f"source.tag {tag!r} of {url} names commit {named}, but the recipe pins source.commit {commit}: "
             "the tag moved; check the new commit and pin it, or keep the old one"
         )
@@ -239,9 +239,9 @@ def check_mirror(path: Path, option: str = f"${MIRROR_VAR}") -> Path:
     """The mirror location, absolute; refused when it does not exist or is neither a file nor a folder."""
     path = path.expanduser().resolve()
     if not path.exists():
-        raise CuwError(f"{option} {path}: no such file or folder; {_FIX}")
+        raise InputError(f"{option} {path}: no such file or folder; {_FIX}")
     if not (path.is_dir() or path.is_file()):
-        raise CuwError(f"{option} {path}: not a file or folder; {_FIX}")
+        raise InputError(f"{option} {path}: not a file or folder; {_FIX}")
     return path
 
 
@@ -251,7 +251,7 @@ def repo_name(url: str) -> tuple[Optional[str], str]:
     name = parts[-1].removesuffix(".git") if parts else ""
     owner = parts[-2] if len(parts) >= 2 else None
     if not _NAME.fullmatch(name):
-        raise CuwError(f"source.git {url!r}: cannot name a mirror after it (its last part {name!r} is not a plain name)")
+        raise InputError(f"source.git {url!r}: cannot name a mirror after it (its last part {name!r} is not a plain name)")
     return (owner if owner and _NAME.fullmatch(owner) else None), name
 
 
@@ -294,17 +294,17 @@ def resolve_mirror(url: str, tag: str, location: Path) -> Mirror:
             what = (
                 "a folder but not a git repository (no .git, no HEAD/objects/refs)" if path.is_dir() else "not a git repository"
             )
-            raise CuwError(f"git mirror {path} is {what}: replace it by `git clone --mirror {url}`, or remove it")
+            raise InputError(f"git mirror {path} is {what}: replace it by `git clone --mirror {url}`, or remove it")
     for rel in tarballs:
         path = location / rel
         if path.is_file():
             return Mirror("tarball", path)
         if path.exists():
-            raise CuwError(
+            raise InputError(
                 f"git mirror {path} is a folder, not a tarball: replace it by the `git archive` tarball "
                 f"of {tag} of {url}, or remove it"
             )
-    raise CuwError(
+    raise InputError(
         f"git mirror folder {location} holds no mirror of {url} at {tag}: looked for {', '.join(repos)} "
         f"(git repositories) and {', '.join(tarballs[:2])}, ... (tarballs); add one, or unset {MIRROR_VAR} "
         "to clone from the URL"
@@ -316,24 +316,24 @@ def _from_tarball(recipe: Recipe, tarball: Path, dest: Path) -> Path:
     recipe_file = Path(recipe.folder) / "recipe.yml"
     got = sha256_of(tarball)
     if source.recursive:
-        raise CuwError(
+        raise InputError(
             f"{recipe_file}: source.recursive needs submodules, which a `git archive` tarball ({tarball}) "
             f"lacks: mirror the repository instead (git clone --mirror --recurse-submodules)"
         )
     if source.archive_sha256 is None:
-        raise CuwError(
+        raise InputError(
             f"{recipe_file}: source.archive_sha256 is not set, so the tarball {tarball} cannot be checked: "
             f"pin it (archive_sha256: {got}, once that hash is checked against the tarball's publisher)"
         )
     if got != source.archive_sha256:
-        raise CuwError(
+        raise InputError(
             f"{tarball} has sha256 {got}, but {recipe_file} pins source.archive_sha256 "
             f"{source.archive_sha256}: replace the file with the `git archive` tarball of {source.tag} "
             f"of {source.git}, or correct the pin"
         )
     named = tarball_commit(tarball)
     if named is not None and named != source.commit:
-        raise CuwError(
+        raise InputError(
             f"{tarball} is a `git archive` of commit {named}, but {recipe_file} pins source.commit "
             f"{source.commit}: replace the tarball or correct the pins"
         )
@@ -362,7 +362,7 @@ def materialize(recipe: Recipe, dest: Path, settings: Optional[Settings] = None)
         try:
             checkout_git(mirror.path.as_uri(), source.tag, source.commit, source.recursive, dest)
         except CuwError as exc:
-            raise CuwError(f"git mirror {mirror.path} (for {source.git}): {exc}") from None
+            raise type(exc)(f"git mirror {mirror.path} (for {source.git}): {exc}") from None
     print(
         f"cuw: source of {recipe.key}: {source.git} {source.tag} from the {mirror.kind} {mirror.path}",
         file=sys.stderr,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.base.records import JobReport, SeatLogEntry, ShardReport, gate_of, read_report
 from cuw.gates.conditions import size
 from cuw.seat import seat_log
@@ -124,7 +124,7 @@ def _archived(folders: Iterable[Path]) -> dict[str, list[SeatLogEntry]]:
 def load(cell_dir: Path, report_dirs: Iterable[Path] = ()) -> Timeline:
     """The timeline of the cell whose job folders are under ``cell_dir``."""
     if not cell_dir.is_dir():
-        raise CuwError(f"{cell_dir}: not a folder (give a cell's work folder, e.g. .cuw/work/<cell id>)")
+        raise InputError(f"{cell_dir}: not a folder (give a cell's work folder, e.g. .cuw/work/<cell id>)")
     raw: list[tuple[str, SeatLogEntry]] = []
     jobs: dict[str, Job] = {}
     for folder in sorted(p for p in cell_dir.iterdir() if p.is_dir()):
@@ -143,7 +143,7 @@ def load(cell_dir: Path, report_dirs: Iterable[Path] = ()) -> Timeline:
             jobs[name] = Job(name)
             raw.extend((name, e) for e in entries)
     if not jobs:
-        raise CuwError(f"{cell_dir}: no job folders (shard-IofN, link) in it: build the cell first")
+        raise InputError(f"{cell_dir}: no job folders (shard-IofN, link) in it: build the cell first")
     for name, report in _reports(report_dirs).items():
         job = jobs.setdefault(name, Job(name))
         job.ok = report.ok

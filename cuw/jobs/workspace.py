@@ -21,7 +21,7 @@ from cuw.seat import install, native, runtime
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, rest_keys, seat_rest
 from cuw.toolchain.cache import Cache, open_cache
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.base.settings import Settings
 from cuw.partition.rules import ShardSpec
 from cuw.config.recipe import Recipe
@@ -181,7 +181,7 @@ def partition_for_seat(
     if recipe.sharding.filter != "source":
         return runtime.SeatPartition(spec.index, spec.count, dict(recipe_assignment(recipe, spec.count).table))
     if src_root is None or not seat_rest(recipe):
-        raise CuwError(
+        raise InputError(
             f"recipe {recipe.key!r}: the seat partitions a source-filter recipe's rest only "
             "with seat_rest and a prepared source tree"
         )
