@@ -94,9 +94,10 @@ PLAIN_CUW_ERROR = {
     "cuw/wheel/publish.py": 1,
     "cuw/wheel/torch_venvs.py": 1,
 }
-"""Where an error is still made as the plain base (a full disk, an unreachable index, a lock held by
-another run, or a site not yet sorted into its kind), and how many. Only shrinks: a new error raises
-the kind that says what went wrong, so a test can match the kind instead of the prose."""
+"""Where an error is still made as the plain base, and how many: where no kind names the fault (an
+index, a git host or a remote cache out of reach, a hash that is not its pin, a lock another run
+holds) and in shard.py and link.py, not yet sorted. Only shrinks (lower a number when a site gets its
+kind): a new error raises the kind that says what went wrong, so a test can match the kind, not the prose."""
 
 
 def test_a_plain_cuw_error_is_made_no_more_than_it_was():
@@ -104,7 +105,7 @@ def test_a_plain_cuw_error_is_made_no_more_than_it_was():
     over = {name: kinds["CuwError"] for name, kinds in made.items() if kinds["CuwError"] > PLAIN_CUW_ERROR.get(name, 0)}
     assert over == {}, "raise the kind that says what went wrong (cuw/base/errors.py), not a plain CuwError"
     total = sum(made.values(), Counter())
-    assert total["InputError"] and total["ToolError"] and total["OutputError"]
+    assert total["InputError"] > 10 * total["CuwError"] and total["ToolError"] and total["OutputError"]
     assert _made("raise InputError('x')\ne = CuwError('y')\nraise e\nraise ToolError\n") == Counter(InputError=1, CuwError=1)
 
 

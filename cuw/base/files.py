@@ -196,6 +196,7 @@ def only_one(lock: Path, what: str) -> Iterator[None]:
 
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # BlockingIOError on POSIX, PermissionError from msvcrt
+            # Another run holds the lock: neither the input nor a tool is at fault.
             raise CuwError(f"{what} is already running (lock {lock}); wait for it or stop it") from None
         yield
 

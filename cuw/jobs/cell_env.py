@@ -90,6 +90,7 @@ def _run(cmd: list[str], what: str, log: IO[str]) -> None:
     log.flush()
     proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
+        # A venv or a pip install (a missing Python or an index out of reach): the log says which.
         raise CuwError(f"{what} failed (exit {proc.returncode}); its output is in {log.name}")
 
 

@@ -82,7 +82,7 @@ def fetch_sdist(requirement: str, sha256: str, settings: Optional[Settings] = No
             raise CuwError(f"could not download the sdist {requirement}: {last}")
         got = sha256_of(files[0])
         if got != sha256:
-            raise CuwError(f"sdist {files[0].name} has sha256 {got}, the recipe pins {sha256}")
+            raise CuwError(f"sdist {files[0].name} has sha256 {got}, the recipe pins {sha256}")  # the index or the pin
         cache_root.mkdir(parents=True, exist_ok=True)
         dest = cache_root / f"{sha256}-{files[0].name}"
         # Through a hidden temp file and a rename: a shard beside this one on the runner, fetching
@@ -109,6 +109,7 @@ def _download_by_hash(requirement: str, sha256: str, into: Path, index_url: Opti
         links = [urllib.parse.urljoin(page_url, html.unescape(h)) for h in re.findall(r'href="([^"]+)"', page)]
         url = next((link for link in links if link.endswith(f"#sha256={sha256}")), None)
         if url is None:
+            # The index or the pin: either may be what changed, so no kind names the fault.
             raise CuwError(f"could not download the sdist {requirement}: {page_url} lists no file with sha256 {sha256}")
         dest = into / urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
         with urllib.request.urlopen(url.split("#")[0], timeout=600) as resp, open(dest, "wb") as fh:

@@ -233,5 +233,6 @@ def install_extra_deps(recipe: Recipe, ws: Workspace, cuda: Optional[str] = None
         fh.flush()
         rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
     if rc != 0:
+        # pip's reason, in the build log: a bad requirement or an index out of reach.
         raise CuwError(f"recipe {recipe.key!r}: extra_deps {requirements} could not be installed (see {ws.build_log})")
     return ws.deps

@@ -110,6 +110,7 @@ def ensure(spec: WheelToolkit, root: Path, python: str = sys.executable) -> Prov
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        # A shared cache folder, not a result: a full or read-only disk, whoever chose the folder.
         raise CuwError(f"cannot make the toolkit cache {root}: {exc.strerror}; set CUW_TOOLKITS to a writable folder") from None
     with held(root / f"{spec.folder(root).name}.lock"):  # another job on this machine may be installing the same pins
         found = _ready(spec, root)
