@@ -27,6 +27,9 @@ from cuw.config.policy import load_policy  # noqa: E402
 from cuw.config.recipe import default_recipes_dir  # noqa: E402
 from cuw.jobs.container import _home, open_image  # noqa: E402
 from cuw.toolchain.toolkit import find_toolkit  # noqa: E402
+from cuw.base.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the run's, read once here: a benchmark is an entry point, like the command line
 
 
 def _native(nvcc: Path, source: Path, out: Path) -> float:
@@ -69,7 +72,7 @@ def main() -> int:
     parser.add_argument("--tu", default="k08_gemm.cu")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    job = open_image(args.image)
+    job = open_image(args.image, settings=SETTINGS)
     if not job.foreign:
         parser.error(f"{args.image} runs on {job.machine}, like this machine: nothing is emulated")
     home = _home(job)
@@ -80,7 +83,7 @@ def main() -> int:
             f"{', '.join(load_policy(default_recipes_dir()).toolkit_wheels['13.0'])}"
         )
     source = REPO / "recipes" / "example" / "package" / "csrc" / "kernels" / args.tu
-    nvcc = find_toolkit().nvcc
+    nvcc = find_toolkit(homes=SETTINGS.homes).nvcc
     native, emulated = [], []
     with tempfile.TemporaryDirectory(prefix="cuw-emu-") as tmp:
         out = Path(tmp) / "k.o"

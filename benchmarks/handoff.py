@@ -55,6 +55,9 @@ from cuw.config.policy import CacheChoice  # noqa: E402
 from cuw.config.recipe import load_recipe  # noqa: E402
 from cuw.toolchain.toolkit import find_toolkit  # noqa: E402
 from cuw.jobs.workspace import Workspace  # noqa: E402
+from cuw.base.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the run's, read once here: a benchmark is an entry point, like the command line
 
 MB = 1e6
 GOAL = 0.5  # the forge's throughput over plain tar's, pack and restore alike
@@ -203,13 +206,13 @@ def measure(recipe_key: str, shard: str, tool: str, repeat: int, root: Path) -> 
     spec = parse_shard_spec(shard)
     paths = Paths(work=root / "work", artifacts=root / "artifacts", dist=root / "dist")
     started = time.monotonic()
-    result = run_shard(recipe, spec, paths, progress=None, cache=CacheChoice(tool, None))
+    result = run_shard(recipe, spec, paths, progress=None, cache=CacheChoice(tool, None), settings=SETTINGS)
     build_s = time.monotonic() - started
     if result.archive is None:
         raise SystemExit(f"{tool}: shard {spec} failed its gate ({result.verdict.line}); see {result.report}")
-    cell = local_cell(recipe, find_toolkit())
+    cell = local_cell(recipe, find_toolkit(homes=SETTINGS.homes))
     ws = Workspace.for_job(paths.work / cell.id, f"shard-{spec.tag}", tool_class(tool).shared_tree)
-    job_cache = open_cache(tool, ws.cache_dir, ws.tree)
+    job_cache = open_cache(tool, ws.cache_dir, ws.tree, settings=SETTINGS)
     entries = job_cache.entry_files()
     cache_bytes = sum(p.stat().st_size for p in entries)
     manifest = archive.read_manifest(result.archive)

@@ -45,6 +45,9 @@ from cuw.seat import native as seat_native  # noqa: E402
 from cuw.toolchain.nvcc_args import parse  # noqa: E402
 from cuw.partition.rules import owner  # noqa: E402
 from cuw.toolchain.toolkit import find_toolkit  # noqa: E402
+from cuw.base.settings import Settings  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the run's, read once here: a benchmark is an entry point, like the command line
 
 KERNEL = '__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\nextern "C" void launch(float* x) { k<<<1, 32>>>(x); }\n'
 HOST = 'extern "C" int answer() { return 42; }\n'
@@ -74,12 +77,12 @@ class Bench:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             self.files[name] = path
-        self.cache = cache.open_cache("ccache", root / "cache", root)
+        self.cache = cache.open_cache("ccache", root / "cache", root, settings=SETTINGS)
         self.cache.prepare()
         (root / "seat").mkdir()
-        empty = install.make_empty_object(root / "seat" / "empty.o")
+        empty = install.make_empty_object(root / "seat" / "empty.o", SETTINGS.cc)
         self.real_compilers = install.find_host_compilers()
-        self.nvcc = str(find_toolkit().nvcc)
+        self.nvcc = str(find_toolkit(homes=SETTINGS.homes).nvcc)
         self.config = runtime.SeatConfig(
             real_nvcc=self.nvcc,
             cache_cmd=self.cache.binary(),
@@ -93,7 +96,7 @@ class Bench:
         )
         self.native = native
         self.exe = install.install(root / "seat", self.config)
-        if native and not seat_native.install_native(root / "seat", self.config):
+        if native and not seat_native.install_native(root / "seat", self.config, cc=SETTINGS.cc):
             raise SystemExit("the native stub could not be built (see the line above)")
         self.bin = root / "bin"
         self.bin.mkdir()

@@ -50,9 +50,12 @@ from cuw.seat import seat_log  # noqa: E402
 from cuw.config.paths import Paths  # noqa: E402
 from cuw.jobs.local import run_build  # noqa: E402
 from cuw.config.recipe import costs_path, load_recipe  # noqa: E402
+from cuw.base.settings import Settings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scaled_example import scale_example, tu_values  # noqa: E402
+
+SETTINGS = Settings.from_env()  # the run's, read once here: a benchmark is an entry point, like the command line
 
 # run_build's line when a shard process ends: the shard phase is over at the last one.
 SHARD_END = re.compile(r"^shard \d+/\d+: (done|FAILED)$")
@@ -187,7 +190,7 @@ def measure(recipe_key: str, n: int, root: Path, rule: str = "hash", scale: int 
             restored[0] = time.time()
 
     start = time.time()
-    outcomes, link = run_build(recipe, paths, count=n, recipes_dir=recipes, progress=note)
+    outcomes, link = run_build(recipe, paths, count=n, recipes_dir=recipes, progress=note, settings=SETTINGS)
     end = time.time()
     shard_seconds, per_shard, per_tu, compiled = 0.0, [], [], 0
     for log in sorted(paths.work.glob("*/shard-*/logs/seat.jsonl")):

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 from cuw.base.files import held
+from cuw.base.settings import Settings
 from cuw.config.paths import Paths
 from cuw.config.recipe import Recipe, load_recipe
 
@@ -27,6 +28,12 @@ EXAMPLE_CUDA_TUS = 9
 # Host TUs under the source root go through the host seat and the cache too:
 # dispatch.cpp and registry.cpp (and torch_link.cpp in the torch flavour).
 EXAMPLE_HOST_TUS = {"example": 2, "example_torch": 3}
+
+
+def run_settings() -> Settings:
+    """The settings a test hands the library, as the command line builds a run's: this test's
+    environment, read now (a variable it monkeypatched included)."""
+    return Settings.from_env(os.environ)
 
 
 # -- what a test needs, declared once --------------------------------------------------------------
@@ -149,11 +156,10 @@ def _folder(path: Callable[[], Path], marker: Optional[str] = None) -> Callable[
 
 def _offline_actions() -> Path:
     from cuw.base.errors import CuwError
-    from cuw.base.settings import Settings
     from cuw.ci.workflow_run import offline_actions
 
     try:
-        folder = offline_actions(REPO, Settings.from_env().offline_actions)  # $CUW_OFFLINE_ACTIONS, else ../shared/actions
+        folder = offline_actions(REPO, run_settings().offline_actions)  # $CUW_OFFLINE_ACTIONS, else ../shared/actions
     except CuwError as exc:
         raise Missing(str(exc)) from None
     if folder is None:
@@ -221,7 +227,7 @@ def _need(name: str) -> Need:
     def locate() -> Any:
         from cuw.jobs import cell_env
 
-        interp, looked = cell_env.find_python(minor)
+        interp, looked = cell_env.find_python(minor, settings=run_settings())
         if interp is None:
             raise Missing(f"none found (looked at {', '.join(looked)})")
         return interp
@@ -452,6 +458,7 @@ def example_cell(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
                 count=EXAMPLE_CELL_SHARDS,
                 recipes_dir=built.recipes,
                 progress=lambda _: None,
+                settings=run_settings(),
             )
             done.write_text(json.dumps({"outcomes": outcomes}))
     return BuiltCell(root, EXAMPLE_CELL_SHARDS, tuple(json.loads(done.read_text())["outcomes"]))

@@ -8,6 +8,7 @@ from cuw.config.cell import Cell
 from cuw.jobs.patching import PatchContext
 from cuw.config.recipe import Recipe, load_recipe
 from cuw.jobs.sources import fetch_sdist, unpack
+from conftest import run_settings
 
 REPO = Path(__file__).resolve().parent.parent
 # The farm's CUDA 13.0 list (recipes/defaults.yml): Hopper and Blackwell kernels both generated.
@@ -22,7 +23,7 @@ def fresh_natten_tree(dest: Path) -> Path:
     """An unpacked, unpatched copy of the recipe's pinned sdist at ``dest``."""
     recipe = natten_recipe()
     assert recipe.source.pypi and recipe.source.sha256
-    return unpack(fetch_sdist(recipe.source.pypi, recipe.source.sha256), dest)
+    return unpack(fetch_sdist(recipe.source.pypi, recipe.source.sha256, settings=run_settings()), dest)
 
 
 def natten_ctx(src: Path, archs: list[str] = CUDA13_ARCHS) -> PatchContext:

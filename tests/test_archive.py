@@ -15,6 +15,7 @@ from cuw.jobs import archive
 from cuw.toolchain import cache
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError, InputError
+from conftest import run_settings
 
 CELL = Cell("example", "linux", "3.11", "13.0", None)
 
@@ -34,7 +35,7 @@ def manifest(**changes) -> archive.Manifest:
         compiled=["a.cu"],
         counters={"misses": 1},
         fingerprint={"source": "0123456789abcdef"},
-        builder=current_builder().to_dict(),
+        builder=current_builder(run_settings()).to_dict(),
     )
     return replace(base, **changes)
 
@@ -242,7 +243,14 @@ def test_a_file_that_is_not_an_archive(tmp_path):
 )
 def test_archives_from_elsewhere_are_refused_by_name(tmp_path, changes, message):
     with pytest.raises(CuwError, match=message):
-        archive.expect(manifest(**changes), tmp_path / f"x{archive.SUFFIX}", CELL, cache.Ccache(tmp_path, tmp_path), 2)
+        archive.expect(
+            manifest(**changes),
+            tmp_path / f"x{archive.SUFFIX}",
+            CELL,
+            cache.Ccache(tmp_path, tmp_path),
+            2,
+            current_builder(run_settings()),
+        )
 
 
 @pytest.mark.parametrize("tool", [cache.Ccache, cache.Sccache])

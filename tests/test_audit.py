@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cuw
+from conftest import run_cuw, run_settings
 from cuw.ci import audit
 from cuw.config.policy import load_policy
 from cuw.config.recipe import load_recipe
@@ -47,7 +47,9 @@ def published(example_cell, tmp_path) -> tuple[Path, Path]:
 
 
 def _audit(recipes: Path, location: str) -> list[audit.Finding]:
-    return audit.audit(location, [load_recipe("example", recipes)], load_policy(recipes), find_toolkit(), {})
+    return audit.audit(
+        location, [load_recipe("example", recipes)], load_policy(recipes), find_toolkit(homes=run_settings().homes), {}
+    )
 
 
 def test_a_fresh_index_has_nothing_to_report_and_each_planted_fault_is_found(published):

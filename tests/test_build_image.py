@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, engine_or_skip, expected_tu_values, need, run_cuw
+from conftest import REPO, engine_or_skip, expected_tu_values, need, run_cuw, run_settings
 from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.files import held
 from cuw.config.policy import BuildImage, check_image_policy
@@ -68,7 +68,7 @@ def test_the_example_builds_in_the_image_each_job_in_its_own_container(built_in_
         builder = manifest["builder"]
         assert builder["image"].startswith(standin + "@sha256:") and builder["glibc"] == "2.31"
         assert builder["floor"] == "manylinux_2_31_x86_64" and "10." in builder["compiler"]
-        assert builder["compiler"] != current_builder().compiler
+        assert builder["compiler"] != current_builder(run_settings()).compiler
 
 
 def test_the_wheel_is_at_the_image_floor_and_auditwheel_agrees(built_in_image):
@@ -172,7 +172,7 @@ def test_image_verb_is_cached_by_its_recipe_digest(standin):
     assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == f"image: {standin}"
     assert "already built" in proc.stderr
     assert standin.endswith(":" + load_image_recipe(default_recipe()).digest()[:16])
-    job = open_image(standin)  # the machine its programs run on, from the engine
+    job = open_image(standin, settings=run_settings())  # the machine its programs run on, from the engine
     assert job.machine == "x86_64" and job.lane == "linux" and not job.foreign
 
 
@@ -209,7 +209,7 @@ def test_the_floor_is_the_builders_glibc():
     assert floor_for("2.28", "aarch64") == "manylinux_2_28_aarch64"
     assert floor_for("2.36", "x86_64") == "manylinux_2_36_x86_64"
     assert floor_for("2.30", "x86_64") == "manylinux_2_31_x86_64"  # no 2_30 policy: the next one up
-    here = current_builder()
+    here = current_builder(run_settings())
     assert here.image is None and here.floor == floor_for(here.glibc, here.arch)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, need, wheel_tu_values
+from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, need, wheel_tu_values, run_settings
 from cuw.toolchain.builder import current_builder
 from cuw.jobs import archive
 from cuw.toolchain.cache import check_remote
@@ -43,7 +43,7 @@ def test_sccache_handoff_passes_every_gate_and_attributes_a_missing_shard(recipe
     recipe_file.write_text(yaml.safe_dump(data))
     recipe = load_recipe("example", recipes_dir)
     choice = CacheChoice("sccache", None)
-    outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir, cache=choice)
+    outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir, cache=choice, settings=run_settings())
     assert outcomes == [True] * N and link.verdict.ok, link.verdict.line
     facts = link.verdict.facts
     assert facts["misses"] == 0 and facts["cuda_tus"] == EXAMPLE_CUDA_TUS
@@ -56,7 +56,7 @@ def test_sccache_handoff_passes_every_gate_and_attributes_a_missing_shard(recipe
     # One archive lost: the link self-heals and names the shard's TUs.
     (gone,) = paths.artifacts.glob(f"*/*-1of3{archive.SUFFIX}")
     gone.unlink()
-    again = run_link(recipe, paths, progress=None, cache=choice)
+    again = run_link(recipe, paths, progress=None, cache=choice, settings=run_settings())
     assert not again.verdict.ok and again.missing_shards == [1]
     owned_by_1 = [
         k
@@ -75,7 +75,7 @@ def test_a_ccache_link_refuses_sccache_archives(recipes_dir, paths):
     from cuw.config.cell import local_cell
     from cuw.toolchain.toolkit import find_toolkit
 
-    cell = local_cell(recipe, find_toolkit())
+    cell = local_cell(recipe, find_toolkit(homes=run_settings().homes))
     folder = paths.cell_artifacts(cell)
     (paths.work / "c").mkdir(parents=True)
     manifest = archive.Manifest(
@@ -92,7 +92,7 @@ def test_a_ccache_link_refuses_sccache_archives(recipes_dir, paths):
         [],
         {},
         fingerprint={},
-        builder=current_builder().to_dict(),
+        builder=current_builder(run_settings()).to_dict(),
     )
     made = archive.pack(Sccache(paths.work / "c", paths.work), manifest, folder / archive.archive_name(cell, 1, 2))
     # As its shard leaves it: the report beside it records its digest.
@@ -100,7 +100,7 @@ def test_a_ccache_link_refuses_sccache_archives(recipes_dir, paths):
         json.dumps({"shard": "1/2", "archive_sha256": hashlib.sha256(made.read_bytes()).hexdigest()})
     )
     with pytest.raises(CuwError, match=r"made with sccache 0.16.0; this link uses ccache"):
-        run_link(recipe, paths, progress=None, cache=CacheChoice("ccache", None))
+        run_link(recipe, paths, progress=None, cache=CacheChoice("ccache", None), settings=run_settings())
 
 
 @pytest.fixture
@@ -151,7 +151,9 @@ def _contents(wheel: Path, where: Path) -> dict[str, object]:
 def test_redis_remote_handoff_matches_the_archive_handoff(recipes_dir, tmp_path, redis_url, example_cell):
     recipe = load_recipe("example", recipes_dir)
     remote = Paths(work=tmp_path / "r" / "work", artifacts=tmp_path / "r" / "artifacts", dist=tmp_path / "r" / "dist")
-    outcomes, link = run_build(recipe, remote, count=N, recipes_dir=recipes_dir, cache=CacheChoice("ccache", redis_url))
+    outcomes, link = run_build(
+        recipe, remote, count=N, recipes_dir=recipes_dir, cache=CacheChoice("ccache", redis_url), settings=run_settings()
+    )
     assert outcomes == [True] * N and link.verdict.ok, link.verdict.line
     facts = link.verdict.facts
     tus = EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"]
@@ -256,11 +258,11 @@ def test_an_nvcc_that_prints_bytes_that_are_not_utf8_or_hangs_is_read_or_named(t
         (home / "bin" / "nvcc").chmod(0o755)
     toolkit._version_of.cache_clear()
     monkeypatch.setenv("CUW_CUDA_HOME", str(tmp_path / "junk"))
-    assert toolkit.find_toolkit().version == "13.0"
+    assert toolkit.find_toolkit(homes=run_settings().homes).version == "13.0"
     monkeypatch.setattr(toolkit.subprocess, "run", _short_timeout(toolkit.subprocess.run))
     monkeypatch.setenv("CUW_CUDA_HOME", str(tmp_path / "hung"))
     with pytest.raises(CuwError, match=r"nvcc --version did not answer in 60 s"):
-        toolkit.find_toolkit()
+        toolkit.find_toolkit(homes=run_settings().homes)
     toolkit._version_of.cache_clear()
 
 
@@ -285,7 +287,9 @@ def test_a_broken_user_ccache_config_is_not_read_as_a_wrong_version(monkeypatch)
     with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as broken:
         broken.write("max_size = lots\ngarbage line\n")
     monkeypatch.setenv("CCACHE_CONFIGPATH", broken.name)
-    binary = cache.open_cache("ccache", Path(tempfile.mkdtemp()) / "c", Path(tempfile.mkdtemp())).binary()
+    binary = cache.open_cache(
+        "ccache", Path(tempfile.mkdtemp()) / "c", Path(tempfile.mkdtemp()), settings=run_settings()
+    ).binary()
     plain = subprocess.run([binary, "--version"], capture_output=True, text=True)
     assert "missing equal sign" in plain.stdout + plain.stderr, "the broken file breaks a plain --version"
     cache._version.cache_clear()

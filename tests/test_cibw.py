@@ -21,7 +21,7 @@ from cibuildwheel.environment import parse_environment
 from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
-from conftest import path_without
+from conftest import path_without, run_settings
 from cuw.ci import cibw
 from cuw.jobs import archive
 from cuw.toolchain.cache import Ccache, Sccache
@@ -47,7 +47,9 @@ def _recipe(recipes_dir: Path, filter: str = "seat", lanes=("linux", "linux_aarc
 
 
 def _job(recipes_dir: Path, paths, cell: Cell, spec, filter: str = "seat", tool: str = "ccache") -> cibw.CibwJob:
-    return cibw.job_for(_recipe(recipes_dir, filter), recipes_dir, cell, spec, paths, CacheChoice(tool, None), 4)
+    return cibw.job_for(
+        _recipe(recipes_dir, filter), recipes_dir, cell, spec, paths, CacheChoice(tool, None), 4, settings=run_settings()
+    )
 
 
 def _written(job: cibw.CibwJob) -> dict:
@@ -157,7 +159,9 @@ def test_link_environment(recipes_dir, paths):
 
 def test_recipe_env_and_extra_deps_reach_the_build(recipes_dir, paths):
     recipe = dataclasses.replace(_recipe(recipes_dir), env={"EXAMPLE_FLAG": "a b;c"}, extra_deps=["nvidia-cublas==13.*"])
-    job = cibw.job_for(recipe, recipes_dir, CELLS["linux"][0], ShardSpec(1, 4), paths, CacheChoice("ccache", None), 2)
+    job = cibw.job_for(
+        recipe, recipes_dir, CELLS["linux"][0], ShardSpec(1, 4), paths, CacheChoice("ccache", None), 2, settings=run_settings()
+    )
     table = _written(job)["tool"]["cibuildwheel"]
     env = _environment(table)
     assert env["EXAMPLE_FLAG"] == "a b;c"
@@ -203,7 +207,9 @@ def test_the_toolkit_choice_reaches_the_job(recipes_dir, paths, tmp_path, monkey
     monkeypatch.delenv("CUW_TOOLKIT", raising=False)
     cell = CELLS["linux"][0]
     recipe = _recipe(recipes_dir)
-    wheels = cibw.job_for(recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4, "wheels")
+    wheels = cibw.job_for(
+        recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4, "wheels", settings=run_settings()
+    )
     table = _written(wheels)["tool"]["cibuildwheel"]
     env = _environment(table)
     assert env["CUW_TOOLKIT"] == "wheels" and env["CUW_TOOLKITS"] == cibw.WHEEL_TOOLKITS_IN_CONTAINER
@@ -213,10 +219,10 @@ def test_the_toolkit_choice_reaches_the_job(recipes_dir, paths, tmp_path, monkey
     folder = tmp_path / "cuda-13.0"
     monkeypatch.setenv("CUW_TOOLKIT", str(folder))  # the variable when no option is given
     with pytest.raises(InputError, match=r"\$CUW_TOOLKIT = .*cuda-13\.0: no bin/nvcc there"):
-        cibw.job_for(recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4)
+        cibw.job_for(recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4, settings=run_settings())
     (folder / "bin").mkdir(parents=True)
     (folder / "bin" / "nvcc").write_text("")
-    job = cibw.job_for(recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4)
+    job = cibw.job_for(recipe, recipes_dir, cell, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4, settings=run_settings())
     env = _environment(_written(job)["tool"]["cibuildwheel"])
     assert env["CUW_CUDA_HOME"] == env["CUW_TOOLKIT"] == _host(folder)
     monkeypatch.delenv("CUW_TOOLKIT")
@@ -224,7 +230,17 @@ def test_the_toolkit_choice_reaches_the_job(recipes_dir, paths, tmp_path, monkey
     with pytest.raises(
         CuwError, match=r"CUDA 12\.8: --toolkit = wheels, but NVIDIA's CUDA 12 wheels ship ptxas but no nvcc driver"
     ):
-        cibw.job_for(recipe, recipes_dir, old_line, ShardSpec(1, 4), paths, CacheChoice("ccache", None), 4, "wheels")
+        cibw.job_for(
+            recipe,
+            recipes_dir,
+            old_line,
+            ShardSpec(1, 4),
+            paths,
+            CacheChoice("ccache", None),
+            4,
+            "wheels",
+            settings=run_settings(),
+        )
 
 
 def test_windows_shard_environment(recipes_dir, paths):
@@ -245,7 +261,16 @@ def test_a_cell_outside_the_grid_or_lane_is_refused(recipes_dir, paths):
         _job(recipes_dir, paths, Cell("example", "linux", "3.9", "13.0", None), ShardSpec(1, 4))
     recipe = load_recipe("example", recipes_dir)  # shards on linux and linux_aarch64 only
     with pytest.raises(CuwError, match="does not shard on lane windows"):
-        cibw.job_for(recipe, recipes_dir, CELLS["windows"][0], ShardSpec(1, 4), paths, CacheChoice("sccache", None), 1)
+        cibw.job_for(
+            recipe,
+            recipes_dir,
+            CELLS["windows"][0],
+            ShardSpec(1, 4),
+            paths,
+            CacheChoice("sccache", None),
+            1,
+            settings=run_settings(),
+        )
 
 
 def test_manylinux_image_follows_the_policy():
@@ -354,8 +379,8 @@ def test_driver_build_runs_the_forge_jobs_and_their_gates(tmp_path, recipes_dir,
     from cuw.toolchain.toolkit import find_toolkit
 
     recipe = load_recipe("example", recipes_dir)
-    cell = local_cell(recipe, find_toolkit())
-    job = cibw.job_for(recipe, recipes_dir, cell, None, paths, CacheChoice("ccache", None), 2)
+    cell = local_cell(recipe, find_toolkit(homes=run_settings().homes))
+    job = cibw.job_for(recipe, recipes_dir, cell, None, paths, CacheChoice("ccache", None), 2, settings=run_settings())
     cibw.write_driver(job)
     folders = ["--recipes", str(recipes_dir), "--work", str(paths.work), "--artifacts", str(paths.artifacts), "--jobs", "2"]
     out = tmp_path / "built"
@@ -374,7 +399,7 @@ def test_driver_build_runs_the_forge_jobs_and_their_gates(tmp_path, recipes_dir,
     # Built on this machine: the wheel's tag is this machine's floor, computed from its glibc.
     from cuw.toolchain.builder import current_builder
 
-    assert len(shipped) == 1 and "+cu" in shipped[0].name and current_builder().floor in shipped[0].name
+    assert len(shipped) == 1 and "+cu" in shipped[0].name and current_builder(run_settings()).floor in shipped[0].name
     assert (out / shipped[0].name).read_bytes() == shipped[0].read_bytes()
 
 

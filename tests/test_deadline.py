@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, BuiltCell, run_cuw
+from conftest import REPO, BuiltCell, run_cuw, run_settings
 from cuw.config.cell import local_cell
 from cuw.config.paths import Paths
 from cuw.config.recipe import load_recipe
@@ -80,7 +80,7 @@ def chain(example_cell: BuiltCell, tmp_path_factory: pytest.TempPathFactory) -> 
     shutil.copytree(REPO / "recipes", recipes, symlinks=True)
     paths = Paths(work=root / "work", artifacts=root / "artifacts", dist=root / "dist")
     recipe = load_recipe("example", recipes)
-    cell = local_cell(recipe, find_toolkit()).id
+    cell = local_cell(recipe, find_toolkit(homes=run_settings().homes)).id
     target = paths.artifacts / cell / f"cuw-shard-{cell}-1of3.tar"
     chain = Chain(root, paths, recipes, cell, {}, "", example_cell)
     for index in (2, 3):  # the built cell's shards, with the reports that record their digests
@@ -95,13 +95,22 @@ def chain(example_cell: BuiltCell, tmp_path_factory: pytest.TempPathFactory) -> 
 
     os.environ[runtime.DEADLINE_AFTER_VAR] = "1"
     try:
-        second = run_shard(recipe, SPEC, paths, jobs=1, progress=None, deadline=time.time() + 86400, resume=chain.parts[1])
+        second = run_shard(
+            recipe,
+            SPEC,
+            paths,
+            jobs=1,
+            progress=None,
+            deadline=time.time() + 86400,
+            resume=chain.parts[1],
+            settings=run_settings(),
+        )
     finally:
         del os.environ[runtime.DEADLINE_AFTER_VAR]
     assert second.verdict.ok, second.verdict.reasons
     chain.parts[2] = _keep(target, root / "part2")
 
-    third = run_shard(recipe, SPEC, paths, progress=None, resume=chain.parts[2])
+    third = run_shard(recipe, SPEC, paths, progress=None, resume=chain.parts[2], settings=run_settings())
     assert third.verdict.ok, third.verdict.reasons
     chain.parts[3] = _keep(target, root / "part3")
     return Chain(root, paths, recipes, cell, chain.parts, first.stderr, example_cell)
@@ -137,7 +146,7 @@ def test_the_last_part_replays_the_earlier_parts_tus_as_hits_and_leaves_nothing(
 
 
 def test_the_link_of_the_chains_last_part_has_zero_misses(chain):
-    result = run_link(load_recipe("example", chain.recipes), chain.paths, progress=None)
+    result = run_link(load_recipe("example", chain.recipes), chain.paths, progress=None, settings=run_settings())
     assert result.ok, result.verdict.reasons
     assert result.verdict.facts["misses"] == 0 and result.verdict.facts["hits"] > 0
 

@@ -16,6 +16,7 @@ from cuw.config.recipe import load_recipe
 from cuw.partition.costs import disk_used_gb, load, record
 from cuw.partition.disk_need import MARGIN, disk_line, disk_need, needs_free_disk, on_bare_runner
 from cuw.tools import planner
+from conftest import run_settings
 
 LINUX = Runner(memory_gb=16, cores=4, free_disk_gb=14)
 
@@ -125,7 +126,7 @@ def test_cuw_matrix_and_cuw_plan_say_the_need_and_the_step(recipes_dir, capsys):
     assert cuw_main(args) == 0  # in the policy's build image
     got = capsys.readouterr()
     assert not any(j["free_disk"] for j in _jobs(json.loads(got.out))) and "cannot free the host's folders" in got.err
-    result = planner.plan(load_recipe("example", recipes_dir), [4], checked_n=4)
+    result = planner.plan(load_recipe("example", recipes_dir), [4], checked_n=4, settings=run_settings())
     assert [s.disk_gb for s in result.shards] == [12.0] * 4
     assert result.disk.startswith(
         "disk: a shard used 12.00 GB, the link used 3.00 GB; with 25% margin against lane linux's 14 GB free"

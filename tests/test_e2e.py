@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from conftest import EXAMPLE_CELL_SHARDS, EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values
+from conftest import EXAMPLE_CELL_SHARDS, EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values, run_settings
 from cuw.config.cell import installed_torch
 from cuw.jobs.local import run_build
 from cuw.config.recipe import load_recipe
@@ -30,7 +30,7 @@ def test_sharded_build_links_every_tu_from_the_cache(flavour, n, recipes_dir, pa
         cell = request.getfixturevalue("example_cell")
         recipes_dir, paths, outcomes = cell.recipes, cell.paths, list(cell.outcomes)
     else:
-        outcomes, _ = run_build(load_recipe(key, recipes_dir), paths, count=n, recipes_dir=recipes_dir)
+        outcomes, _ = run_build(load_recipe(key, recipes_dir), paths, count=n, recipes_dir=recipes_dir, settings=run_settings())
     recipe = load_recipe(key, recipes_dir)
 
     assert outcomes == [True] * n, "every shard passes its gate"
@@ -85,7 +85,7 @@ def _measured_link_feeds_the_plan(recipe, paths, wheel, tmp_path):
     assert len(table.costs) == TU_COUNT + EXAMPLE_HOST_TUS["example"], "every TU the shards compiled is costed"
     builds = sorted(json.loads(r.read_text())["build_s"] for r in shard_reports)
     assert table.shard is not None and 0 < table.shard.fixed_s < builds[-1], (table.shard, builds)
-    plan = planner.plan(recipe, [3], table_path, checked_n=3)
+    plan = planner.plan(recipe, [3], table_path, checked_n=3, settings=run_settings())
     (row,) = plan.rows
     assert row.link_s == round(table.link.fixed_s + table.link.per_replay_s * plan.tus, 3)
     assert row.link_s > plan.tus * planner.HIT_SECONDS, "more than the replays alone"

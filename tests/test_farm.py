@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, have, need
+from conftest import REPO, have, need, run_settings
 from cuw.ci.workflow_run import find_interpreter
 
 pytestmark = pytest.mark.farm
@@ -112,7 +112,7 @@ def _workflow(repo: Path, index: Path, *args: str) -> tuple[subprocess.Completed
 
 def _pip_install(index: Path, tmp: Path, spec: str, python: str = "3.11") -> str:
     """A fresh venv, the package from the index alone; returns the version that imports."""
-    interp = find_interpreter(python)
+    interp = find_interpreter(python, run_settings())
     assert interp, f"needs Python {python}"
     venv = tmp / f"venv-{len(list(tmp.glob('venv-*')))}"  # a fresh venv per call: nothing installed before
     subprocess.run([str(interp.prefix / "bin" / "python3"), "-m", "venv", str(venv)], check=True)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, run_settings
 from cuw.config.policy import load_policy
 from cuw.config.recipe import known_recipes, load_recipe
 from cuw.tools import planner
@@ -32,7 +32,7 @@ def test_each_cell_is_planned_as_cuw_plan_plans_its_recipe(recipes_dir):
     recipes = [load_recipe(k, recipes_dir) for k in known_recipes(recipes_dir)]
     farm = farm_plan(recipes, policy.grid)
     llama = load_recipe("llama_cpp_python", recipes_dir)
-    single = planner.plan(llama, [llama.sharding.count])
+    single = planner.plan(llama, [llama.sharding.count], settings=run_settings())
     [row] = single.rows
     cells = [c for c in farm.jobs if c.recipe == "llama_cpp_python" and c.lane in llama.sharding.platforms]
     assert cells and all(len(c.shards) == llama.sharding.count for c in cells)
@@ -54,7 +54,11 @@ def test_the_farm_names_shards_past_the_cap_as_cuw_plan_does(recipes_dir):
     policy = load_policy(recipes_dir)
     llama = load_recipe("llama_cpp_python", recipes_dir)
     farm = farm_plan([llama], policy.grid, cap=job_cap(policy.jobs, 30))
-    [check] = [c for c in planner.plan(llama, [llama.sharding.count], cap_minutes=30).checks if c.name == "job cap"]
+    [check] = [
+        c
+        for c in planner.plan(llama, [llama.sharding.count], cap_minutes=30, settings=run_settings()).checks
+        if c.name == "job cap"
+    ]
     assert farm.past_cap == {"llama_cpp_python": f"{check.detail}; fix: {check.fix}"}
     assert "a shard's build budget of 600 s (--cap 30 min less jobs.margin_minutes 20)" in check.detail
     assert not check.ok and "parts; build.yml has 3 rungs" in check.detail and check.fix.startswith("N=")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLE_CELL_SHARDS
+from conftest import EXAMPLE_CELL_SHARDS, run_settings
 from cuw.base.ports import free_port
 from cuw.jobs import archive
 from cuw.jobs import leftovers
@@ -47,7 +47,7 @@ class Built:
         self.root = root
         self.recipes = recipes
         self.recipe = load_recipe("example", recipes)
-        self.cell = local_cell(self.recipe, find_toolkit())
+        self.cell = local_cell(self.recipe, find_toolkit(homes=run_settings().homes))
         self.artifacts = root / "artifacts"
 
     def folder(self, artifacts: Path) -> Path:
@@ -316,7 +316,7 @@ def test_an_archive_altered_after_its_shard_is_refused_before_the_link_starts(bu
         target.write_bytes(bad)
         paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
         with pytest.raises(CuwError, match=message):
-            run_link(built.recipe, paths, progress=None)
+            run_link(built.recipe, paths, progress=None, settings=run_settings())
         assert not (tmp_path / "work" / built.cell.id / "link").exists()
     target.write_bytes(pristine)
     archive.report_path(target).unlink()
@@ -352,7 +352,7 @@ def test_a_corrupted_cache_entry_is_a_miss_the_link_gate_names(built, tmp_path):
     owned_by_1 = set(archive.read_manifest(target).compiled)
 
     paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
-    result = run_link(built.recipe, paths, progress=None)
+    result = run_link(built.recipe, paths, progress=None, settings=run_settings())
 
     facts = result.verdict.facts
     assert not result.verdict.ok
@@ -583,6 +583,6 @@ def test_an_archive_from_another_source_recipe_or_rule_is_refused_before_the_lin
     artifacts = built.copy_artifacts(tmp_path / "artifacts")
     paths = Paths(work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist")
     with pytest.raises(CuwError, match=rf"shard \d/{N} was built with another {field} \("):
-        run_link(load_recipe("example", recipes), paths, progress=None)
+        run_link(load_recipe("example", recipes), paths, progress=None, settings=run_settings())
     seat_log = tmp_path / "work" / built.cell.id / "link" / "logs" / "seat.jsonl"
     assert not seat_log.exists() or not seat_log.read_text().strip(), "refused before anything compiled"

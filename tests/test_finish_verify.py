@@ -15,7 +15,7 @@ import pytest
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-from conftest import expected_tu_values, need
+from conftest import expected_tu_values, need, run_settings
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError, InputError
 from cuw.wheel.finish import CudaRuntime, cell_version, expand_requires, local_label, retag, rewrite_metadata
@@ -25,7 +25,13 @@ from cuw.config.recipe import load_recipe
 from cuw.toolchain.toolkit import find_toolkit
 from cuw.wheel.verify import verify
 
-CELL = Cell("example", "linux", f"{sys.version_info.major}.{sys.version_info.minor}", find_toolkit().version, None)
+CELL = Cell(
+    "example",
+    "linux",
+    f"{sys.version_info.major}.{sys.version_info.minor}",
+    find_toolkit(homes=run_settings().homes).version,
+    None,
+)
 
 
 def test_local_labels():
@@ -82,7 +88,12 @@ def built(example_cell):
 
 def _verify(wheel, recipes, archs=("9.0",), **recipe_changes):
     recipe = replace(load_recipe("example", recipes), **recipe_changes)
-    return {c.name: c for c in verify(wheel, recipe, CELL, find_toolkit(), load_policy(recipes).wheel, list(archs)).checks}
+    return {
+        c.name: c
+        for c in verify(
+            wheel, recipe, CELL, find_toolkit(homes=run_settings().homes), load_policy(recipes).wheel, list(archs)
+        ).checks
+    }
 
 
 def _rebuild(wheel: Path, dest_dir: Path, mutate) -> Path:
@@ -248,7 +259,15 @@ def test_a_library_named_like_a_module_without_pyinit_fails_unless_the_recipe_lo
     recipe = replace(load_recipe("example", recipes), verify=replace(allowed, allowed_needed=["libcuwmissing.so"]))
     checks = {
         c.name: c
-        for c in verify(rebuilt, recipe, CELL, find_toolkit(), load_policy(recipes).wheel, ["9.0"], import_check=True).checks
+        for c in verify(
+            rebuilt,
+            recipe,
+            CELL,
+            find_toolkit(homes=run_settings().homes),
+            load_policy(recipes).wheel,
+            ["9.0"],
+            import_check=True,
+        ).checks
     }
     assert not checks["import"].ok
     assert any(d.startswith(f"{name} (verify.load_libraries): OSError: libcuwmissing.so") for d in checks["import"].details), (
@@ -260,7 +279,7 @@ def test_a_library_named_like_a_module_without_pyinit_fails_unless_the_recipe_lo
             _rebuild(wheel, tmp_path / "d", add_library(False)),
             replace(recipe, verify=allowed),
             CELL,
-            find_toolkit(),
+            find_toolkit(homes=run_settings().homes),
             load_policy(recipes).wheel,
             ["9.0"],
             import_check=True,
@@ -276,15 +295,21 @@ def test_glibc_follows_the_tag_and_the_builder_and_links_torch_the_recipe(built,
     platform = wheel.name[:-4].rsplit("-", 1)[1]  # auditwheel: the lowest tag the symbols allow, up to the floor
     tags = sorted(platform.split("."), key=lambda t: [int(n) for n in re.findall(r"\d+", t)])
     # finish repaired it to the floor of the machine that built it: its symbols fit every tag.
-    checks = {c.name: c for c in verify(wheel, recipe, CELL, find_toolkit(), policy, ["9.0"], floor=tags[-1]).checks}
+    checks = {
+        c.name: c
+        for c in verify(wheel, recipe, CELL, find_toolkit(homes=run_settings().homes), policy, ["9.0"], floor=tags[-1]).checks
+    }
     assert checks["glibc"].ok, checks["glibc"].details
     # The same bytes claiming manylinux_2_17: the real symbol versions break that promise.
     older = Path(shutil.copy(wheel, tmp_path / wheel.name.replace(platform, "manylinux_2_17_x86_64")))
-    checks = {c.name: c for c in verify(older, recipe, CELL, find_toolkit(), policy, ["9.0"]).checks}
+    checks = {c.name: c for c in verify(older, recipe, CELL, find_toolkit(homes=run_settings().homes), policy, ["9.0"]).checks}
     assert not checks["glibc"].ok and "promises glibc 2.17" in checks["glibc"].details[0]
     # A link job in an image of another floor refuses a tag that is not its own.
     checks = {
-        c.name: c for c in verify(wheel, recipe, CELL, find_toolkit(), policy, ["9.0"], floor="manylinux_2_28_x86_64").checks
+        c.name: c
+        for c in verify(
+            wheel, recipe, CELL, find_toolkit(homes=run_settings().homes), policy, ["9.0"], floor="manylinux_2_28_x86_64"
+        ).checks
     }
     assert not checks["glibc"].ok and "is not its builder's floor manylinux_2_28_x86_64" in checks["glibc"].details[-1]
     assert not _verify(wheel, recipes, links_torch=True)["links_torch"].ok

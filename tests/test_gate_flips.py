@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values
+from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values, run_settings
 from cuw.jobs import archive
 from cuw.toolchain.cache import Ccache
 from cuw.base.errors import CuwError
@@ -51,7 +51,7 @@ def archive_of(folder: Path, index: int) -> Path:
 def test_the_links_progress_counts_every_tu_the_shards_compiled(shards, tmp_path):
     recipes, paths, _ = fresh(shards, tmp_path)
     said: list[str] = []
-    result = run_link(load_recipe("example", recipes), paths, progress=said.append)
+    result = run_link(load_recipe("example", recipes), paths, progress=said.append, settings=run_settings())
     assert result.verdict.ok, result.verdict.line
     tus = EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"]
     last = [line for line in said if line.startswith("link: compiled ")][-1]
@@ -62,7 +62,7 @@ def test_missing_shard_self_heals_and_is_reported_as_its_misses(shards, tmp_path
     recipes, paths, folder = fresh(shards, tmp_path)
     archive_of(folder, 2).unlink()
     said: list[str] = []
-    result = run_link(load_recipe("example", recipes), paths, progress=said.append)
+    result = run_link(load_recipe("example", recipes), paths, progress=said.append, settings=run_settings())
 
     assert not result.verdict.ok and result.missing_shards == [2]
     assert "link: missing shard archives: 1 of 3 (2); their TUs recompile here and the gate will report them" in said
@@ -83,7 +83,7 @@ def test_counters_left_unzeroed_fail_the_link(shards, tmp_path, monkeypatch):
     recipes, paths, _ = fresh(shards, tmp_path)
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    result = run_link(load_recipe("example", recipes), paths, progress=None, zero_stats=False)
+    result = run_link(load_recipe("example", recipes), paths, progress=None, zero_stats=False, settings=run_settings())
     assert not result.verdict.ok
     assert any("not zeroed after the merge" in r for r in result.verdict.reasons)
     # The verdict also reaches the JSON report and the GitHub step summary.
@@ -95,7 +95,7 @@ def _bypass(recipes: Path) -> None:
     """The recipe points CMake at the real nvcc by absolute path, around the seat."""
     path = recipes / "example" / "recipe.yml"
     data = yaml.safe_load(path.read_text())
-    data["env"] = {"SKBUILD_CMAKE_DEFINE": f"CMAKE_CUDA_COMPILER={find_toolkit().nvcc}"}
+    data["env"] = {"SKBUILD_CMAKE_DEFINE": f"CMAKE_CUDA_COMPILER={find_toolkit(homes=run_settings().homes).nvcc}"}
     path.write_text(yaml.safe_dump(data))
 
 
@@ -106,10 +106,10 @@ def test_seat_bypassed_by_an_absolute_nvcc_path_fails_the_link(shards, tmp_path,
     _bypass(private)
     # The shards were built from the recipe before the change: the fingerprint refuses first...
     with pytest.raises(CuwError, match=r"shard 1/3 was built with another recipe \("):
-        run_link(load_recipe("example", private), paths, progress=None)
+        run_link(load_recipe("example", private), paths, progress=None, settings=run_settings())
     # ...and behind it the link gate holds on its own (a handoff whose fingerprints agree).
     monkeypatch.setattr("cuw.jobs.link.check_fingerprint", lambda *args: None)
-    result = run_link(load_recipe("example", private), paths, progress=None)
+    result = run_link(load_recipe("example", private), paths, progress=None, settings=run_settings())
     assert not result.verdict.ok
     line = result.verdict.line
     # Only the host TUs reached the cache (through the host seat); every CUDA TU went around it.
@@ -119,7 +119,7 @@ def test_seat_bypassed_by_an_absolute_nvcc_path_fails_the_link(shards, tmp_path,
 
 def test_seat_bypassed_fails_the_shard(recipes_dir, paths):
     _bypass(recipes_dir)
-    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, N), paths, progress=None)
+    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, N), paths, progress=None, settings=run_settings())
     assert not result.verdict.ok and result.archive is None
     assert any("seat saw no CUDA compile" in r for r in result.verdict.reasons)
 
@@ -131,15 +131,15 @@ def test_without_device_code_a_host_compile_counts_and_none_at_all_fails_the_sha
     path = recipes_dir / "example" / "recipe.yml"
     data = yaml.safe_load(path.read_text())
     data["device_code"] = False
-    nvcc_only = f"CMAKE_CUDA_COMPILER={find_toolkit().nvcc}"
+    nvcc_only = f"CMAKE_CUDA_COMPILER={find_toolkit(homes=run_settings().homes).nvcc}"
     data["env"] = {"SKBUILD_CMAKE_DEFINE": nvcc_only}
     path.write_text(yaml.safe_dump(data))
-    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, N), paths, progress=None)
+    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, N), paths, progress=None, settings=run_settings())
     assert not any("the seat saw no" in r for r in result.verdict.reasons), result.verdict.reasons
     assert result.verdict.facts["compiled"] > 0  # host TUs of its slice, through the host seat
     data["env"] = {"SKBUILD_CMAKE_DEFINE": f"{nvcc_only};CMAKE_CXX_COMPILER={shutil.which('g++')}"}
     path.write_text(yaml.safe_dump(data))
-    again = run_shard(load_recipe("example", recipes_dir), ShardSpec(2, N), paths, progress=None)
+    again = run_shard(load_recipe("example", recipes_dir), ShardSpec(2, N), paths, progress=None, settings=run_settings())
     assert not again.verdict.ok and again.archive is None
     assert any("the seat saw no compile (the recipe has device_code: false" in r for r in again.verdict.reasons)
 
@@ -149,7 +149,7 @@ def test_a_real_compile_error_fails_the_shard_that_owns_the_tu(recipes_dir, path
     path = recipes_dir / "example" / "package" / key
     path.write_text(path.read_text() + "\nstatic int broken = cuw_no_such_symbol;\n")
     spec = ShardSpec(owner(key, N), N)
-    result = run_shard(load_recipe("example", recipes_dir), spec, paths, progress=None)
+    result = run_shard(load_recipe("example", recipes_dir), spec, paths, progress=None, settings=run_settings())
     assert not result.verdict.ok
     assert result.archive is None and not list(paths.artifacts.glob(f"*/*{archive.SUFFIX}"))
     assert any(r.startswith(f"a real compile error ({key})") and "cuw_no_such_symbol" in r for r in result.verdict.reasons)
@@ -163,7 +163,7 @@ def test_an_owned_compile_the_cache_cannot_store_fails_the_shard_and_the_link(re
         fh.write('nvcc_flags: ["--save-temps"]\n')
     recipe = load_recipe("example", recipes_dir)
     key = "csrc/kernels/k04_scan.cu"
-    result = run_shard(recipe, ShardSpec(owner(key, N), N), paths, progress=None)
+    result = run_shard(recipe, ShardSpec(owner(key, N), N), paths, progress=None, settings=run_settings())
     assert not result.verdict.ok and result.archive is None
     (reason,) = [r for r in result.verdict.reasons if "the cache could not store them" in r]
     assert "(unsupported_compiler_option)" in reason and key in reason, result.verdict.reasons
@@ -171,9 +171,9 @@ def test_an_owned_compile_the_cache_cannot_store_fails_the_shard_and_the_link(re
 
     _, link_paths, _ = fresh(shards, tmp_path / "link")
     with pytest.raises(CuwError, match=r"was built with another recipe \("):  # the shards had no --save-temps
-        run_link(recipe, link_paths, progress=None)
+        run_link(recipe, link_paths, progress=None, settings=run_settings())
     monkeypatch.setattr("cuw.jobs.link.check_fingerprint", lambda *args: None)  # the link gate's own count, behind it
-    linked = run_link(recipe, link_paths, progress=None)
+    linked = run_link(recipe, link_paths, progress=None, settings=run_settings())
     assert not linked.verdict.ok and linked.verdict.facts["uncacheable"] == EXAMPLE_CUDA_TUS
     assert any(r.startswith(f"uncacheable compiles: {EXAMPLE_CUDA_TUS}") for r in linked.verdict.reasons), linked.verdict.reasons
 
@@ -226,7 +226,7 @@ def test_bad_archives_stop_the_link_before_anything_is_merged(shards, tmp_path, 
     else:
         _rewrite_manifest(target, cache_version="4.7.5")
     with pytest.raises(CuwError, match=message):
-        run_link(load_recipe("example", recipes), paths, progress=None)
+        run_link(load_recipe("example", recipes), paths, progress=None, settings=run_settings())
     assert not list(paths.work.glob("*/link")), "refused before the link's folder was made: nothing half-merged"
     assert not (tmp_path / "evil").exists()
 
@@ -255,7 +255,7 @@ def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_throu
     }
     path.write_text(yaml.safe_dump(data))
     recipe = load_recipe("example", recipes_dir)
-    outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir)
+    outcomes, link = run_build(recipe, paths, count=N, recipes_dir=recipes_dir, settings=run_settings())
     assert outcomes == [True] * N and link.verdict.ok, link.verdict.line
 
     owned = []
@@ -289,7 +289,7 @@ def test_pre_build_runs_inside_the_seat_and_cache_environment(recipes_dir, paths
     )
     data["extra_deps"] = ["six==1.16.0"]
     path.write_text(yaml.safe_dump(data))
-    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, 1), paths, progress=None)
+    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, 1), paths, progress=None, settings=run_settings())
     assert result.verdict.ok, result.verdict.line
     (seat_log,) = paths.work.glob("*/shard-1of1/logs/seat.jsonl")
     entries = [json.loads(line) for line in seat_log.read_text().splitlines()]
@@ -312,7 +312,7 @@ def test_no_real_objects_fires_for_a_real_cmake_tree_that_compiled_nothing_of_it
         "cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX CUDA)\n"
         'add_library(p SHARED k.cu)\nmessage(FATAL_ERROR "configure stops here")\n'
     )
-    nvcc = find_toolkit().nvcc
+    nvcc = find_toolkit(homes=run_settings().homes).nvcc
     proc = subprocess.run(
         ["cmake", "-S", str(src), "-B", str(ws.tree / "build"), f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_ARCHITECTURES=90"],
         capture_output=True,

@@ -29,6 +29,7 @@ from cuw.jobs.shard import run_shard
 from cuw.config.recipe import load_recipe
 from cuw.toolchain.toolkit import find_toolkit
 from cuw.jobs.workspace import Workspace, install_ninja_wrapper, prepare
+from conftest import run_settings
 
 # -- keep-going builds ----------------------------------------------------------------------
 
@@ -44,7 +45,7 @@ build second: run
 def _shard_and_link_env(tmp_path: Path, recipe) -> tuple[dict[str, str], dict[str, str]]:
     cuda = tmp_path / "cuda"
     (cuda / "bin").mkdir(parents=True)
-    assert install_ninja_wrapper(cuda / "bin") is not None
+    assert install_ninja_wrapper(cuda / "bin", run_settings().path) is not None
     base = {"PATH": os.environ["PATH"], "MAKEFLAGS": "-j1"}
     shard = build_env(recipe, cuda, tmp_path / "build", 1, None, base=base, shard=ShardSpec(1, 2))
     link = build_env(recipe, cuda, tmp_path / "build", 1, None, base={**base, "CUW_KEEP_GOING": "1"})
@@ -122,7 +123,7 @@ def test_a_link_failing_before_the_slice_is_compiled_fails_the_shard_unless_it_k
     keep_going = backends.keep_going
     with monkeypatch.context() as m:  # the build as it ran before: ninja stops at the first failed edge
         m.setattr(backends, "keep_going", lambda env, recipe, shard: keep_going(env, recipe, False))
-        stopped = run_shard(recipe, ShardSpec(1, 2), paths, progress=None)
+        stopped = run_shard(recipe, ShardSpec(1, 2), paths, progress=None, settings=run_settings())
     assert not stopped.verdict.ok and stopped.archive is None
     # Its 6 TUs: 5 CUDA and the host TU it owns (the seat partitions host TUs too), compiled first.
     assert stopped.verdict.reasons == [
@@ -133,7 +134,7 @@ def test_a_link_failing_before_the_slice_is_compiled_fails_the_shard_unless_it_k
     log = next(paths.work.glob("*/shard-1of2/logs/build.log")).read_text()
     assert "undefined reference to `cuw_dep2'" in log and "ninja: build stopped: subcommand failed" in log
 
-    kept = run_shard(recipe, ShardSpec(1, 2), paths, progress=None)
+    kept = run_shard(recipe, ShardSpec(1, 2), paths, progress=None, settings=run_settings())
     assert kept.verdict.ok, kept.verdict.line
     manifest_owned = json.loads(kept.report.read_text())["facts"]
     assert manifest_owned["expected_owned"] == 6 and manifest_owned["build_rc"] != 0  # 5 CUDA TUs and its host TU
@@ -163,7 +164,7 @@ def test_a_cache_left_without_entries_fails_the_shard(recipes_dir, paths, monkey
     env = Ccache.env
 
     monkeypatch.setattr(Ccache, "env", property(lambda self: {**env.fget(self), "CCACHE_READONLY": "1"}))
-    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, 3), paths, progress=None)
+    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, 3), paths, progress=None, settings=run_settings())
     assert not result.verdict.ok and result.archive is None
     assert any(r.startswith("the cache is empty after compiling") for r in result.verdict.reasons), result.verdict.line
     assert result.verdict.facts["compiled"] > 0 and result.verdict.facts["cache_files"] == 0
@@ -173,7 +174,7 @@ def test_a_cache_left_without_entries_fails_the_shard(recipes_dir, paths, monkey
 
 
 def test_entry_count_leaves_out_ccache_bookkeeping(tmp_path):
-    cache = open_cache("ccache", tmp_path / "cache", tmp_path)
+    cache = open_cache("ccache", tmp_path / "cache", tmp_path, settings=run_settings())
     cache.prepare()
     for name in (
         "0/stats",
@@ -197,9 +198,9 @@ def test_a_retried_shard_on_a_warm_remote_passes(recipes_dir, paths, tmp_path):
     remote.mkdir()
     choice = CacheChoice("ccache", f"file:{remote}")
     recipe = load_recipe("example", recipes_dir)
-    first = run_shard(recipe, ShardSpec(2, 3), paths, progress=None, cache=choice)
+    first = run_shard(recipe, ShardSpec(2, 3), paths, progress=None, cache=choice, settings=run_settings())
     assert first.verdict.ok, first.verdict.line
-    again = run_shard(recipe, ShardSpec(2, 3), paths, progress=None, cache=choice)
+    again = run_shard(recipe, ShardSpec(2, 3), paths, progress=None, cache=choice, settings=run_settings())
     assert again.verdict.ok, again.verdict.line
     counters = json.loads(again.report.read_text())["counters"]
     assert counters["misses"] == 0 and counters["hits"] == again.verdict.facts["compiled"] > 0
@@ -282,7 +283,14 @@ def test_an_interrupt_during_a_local_build_stops_every_shard_and_its_build(recip
 
     monkeypatch.setattr(seat_log.LogReader, "compiled_count", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_build(load_recipe("example", recipes_dir), paths, count=2, recipes_dir=recipes_dir, progress=lambda line: None)
+        run_build(
+            load_recipe("example", recipes_dir),
+            paths,
+            count=2,
+            recipes_dir=recipes_dir,
+            progress=lambda line: None,
+            settings=run_settings(),
+        )
     deadline = time.monotonic() + 5
     while _alive(str(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -295,18 +303,18 @@ def test_an_interrupt_during_a_local_build_stops_every_shard_and_its_build(recip
 def test_a_shard_prepares_without_a_c_compiler(recipes_dir, tmp_path, monkeypatch):
     """The empty object is written by the forge, the Python seat stays and the log says so;
     the seat then stubs a foreign TU with that object, which a real linker accepts."""
-    toolkit = find_toolkit()
+    toolkit = find_toolkit(homes=run_settings().homes)
     bare = tmp_path / "bin"
     bare.mkdir()
     for tool in ("ccache", "ninja", "python", "python3"):
         (bare / tool).symlink_to(Path(sys.executable).parent / tool)
     monkeypatch.setenv("PATH", str(bare))
     monkeypatch.delenv("CC", raising=False)
-    assert shutil.which("cc") is None and shutil.which("gcc") is None and install.find_c_compiler() is None
+    assert shutil.which("cc") is None and shutil.which("gcc") is None and install.find_c_compiler(run_settings().cc) is None
 
     recipe = load_recipe("example", recipes_dir)
     ws = Workspace(tmp_path / "job", tmp_path / "job")
-    prepare(ws, recipe, toolkit, ShardSpec(1, 2), "ccache")
+    prepare(ws, recipe, toolkit, ShardSpec(1, 2), "ccache", settings=run_settings())
     assert ws.empty_object.read_bytes() == install.empty_elf_object()
     assert "native stub not built" in ws.build_log.read_text()
     assert (ws.seat_dir / "nvcc").read_text().startswith("#!"), "the Python seat stays"

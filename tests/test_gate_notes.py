@@ -41,6 +41,7 @@ from cuw.partition.rules import ShardSpec, owner
 from cuw.seat import seat_log
 from cuw.toolchain import cache
 from cuw.toolchain.toolkit import find_toolkit
+from conftest import run_settings
 
 PYPROJECT = """[build-system]
 requires = ["scikit-build-core>=0.10"]
@@ -140,7 +141,7 @@ def test_without_a_compile_database_a_failed_shard_passes_with_an_owned_host_tu_
     With compile_commands.json the same shard fails, naming it."""
     makefiles = {"CMAKE_GENERATOR": "Unix Makefiles"}
     recipe = _tiny_recipe(recipes_dir, {**makefiles, "CMAKE_EXPORT_COMPILE_COMMANDS": "OFF"}, late=True)
-    result = run_shard(recipe, ShardSpec(1, 2), paths, progress=None)
+    result = run_shard(recipe, ShardSpec(1, 2), paths, progress=None, settings=run_settings())
     assert result.verdict.ok, result.verdict.line
     assert result.verdict.reasons == [
         "compiled 3 TUs; link failed on undefined references, as a shard should",
@@ -153,7 +154,7 @@ def test_without_a_compile_database_a_failed_shard_passes_with_an_owned_host_tu_
 
     seen = replace(paths, work=tmp_path / "work-db", artifacts=tmp_path / "artifacts-db")
     recipe = _tiny_recipe(recipes_dir, makefiles, late=True)  # the forge's default: CMAKE_EXPORT_COMPILE_COMMANDS=ON
-    caught = run_shard(recipe, ShardSpec(1, 2), seen, progress=None)
+    caught = run_shard(recipe, ShardSpec(1, 2), seen, progress=None, settings=run_settings())
     assert not caught.verdict.ok and caught.archive is None
     assert caught.verdict.reasons == [
         f"1 of its 4 TUs were never compiled before the build failed (the link would miss them): {LATE}"
@@ -164,7 +165,7 @@ def test_an_owned_tu_outside_the_builds_compile_database_is_left_out_of_the_slic
     """The seat predicts every source under the root, the build compiles what its CMakeLists names:
     an owned .cu file no build step compiles is not compiled, and the shard passes with a note."""
     recipe = _tiny_recipe(recipes_dir, {}, extra=True)
-    result = run_shard(recipe, ShardSpec(1, 2), paths, progress=None)
+    result = run_shard(recipe, ShardSpec(1, 2), paths, progress=None, settings=run_settings())
     assert result.verdict.ok, result.verdict.line
     assert result.verdict.facts["expected_owned"] == 4 and EXTRA not in _seat_compiled(paths, "1of2")
     assert result.verdict.reasons == [
@@ -194,7 +195,7 @@ def _link_job(recipes: Path, tmp_path: Path, project: dict[str, str]) -> tuple[W
     )
     recipe = load_recipe("project", recipes)
     ws = Workspace(tmp_path / "link", tmp_path / "link")
-    job_cache = prepare(ws, recipe, find_toolkit(), None, "ccache")
+    job_cache = prepare(ws, recipe, find_toolkit(homes=run_settings().homes), None, "ccache", settings=run_settings())
     env = build_env(recipe, ws.cuda_home, ws.build, 2, None, base=dict(os.environ), archs=["9.0"])
     return ws, job_cache, env
 
@@ -235,7 +236,7 @@ def test_without_a_compile_database_the_link_gate_cannot_see_a_tu_compiled_aroun
     """Makefiles without compile_commands.json: one CUDA target's compiles go through a launcher that
     runs the real nvcc by path. The seat and the cache never see that TU, and the link gate passes
     with its note; the same tree with compile_commands.json written fails, naming the TU."""
-    toolkit = find_toolkit()
+    toolkit = find_toolkit(homes=run_settings().homes)
     launcher = tmp_path / "around-the-seat"
     launcher.write_text(AROUND.format(nvcc=toolkit.nvcc))
     launcher.chmod(0o755)
@@ -279,7 +280,7 @@ def test_a_compile_database_without_cuda_tus_lets_cuda_compiled_by_a_custom_comm
     """Makefiles: CMake's compile_commands.json lists the C++ TU only, while the kernel is compiled by a
     custom command running the real nvcc by path and linked in. The seat never sees it; the gate
     passes with its note. ninja's own database lists a custom command's inputs: there it fails."""
-    toolkit = find_toolkit()
+    toolkit = find_toolkit(homes=run_settings().homes)
     cmake = (
         "cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX)\n"
         "add_custom_command(OUTPUT k.o DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/csrc/k.cu\n"
@@ -332,10 +333,10 @@ def test_with_a_remote_a_shard_whose_misses_never_reached_it_fails(tmp_path):
     src.mkdir()
     (src / "found.cu").write_text("__global__ void found(int* x) { x[0] = 1; }\n")
     (src / "missed.cu").write_text("__global__ void missed(int* x) { x[0] = 2; }\n")
-    nvcc = str(find_toolkit().nvcc)
+    nvcc = str(find_toolkit(homes=run_settings().homes).nvcc)
 
     def job(name: str, url: str, *tus: str) -> cache.Cache:
-        job_cache = cache.open_cache("ccache", tmp_path / name / "cache", src, url)
+        job_cache = cache.open_cache("ccache", tmp_path / name / "cache", src, url, settings=run_settings())
         job_cache.prepare()
         env = {**cache.scrub(dict(os.environ)), **job_cache.env}
         for tu in tus:

@@ -13,6 +13,7 @@ from cuw.seat import install, runtime, seat_log
 from cuw.toolchain.nvcc_args import HOST_VALUE_OPTIONS, parse
 from cuw.partition.rules import owner
 from cuw.toolchain.toolkit import find_toolkit
+from conftest import run_settings
 
 HOST_SRC = 'extern "C" int answer() { return 42; }\n'
 
@@ -23,14 +24,14 @@ class HostSeat:
     def __init__(self, root: Path, partition: runtime.SeatPartition | None, partition_host: bool = True) -> None:
         self.src = root / "src"
         (self.src / "build").mkdir(parents=True)
-        job_cache = cache.open_cache("ccache", root / "cache", root)
+        job_cache = cache.open_cache("ccache", root / "cache", root, settings=run_settings())
         job_cache.prepare()
         self.cache = job_cache
         (root / "seat").mkdir()
-        self.empty = install.make_empty_object(root / "seat" / "empty.o")
+        self.empty = install.make_empty_object(root / "seat" / "empty.o", run_settings().cc)
         self.log = root / "seat.jsonl"
         config = runtime.SeatConfig(
-            real_nvcc=str(find_toolkit().nvcc),
+            real_nvcc=str(find_toolkit(homes=run_settings().homes).nvcc),
             cache_cmd=job_cache.binary(),
             cache_env=job_cache.env,
             statslog_var=job_cache.statslog_var,

@@ -13,10 +13,10 @@ import pytest
 
 from cuw.base.errors import CuwError
 from cuw.base.records import read_shard_report
-from cuw.base.settings import Settings
 from cuw.config.recipe import load_recipe
 from cuw.jobs import runner
 from cuw.partition.rules import ShardSpec
+from conftest import run_settings
 
 
 @dataclass(kw_only=True)
@@ -28,7 +28,7 @@ def _job(recipes_dir: Path, paths) -> _Job:  # type: ignore[no-untyped-def]
     return _Job(
         recipe=load_recipe("example", recipes_dir),
         paths=paths,
-        settings=Settings.from_env(),
+        settings=run_settings(),
         progress=None,
         folder="shard-1of2",
         label="shard 1/2",
@@ -92,7 +92,9 @@ def test_a_shard_refused_while_it_prepares_reports_that_it_did_not_start(recipes
     monkeypatch.setattr(shard, "prepare", full_disk)
     lines: list[str] = []
     with pytest.raises(CuwError, match="No space left"):
-        shard.run_shard(load_recipe("example", recipes_dir), ShardSpec(1, 2), paths, progress=lines.append)
+        shard.run_shard(
+            load_recipe("example", recipes_dir), ShardSpec(1, 2), paths, progress=lines.append, settings=run_settings()
+        )
     (path,) = paths.artifacts.glob("*/cuw-shard-*-1of2.report.json")
     got = read_shard_report(path)
     assert (got.state, got.ok, got.shard, got.archive, got.schema) == ("finished", False, "1/2", None, 1)

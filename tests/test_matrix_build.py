@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-from cuw.base.settings import Settings
+from conftest import REPO, run_settings
 from cuw.jobs import cell_env
 from cuw.config.cell import Cell
 from cuw.ci.matrix_build import Buildable, Row, cells_at_once, plan_local, run_matrix, table
@@ -22,12 +21,17 @@ from cuw.toolchain.toolkit import find_toolkit
 
 def test_the_forges_own_and_pyenvs_pythons_are_found_and_a_missing_one_names_where_it_looked():
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    got, _ = cell_env.find_python(here)
+    got, _ = cell_env.find_python(here, settings=run_settings())
     assert got and got.version.startswith(here + ".")
-    missing, looked = cell_env.find_python("3.99")
+    missing, looked = cell_env.find_python("3.99", settings=run_settings())
     assert missing is None
     assert "python3.99 on PATH (none)" in looked and any(w.startswith(("pyenv", "pyenv versions in")) for w in looked)
     assert any(w.startswith("uv") for w in looked)
+
+
+def _find(minor: str) -> tuple[cell_env.Interpreter | None, list[str]]:
+    """The lookup ``cuw build --matrix`` hands plan_local: the run's Python ``minor``."""
+    return cell_env.find_python(minor, settings=run_settings())
 
 
 def test_plan_local_names_what_would_make_each_cell_buildable(recipes_dir, monkeypatch):
@@ -39,9 +43,9 @@ def test_plan_local_names_what_would_make_each_cell_buildable(recipes_dir, monke
         Cell("example_torch", "linux", "3.11", "12.8", "2.14"),
         Cell("example_torch", "windows", "3.11", "13.0", "2.14"),
     ]
-    lines = toolkits.for_lines(load_policy(recipes_dir), None, ["13.0", "12.8"], Settings.from_env())
-    build, skipped = plan_local(recipe, cells, "linux", lines)
-    assert [b.cell for b in build] == cells[:1] and build[0].toolkit_home == str(find_toolkit().home)
+    lines = toolkits.for_lines(load_policy(recipes_dir), None, ["13.0", "12.8"], run_settings())
+    build, skipped = plan_local(recipe, cells, "linux", lines, _find)
+    assert [b.cell for b in build] == cells[:1] and build[0].toolkit_home == str(find_toolkit(homes=run_settings().homes).home)
     why = {r.cell.id: r.why for r in skipped}
     assert why[cells[1].id].startswith("Python 3.99: none found (looked at python3.99 on PATH (none), pyenv")
     assert "pyenv install 3.99" in why[cells[1].id]
@@ -68,19 +72,22 @@ def test_each_cuda_line_gets_its_own_toolkit_and_a_forced_one_only_serves_its_li
     other = _fake_toolkit(tmp_path / "cuda-12.8", "12.8")
     policy = load_policy(recipes_dir)
     per_line = replace(policy, toolkits={**policy.toolkits, "12.8": str(other)})
-    build, skipped = plan_local(recipe, cells, "linux", toolkits.for_lines(per_line, None, ["13.0", "12.8"], Settings.from_env()))
+    lines = toolkits.for_lines(per_line, None, ["13.0", "12.8"], run_settings())
+    build, skipped = plan_local(recipe, cells, "linux", lines, _find)
     assert not skipped
-    assert {b.cell.cuda: b.toolkit_home for b in build} == {"13.0": str(find_toolkit().home), "12.8": str(other.resolve())}
+    assert {b.cell.cuda: b.toolkit_home for b in build} == {
+        "13.0": str(find_toolkit(homes=run_settings().homes).home),
+        "12.8": str(other.resolve()),
+    }
     # --toolkit PATH is one toolkit: the other line is skipped, naming the mismatch
-    build, skipped = plan_local(
-        recipe, cells, "linux", toolkits.for_lines(policy, str(other), ["13.0", "12.8"], Settings.from_env())
-    )
+    lines = toolkits.for_lines(policy, str(other), ["13.0", "12.8"], run_settings())
+    build, skipped = plan_local(recipe, cells, "linux", lines, _find)
     assert [b.cell.cuda for b in build] == ["12.8"]
     assert skipped[0].why == (
         f"CUDA 13.0 toolkit: --toolkit = {other}: that toolkit is CUDA 12.8, not 13.0; name a CUDA 13.0 toolkit"
     )
     # --toolkit wheels cannot serve a CUDA 12 line
-    lines = toolkits.for_lines(policy, "wheels", ["12.8"], Settings.from_env())
+    lines = toolkits.for_lines(policy, "wheels", ["12.8"], run_settings())
     assert lines["12.8"].chosen is None and "ship ptxas but no nvcc driver" in lines["12.8"].why
 
 
@@ -104,7 +111,7 @@ def test_each_cells_row_is_its_real_builds_outcome_and_its_lines_toolkit_reaches
     recipe = load_recipe("example", recipes_dir)
     policy = load_policy(recipes_dir)
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    toolkit = str(find_toolkit().home)
+    toolkit = str(find_toolkit(homes=run_settings().homes).home)
     standin = tmp_path / "standin" / "bin" / "python"
     standin.parent.mkdir(parents=True)
     standin.write_text(_FAILING_BUILD)
@@ -145,7 +152,7 @@ def test_each_cells_row_is_its_real_builds_outcome_and_its_lines_toolkit_reaches
         "--dist",
         str(tmp_path / "dist"),
     ]
-    rows = run_matrix(recipe, policy.grid, {}, build, args, tmp_path / "work", 2, lambda _: None)
+    rows = run_matrix(recipe, policy.grid, {}, build, args, tmp_path / "work", 2, lambda _: None, settings=run_settings())
     order = [real, bad_toolkit, gate_fails, no_env, windows]
     skipped = Row(windows, "skipped", "lane windows: this machine is linux; build it on a windows runner")
     by_cell = {r.cell: r for r in rows}
@@ -235,7 +242,7 @@ def test_the_environment_key_follows_its_inputs(monkeypatch):
 def test_a_cells_environment_is_made_once_with_its_python_and_reused(tmp_path):
     """A real venv from another Python than the forge's (pyenv's 3.12 here), the forge installed in it."""
     other = next((m for m in ("3.12", "3.10", "3.13") if m != f"{sys.version_info.major}.{sys.version_info.minor}"), None)
-    interp, looked = cell_env.find_python(other)
+    interp, looked = cell_env.find_python(other, settings=run_settings())
     if interp is None:
         pytest.skip(f"no Python {other} here (looked at {', '.join(looked)})")
     spec = cell_env.Spec(interp, None, None)
@@ -300,7 +307,7 @@ def _matrix_build(recipes_dir: Path, root: Path, *filters: str) -> subprocess.Co
 def test_build_matrix_builds_the_collapsed_example_cell_in_its_own_python(recipes_dir, tmp_path):
     """The example's one linux/13.0 cell (py3: every Python collapsed), built with the grid's lowest
     Python in its own venv (the default cell-venv folder, reused across runs), linked and verified."""
-    interp, looked = cell_env.find_python("3.10")
+    interp, looked = cell_env.find_python("3.10", settings=run_settings())
     if interp is None:
         pytest.skip(f"no Python 3.10 here (looked at {', '.join(looked)})")
     proc = _matrix_build(recipes_dir, tmp_path, "example")
@@ -323,5 +330,5 @@ def test_example_torch_builds_for_two_pythons_each_with_torch_2_14_1_in_its_own_
     rows = [line for line in proc.stdout.splitlines() if line.startswith("example_torch-linux-py3.1")]
     assert len(rows) == 2 and all(r.split()[1] == "built" and "verify gate PASS" in r for r in rows), rows
     assert sorted(w.name.split("-")[2] for w in (tmp_path / "dist").glob("*.whl")) == ["cp311", "cp312"]
-    envs = sorted(p.name for p in Settings.from_env().folders.cell_venvs.glob("py3.1[12]-torch2.14.*") if p.is_dir())
+    envs = sorted(p.name for p in run_settings().folders.cell_venvs.glob("py3.1[12]-torch2.14.*") if p.is_dir())
     assert {e[:6] for e in envs} >= {"py3.11", "py3.12"}, envs

@@ -20,6 +20,7 @@ from cuw.partition.parallel_jobs import choose_jobs, fitting_jobs, predicted_pea
 from cuw.partition.rules import ShardSpec
 from cuw.seat import seat_log
 from cuw.tools import planner
+from conftest import run_settings
 
 REPO = Path(__file__).resolve().parent.parent
 GITHUB = Runner(memory_gb=16, cores=4)  # budget: 14 GB = 14336 MB
@@ -84,7 +85,7 @@ def _table_with_peaks(recipes_dir: Path, peak_mb: float) -> dict:
 def test_the_plan_prints_each_shards_cpu_seconds_peak_and_jobs(recipes_dir, capsys):
     data = _table_with_peaks(recipes_dir, 5000)
     recipe = load_recipe("example", recipes_dir)
-    result = planner.plan(recipe, [2], checked_n=2)
+    result = planner.plan(recipe, [2], checked_n=2, settings=run_settings())
     assert [s.index for s in result.shards] == [1, 2]
     assert sum(s.tus for s in result.shards) == result.tus
     owned = {i: [k for k, s in result.assignment.items() if s == i] for i in (1, 2)}
@@ -112,7 +113,9 @@ def test_a_shard_whose_table_allows_one_compile_at_a_time_builds_with_one(recipe
     asks; the seat log's compile bars never overlap, and the report says why and what it used."""
     _table_with_peaks(recipes_dir, 13000)
     lines: list[str] = []
-    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, 1), paths, jobs=4, progress=lines.append)
+    result = run_shard(
+        load_recipe("example", recipes_dir), ShardSpec(1, 1), paths, jobs=4, progress=lines.append, settings=run_settings()
+    )
     assert result.verdict.ok, result.verdict.line
     start = next(line for line in lines if "compile job" in line)
     assert "1 compile job: 4 cores, but 2 compiles could peak at 25.4 GB, over 16 GB less 2 GB headroom" in start

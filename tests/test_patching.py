@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import have, shared_sources, unmet, why
+from conftest import have, shared_sources, unmet, why, run_settings
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError, InputError
 from cuw.jobs.patching import PatchContext, apply, patch_file
@@ -41,7 +41,7 @@ def test_every_recipe_patch_runs_twice_without_changing_anything_the_second_time
         if recipe.source.git and not have("shared-sources"):
             unchecked.append(key)  # GitHub is out of reach: skipped below, naming it
             continue
-        src = materialize(recipe, tmp_path / key / "src")
+        src = materialize(recipe, tmp_path / key / "src", settings=run_settings())
         pristine = _digest(src)
         assert apply(recipe, _ctx(recipe, src))
         once = _digest(src)
@@ -54,7 +54,7 @@ def test_every_recipe_patch_runs_twice_without_changing_anything_the_second_time
 
 def test_a_moved_anchor_fails_loudly(recipes_dir, tmp_path):
     recipe = load_recipe("example", recipes_dir)
-    src = materialize(recipe, tmp_path / "src")
+    src = materialize(recipe, tmp_path / "src", settings=run_settings())
     registry = src / "csrc" / "registry.cpp"
     registry.write_text(registry.read_text().replace("CUW_EXAMPLE_FLAVOUR;", "CUW_EXAMPLE_FLAVOUR ;"))
     with pytest.raises(InputError, match=r"example patch: csrc/registry.cpp: anchor not found"):

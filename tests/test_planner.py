@@ -21,7 +21,7 @@ from cuw.jobs.shard import apply_source_filter, run_shard
 from cuw.config.recipe import load_recipe
 from cuw.jobs.workspace import partition_for_seat
 
-from conftest import REPO
+from conftest import REPO, run_settings
 from test_seat import ARCH, KERNEL, Seat
 
 # natten's generated set, in sorted order: Blackwell 50 (indices 0-49), base 70,
@@ -113,7 +113,7 @@ def test_globs_and_families():
 
 def test_family_emptiness_on_natten_layout(recipes_dir):
     recipe = load_recipe(_natten_like(recipes_dir), recipes_dir)
-    result = planner.plan(recipe, [20, 23, 40, 50, 51], checked_n=23)
+    result = planner.plan(recipe, [20, 23, 40, 50, 51], checked_n=23, settings=run_settings())
     rows = _rows(result)
     # 144 kernels the filter covers, and dispatch.cpp, the rest the seat partitions.
     assert (result.tus, result.rest) == (145, 1)
@@ -137,7 +137,7 @@ def test_family_emptiness_on_natten_layout(recipes_dir):
 
 def test_per_family_spreads_hopper_over_every_shard_up_to_22(recipes_dir):
     recipe = load_recipe(_natten_like(recipes_dir, per_family=True), recipes_dir)
-    rows = _rows(planner.plan(recipe, list(range(2, 25)), checked_n=22))
+    rows = _rows(planner.plan(recipe, list(range(2, 25)), checked_n=22, settings=run_settings()))
     assert all(rows[n].family_empty["hopper"] == 0 for n in range(2, 23))
     assert rows[23].family_empty["hopper"] == 1
     assert all(rows[n].tus_max - rows[n].tus_min <= 1 for n in range(2, 25))  # still balanced overall
@@ -145,7 +145,7 @@ def test_per_family_spreads_hopper_over_every_shard_up_to_22(recipes_dir):
 
 def test_source_filter_deletes_exactly_the_planned_slice(recipes_dir, tmp_path):
     recipe = load_recipe(_natten_like(recipes_dir, per_family=True), recipes_dir)
-    predicted = planner.plan(recipe, [23], checked_n=23).assignment
+    predicted = planner.plan(recipe, [23], checked_n=23, settings=run_settings()).assignment
     tree = tmp_path / "shard7"
     shutil.copytree(recipe.source_dir, tree)
     rule = recipe_assignment(recipe, 23, tree)
@@ -162,7 +162,7 @@ def test_cost_rule_per_family_and_a_stale_table(recipes_dir):
     costs = {p.relative_to(src).as_posix(): 10.0 + i % 7 for i, p in enumerate(sorted(src.rglob("*.cu")))}
     costs["autogen/c_hopper/k999.cu"] = 300.0  # a TU that no longer exists
     (recipes_dir / key / "costs.json").write_text(json.dumps({"header": {}, "costs": costs}))
-    result = planner.plan(load_recipe(key, recipes_dir), [22, 23], checked_n=22)
+    result = planner.plan(load_recipe(key, recipes_dir), [22, 23], checked_n=22, settings=run_settings())
     rows = _rows(result)
     assert rows[22].family_empty["hopper"] == 0 and rows[23].family_empty["hopper"] == 1
     drift = next(c for c in result.checks if c.name == "cost table")
@@ -190,7 +190,7 @@ def _example_with_rule(recipes_dir: Path, rule: str) -> str:
 def test_live_seat_decisions_equal_the_planners_prediction(recipes_dir, tmp_path):
     """Three real seats (real nvcc, real ccache) configured as a cost-rule shard job is."""
     recipe = load_recipe(_example_with_rule(recipes_dir, "cost"), recipes_dir)
-    predicted = planner.plan(recipe, [3], checked_n=3).assignment
+    predicted = planner.plan(recipe, [3], checked_n=3, settings=run_settings()).assignment
     assert sorted(predicted) == sorted(json.loads((recipes_dir / "example" / "costs.json").read_text())["costs"])
     logs = []
     for index in (1, 2, 3):
@@ -221,8 +221,8 @@ def test_live_seat_decisions_equal_the_planners_prediction(recipes_dir, tmp_path
 def test_a_cost_rule_shard_job_compiles_exactly_the_planned_slice(recipes_dir, paths):
     """The whole wiring: recipe -> workspace -> seat.json -> live decisions in a real CMake build."""
     recipe = load_recipe(_example_with_rule(recipes_dir, "cost"), recipes_dir)
-    predicted = planner.plan(recipe, [3], checked_n=3).assignment
-    result = run_shard(recipe, ShardSpec(1, 3), paths, progress=None)
+    predicted = planner.plan(recipe, [3], checked_n=3, settings=run_settings()).assignment
+    result = run_shard(recipe, ShardSpec(1, 3), paths, progress=None, settings=run_settings())
     assert result.verdict.ok, result.verdict.line
     (log,) = paths.work.glob("*/shard-1of3/logs/seat.jsonl")
     cuda = [e for e in seat_log.read_log(log) if e["action"] in ("compiled", "stubbed") and e["key"].endswith(".cu")]
@@ -241,7 +241,7 @@ def test_a_cost_rule_shard_job_compiles_exactly_the_planned_slice(recipes_dir, p
     assert sorted(k for k in recorded if not k.endswith(".cu")) == host
     # The seat log lists every TU of the build for the planner, compiled or stubbed: the 9 CUDA
     # TUs and the 2 host TUs the host seat partitions too (outside the cost table: the hash rule).
-    replanned = planner.plan(recipe, [3], from_log=log, checked_n=3)
+    replanned = planner.plan(recipe, [3], from_log=log, checked_n=3, settings=run_settings())
     assert replanned.tus == 11
     assert {k: s for k, s in replanned.assignment.items() if k in predicted} == predicted
     host = {k: s for k, s in replanned.assignment.items() if k not in predicted}
@@ -266,7 +266,7 @@ def test_a_replayed_log_is_refused_and_a_bad_table_named(tmp_path, recipes_dir):
     bad = tmp_path / "costs.json"
     bad.write_text('{"costs": {"a.cu": "slow"}}')
     with pytest.raises(CuwError, match=r"costs\['a.cu'\] = 'slow' is not a number of seconds"):
-        planner.plan(load_recipe("example", recipes_dir), [2], costs_file=bad)
+        planner.plan(load_recipe("example", recipes_dir), [2], costs_file=bad, settings=run_settings())
 
 
 # -- recipe errors -------------------------------------------------------------------------
@@ -382,7 +382,9 @@ def test_plan_flags_nattens_longest_tu_against_a_cap_below_it(tmp_path, capsys):
     """natten's measured 4,919 s TU against a cap that leaves a shard less than that: no N and no
     chain builds it, and the plan says so on its job cap line (exit 1); under the policy's cap
     (355 min less 20) the same table is within it."""
-    keys = planner.plan(load_recipe("natten", REPO / "recipes"), [20]).assignment  # the prepared tree's TUs
+    keys = planner.plan(
+        load_recipe("natten", REPO / "recipes"), [20], settings=run_settings()
+    ).assignment  # the prepared tree's TUs
     # Every other TU at 200 s, the shortest one measured with it (a stand-in: the rest were not measured).
     table = {"header": {"how": "measured longest TU; the rest at the shortest measured"}, "costs": dict.fromkeys(keys, 200.0)}
     table["costs"][NATTEN_LONGEST] = 4919.0
@@ -423,7 +425,7 @@ def test_plan_proposes_the_chain_or_a_larger_n_for_shards_past_the_cap(recipes_d
     shard under the cap."""
     scaled_example_costs(recipes_dir)
     recipe = load_recipe("example", recipes_dir)
-    result = planner.plan(recipe, list(range(4, 9)), cap_minutes=150, checked_n=4)
+    result = planner.plan(recipe, list(range(4, 9)), cap_minutes=150, checked_n=4, settings=run_settings())
     [check] = [c for c in result.checks if c.name == "job cap"]
     assert check.ok and check.detail == (
         "N=4: 2 shard(s) predicted past a shard's build budget of 7,800 s (--cap 150 min less jobs.margin_minutes 20), "
@@ -431,7 +433,7 @@ def test_plan_proposes_the_chain_or_a_larger_n_for_shards_past_the_cap(recipes_d
         "or N=8 brings every shard under it (sharding.count in recipes/example/recipe.yml)"
     )
     assert [r.n for r in result.rows if r.slowest_s <= 7800] == [8], "the smallest N under it (the hash rule is uneven)"
-    result = planner.plan(recipe, list(range(3, 12)), cap_minutes=120, checked_n=4)
+    result = planner.plan(recipe, list(range(3, 12)), cap_minutes=120, checked_n=4, settings=run_settings())
     [check] = [c for c in result.checks if c.name == "job cap"]
     assert not check.ok and check.detail.endswith("shard 2/4 predicted at 8,985 s: 5 parts; build.yml has 3 rungs")
     assert check.fix.startswith("N=") and not result.ok

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, need, shared_dir
+from conftest import REPO, need, shared_dir, run_settings
 from wheel_maker import make_wheel
 from cuw.ci import workflow_run
 from cuw.base.errors import CuwError, InputError, ToolError
@@ -168,12 +168,12 @@ def test_offline_actions_cover_every_pin_of_the_workflow():
 def test_the_tool_cache_gets_this_interpreter_for_setup_python(tmp_path, monkeypatch):
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
     minor = f"{sys.version_info.major}.{sys.version_info.minor}"
-    [found] = workflow_run.fill_tool_cache(tmp_path / "tc", [minor])
+    [found] = workflow_run.fill_tool_cache(tmp_path / "tc", [minor], run_settings())
     slot = tmp_path / "tc" / "Python" / found.version
     assert (slot / "x64.complete").exists() and (slot / "x64" / "bin").is_dir()
-    assert workflow_run.fill_tool_cache(tmp_path / "tc", [minor])[0].version == found.version  # again: same slot
+    assert workflow_run.fill_tool_cache(tmp_path / "tc", [minor], run_settings())[0].version == found.version  # again: same slot
     with pytest.raises(ToolError, match="Python 2.1"):
-        workflow_run.fill_tool_cache(tmp_path / "tc", ["2.1"])
+        workflow_run.fill_tool_cache(tmp_path / "tc", ["2.1"], run_settings())
 
 
 def test_progress_reads_acts_json_log():

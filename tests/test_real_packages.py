@@ -21,7 +21,7 @@ from typing import Optional
 
 import pytest
 
-from conftest import need
+from conftest import need, run_settings
 from cuw.config.recipe import load_recipe
 from cuw.jobs.local import run_build
 
@@ -102,7 +102,7 @@ def test_real_package_sharded_build(case_name, recipes_dir, paths, request):
         )
         link = None
     else:
-        outcomes, link = run_build(recipe, paths, count=case.shards, recipes_dir=recipes_dir)
+        outcomes, link = run_build(recipe, paths, count=case.shards, recipes_dir=recipes_dir, settings=run_settings())
     wall = time.monotonic() - started
 
     reports = sorted(paths.artifacts.glob("*/cuw-shard-*.report.json"))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_sources
+from conftest import shared_sources, run_settings
 from cuw.jobs.backends import build_env
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError
@@ -143,9 +143,9 @@ def _fetch(recipe: Recipe, tmp_path: Path) -> Path:
 
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("CUW_GIT_MIRROR", str(SHARED_SOURCES))
-            return materialize(recipe, tmp_path / "src")
+            return materialize(recipe, tmp_path / "src", settings=run_settings())
     assert recipe.source.pypi and recipe.source.sha256
-    archive = fetch_sdist(recipe.source.pypi, recipe.source.sha256)
+    archive = fetch_sdist(recipe.source.pypi, recipe.source.sha256, settings=run_settings())
     size = archive.stat().st_size
     if recipe.key not in LARGE_SDISTS:
         assert size <= MAX_DEFAULT_SDIST_BYTES, (
@@ -229,7 +229,7 @@ def test_causal_conv1d_patch_compiles_for_the_cells_archs(tmp_path):
     pristine = tmp_path / "pristine"
     shutil.copytree(source, pristine, symlinks=True)
     apply(recipe, _context(recipe, source))
-    toolkit = find_toolkit()
+    toolkit = find_toolkit(homes=run_settings().homes)
     env = build_env(recipe, toolkit.home, tmp_path / "build", 2, None, base=dict(os.environ), archs=["8.0", "9.0+PTX"])
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
 

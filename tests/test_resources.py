@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from cuw.base.errors import CuwError
+from conftest import run_settings
 from cuw.base.settings import Settings
 from cuw.gates.conditions import LinkObservation, ShardObservation, link_gate, shard_gate, size, starved
 from cuw.jobs import resources
@@ -363,7 +364,7 @@ def test_every_report_of_a_built_cell_carries_a_sane_resource_record(example_cel
     for report in reports:
         assert report["ok"] is True and "starved" not in report["facts"]
         _sane(report["resources"], 0, time.time())
-        assert report["resources"]["interval_s"] == resources.sample_interval(Settings.from_env().sample_s)
+        assert report["resources"]["interval_s"] == resources.sample_interval(run_settings().sample_s)
 
 
 def _pixels(png: bytes) -> list[tuple[int, int, int]]:

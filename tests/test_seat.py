@@ -12,6 +12,7 @@ from cuw.toolchain import cache
 from cuw.seat import install, runtime, seat_log
 from cuw.partition.rules import owner, tu_key
 from cuw.toolchain.toolkit import find_toolkit, make_shadow_home
+from conftest import run_settings
 
 KERNEL = """
 __global__ void k(float* x) { x[threadIdx.x] *= 2.f; }
@@ -25,13 +26,13 @@ class Seat:
         self.root = root
         self.src = root / "src"
         self.src.mkdir(parents=True)
-        self.cache = cache.open_cache("ccache", root / "cache", root)
+        self.cache = cache.open_cache("ccache", root / "cache", root, settings=run_settings())
         self.cache.prepare()
         self.cache_dir = self.cache.cache_dir
         (root / "seat").mkdir()
-        empty = install.make_empty_object(root / "seat" / "empty.o")
+        empty = install.make_empty_object(root / "seat" / "empty.o", run_settings().cc)
         self.log = root / "seat.jsonl"
-        self.toolkit = find_toolkit()
+        self.toolkit = find_toolkit(homes=run_settings().homes)
         config = runtime.SeatConfig(
             real_nvcc=str(self.toolkit.nvcc),
             cache_cmd=self.cache.binary(),
@@ -170,11 +171,11 @@ def test_dc_after_c_returns_relocatable_device_code(tmp_path):
 
 def test_ccache_alone_shows_the_dc_defect_the_seat_guards(tmp_path):
     """The control: without the seat, ccache hands back the -c object for -dc."""
-    toolkit = find_toolkit()
+    toolkit = find_toolkit(homes=run_settings().homes)
     (tmp_path / "src").mkdir()
     src = tmp_path / "src" / "r.cu"
     src.write_text(KERNEL)
-    ccache = cache.open_cache("ccache", tmp_path / "cache", tmp_path)
+    ccache = cache.open_cache("ccache", tmp_path / "cache", tmp_path, settings=run_settings())
     ccache.prepare()
     env = cache.scrub(dict(os.environ))
     env.update(ccache.env)
@@ -213,7 +214,7 @@ def test_shadow_cuda_home_reaches_the_seat(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert [e["action"] for e in s.entries()] == ["compiled"]
     # The forge never mistakes a shadow for the real toolkit.
-    assert find_toolkit().home == s.toolkit.home
+    assert find_toolkit(homes=run_settings().homes).home == s.toolkit.home
 
 
 def test_compile_error_exit_code_is_kept_and_logged(tmp_path):
@@ -249,7 +250,7 @@ def test_nvcc_threads_runs_every_owned_compile_threaded_through_either_seat(reci
     from cuw.partition.rules import ShardSpec
     from cuw.config.recipe import load_recipe
 
-    toolkit = find_toolkit()
+    toolkit = find_toolkit(homes=run_settings().homes)
     control = subprocess.run(
         [str(toolkit.nvcc), "-v", "--dryrun", "-c", "x.cu", "-o", "x.o", *TWO_ARCHS], cwd=tmp_path, capture_output=True, text=True
     )
@@ -260,7 +261,7 @@ def test_nvcc_threads_runs_every_owned_compile_threaded_through_either_seat(reci
     recipe = load_recipe("example", recipes_dir)
     assert recipe.nvcc_threads == 2
     ws = Workspace(tmp_path / "job", tmp_path / "job")
-    prepare(ws, recipe, toolkit, ShardSpec(1, 2), "ccache")
+    prepare(ws, recipe, toolkit, ShardSpec(1, 2), "ccache", settings=run_settings())
     rule = recipe_assignment(recipe, 2)
     kernels = sorted(p.relative_to(ws.src).as_posix() for p in (ws.src / "csrc/kernels").glob("*.cu"))
     owned = [k for k in kernels if rule.owner(k) == 1][:2]  # a TU each: each compile a miss (a hit replays output)

@@ -25,6 +25,7 @@ from cuw.seat import install, runtime, seat_log
 from cuw.seat import native as seat_native
 from cuw.partition.rules import owner, tu_key
 from cuw.toolchain.toolkit import find_toolkit
+from conftest import run_settings
 
 KERNEL = "__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
 HOST_SRC = 'extern "C" int answer() { return 42; }\n'
@@ -277,13 +278,13 @@ class Job:
         outside = root / F_OUTSIDE.removeprefix("../")
         outside.parent.mkdir(parents=True)
         outside.write_text(KERNEL)
-        self.cache = cache.open_cache("ccache", root / "cache", root)
+        self.cache = cache.open_cache("ccache", root / "cache", root, settings=run_settings())
         self.cache.prepare()
         (root / "seat").mkdir()
-        self.empty = install.make_empty_object(root / "seat" / "empty.o")
+        self.empty = install.make_empty_object(root / "seat" / "empty.o", run_settings().cc)
         self.log = root / "seat.jsonl"
         self.config = runtime.SeatConfig(
-            real_nvcc=str(find_toolkit().nvcc),
+            real_nvcc=str(find_toolkit(homes=run_settings().homes).nvcc),
             cache_cmd=self.cache.binary(),
             cache_env=self.cache.env,
             statslog_var=self.cache.statslog_var,
@@ -298,7 +299,9 @@ class Job:
             deadline=deadline,
         )
         self.nvcc = install.install(root / "seat", self.config)
-        self.native = native and seat_native.install_native(root / "seat", self.config, note=root / "note.log")
+        self.native = native and seat_native.install_native(
+            root / "seat", self.config, note=root / "note.log", cc=run_settings().cc
+        )
         assert self.native == native, (root / "note.log").read_text() if (root / "note.log").exists() else ""
         self.bin = root / "bin"
         self.bin.mkdir()
@@ -529,9 +532,9 @@ def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkey
     root = tmp_path / "j"
     (root / "src" / F_CU).parent.mkdir(parents=True)
     (root / "src" / F_CU).write_text(KERNEL)
-    empty = install.make_empty_object(root / "empty.o")
+    empty = install.make_empty_object(root / "empty.o", run_settings().cc)
     config = runtime.SeatConfig(
-        real_nvcc=str(find_toolkit().nvcc),
+        real_nvcc=str(find_toolkit(homes=run_settings().homes).nvcc),
         cache_cmd="ccache",
         cache_env={},
         statslog_var=None,
@@ -543,7 +546,7 @@ def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkey
     script = install.install(root / "seat", config)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     note = root / "build.log"
-    assert not seat_native.install_native(root / "seat", config, note=note)
+    assert not seat_native.install_native(root / "seat", config, note=note, cc=run_settings().cc)
     assert script.read_text().startswith("#!")  # still the Python seat
     assert sorted(p.name for p in (root / "seat").iterdir()) == ["host-cc", "nvcc", "seat.json"]
     assert note.read_text().count("\n") == 1 and "native stub not built" in note.read_text()
@@ -565,7 +568,7 @@ def test_a_seat_without_partition_keeps_the_python_scripts(tmp_path):
         partition=None,
     )
     script = install.install(tmp_path / "seat", config)
-    assert not seat_native.install_native(tmp_path / "seat", config)
+    assert not seat_native.install_native(tmp_path / "seat", config, cc=run_settings().cc)
     assert script.read_text().startswith("#!") and not (tmp_path / "seat" / seat_native.NATIVE_TABLE).exists()
 
 

@@ -123,25 +123,6 @@ def test_a_run_s_choices_are_new_settings_handed_to_its_children(tmp_path):
     assert "PATH" not in chosen.child_env(drop=("PATH",))
 
 
-LIBRARY_DEFAULTS = {
-    # A library call made without the run's settings (a test, a benchmark, a recipe's script) reads
-    # this process's environment at its top; the command line always passes its own. Only shrinks.
-    "cuw/ci/cibw.py": 1,
-    "cuw/ci/matrix_build.py": 1,
-    "cuw/jobs/container.py": 2,
-    "cuw/jobs/link.py": 1,
-    "cuw/jobs/local.py": 1,
-    "cuw/jobs/shard.py": 1,
-    "cuw/jobs/sources.py": 2,
-    "cuw/jobs/workspace.py": 1,
-    "cuw/seat/install.py": 2,
-    "cuw/toolchain/builder.py": 1,
-    "cuw/toolchain/cache.py": 1,
-    "cuw/toolchain/ninja.py": 1,
-    "cuw/toolchain/pythons.py": 1,
-    "cuw/toolchain/toolkit.py": 1,
-    "cuw/tools/planner.py": 1,
-}
 CHILD_ENV = {"cuw/toolchain/cache.py", "cuw/wheel/finish.py", "cuw/wheel/verify.py"}
 """Where a child's environment starts from this process's (process_environ): a tool's --version, a
 cache tool's own command, auditwheel, the import check's SYSTEMROOT; never configuration."""
@@ -160,11 +141,15 @@ def _process_reads(source: str) -> tuple[int, int]:
     return defaults, environ_copies
 
 
-def test_the_environment_read_outside_the_command_line_is_listed():
+def test_no_library_call_reads_the_environment_by_itself():
+    """Below the command line a function takes the run's settings (or the value it needs) as a
+    required argument, never ``Settings.from_env()`` of this process; tests build theirs with
+    ``conftest.run_settings()``, benchmarks at their top, as the command line does."""
     reads = {name: _process_reads(text) for name, text in _modules() if name not in EXCEPTED and not name.startswith("cuw/cli/")}
-    assert {k: d for k, (d, _) in reads.items() if d} == LIBRARY_DEFAULTS
+    assert {k: d for k, (d, _) in reads.items() if d} == {}
     assert {k for k, (_, c) in reads.items() if c} == CHILD_ENV
     assert _process_reads("s = Settings.from_env()\ne = process_environ()\nt = Settings.from_env({})\n") == (1, 1)
+    assert _process_reads("class J:\n    s: Settings = field(default_factory=Settings.from_env)\n") == (1, 0)
 
 
 @pytest.mark.parametrize("argv", [["show", "example"], ["plan", "example"], ["toolkit"], ["matrix"], ["recipes"]], ids=" ".join)

@@ -7,10 +7,11 @@ import subprocess
 import pytest
 
 from cuw.toolchain.toolkit import find_toolkit, make_shadow_home, wheel_include_dirs
+from conftest import run_settings
 
 
 def test_shadow_include_adds_only_headers_the_toolkit_lacks(tmp_path):
-    toolkit = find_toolkit()
+    toolkit = find_toolkit(homes=run_settings().homes)
     extra = wheel_include_dirs(toolkit.version.split(".")[0])
     lacking = [
         name

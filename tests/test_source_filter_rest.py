@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, run_settings
 from cuw.seat import install, native, runtime, seat_log
 from cuw.partition.assignment import recipe_assignment
 from cuw.partition.coverage import covered_keys, filter_covers, rest_keys, source_filter_files
@@ -181,7 +181,7 @@ def test_the_native_stub_stubs_the_rest_beside_the_filter_and_hands_over_the_res
         (root / "src" / key).write_text("__global__ void k() {}\n")
     part = runtime.SeatPartition(1, 2, filter_globs=["gen/*.cu"], filter_keys=["gen/g0.cu"])
     foreign = next(k for k in ("hand/h0.cu", "hand/h1.cu", "hand/h2.cu", "hand/h3.cu") if part.owner(k) == 2)
-    empty = install.make_empty_object(root / "empty.o")
+    empty = install.make_empty_object(root / "empty.o", run_settings().cc)
     config = runtime.SeatConfig(
         real_nvcc="nvcc",
         cache_cmd="ccache",
@@ -193,7 +193,7 @@ def test_the_native_stub_stubs_the_rest_beside_the_filter_and_hands_over_the_res
         partition=part,
     )
     install.install(root / "seat", config)
-    assert native.install_native(root / "seat", config)
+    assert native.install_native(root / "seat", config, cc=run_settings().cc)
     stub = str(root / "seat" / "nvcc")
 
     def run(key: str, index: str) -> int:
@@ -241,7 +241,7 @@ def test_bypass_check_reads_compile_commands_without_ninja(tmp_path):
 
 
 def test_plan_counts_the_rest_in_every_shard(recipes_dir):
-    p = plan(load_recipe("example_source", recipes_dir), [3])
+    p = plan(load_recipe("example_source", recipes_dir), [3], settings=run_settings())
     assert (p.tus, p.rest) == (12, 4) and p.families["(rest)"] == 4
     assert (p.rows[0].tus_min, p.rows[0].tus_max) == (4, 4)
     assert all(c.ok for c in p.checks), [c for c in p.checks if not c.ok]
@@ -250,7 +250,7 @@ def test_plan_counts_the_rest_in_every_shard(recipes_dir):
 def test_source_filter_with_seat_rest_compiles_every_tu_exactly_once(recipes_dir, paths):
     """The example in source-filter mode (recipes/example_source), 3 shards + link, Makefiles."""
     recipe = load_recipe("example_source", recipes_dir)
-    outcomes, link = run_build(recipe, paths, count=3, recipes_dir=recipes_dir, progress=lambda _: None)
+    outcomes, link = run_build(recipe, paths, count=3, recipes_dir=recipes_dir, progress=lambda _: None, settings=run_settings())
     assert outcomes == [True] * 3 and link.verdict.ok, link.verdict.line
     facts = link.verdict.facts
     assert (facts["misses"], facts["uncacheable"], facts["compile_db"]) == (0, 0, "compile_commands.json")

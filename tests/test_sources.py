@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_sources
+from conftest import shared_sources, run_settings
 from cuw.base.errors import CuwError, InputError
 from cuw.config.recipe import load_recipe
 from cuw.jobs.sources import checkout_git, fetch_sdist, unpack
@@ -24,9 +24,9 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def test_sdist_is_fetched_verified_cached_and_unpacked(tmp_path):
-    archive = fetch_sdist(*SIX)
+    archive = fetch_sdist(*SIX, settings=run_settings())
     assert archive.name == f"{SIX[1]}-six-1.16.0.tar.gz" and archive.parent == tmp_path / "source-cache"
-    assert fetch_sdist(*SIX) == archive  # content-addressed: the second call downloads nothing
+    assert fetch_sdist(*SIX, settings=run_settings()) == archive  # content-addressed: the second call downloads nothing
     # Written beside its name and renamed: nothing else (no half-copied temp file) is left in the cache.
     assert [p.name for p in archive.parent.iterdir()] == [archive.name]
     project = unpack(archive, tmp_path / "src")
@@ -36,11 +36,11 @@ def test_sdist_is_fetched_verified_cached_and_unpacked(tmp_path):
 def test_a_cached_sdist_is_checked_on_every_use(tmp_path, capfd):
     """The cache is trusted by content: an altered or truncated file under the pinned name is
     removed and fetched again, never built as it is."""
-    archive = fetch_sdist(*SIX)
+    archive = fetch_sdist(*SIX, settings=run_settings())
     good = archive.read_bytes()
     for bad in (good[: len(good) // 2], good + b"injected.cu"):
         archive.write_bytes(bad)
-        assert fetch_sdist(*SIX) == archive and archive.read_bytes() == good
+        assert fetch_sdist(*SIX, settings=run_settings()) == archive and archive.read_bytes() == good
         assert "does not match its sha256" in capfd.readouterr().err
     empty = tmp_path / "cwd"
     empty.mkdir()
@@ -60,7 +60,7 @@ def test_git_reaches_the_url_after_the_end_of_options(tmp_path):
 
 def test_sdist_with_the_wrong_hash_is_refused(tmp_path):
     with pytest.raises(CuwError, match=r"has sha256 1e61c374.*the recipe pins 0000"):
-        fetch_sdist(SIX[0], "0" * 64)
+        fetch_sdist(SIX[0], "0" * 64, settings=run_settings())
     assert not list(tmp_path.glob("source-cache/*six*")), "a file that failed its pin is not cached"
 
 
@@ -205,7 +205,7 @@ def test_a_recipe_with_a_pypi_source_materializes(recipes_dir, tmp_path):
     (folder / "recipe.yml").write_text(
         f"name: six\nlinks_torch: false\nbackend: scikit-build-core\nsource: {{pypi: '{SIX[0]}', sha256: {SIX[1]}}}\n"
     )
-    src = materialize(load_recipe("six", recipes_dir), tmp_path / "job" / "src")
+    src = materialize(load_recipe("six", recipes_dir), tmp_path / "job" / "src", settings=run_settings())
     assert (src / "six.py").is_file()
 
 
@@ -266,7 +266,7 @@ def _materialize(recipes_dir: Path, mirror: Path, dest: Path, monkeypatch) -> Pa
     from cuw.jobs.sources import materialize
 
     monkeypatch.setenv("CUW_GIT_MIRROR", str(mirror))
-    return materialize(load_recipe("pkg", recipes_dir), dest)
+    return materialize(load_recipe("pkg", recipes_dir), dest, settings=run_settings())
 
 
 def _sha(path: Path) -> str:
@@ -435,7 +435,9 @@ def test_mirror_is_ignored_for_other_sources(recipes_dir, tmp_path, monkeypatch)
     from cuw.jobs.sources import materialize
 
     monkeypatch.setenv("CUW_GIT_MIRROR", str(tmp_path / "nowhere"))
-    assert (materialize(load_recipe("example", recipes_dir), tmp_path / "src") / "pyproject.toml").exists()
+    assert (
+        materialize(load_recipe("example", recipes_dir), tmp_path / "src", settings=run_settings()) / "pyproject.toml"
+    ).exists()
 
 
 def _cli(args: list[str], env_mirror: str | None = None) -> subprocess.CompletedProcess:
@@ -483,5 +485,5 @@ def test_real_git_archive_snapshots_match_the_recipe_pins(key, version, recipes_
     recipe = load_recipe(key, recipes_dir)
     assert recipe.source.archive_sha256 == sums[f"{key}-{version}.tar.gz"]
     monkeypatch.setenv("CUW_GIT_MIRROR", str(SHARED))
-    src = materialize(recipe, tmp_path / "src")
+    src = materialize(recipe, tmp_path / "src", settings=run_settings())
     assert (src / "version.txt").read_text().strip() == version and (src / "setup.py").is_file()

@@ -23,7 +23,7 @@ from cuw.base.errors import CuwError, InputError
 from cuw.config.policy import load_policy
 from cuw.toolchain.toolkit import Toolkit, find_toolkit, make_shadow_home
 
-from conftest import expected_tu_values, wheel_tu_values
+from conftest import expected_tu_values, wheel_tu_values, run_settings
 
 # The programs a CUDA toolkit puts in bin/ (and /usr/local/bin here holds copies or wrappers of).
 CUDA_TOOLS = {"nvcc", "ptxas", "fatbinary", "cudafe++", "nvlink", "bin2c", "__nvcc_device_query", "cuobjdump", "nvdisasm", "cicc"}
@@ -108,7 +108,7 @@ def test_cli_errors_name_the_option_and_the_fix(tmp_path, recipes_dir):
 
 
 def test_toolkit_path_from_the_policy_is_checked_against_the_line(tmp_path, recipes_dir):
-    system = find_toolkit()
+    system = find_toolkit(homes=run_settings().homes)
     other = "12.8" if system.version != "12.8" else "13.0"
     _edit_policy(recipes_dir, toolkits={other: str(system.home)})
     env = {k: v for k, v in os.environ.items() if k != "CUW_TOOLKIT"}
@@ -175,7 +175,12 @@ def test_the_hidden_view_really_hides_the_system_toolkit(tmp_path):
     env = hidden_view(tmp_path)
     assert shutil.which("nvcc", path=env["PATH"]) is None
     proc = subprocess.run(
-        [sys.executable, "-c", "from cuw.toolchain.toolkit import find_toolkit; print(find_toolkit())"],
+        [
+            sys.executable,
+            "-c",
+            "from cuw.base.settings import Settings; from cuw.toolchain.toolkit import find_toolkit; "
+            "print(find_toolkit(homes=Settings.from_env().homes))",
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import requires_torch
+from conftest import requires_torch, run_settings
 from cuw.wheel.torch_venvs import patch_releases
 
 
@@ -42,7 +42,9 @@ def test_a_torch_wheel_imports_under_every_patch_release_of_its_line(recipes_dir
     from cuw.jobs.local import run_build
     from cuw.config.recipe import load_recipe
 
-    outcomes, link = run_build(load_recipe("example_torch", recipes_dir), paths, count=1, recipes_dir=recipes_dir)
+    outcomes, link = run_build(
+        load_recipe("example_torch", recipes_dir), paths, count=1, recipes_dir=recipes_dir, settings=run_settings()
+    )
     assert link.ok and link.wheel is not None
     proc = subprocess.run(
         [

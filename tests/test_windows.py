@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wine as _wine
+from conftest import wine as _wine, run_settings
 from cuw.toolchain.builder import current_builder
 from cuw.jobs import archive
 from cuw.jobs.backends import FORCE_UNRESOLVED, build_env
@@ -83,7 +83,7 @@ def test_archives_round_trip_through_folders_with_spaces(tmp_path):
         [],
         {},
         fingerprint={"source": "0" * 16},
-        builder=current_builder().to_dict(),
+        builder=current_builder(run_settings()).to_dict(),
     )
     dest = archive.pack(Ccache(folder, folder.parent), manifest, tmp_path / "out dir" / archive.archive_name(cell, 1, 2))
     assert dest.name == "cuw-shard-example-windows-py3.11-cu13.0-notorch-1of2.tar"
@@ -155,21 +155,21 @@ def test_a_windows_toolkit_is_found_by_nvcc_exe(tmp_path, no_toolkit_env):
     no_toolkit_env.setenv("CUDA_HOME", str(linux_shaped))
     no_toolkit_env.setenv("CUDA_PATH", str(win))
     with pytest.raises(CuwError, match=r"CUDA_HOME=.* has no bin/nvcc.exe"):
-        find_toolkit("win32")
-    assert find_toolkit("linux").home == linux_shaped.resolve()
+        find_toolkit("win32", homes=run_settings().homes)
+    assert find_toolkit("linux", homes=run_settings().homes).home == linux_shaped.resolve()
     no_toolkit_env.delenv("CUDA_HOME")
     for platform in ("win32", "windows"):  # sys.platform or the lane
-        found = find_toolkit(platform)
+        found = find_toolkit(platform, homes=run_settings().homes)
         assert found.home == win.resolve() and found.version == "13.0" and found.windows
         assert found.nvcc == win.resolve() / "bin" / "nvcc.exe"
         assert found.tool("cuobjdump").name == "cuobjdump.exe"
     # The Linux lane reads bin/nvcc and never CUDA_PATH.
     no_toolkit_env.setenv("CUDA_HOME", str(linux_shaped))
-    assert find_toolkit("linux").home == linux_shaped.resolve()
-    assert find_toolkit("linux").nvcc.name == "nvcc"
+    assert find_toolkit("linux", homes=run_settings().homes).home == linux_shaped.resolve()
+    assert find_toolkit("linux", homes=run_settings().homes).nvcc.name == "nvcc"
     no_toolkit_env.setenv("CUDA_HOME", str(tmp_path / "gone"))  # named but not there: refused, no fallback
     with pytest.raises(CuwError, match=r"CUDA_HOME=.*gone has no bin/nvcc: point it at a CUDA toolkit"):
-        find_toolkit("linux")
+        find_toolkit("linux", homes=run_settings().homes)
 
 
 def test_a_windows_toolkit_is_found_through_nvcc_exe_on_path(tmp_path, no_toolkit_env):
@@ -178,10 +178,10 @@ def test_a_windows_toolkit_is_found_through_nvcc_exe_on_path(tmp_path, no_toolki
 
     win = _toolkit_tree(tmp_path / "CUDA" / "v13.0", "nvcc.exe")
     no_toolkit_env.setenv("PATH", str(win / "bin"))
-    assert find_toolkit("win32").nvcc == win.resolve() / "bin" / "nvcc.exe"
+    assert find_toolkit("win32", homes=run_settings().homes).nvcc == win.resolve() / "bin" / "nvcc.exe"
     (win / "bin" / "nvcc.exe").unlink()
     with pytest.raises(CuwError, match=r"bin\\nvcc\.exe"):
-        find_toolkit("win32")
+        find_toolkit("win32", homes=run_settings().homes)
 
 
 # -- objects: MSVC's .obj ----------------------------------------------------------------
@@ -278,7 +278,7 @@ def _verify_windows(recipes_dir: Path, wheel: Path, import_check: bool = False) 
         wheel,
         load_recipe("example", recipes_dir),
         cell,
-        find_toolkit(),
+        find_toolkit(homes=run_settings().homes),
         load_policy(recipes_dir).wheel,
         [],
         import_check=import_check,

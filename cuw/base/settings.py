@@ -1,9 +1,11 @@
 """The run's settings: the environment's configuration, read once, in one place.
 
 The command line builds one :class:`Settings` per run (``Settings.from_env(os.environ)``) and
-passes it, or the values a call needs, down. A choice the run makes (the toolkit, the git mirror)
-is a new frozen object (:meth:`Settings.with_toolkit`, :meth:`Settings.with_mirror`), never a
-write to ``os.environ``; what the run hands the processes it starts is :meth:`Settings.child_env`.
+passes it, or the values a call needs, down as a required argument: no function below the
+command line falls back on the environment when called without them. A choice the run makes
+(the toolkit, the git mirror) is a new frozen object (:meth:`Settings.with_toolkit`,
+:meth:`Settings.with_mirror`), never a write to ``os.environ``; what the run hands the processes
+it starts is :meth:`Settings.child_env`.
 No module below the command line reads ``os.environ`` for configuration or writes it
 (``tests/test_settings.py`` holds that).
 
@@ -171,8 +173,8 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Settings":
-        """The settings of ``environ``; None reads this process's environment (the command line's
-        entry, and a library call made without the run's settings)."""
+        """The settings of ``environ``; None reads this process's environment: only an entry point
+        does (the command line, a benchmark); every function below it takes the run's settings."""
         env = dict(os.environ if environ is None else environ)
         return cls(
             environ=MappingProxyType(env),

@@ -285,12 +285,12 @@ def job_for(
     cache: CacheChoice,
     jobs: Optional[int],
     toolkit: Optional[str] = None,
-    settings: Optional[Settings] = None,
+    *,
+    settings: Settings,
 ) -> CibwJob:
     """A job of a cell the recipe's grid has, on a lane that shards when it is one of N > 1.
     ``toolkit``: ``--toolkit`` (else ``$CUW_TOOLKIT``, else the policy's entry for the cell's line).
-    ``settings``: the run's (this process's environment's when None)."""
-    settings = settings or Settings.from_env()
+    ``settings``: the run's."""
     policy = load_policy(recipes_dir)
     require_in_grid(recipe, policy.grid, cell)
     if spec is not None:
@@ -335,7 +335,7 @@ def run_jobs(
     toolkit: Optional[str] = None,
 ) -> bool:
     """Each job in turn; a failed shard does not stop the link (it restores what arrived)."""
-    planned = [job_for(recipe, recipes_dir, cell, spec, paths, cache, jobs, toolkit, settings) for spec in specs]
+    planned = [job_for(recipe, recipes_dir, cell, spec, paths, cache, jobs, toolkit, settings=settings) for spec in specs]
     results = [run_job(job, settings) for job in planned]
     return all(results)
 

@@ -71,7 +71,7 @@ def plan_local(
     selected: list[Cell],
     lane: str,
     toolkits: Mapping[str, LineToolkit],
-    find: Callable[[str], tuple[Optional[cell_env.Interpreter], list[str]]] = cell_env.find_python,
+    find: Callable[[str], tuple[Optional[cell_env.Interpreter], list[str]]],
 ) -> tuple[list[Buildable], list[Row]]:
     """The cells this machine can build (with their Python and their line's toolkit), and a skipped
     row for every other one."""
@@ -130,11 +130,11 @@ def run_matrix(
     work: Path,
     jobs: Optional[int],
     say: Callable[[str], None],
-    settings: Optional[Settings] = None,
+    *,
+    settings: Settings,
 ) -> list[Row]:
     """Builds each cell with ``cuw build <recipe> <args>`` in its environment, several at once;
-    ``settings``: the run's (its venv folder, its children's environment; this process's when None)."""
-    settings = settings or Settings.from_env()
+    ``settings``: the run's (its venv folder, its children's environment)."""
     at_once, jobs_each = cells_at_once(len(build), os.cpu_count() or 1, memory_gb(), jobs)
     say(f"matrix: {len(build)} buildable cell(s), {at_once} at a time, {jobs_each} compile job(s) each")
     logs = work / "matrix-logs"

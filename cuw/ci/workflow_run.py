@@ -58,14 +58,14 @@ _CREATED = re.compile(r"docker create image=(\S+)")  # act starting a job's cont
 _USES = re.compile(r"uses:\s*([\w.-]+)/([\w.-]+)@([0-9a-f]{40})")
 
 
-def find_interpreter(minor: str, settings: Optional[Settings] = None) -> Optional[Interpreter]:
-    """An installed CPython ``minor`` (``3.11``), found as every job finds one (:mod:`cuw.toolchain.pythons`;
-    the run's settings, this process's environment's when None)."""
-    found, _ = find_python(minor, settings)
+def find_interpreter(minor: str, settings: Settings) -> Optional[Interpreter]:
+    """An installed CPython ``minor`` (``3.11``), found as every job finds one (:mod:`cuw.toolchain.pythons`,
+    with the run's settings)."""
+    found, _ = find_python(minor, settings=settings)
     return found if found is not None and found.prefix is not None else None
 
 
-def fill_tool_cache(tool_cache: Path, minors: list[str], settings: Optional[Settings] = None) -> list[Interpreter]:
+def fill_tool_cache(tool_cache: Path, minors: list[str], settings: Settings) -> list[Interpreter]:
     """``<tool_cache>/Python/<X.Y.Z>/x64`` -> each interpreter's prefix, with setup-python's ``x64.complete``."""
     found = []
     for minor in minors:

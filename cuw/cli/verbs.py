@@ -54,7 +54,7 @@ def _lint_guards(args: argparse.Namespace, recipes_dir: Path, settings: Settings
 
         recipe = load_recipe(args.target, recipes_dir)
         with tempfile.TemporaryDirectory(prefix="cuw-lint-") as tmp:
-            findings = find_unguarded(prepare_tree(recipe, Path(tmp) / "src", settings) / recipe.build_subdir)
+            findings = find_unguarded(prepare_tree(recipe, Path(tmp) / "src", settings=settings) / recipe.build_subdir)
         where = f"the patched source of {recipe.key}"
     for finding in findings:
         print(finding)
@@ -90,7 +90,7 @@ def _verify(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
             raise InputError(
                 f"--torch-patches: no torch_index for CUDA {cell.cuda} in recipes/defaults.yml; pass --torch-index URL"
             )
-        patches = TorchPatches(index, settings.folders.torch_venvs)
+        patches = TorchPatches(index, settings.folders.torch_venvs, settings)
     checked = verify(
         args.wheel,
         recipe,
@@ -148,7 +148,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, s
     for line in lines.values():
         if line.chosen is not None:
             report.say(f"toolkit: {line.chosen.how}")
-    build, skipped = matrix_build.plan_local(recipe, selected, here, lines, lambda minor: find_python(minor, settings))
+    build, skipped = matrix_build.plan_local(recipe, selected, here, lines, lambda minor: find_python(minor, settings=settings))
     for row in skipped:
         report.say(f"skipped {row.cell.id}: needs {row.why}")
     if not build:
@@ -174,7 +174,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, s
     if args.cache_remote:
         child += ["--cache-remote", args.cache_remote]
     rows = matrix_build.run_matrix(
-        recipe, policy.grid, policy.torch_index, build, child, paths.work, args.jobs, report.say, settings
+        recipe, policy.grid, policy.torch_index, build, child, paths.work, args.jobs, report.say, settings=settings
     )
     order = {cell: i for i, cell in enumerate(selected)}
     rows = sorted(rows + skipped, key=lambda r: order[r.cell])
@@ -607,7 +607,7 @@ def _open_image(args: argparse.Namespace, settings: Settings) -> Optional["Image
         return None
     from cuw.jobs.container import open_image
 
-    return open_image(args.image, args.engine, settings)
+    return open_image(args.image, args.engine, settings=settings)
 
 
 def _check_folders(args: argparse.Namespace, recipe: Recipe) -> None:

@@ -28,7 +28,7 @@ from cuw.config.cell import Cell
 from cuw.base.processes import pid_alive
 from cuw.base.errors import CuwError, InputError, OutputError
 from cuw.base.files import sha256_of
-from cuw.toolchain.builder import Builder, current_builder
+from cuw.toolchain.builder import Builder
 
 FORMAT = 3  # 2: the builder (image, glibc, compiler) that made the cache; 3: the handoff fingerprint
 MANIFEST = "manifest.json"
@@ -465,11 +465,9 @@ def _merge_tree(src: Path, dest: Path) -> int:
     return added
 
 
-def expect(
-    manifest: Manifest, path: Path, cell: Cell, job_cache: Cache, count: Optional[int], builder: Optional[Builder] = None
-) -> None:
+def expect(manifest: Manifest, path: Path, cell: Cell, job_cache: Cache, count: Optional[int], builder: Builder) -> None:
     """An archive from another recipe, cell, cache tool/version/remote, shard count or builder (``builder``:
-    the link's; this process's when None) is refused by name."""
+    the job's: :func:`cuw.toolchain.builder.current_builder` of its settings) is refused by name."""
     if manifest.cell.get("recipe") != cell.recipe:
         raise InputError(f"{path}: archive is for recipe {manifest.cell.get('recipe')!r}, not {cell.recipe!r}")
     theirs = Cell(**manifest.cell)
@@ -489,7 +487,7 @@ def expect(
         raise InputError(f"{path}: archive is shard {manifest.shard_index}/{manifest.shard_count}, others are of {count}")
     if manifest.format != FORMAT:
         raise InputError(f"{path}: archive format {manifest.format}, this forge reads {FORMAT} (forge {__version__})")
-    check_builder(manifest, path, builder or current_builder())
+    check_builder(manifest, path, builder)
 
 
 def check_builder(manifest: Manifest, path: Path, here: Builder) -> None:

@@ -51,7 +51,7 @@ class ImageJob:
     ref: str  # as the user gave it
     id: str  # sha256:… (what a shard's archive records, and what the link compares)
     machine: str  # what its programs run on: x86_64, aarch64
-    settings: Settings = field(default_factory=Settings.from_env, compare=False, repr=False)
+    settings: Settings = field(compare=False, repr=False)
     """The run's: its toolkit, cache choice and folders reach the job in the container."""
 
     @property
@@ -73,10 +73,9 @@ class ImageJob:
         return f"{self.ref}@{self.id}"
 
 
-def open_image(ref: str, engine: Optional[str] = None, settings: Optional[Settings] = None) -> ImageJob:
+def open_image(ref: str, engine: Optional[str] = None, *, settings: Settings) -> ImageJob:
     """The image a job will run in; refused in one line when the engine or the image is missing.
-    ``settings``: the run's (this process's environment's when None)."""
-    settings = settings or Settings.from_env()
+    ``settings``: the run's (its engine, and what its jobs in the container get)."""
     found = find_engine(engine or settings.engine)
     return ImageJob(found, ref, require_image(found, ref), image_machine(found, ref), settings)
 

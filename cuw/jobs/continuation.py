@@ -24,6 +24,7 @@ from cuw.jobs import archive
 from cuw.jobs.fingerprint import check_fingerprint
 from cuw.jobs.workspace import Workspace
 from cuw.partition.rules import ShardSpec
+from cuw.toolchain.builder import Builder
 from cuw.toolchain.cache import Cache
 
 _EARLIEST = 1_000_000_000  # 2001-09-09: a smaller bare number is seconds meant as +SECONDS
@@ -83,14 +84,14 @@ def resume_path(path: Path) -> Path:
     return path.resolve()
 
 
-def check_resume(path: Path, spec: ShardSpec, cell: Cell, job_cache: Cache) -> Resumed:
+def check_resume(path: Path, spec: ShardSpec, cell: Cell, job_cache: Cache, builder: Builder) -> Resumed:
     """The archive ``--resume`` names, held against this job as the link holds a shard's archive
     (its shard's recorded digest, every member, cell, cache tool, N, builder), and it must be this
     shard's and partial. Before the job writes anything: the digest is in the report beside it."""
     path = resume_path(path)
     archive.check_digest(path)
     manifest = archive.check_archive(path)
-    archive.expect(manifest, path, cell, job_cache, spec.count)
+    archive.expect(manifest, path, cell, job_cache, spec.count, builder)
     if manifest.shard_index != spec.index:
         raise InputError(
             f"--resume {path}: the archive is shard {manifest.shard_index}/{manifest.shard_count}, this job is shard {spec}: "

@@ -146,16 +146,15 @@ def run_link(
     progress: Optional[Progress] = report.say,
     zero_stats: bool = True,
     cache: Optional[CacheChoice] = None,
-    settings: Optional[Settings] = None,
+    *,
+    settings: Settings,
 ) -> LinkResult:
     """Restores every shard archive, re-runs the full build and gates it; alone: a second link of
     the cell here is refused before it touches the first one's folder or build.
 
     ``zero_stats=False`` exists so a test can show the gate catching counters
-    that still carry the shards' history. ``settings``: the run's (the command line passes them;
-    this process's environment when None).
+    that still carry the shards' history. ``settings``: the run's (the command line's).
     """
-    settings = settings or Settings.from_env()
     cell = local_cell(recipe, find_toolkit(homes=settings.homes))
     job = LinkJob(
         recipe=recipe,
@@ -186,7 +185,7 @@ def _check_archives(job: LinkJob) -> None:
         archive.check_digest(path)
     archive.check_builders(folder, current_builder(job.settings))
     job.ws = Workspace.for_job(job.paths.cell_work(job.cell), "link", tool_class(job.choice.tool).shared_tree)
-    its_cache = open_cache(job.choice.tool, job.ws.cache_dir, job.ws.tree, job.choice.remote, job.settings)  # read only
+    its_cache = open_cache(job.choice.tool, job.ws.cache_dir, job.ws.tree, job.choice.remote, settings=job.settings)  # read only
     _checked_archives(job.recipe, job.cell, job.paths, its_cache, job.settings, whole=True)
     leftovers.stop_orphans(job.ws.cuda_home, "link")
 
@@ -196,7 +195,7 @@ def _prepare(job: LinkJob) -> None:
     link_patch = PatchContext(job.ws.src, job.cell, job.archs, job.recipe.key)
     choice = job.choice
     job.job_cache = prepare(
-        job.ws, job.recipe, job.toolkit, None, choice.tool, choice.remote, link_patch, job.cell.lane, job.settings
+        job.ws, job.recipe, job.toolkit, None, choice.tool, choice.remote, link_patch, job.cell.lane, settings=job.settings
     )
     job.lap("prepare_s")
 

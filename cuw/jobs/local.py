@@ -45,7 +45,8 @@ def run_build(
     shard_args: Sequence[str] = (),
     link: Optional[Callable[[], bool]] = None,
     lane: Optional[str] = None,
-    settings: Optional[Settings] = None,
+    *,
+    settings: Settings,
 ) -> tuple[list[Optional[bool]], Union[LinkResult, bool]]:
     """A whole cell here: every shard as a parallel process, then the link.
 
@@ -53,9 +54,8 @@ def run_build(
     to every shard's command line (``--image REF``: each shard in its own container) and ``link``
     replaces the link in this process (a link in a fresh container); it returns whether it passed.
     ``lane``: the build image's, where it is another machine's. ``settings``: the run's (the command
-    line passes them; this process's environment when None); every shard process gets its ``child_env``.
+    line's); every shard process gets its ``child_env``.
     """
-    settings = settings or Settings.from_env()
     cell = local_cell(recipe, find_toolkit(homes=settings.homes), lane)
     cell_archs_in_grid(recipe, cell)
     choice = resolve_cache(recipe, cell, cache, settings)

@@ -132,16 +132,16 @@ def run_shard(
     jobs: Optional[int] = None,
     progress: Optional[Progress] = report.say,
     cache: Optional[CacheChoice] = None,
-    settings: Optional[Settings] = None,
+    *,
+    settings: Settings,
     deadline: Optional[float] = None,
     resume: Optional[Path] = None,
 ) -> ShardResult:
     """One shard, alone: a second run of the same shard here is refused before it touches anything.
-    ``settings``: the run's (the command line passes them; this process's environment when None).
+    ``settings``: the run's (the command line's).
     ``deadline`` (Unix time): no owned compile starts after it, and the job packs what it has as a
     partial part; ``resume``: the previous part's archive, restored before the build
     (:mod:`cuw.jobs.continuation`)."""
-    settings = settings or Settings.from_env()
     cell = local_cell(recipe, find_toolkit(homes=settings.homes))
     job = ShardJob(
         recipe=recipe,
@@ -179,8 +179,8 @@ def _begin(job: ShardJob) -> None:
     leftovers.stop_orphans(job.ws.cuda_home, job.label)
     # Before this run's report replaces the one beside the archive that records its digest.
     if job.resume:
-        its_cache = open_cache(job.choice.tool, job.ws.cache_dir, job.ws.tree, job.choice.remote, job.settings)
-        job.resumed = continuation.check_resume(job.resume, job.spec, job.cell, its_cache)
+        its_cache = open_cache(job.choice.tool, job.ws.cache_dir, job.ws.tree, job.choice.remote, settings=job.settings)
+        job.resumed = continuation.check_resume(job.resume, job.spec, job.cell, its_cache, current_builder(job.settings))
     # The previous archive stays until this run's replaces it (or its gate fails); its
     # report says "running, not ok" until this run's verdict is written, after the archive.
     archive.remove_partials(job.target)
@@ -196,7 +196,16 @@ def _prepare(job: ShardJob) -> None:
     # Under the source filter the seat partitions the rest (seat_rest), or nothing.
     seat_spec = spec if not job.source_filter or (seat_rest(recipe) and spec.count > 1) else None
     job.job_cache = prepare(
-        ws, recipe, job.toolkit, seat_spec, choice.tool, choice.remote, patch_ctx, job.cell.lane, job.settings, job.deadline
+        ws,
+        recipe,
+        job.toolkit,
+        seat_spec,
+        choice.tool,
+        choice.remote,
+        patch_ctx,
+        job.cell.lane,
+        settings=job.settings,
+        deadline=job.deadline,
     )
     job.fingerprint = handoff_fingerprint(recipe, ws.src, job.archs, job.toolkit, spec.count, job.cell.lane)
     if job.resumed:

@@ -36,10 +36,9 @@ from cuw.config.recipe import Recipe
 from cuw.gates import report
 
 
-def fetch_sdist(requirement: str, sha256: str, settings: Optional[Settings] = None) -> Path:
+def fetch_sdist(requirement: str, sha256: str, *, settings: Settings) -> Path:
     """The sdist ``name==version`` from the package index pip is configured for, verified and kept
-    under its hash in the run's source cache (``settings``: this process's environment's when None)."""
-    settings = settings or Settings.from_env()
+    under its hash in the run's source cache (``settings``: the run's)."""
     cache_root = settings.folders.source_cache
     for cached in sorted(cache_root.glob(f"{sha256}-*")):
         # Checked on every use, not only when downloaded: the cache is trusted by content, never by name.
@@ -341,17 +340,16 @@ def _from_tarball(recipe: Recipe, tarball: Path, dest: Path) -> Path:
     return unpack(tarball, dest)
 
 
-def materialize(recipe: Recipe, dest: Path, settings: Optional[Settings] = None) -> Path:
+def materialize(recipe: Recipe, dest: Path, *, settings: Settings) -> Path:
     """Puts the recipe's source at ``dest`` (a fresh folder), through the run's source cache or git
-    mirror (``settings``: this process's environment's when None)."""
-    settings = settings or Settings.from_env()
+    mirror (``settings``: the run's)."""
     source = recipe.source
     if source.path is not None:
         shutil.copytree(recipe.source_dir, dest, symlinks=True)
         return dest
     if source.pypi is not None:
         assert source.sha256 is not None  # the loader requires it
-        return unpack(fetch_sdist(source.pypi, source.sha256, settings), dest)
+        return unpack(fetch_sdist(source.pypi, source.sha256, settings=settings), dest)
     assert source.git is not None and source.tag is not None and source.commit is not None
     location = settings.git_mirror
     if location is None:

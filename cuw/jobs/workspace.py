@@ -96,23 +96,23 @@ def prepare(
     remote: Optional[str] = None,
     patch: Optional[PatchContext] = None,
     lane: str = "linux",
-    settings: Optional[Settings] = None,
+    *,
+    settings: Settings,
     deadline: Optional[float] = None,
 ) -> Cache:
     """A fresh job folder: source copy (patched), empty cache, seat and shadow CUDA_HOME.
-    ``settings``: the run's (this process's environment's when None). ``deadline`` (Unix time): the
+    ``settings``: the run's. ``deadline`` (Unix time): the
     seat starts no owned compile after it (:attr:`runtime.SeatConfig.deadline`)."""
-    settings = settings or Settings.from_env()
     for folder in {ws.root, ws.tree}:
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-    materialize(recipe, ws.src, settings)
+    materialize(recipe, ws.src, settings=settings)
     if patch is not None:
         apply_patch(recipe, replace(patch, source_dir=ws.src))
     for folder in (ws.build, ws.wheel_dir, ws.logs, ws.seat_dir):
         folder.mkdir()
-    job_cache = open_cache(tool, ws.cache_dir, ws.tree, remote, settings)
+    job_cache = open_cache(tool, ws.cache_dir, ws.tree, remote, settings=settings)
     job_cache.prepare()
     install.make_empty_object(ws.empty_object, settings.cc)
     config = runtime.SeatConfig(
@@ -152,12 +152,11 @@ exec {real} "$@"
 """
 
 
-def install_ninja_wrapper(bin_dir: Path, path: Optional[str] = None) -> Optional[Path]:
+def install_ninja_wrapper(bin_dir: Path, path: str) -> Optional[Path]:
     """``bin_dir/ninja``: the real ninja, with ``-k 0`` added when the job's environment has
     CUW_KEEP_GOING=1 (shard jobs only). The shadow bin is first on the build's PATH, so every
     ``ninja`` run by name (torch's ninja path, ccimport, CMake's own lookup) reaches it.
-    None (and no wrapper) where there is no ninja or no POSIX shell. ``path``: the run's PATH
-    (this process's when None)."""
+    None (and no wrapper) where there is no ninja or no POSIX shell. ``path``: the run's PATH."""
     import shlex
 
     from cuw.jobs.backends import KEEP_GOING

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Optional
 
 import cuw
-from cuw.base.settings import Settings
 from cuw.seat.runtime import HOST_COMPILERS, HOST_SCRIPT, SeatConfig
 
 
@@ -75,9 +74,10 @@ def install(folder: Path, config: SeatConfig) -> Path:
     return script
 
 
-def make_empty_object(path: Path, cc: Optional[str] = None) -> Path:
+def make_empty_object(path: Path, cc: str) -> Path:
     """A valid object file with nothing in it, made once per job: compiled by the C compiler,
-    or, where there is none (or it fails), written here as a minimal ELF relocatable object."""
+    or, where there is none (or it fails), written here as a minimal ELF relocatable object.
+    ``cc``: the run's ``$CC`` (:func:`find_c_compiler`)."""
     import subprocess
 
     compiler = find_c_compiler(cc)
@@ -96,12 +96,12 @@ def make_empty_object(path: Path, cc: Optional[str] = None) -> Path:
     return path
 
 
-def find_c_compiler(cc: Optional[str] = None) -> Optional[str]:
-    """The C compiler ``cc`` names (the run's ``$CC``; this process's when None), when it runs, or
-    found on PATH as cc or gcc; None without one."""
+def find_c_compiler(cc: str) -> Optional[str]:
+    """The C compiler ``cc`` names (the run's ``$CC``), when it runs, or found on PATH as cc or gcc;
+    None without one."""
     import shutil
 
-    named = (Settings.from_env().cc if cc is None else cc).split()
+    named = cc.split()
     for candidate in ([named[0]] if named else []) + ["cc", "gcc"]:
         found = shutil.which(candidate)
         if found:
@@ -109,10 +109,9 @@ def find_c_compiler(cc: Optional[str] = None) -> Optional[str]:
     return None
 
 
-def c_compiler(cc: Optional[str] = None) -> str:
+def c_compiler(cc: str) -> str:
     """The C compiler a job builds its own small pieces with (the empty object, the native stub):
-    ``cc`` (the run's ``$CC``; this process's when None), else one on PATH."""
-    cc = Settings.from_env().cc if cc is None else cc
+    ``cc`` (the run's ``$CC``), else one on PATH."""
     return cc or find_c_compiler(cc) or "cc"
 
 

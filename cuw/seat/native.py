@@ -162,7 +162,7 @@ def _native_unfit(config: SeatConfig) -> Optional[str]:
     return None
 
 
-def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None, cc: Optional[str] = None) -> bool:
+def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None, *, cc: str) -> bool:
     """Compiles cuw/seat/seat_stub.c into the seat folder written by :func:`install`, in place of the
     ``nvcc`` and host scripts (which move to ``python/`` and stay the fallback).
 

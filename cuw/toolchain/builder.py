@@ -131,10 +131,9 @@ def linux_machine(name: Optional[str] = None) -> str:
     return {v: k for k, v in PLATFORM_ARCH.items()}.get(name.lower(), name)
 
 
-def current_builder(settings: Optional[Settings] = None) -> Builder:
+def current_builder(settings: Settings) -> Builder:
     """This process's builder: the image named by the run's ``$CUW_BUILD_IMAGE`` (set by the launcher),
-    or the host (``settings``: this process's environment's when None)."""
-    settings = settings or Settings.from_env()
+    or the host (``settings``: the run's)."""
     return _builder(settings.build_image, settings.cxx)
 
 

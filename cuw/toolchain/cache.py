@@ -312,15 +312,13 @@ def tool_class(name: str) -> type[Cache]:
     raise InputError(f"unknown cache tool {name!r}; known: {', '.join(TOOLS)}")
 
 
-def open_cache(
-    name: str, cache_dir: Path, base_dir: Path, remote: Optional[str] = None, settings: Optional[Settings] = None
-) -> Cache:
+def open_cache(name: str, cache_dir: Path, base_dir: Path, remote: Optional[str] = None, *, settings: Settings) -> Cache:
     """The job's cache of tool ``name``, run with the binary the run's settings name (``$CUW_CCACHE``,
-    ``$CUW_SCCACHE``; this process's environment's when None), else the pinned one."""
+    ``$CUW_SCCACHE``), else the pinned one."""
     cls = tool_class(name)
     if remote and cls is not Ccache:
         raise InputError(f"a remote cache ({remote}) is supported with ccache, not {name}")
-    return cls(cache_dir, base_dir, remote, (settings or Settings.from_env()).cache_binaries.get(name))
+    return cls(cache_dir, base_dir, remote, settings.cache_binaries.get(name))
 
 
 def binary_for(name: str, settings: Settings) -> str:

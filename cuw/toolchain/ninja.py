@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from cuw.base.settings import Settings
 
 NINJA_WRAPPER_MARK = "# cuda-wheels-forge ninja wrapper"
 """The first line a job's ninja wrapper carries (:func:`cuw.jobs.workspace.install_ninja_wrapper`)."""
@@ -22,12 +21,10 @@ def find_ninja() -> str:
     return str(beside) if beside.exists() else (shutil.which("ninja") or "ninja")
 
 
-def find_real_ninja(path: Optional[str] = None) -> Optional[str]:
-    """The ninja a build would run by name (``path``, the run's PATH, this process's when None; then
-    the one beside this Python), never a wrapper."""
-    search = os.pathsep.join(
-        p for p in ((Settings.from_env().path if path is None else path), str(Path(sys.executable).parent)) if p
-    )
+def find_real_ninja(path: str) -> Optional[str]:
+    """The ninja a build would run by name (``path``, the run's PATH; then the one beside this
+    Python), never a wrapper."""
+    search = os.pathsep.join(p for p in (path, str(Path(sys.executable).parent)) if p)
     for folder in search.split(os.pathsep):
         candidate = Path(folder) / "ninja"
         if not (candidate.is_file() and os.access(candidate, os.X_OK)):

@@ -52,9 +52,9 @@ def _pyenv_root(configured: Optional[str]) -> Optional[Path]:
     return Path(configured) if configured else (Path.home() / ".pyenv" if (Path.home() / ".pyenv").is_dir() else None)
 
 
-def find_python(minor: str, settings: Optional[Settings] = None) -> tuple[Optional[Interpreter], list[str]]:
+def find_python(minor: str, *, settings: Settings) -> tuple[Optional[Interpreter], list[str]]:
     """CPython ``minor`` (``3.12``), and the places looked at (for an error or a skip naming them).
-    ``settings``: the run's, for ``$PYENV_ROOT`` (this process's environment's when None)."""
+    ``settings``: the run's, for ``$PYENV_ROOT``."""
     looked: list[str] = []
     if f"{sys.version_info.major}.{sys.version_info.minor}" == minor:
         base = Path(sys.base_prefix) / "bin" / f"python{minor}"
@@ -67,7 +67,7 @@ def find_python(minor: str, settings: Optional[Settings] = None) -> tuple[Option
         got = _probe(on_path, minor, f"PATH {on_path}")
         if got:
             return got, looked
-    root = _pyenv_root((settings or Settings.from_env()).pyenv_root)
+    root = _pyenv_root(settings.pyenv_root)
     looked.append(f"pyenv versions in {root / 'versions'}" if root else "pyenv (not installed)")
     if root and (root / "versions").is_dir():
         found = [p for p in (root / "versions").glob(f"{minor}.*") if re.fullmatch(rf"{re.escape(minor)}\.\d+", p.name)]

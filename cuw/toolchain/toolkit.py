@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from cuw.base.errors import InputError, ToolError
-from cuw.base.settings import Settings, ToolkitHomes
+from cuw.base.settings import ToolkitHomes
 
 DEFAULT_CUDA_HOME = "/usr/local/cuda-13.0"
 # Where NVIDIA's Windows installer puts a CUDA line (.github/scripts/install-cuda.ps1).
@@ -61,15 +61,14 @@ def _version_of(nvcc: str) -> str:
     return match.group(1)
 
 
-def find_toolkit(platform: Optional[str] = None, homes: Optional[ToolkitHomes] = None) -> Toolkit:
-    """``homes`` (the run's: ``$CUW_CUDA_HOME``, ``$CUDA_HOME``, or the toolkit the run chose;
-    this process's environment's when None), nvcc on PATH, then the default install.
+def find_toolkit(platform: Optional[str] = None, *, homes: ToolkitHomes) -> Toolkit:
+    """``homes`` (the run's: ``$CUW_CUDA_HOME``, ``$CUDA_HOME``, or the toolkit the run chose),
+    nvcc on PATH, then the default install.
 
     ``platform`` (a ``sys.platform`` value or a lane; the host when None) decides the
     toolkit's shape: on Windows nvcc is ``bin\\nvcc.exe``, ``$CUDA_PATH`` (what NVIDIA's
     installer sets) is read after ``$CUDA_HOME``, and the default is the installer's folder.
     """
-    homes = homes or Settings.from_env().homes
     windows = is_windows(platform)
     nvcc = exe_name("nvcc", platform)
     for var, named in homes.named():

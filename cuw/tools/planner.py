@@ -136,9 +136,9 @@ class Plan:
 # -- inputs ----------------------------------------------------------------------
 
 
-def prepare_tree(recipe: Recipe, dest: Path, settings: Optional[Settings] = None) -> Path:
+def prepare_tree(recipe: Recipe, dest: Path, *, settings: Settings) -> Path:
     """The recipe's source as a shard sees it before the filter runs: fetched, then patched (no build).
-    ``settings``: the run's (its toolkit, source cache and git mirror; this process's when None)."""
+    ``settings``: the run's (its toolkit, source cache and git mirror)."""
     from cuw.config.cell import Cell, local_cell
     from cuw.config.grid import cell_archs
     from cuw.jobs.patching import PatchContext
@@ -146,14 +146,13 @@ def prepare_tree(recipe: Recipe, dest: Path, settings: Optional[Settings] = None
     from cuw.jobs.sources import materialize
     from cuw.toolchain.toolkit import find_toolkit
 
-    settings = settings or Settings.from_env()
     policy = load_policy(Path(recipe.folder).parent)
     try:
         cell = local_cell(recipe, find_toolkit(homes=settings.homes))
     except CuwError:  # no toolkit or torch here: the grid's first cell stands in
         first = cells(recipe, policy.grid)[0]
         cell = Cell(recipe.key, first.lane, first.python, first.cuda, first.torch)
-    materialize(recipe, dest, settings)
+    materialize(recipe, dest, settings=settings)
     try:
         archs = cell_archs(recipe, policy.archs, cell)
     except CuwError:
@@ -187,9 +186,7 @@ def seat_log_keys(path: Path) -> list[str]:
     return sorted(keys)
 
 
-def gather(
-    recipe: Recipe, work: Path, table: Optional[CostTable], from_log: Optional[Path], settings: Optional[Settings] = None
-) -> Inputs:
+def gather(recipe: Recipe, work: Path, table: Optional[CostTable], from_log: Optional[Path], settings: Settings) -> Inputs:
     """``filter: source``: the globs' files in the prepared tree. ``seat``: a seat log,
     else the cost table's keys, else every .cu of the prepared tree."""
     if recipe.sharding.filter == "seat" and from_log is not None:
@@ -198,7 +195,7 @@ def gather(
         return Inputs(sorted(table.costs), f"cost table {table.path}", table, None)
     if from_log is not None:
         raise InputError("--from-log lists a seat's TUs; this recipe uses filter: source, whose files come from its globs")
-    tree = prepare_tree(recipe, work / "src", settings)
+    tree = prepare_tree(recipe, work / "src", settings=settings)
     keys = covered_keys(recipe, tree)
     rest = rest_keys(recipe, tree)
     what = "sharding.source.globs" if recipe.sharding.source.globs else "every source file"
@@ -455,11 +452,12 @@ def plan(
     from_log: Optional[Path] = None,
     work: Optional[Path] = None,
     checked_n: Optional[int] = None,
-    settings: Optional[Settings] = None,
+    *,
+    settings: Settings,
     cap_minutes: Optional[float] = None,
 ) -> Plan:
     """Plans ``counts``; the checklist runs at ``checked_n`` (default: the recipe's sharding.count).
-    ``settings``: the run's, for the source it prepares (this process's environment's when None).
+    ``settings``: the run's, for the source it prepares.
     ``cap_minutes``: a job's limit instead of the policy's ``jobs.limit_minutes``."""
     table, cap = _cost_table_and_cap(recipe, counts, costs_file, checked_n, cap_minutes)
     with tempfile.TemporaryDirectory(prefix="cuw-plan-") as scratch:

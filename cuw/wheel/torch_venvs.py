@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.files import held
+from cuw.base.settings import Settings
 from cuw.config.grid_check import wheel_names
 
 READY = ".cuw-ready"
@@ -40,18 +41,20 @@ def patch_releases(names: list[str], line: str, python: str, platform_suffix: st
     return [str(v) for v in sorted(found)]
 
 
-def find_python(version: str) -> str:
-    """An interpreter of ``version`` (``3.11``), found as every other job finds one (:mod:`cuw.toolchain.pythons`)."""
+def find_python(version: str, settings: Settings) -> str:
+    """An interpreter of ``version`` (``3.11``), found as every other job finds one (:mod:`cuw.toolchain.pythons`,
+    with the run's settings)."""
     from cuw.toolchain import pythons
 
-    found, looked = pythons.find_python(version)
+    found, looked = pythons.find_python(version, settings=settings)
     if found is None:
         raise ToolError(f"no Python {version} here (looked at this interpreter, {', '.join(looked)})")
     return found.path
 
 
-def ensure(version: str, python: str, root: Path, index: Optional[str] = None) -> Path:
-    """The venv's interpreter with torch ``version`` installed (made once, then reused)."""
+def ensure(version: str, python: str, root: Path, index: Optional[str], settings: Settings) -> Path:
+    """The venv's interpreter with torch ``version`` installed (made once, then reused; ``python``
+    found with the run's ``settings``)."""
     venv = root / f"torch-{version}-py{python}"
     interpreter = venv / "bin" / "python"
     if (venv / READY).is_file() and interpreter.is_file():
@@ -61,7 +64,7 @@ def ensure(version: str, python: str, root: Path, index: Optional[str] = None) -
             return interpreter
         if venv.exists():
             shutil.rmtree(venv)  # a venv left half-made by an interrupted install
-        made = subprocess.run([find_python(python), "-m", "venv", str(venv)], capture_output=True, text=True)
+        made = subprocess.run([find_python(python, settings), "-m", "venv", str(venv)], capture_output=True, text=True)
         if made.returncode != 0:
             raise ToolError(f"could not make a venv at {venv}: {made.stderr.strip()[-300:]}")
         cmd = [str(interpreter), "-m", "pip", "install", "--quiet", f"torch=={version}"]

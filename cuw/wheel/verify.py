@@ -29,7 +29,7 @@ from wheel.wheelfile import WheelError, WheelFile
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError, ToolError
 from cuw.base.files import write_text
-from cuw.base.settings import process_environ
+from cuw.base.settings import Settings, process_environ
 from cuw.base.versions import version_key
 from cuw.config import lanes
 from cuw.wheel.binaries import Binary, read_binary
@@ -481,10 +481,12 @@ def python_tag_check(recipe: Recipe, cell: Cell, tags: Collection[Tag]) -> Check
 
 @dataclass(frozen=True)
 class TorchPatches:
-    """Where the torch releases come from and where their venvs live."""
+    """Where the torch releases come from, where their venvs live, and the run's settings (each
+    venv's Python is found with them)."""
 
     index: str
     root: Path
+    settings: Settings
 
 
 def _torch_patch_check(
@@ -501,7 +503,7 @@ def _torch_patch_check(
     versions = torch_venvs.releases_on(how.index, cell.torch, cell.python, suffix)
     details, ok = [], True
     for version in versions:
-        python = torch_venvs.ensure(version, cell.python, how.root, how.index)
+        python = torch_venvs.ensure(version, cell.python, how.root, how.index, how.settings)
         under = _import_check(wheel, members, elves, recipe, python=str(python))
         ok &= under.ok
         details.append(f"torch {version}: " + "; ".join(under.details))
