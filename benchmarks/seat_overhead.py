@@ -270,7 +270,8 @@ def main() -> int:
         print(f"{name:44} {row['median_ms']:>10.1f} {row['p90_ms']:>8.1f}")
     print(f"\ncache hit, median ms (goal: native seat <= ccache + {TARGET_STUB_MS:.0f} ms)")
     print(
-        f"{'':10} {'ccache':>8} {'native':>8} {'python':>8} {'native-ccache':>14} {'python-ccache':>14} {'native/ccache':>14}  goal"
+        f"{'':10} {'ccache':>8} {'native':>8} {'python':>8} "
+        f"{'native-ccache':>14} {'python-ccache':>14} {'native/ccache':>14}  goal"
     )
     for ext in (".cu", ".cpp"):
         direct, nat, py = (rows[f"hit {ext} via {how}"]["median_ms"] for how in ("ccache", "native seat", "seat"))

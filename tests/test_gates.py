@@ -3,7 +3,10 @@
 from cuw.gates.conditions import LinkObservation, ShardObservation, compile_errors, link_gate, shard_gate
 from cuw.partition.rules import owner
 
-UNDEF = "/usr/bin/ld: CMakeFiles/_kernels.dir/csrc/dispatch.cpp.o: undefined reference to `cuw_k03_host'\ncollect2: error: ld returned 1 exit status\n"
+UNDEF = (
+    "/usr/bin/ld: CMakeFiles/_kernels.dir/csrc/dispatch.cpp.o: undefined reference to `cuw_k03_host'\n"
+    "collect2: error: ld returned 1 exit status\n"
+)
 
 
 def good_shard(**changes):

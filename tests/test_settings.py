@@ -64,7 +64,8 @@ def test_the_checks_can_fail():
     sample = (
         "import os\nfrom os import environ\n"
         "def f(args: argparse.Namespace, *, b: 'Namespace' = None):\n"
-        "    os.environ['X'] = '1'\n    os.environ.update(Y='2')\n    return os.getenv('Z'), os.environ.get('W'), dict(os.environ)\n"
+        "    os.environ['X'] = '1'\n    os.environ.update(Y='2')\n"
+        "    return os.getenv('Z'), os.environ.get('W'), dict(os.environ)\n"
     )
     assert sorted(environ_uses(sample)) == [
         "2: from os import environ",

@@ -362,7 +362,8 @@ def run_job(job: CibwJob, settings: Settings) -> bool:
     if platform == "linux" and shutil.which(ENGINE) is None:
         raise _cannot_start(
             job,
-            f"no container engine here ({ENGINE} is not on PATH), so cibuildwheel cannot start the {build_identifier(job.cell)} container",
+            f"no container engine here ({ENGINE} is not on PATH), "
+            f"so cibuildwheel cannot start the {build_identifier(job.cell)} container",
         )
     cmd = [_cibuildwheel(), "--platform", platform, "--config-file", str(config), "--output-dir", str(job.output_dir), "."]
     env = {k: v for k, v in settings.child_env().items() if not k.startswith("CIBW_")}

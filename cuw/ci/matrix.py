@@ -379,13 +379,15 @@ def summary(result: dict) -> str:
     lines += [f"  skipped {key}: {why}" for key, why in sorted(result.get("skipped", {}).items())]
     lines += [f"  collapsed {key}: {note}" for key, note in sorted(result.get("collapsed", {}).items())]
     lines += [
-        f"  ladder {key}: {n} shard job(s) predicted past the job cap, each a chain of {parts} parts (rungs compile..{rung_key(parts)})"
+        f"  ladder {key}: {n} shard job(s) predicted past the job cap, "
+        f"each a chain of {parts} parts (rungs compile..{rung_key(parts)})"
         for (key, parts), n in sorted(chained.items())
     ]
     lines += [f"  lane {lane}: {note}" for lane, note in sorted(result.get("held_back", {}).items())]
     freeing = Counter(job["lane"] for c in result["chunks"] for job in chunk_jobs(c) if job.get("free_disk"))
     lines += [
-        f"  free disk: {n} {lane} job(s) delete the runner's preinstalled folders first (measured need over runners.{lane}.free_disk_gb)"
+        f"  free disk: {n} {lane} job(s) delete the runner's preinstalled folders first "
+        f"(measured need over runners.{lane}.free_disk_gb)"
         for lane, n in sorted(freeing.items())
     ]
     lines += [f"  {key} {note}" for key, note in result.get("disk", {}).items()]

@@ -370,7 +370,11 @@ def _costs_verb(sub: Subparsers) -> None:
         type=Path,
         action="append",
         required=True,
-        help="a seat log (logs/seat.jsonl), a build's .ninja_log, a shard report (cuw-shard-*.report.json: its seat log's TUs, and the shard's cost beside its compiles) or a link report (link.report.json, <wheel>.link.json: the link's cost beside its replays, for the planner); repeat for several",
+        help=(
+            "a seat log (logs/seat.jsonl), a build's .ninja_log, a shard report (cuw-shard-*.report.json: "
+            "its seat log's TUs, and the shard's cost beside its compiles) or a link report (link.report.json, "
+            "<wheel>.link.json: the link's cost beside its replays, for the planner); repeat for several"
+        ),
     )
     p.add_argument("--source-root", type=Path, default=None, help="with a .ninja_log outside a forge job: the source root")
     p.add_argument("--output", type=Path, default=None, help="write here (default: the recipe's costs.json)")

@@ -101,7 +101,8 @@ def _killed_what(log: str, at: int) -> str:
 
 
 def size(mb: object) -> str:
-    """A size in a verdict, a report line or the timeline: GB from 1 GB up (how runners are sold), MB below (a 48 MB process is not "0.0 GB")."""
+    """A size in a verdict, a report line or the timeline: GB from 1 GB up (how runners are sold),
+    MB below (a 48 MB process is not "0.0 GB")."""
     if isinstance(mb, bool) or not isinstance(mb, (int, float)):
         return "?"
     return f"{mb / 1000:.1f} GB" if mb >= 1000 else f"{mb:.0f} MB"

@@ -298,4 +298,5 @@ def summary(record: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
 
 def disk_line(label: str, sampler: Sampler) -> str:
     """How much room the job had at its start (a hosted runner has ~14 GB), said once it is sure to build."""
-    return f"{label}: {size(sampler.disk_free_start_mb)} free on {mount_of(sampler.folder)} at the job's start (the work folder's disk)"
+    free = size(sampler.disk_free_start_mb)
+    return f"{label}: {free} free on {mount_of(sampler.folder)} at the job's start (the work folder's disk)"

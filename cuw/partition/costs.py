@@ -473,7 +473,10 @@ def _header(previous: Optional[CostTable], got: _Measured) -> dict[str, object]:
         "recorded": now,
         "tus": len(merged),
         "total_seconds": round(sum(merged.values()), 3),
-        "how": "cuw costs <recipe> --from <seat log | .ninja_log | shard report | link report>; keys not in the newest logs keep their earlier cost",
+        "how": (
+            "cuw costs <recipe> --from <seat log | .ninja_log | shard report | link report>; "
+            "keys not in the newest logs keep their earlier cost"
+        ),
     }
 
 

@@ -96,7 +96,8 @@ def render_shards(shards: list[ShardPrediction], n: int, runner: str) -> list[st
     ]
     for s in shards:
         lines.append(
-            f"{s.index:>6} {s.tus:>5} {_s(s.wall_s):>8} {_s(s.cpu_s):>8} {s.jobs:>4} {_gb(s.peak_mb):>7} {_disk(s.disk_gb):>7}  {s.why}"
+            f"{s.index:>6} {s.tus:>5} {_s(s.wall_s):>8} {_s(s.cpu_s):>8} {s.jobs:>4} "
+            f"{_gb(s.peak_mb):>7} {_disk(s.disk_gb):>7}  {s.why}"
         )
     return lines
 

@@ -132,7 +132,8 @@ def html(p: Plan) -> str:
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #1d2330; background: #fff; }}
 table {{ border-collapse: collapse; }} td, th {{ padding: 2px 8px; border-bottom: 1px solid #e3e6ec; text-align: right; }}
-tr.recommended {{ background: #fff4c2; font-weight: bold; }} .axis {{ stroke: #5a6170; }} .tick {{ font: 11px sans-serif; fill: #5a6170; }}
+tr.recommended {{ background: #fff4c2; font-weight: bold; }} .axis {{ stroke: #5a6170; }}
+.tick {{ font: 11px sans-serif; fill: #5a6170; }}
 .bound {{ stroke: #8a8f98; stroke-dasharray: 5 4; stroke-width: 2; }} .slowest {{ stroke: #3b6fd6; stroke-width: 2; }}
 .wall {{ stroke: #d6843b; stroke-width: 2; }} .recommended {{ fill: #d63b3b; }}
 li.ok::marker {{ content: "✔ "; color: #2e9e5b; }} li.fail::marker {{ content: "✘ "; color: #d63b3b; }}
@@ -140,7 +141,8 @@ li.ok::marker {{ content: "✔ "; color: #2e9e5b; }} li.fail::marker {{ content:
 <h1>Plan for {esc(p.recipe)}</h1>
 <p>filter {esc(p.filter)}, rule {esc(p.rule)}{", per family" if p.per_family else ""}; {p.tus} TUs from {esc(p.origin)}.</p>
 <p class="recommendation">Recommended N={p.recommended}: {esc(p.reason)}</p>
-<p><span style="color:#3b6fd6">&#9644; slowest shard</span> &nbsp; <span style="color:#d6843b">&#9644; wall (slowest + link)</span>
+<p><span style="color:#3b6fd6">&#9644; slowest shard</span> &nbsp;
+<span style="color:#d6843b">&#9644; wall (slowest + link)</span>
 &nbsp; <span style="color:#8a8f98">- - bound max(longest TU, total/N)</span></p>
 {_curve_svg(p)}
 <table><tr>{"".join(f"<th>{esc(h)}</th>" for h in head)}</tr>{"".join(body)}</table>
