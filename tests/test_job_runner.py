@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cuw.base.errors import CuwError
-from cuw.base.records import read_shard_report
+from cuw.base.records import ShardReport, read_shard_report
 from cuw.config.recipe import load_recipe
 from cuw.jobs import runner
 from cuw.partition.rules import ShardSpec
@@ -20,7 +20,7 @@ from conftest import run_settings
 
 
 @dataclass(kw_only=True)
-class _Job(runner.Job):
+class _Job(runner.Job[ShardReport]):
     done: list[str] = field(default_factory=list)
 
 
@@ -47,7 +47,8 @@ def _step(name: str, fails: bool = False):  # type: ignore[no-untyped-def]
 
 
 def _begin(job: _Job) -> None:
-    runner.begin_report(job, job.paths.artifacts / "r.report.json", {"shard": "1/2", "archive": None})
+    record = ShardReport(gate="shard", ok=False, shard="1/2", nulls=frozenset({"archive"}))
+    runner.begin_report(job, job.paths.artifacts / "r.report.json", record)
 
 
 def test_the_steps_run_in_order_after_settling_and_a_refusal_before_the_build_says_it_did_not_start(recipes_dir, paths):

@@ -196,15 +196,17 @@ def test_a_report_without_a_schema_reads_as_version_1_and_the_writer_round_trips
     path.write_text(json.dumps({"gate": "shard", "ok": True, "reasons": ["r"], "facts": {"compiled": 3}, "build_s": 1.5}))
     old = read_shard_report(path)
     assert (old.schema, old.ok, old.facts["compiled"], old.build_s, old.state) == (1, True, 3, 1.5, "finished")
-    context = {"shard": "1/2", "archive": None, "build_s": 2.0, "part_of_a_later_forge": [1]}
-    report.write(Verdict("shard", False, ["no"], {"compiled": 0}), path, context)
+    record = ShardReport(
+        gate="shard", ok=True, shard="1/2", build_s=2.0, extra={"part_of_a_later_forge": [1]}, nulls=frozenset({"archive"})
+    )
+    report.write(Verdict("shard", False, ["no"], {"compiled": 0}), path, record)
     written = json.loads(path.read_text())
     assert written["schema"] == 1 and written["archive"] is None and written["part_of_a_later_forge"] == [1]
     back = read_shard_report(path)
     assert isinstance(back, ShardReport) and (back.ok, back.reasons, back.shard, back.build_s) == (False, ["no"], "1/2", 2.0)
-    assert back.extra == {"part_of_a_later_forge": [1]}
-    assert {k: v for k, v in back.to_json().items()} == {k: v for k, v in written.items() if v is not None}
-    report.begin("shard", path, {"shard": "1/2", "archive": None})
+    assert back.extra == {"part_of_a_later_forge": [1]} and back.nulls == {"archive"}
+    assert back.to_json() == written, "read back, the report writes the same JSON: its nulls and unknown fields kept"
+    report.begin(path, ShardReport(gate="shard", ok=False, shard="1/2", nulls=frozenset({"archive"})))
     running = read_shard_report(path)
     assert running.state == "running" and running.previous == {
         "ok": False,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Union
 
-from cuw.base.errors import InputError
+from cuw.base.errors import InputError, OutputError
 
 SHARD_REPORT_SCHEMA = 1
 LINK_REPORT_SCHEMA = 1
@@ -130,6 +130,9 @@ class JobReport:
     """A running marker's: the last finished verdict (ok, state, reasons, archive)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields this forge does not know (a later forge's, of the same schema): kept, written back."""
+    nulls: frozenset[str] = frozenset()
+    """Unset fields written as null rather than left out (a shard's ``archive`` before it has one, a
+    marker's ``previous`` with none): what the job wrote, and what a read report writes back."""
     schema: int = 1
 
     SCHEMA: ClassVar[int] = 0
@@ -138,9 +141,10 @@ class JobReport:
     """The facts a reader uses, checked; the others are the gate's to name."""
 
     def to_json(self) -> dict[str, Any]:
-        """The report's JSON object: its fields under their own keys (the unset ones left out), then ``extra``."""
-        body = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        return {**self.extra, **{k: v for k, v in body.items() if v is not None}}
+        """The report's JSON object: its fields under their own keys (the unset ones left out, but
+        for ``nulls``), and ``extra``: what :func:`job_report` reads back as this report."""
+        body = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _KEPT_ASIDE}
+        return {**self.extra, **{k: v for k, v in body.items() if v is not None or k in self.nulls}}
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,8 @@ class ShardReport(JobReport):
     previous_archive: Optional[str] = None
     counters: Optional[dict[str, Any]] = None
     compile_usage: Optional[dict[str, Any]] = None
+    parallel_jobs: Optional[dict[str, Any]] = None
+    """The compile jobs it ran (jobs, predicted_peak_mb, why: :func:`cuw.partition.parallel_jobs.choose_jobs`)."""
     part: Optional[int] = None
     """A shard given ``--deadline`` or ``--resume``: which part of its chain this job was (from 1)."""
     left: Optional[list[str]] = None
@@ -170,6 +176,7 @@ class ShardReport(JobReport):
         "previous_archive": STRING,
         "counters": OBJECT,
         "compile_usage": OBJECT,
+        "parallel_jobs": OBJECT,
         "part": INT,
         "left": STRINGS,
     }
@@ -219,6 +226,9 @@ class LinkReport(JobReport):
         return list(self.facts.get("missing_shards") or [])
 
 
+_KEPT_ASIDE = ("extra", "nulls")
+"""A report's fields that are no JSON key of their own."""
+
 REPORTS: dict[str, type[JobReport]] = {"shard": ShardReport, "link": LinkReport}
 Report = Union[ShardReport, LinkReport]
 
@@ -238,9 +248,30 @@ def job_report(data: Any, where: str) -> JobReport:
         raise InputError(f"{where}: field 'ok' is {_shown(data['ok'])}, not true or false")
     check_fields(data, where, kind.FIELDS)
     check_fields(data.get("facts") or {}, where, kind.FACTS, "fact")
-    known = {f.name for f in fields(kind)} - {"extra"}
+    known = {f.name for f in fields(kind)} - set(_KEPT_ASIDE)
     values = {k: v for k, v in data.items() if k in known and v is not None}
-    return kind(**{**values, "schema": schema}, extra={k: v for k, v in data.items() if k not in known})
+    nulls = frozenset(k for k, v in data.items() if k in known and v is None)
+    return kind(**{**values, "schema": schema}, extra={k: v for k, v in data.items() if k not in known}, nulls=nulls)
+
+
+def write_report(path: Path, report: JobReport) -> Path:
+    """The one writer of job reports: ``report``'s JSON, checked by its reader first (never a report
+    :func:`job_report` would refuse), written beside ``path`` and renamed into place (no reader sees
+    half of it)."""
+    from cuw.base.files import write_text
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"report {path}: cannot create {path.parent} ({exc.strerror or exc})") from None
+    text = json.dumps(report.to_json(), indent=2, sort_keys=True, default=str) + "\n"
+    job_report(json.loads(text), str(path))
+    written = write_text(path, text, option="report")
+    try:
+        written.chmod(0o644)  # the temp file it was renamed from was made private (0600)
+    except OSError:
+        pass
+    return written
 
 
 def load_json(path: Path, what: str) -> Any:

@@ -2,51 +2,38 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional, TypeVar
 
 from cuw.base import records
 from cuw.base.errors import CuwError, OutputError
 from cuw.gates.conditions import Verdict
+
+R = TypeVar("R", bound=records.JobReport)
 
 
 def say(message: str) -> None:
     print(f"cuw: {message}", file=sys.stderr, flush=True)
 
 
-def write(verdict: Verdict, path: Path, context: dict[str, Any]) -> Path:
-    """The report, written beside ``path`` and renamed into place (no reader sees half of it)."""
-    from cuw.base.files import write_text
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"report {path}: cannot create {path.parent} ({exc.strerror or exc})") from None
-    body = {
-        "gate": verdict.gate,
-        "ok": verdict.ok,
-        "reasons": verdict.reasons,
-        "facts": verdict.facts,
-        "state": "finished",
-        "schema": records.REPORTS[verdict.gate].SCHEMA,
-        **context,
-    }
-    text = json.dumps(body, indent=2, sort_keys=True, default=str) + "\n"
-    records.job_report(json.loads(text), str(path))  # never a report its reader would refuse
-    written = write_text(path, text, option="report")
-    try:
-        written.chmod(0o644)  # the temp file it was renamed from was made private (0600)
-    except OSError:
-        pass
-    return written
+def write(verdict: Verdict, path: Path, record: records.JobReport) -> Path:
+    """``record`` (what the job's report carries beside its verdict) with ``verdict`` in it, finished,
+    through the reports' one writer (:func:`cuw.base.records.write_report`)."""
+    return records.write_report(path, _judged(record, verdict, "finished"))
 
 
-def begin(gate: str, path: Path, context: dict[str, Any]) -> Path:
-    """Before a job that ends by writing ``path``: a report that says it is running, not ok.
+def _judged(record: R, verdict: Verdict, state: str) -> R:
+    return replace(
+        record, gate=verdict.gate, ok=verdict.ok, reasons=list(verdict.reasons), facts=dict(verdict.facts), state=state
+    )
+
+
+def begin(path: Path, record: R) -> Path:
+    """Before a job that ends by writing ``path``: ``record`` saying it is running, not ok.
 
     A run killed before it finishes leaves this one, never the previous run's
     "ok" standing for a result this run was about to replace. The previous
@@ -54,7 +41,7 @@ def begin(gate: str, path: Path, context: dict[str, Any]) -> Path:
     """
     previous = None
     try:
-        old = records.read_report(path, gate)
+        old = records.read_report(path, record.gate)
     except CuwError:
         old = None  # none yet, or one this forge cannot read: nothing to carry over
     if old is not None and old.state == "running":
@@ -67,10 +54,9 @@ def begin(gate: str, path: Path, context: dict[str, Any]) -> Path:
         f"a run started at {started} (pid {os.getpid()}) has not finished: "
         "no result of it has been handed over; if it is gone, run it again"
     )
-    marker = Verdict(gate, False, [reason])
-    body = {**context, "state": "running", "started_at": started, "pid": os.getpid(), "previous": previous}
-    written = write(marker, path, body)
-    return written
+    marker = _judged(record, Verdict(record.gate, False, [reason]), "running")
+    marker = replace(marker, started_at=started, pid=os.getpid(), previous=previous, nulls=marker.nulls | {"previous"})
+    return records.write_report(path, marker)
 
 
 def append_summary(markdown: str, target: Optional[str]) -> None:

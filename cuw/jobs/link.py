@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +20,7 @@ from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
 from cuw.config.cell import Cell, local_cell
 from cuw.base.errors import CuwError
+from cuw.base.records import LinkReport
 from cuw.base.settings import Settings
 from cuw.gates.conditions import LinkObservation, Verdict, link_gate
 from cuw.partition.assignment import recipe_assignment
@@ -110,7 +111,7 @@ def _restore(ws: Workspace, checked) -> tuple[int, list[int], set[str]]:  # type
 
 
 @dataclass(kw_only=True)
-class LinkJob(runner.Job):
+class LinkJob(runner.Job[LinkReport]):
     """The link's state, filled in step by step."""
 
     jobs: Optional[int]
@@ -279,17 +280,19 @@ def _gate(job: LinkJob) -> None:
         resources=resources.summary(job.sampler.record()),
     )
     job.verdict = link_gate(obs)
-    job.context = {
-        "cell": cell.to_dict(),
-        "shard_count": job.count,
-        "fingerprint": job.fingerprint,
-        "build_log": str(ws.build_log),
-        "wheel": obs.wheel,
-        "build_s": job.built.seconds,
-        "cache": {"tool": job.job_cache.tool, "version": job.job_cache.version(), "remote": job.job_cache.remote},
-        "phases": job.phases,
-        "builder": current_builder(job.settings).to_dict(),
-    }
+    job.report = LinkReport(
+        gate="link",
+        ok=False,
+        cell=cell.to_dict(),
+        shard_count=job.count,
+        fingerprint=job.fingerprint,
+        build_log=str(ws.build_log),
+        wheel=obs.wheel,
+        build_s=job.built.seconds,
+        cache={"tool": job.job_cache.tool, "version": job.job_cache.version(), "remote": job.job_cache.remote},
+        builder=current_builder(job.settings).to_dict(),
+        nulls=frozenset({"wheel"}),  # a link that made no wheel says so
+    )
     runner.announce(job, job.verdict)
 
 
@@ -314,17 +317,18 @@ def _finish(job: LinkJob) -> None:
     job.shipped = copy_into(final, job.paths.dist / final.name, "--dist")
     for made in beside:
         copy_into(made, job.paths.dist / made.name, "--dist")
-    job.context["wheel"] = str(job.shipped)
+    job.report = replace(job.report, wheel=str(job.shipped))
 
 
 def _write_report(job: LinkJob) -> None:
     """Beside the shipped wheel, or in the cell's artifacts for a link that shipped none."""
-    job.context["resources"] = job.sampler.record()  # after finish and verify: the whole job
+    # After finish and verify: the whole job, and where its time went up to here.
+    record = replace(job.report, resources=job.sampler.record(), phases=dict(job.phases))
     if job.shipped:
-        job.written = report.write(job.verdict, job.paths.dist / f"{job.shipped.name}.link.json", job.context)
+        job.written = report.write(job.verdict, job.paths.dist / f"{job.shipped.name}.link.json", record)
         report.say(f"wheel: {job.shipped}")
         return
-    job.written = report.write(job.verdict, job.paths.cell_artifacts(job.cell) / "link.report.json", job.context)
+    job.written = report.write(job.verdict, job.paths.cell_artifacts(job.cell) / "link.report.json", record)
     if job.wheels:
         report.say(f"rejected wheel kept at {job.wheels[0]} (not copied to {job.paths.dist})")
     runner.show_failure(job, job.log, tail=job.built.rc != 0)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
 from cuw.base.errors import CuwError
+from cuw.base.records import JobReport
 from cuw.base.settings import Settings
 from cuw.config.cell import Cell, local_cell
 from cuw.config.paths import Paths
@@ -32,10 +33,13 @@ from cuw.toolchain.cache import Cache, Stats, binary_for, check_remote
 from cuw.toolchain.toolkit import Toolkit, find_toolkit
 
 
+R = TypeVar("R", bound=JobReport)
+
+
 @dataclass(kw_only=True)
-class Job:
+class Job(Generic[R]):
     """What a job is given, what every job settles first, and what its steps hand each other
-    (a job's own state extends it)."""
+    (a job's own state extends it; ``R``, its report's record)."""
 
     recipe: Recipe
     paths: Paths
@@ -58,11 +62,11 @@ class Job:
     ws: Workspace = field(init=False)
     report_path: Optional[Path] = field(init=False, default=None)
     """Set by a job that keeps its report from its start: it then says "did not start" on a refusal."""
-    context: dict[str, Any] = field(init=False, default_factory=dict)
+    report: R = field(init=False)
     """What the report carries beside the verdict (its cell, its archive, its seconds, ...)."""
 
 
-J = TypeVar("J", bound=Job)
+J = TypeVar("J", bound=Job[Any])
 Step = Callable[[J], None]
 
 
@@ -97,7 +101,7 @@ def run(job: J, steps: Steps[J]) -> J:
     return job
 
 
-def settle(job: Job) -> None:
+def settle(job: Job[Any]) -> None:
     """What every job settles first: the cell's archs (refused outside the grid), the builder's
     floor, the cache tool and its remote (reachable)."""
     job.archs = cell_archs_in_grid(job.recipe, job.cell)
@@ -107,21 +111,21 @@ def settle(job: Job) -> None:
         check_remote(job.choice.remote)
 
 
-def begin_report(job: Job, path: Path, context: dict[str, Any]) -> None:
+def begin_report(job: Job[R], path: Path, record: R) -> None:
     """From here until its verdict, the job's report says it is running, not ok (:func:`report.begin`)."""
-    report.begin(job.gate, path, context)
+    report.begin(path, record)
     job.report_path = path
-    job.context = dict(context)
+    job.report = record
 
 
-def _did_not_start(job: Job, exc: CuwError) -> None:
+def _did_not_start(job: Job[Any], exc: CuwError) -> None:
     """A refusal before the build: the begun report says so instead of "running"."""
     if job.report_path is None:
         return
     record = job.sampler.record()
     causes = starved(str(exc), 0, resources.summary(record))  # a source copy or a pip install can fill the disk
     reasons = [*causes.values(), f"the {job.gate} did not start its build: {exc}"]
-    report.write(Verdict(job.gate, False, reasons), job.report_path, {**job.context, "resources": record})
+    report.write(Verdict(job.gate, False, reasons), job.report_path, replace(job.report, resources=record))
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ class Built:
 
 
 def cached_build(
-    job: Job, job_cache: Cache, env: dict[str, str], expected: Optional[int], count_host: bool, zero: bool = True
+    job: Job[Any], job_cache: Cache, env: dict[str, str], expected: Optional[int], count_host: bool, zero: bool = True
 ) -> Built:
     """The build with the job's cache up: started, zeroed (the counters then count this build
     alone), stopped whatever happens; its exit code, seconds and the cache's counters."""
@@ -149,13 +153,13 @@ def cached_build(
     return Built(rc, seconds, stats)
 
 
-def announce(job: Job, verdict: Verdict) -> None:
+def announce(job: Job[Any], verdict: Verdict) -> None:
     """The verdict in the step summary and as one line."""
     report.step_summary(f"{job.recipe.key} {job.label}", verdict, job.settings.github.step_summary)
     report.say(verdict.line)
 
 
-def show_failure(job: Job, log: str, tail: bool = True) -> None:
+def show_failure(job: Job[Any], log: str, tail: bool = True) -> None:
     """A failed job: the build log's last lines (``tail``) and where the whole log is."""
     if tail:
         for line in log.splitlines()[-15:]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -17,6 +17,7 @@ from cuw.jobs.backends import build_env
 from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
 from cuw.base.files import sha256_of
+from cuw.base.records import ShardReport
 from cuw.base.settings import Settings
 from cuw.gates.conditions import ShardObservation, Verdict, shard_gate, starved
 from cuw.partition.assignment import recipe_assignment
@@ -96,7 +97,7 @@ def shard_jobs(recipe: Recipe, lane: str, owned: list[str], jobs: Optional[int])
 
 
 @dataclass(kw_only=True)
-class ShardJob(runner.Job):
+class ShardJob(runner.Job[ShardReport]):
     """The shard's state, filled in step by step."""
 
     spec: ShardSpec
@@ -184,8 +185,12 @@ def _begin(job: ShardJob) -> None:
     # The previous archive stays until this run's replaces it (or its gate fails); its
     # report says "running, not ok" until this run's verdict is written, after the archive.
     archive.remove_partials(job.target)
-    context = {"cell": job.cell.to_dict(), "shard": str(job.spec), "archive": None}
-    runner.begin_report(job, archive.report_path(job.target), context)
+    runner.begin_report(job, archive.report_path(job.target), _record(job))
+
+
+def _record(job: ShardJob) -> ShardReport:
+    """The report's record before the build: its cell and shard, no archive yet (written as null)."""
+    return ShardReport(gate="shard", ok=False, cell=job.cell.to_dict(), shard=str(job.spec), nulls=frozenset({"archive"}))
 
 
 def _prepare(job: ShardJob) -> None:
@@ -263,24 +268,22 @@ def _build(job: ShardJob) -> None:
 
 
 def _gate(job: ShardJob) -> None:
-    """The shard gate over what the build did, and the report's context."""
+    """The shard gate over what the build did, and what the report carries beside it."""
     job.obs, job.compiles = _observe(job)
     job.verdict = shard_gate(job.obs)
-    stats, parallel = job.built.stats, job.parallel
-    job.context = {
-        "cell": job.cell.to_dict(),
-        "shard": str(job.spec),
-        "archive": None,
-        "build_s": job.built.seconds,
-        "build_log": str(job.ws.build_log),
-        "counters": stats.summary(),
-        "compile_usage": seat_log.measured_totals(job.compiles),  # the CPU seconds and peak the planner is held to
-        "parallel_jobs": {"jobs": parallel.jobs, "predicted_peak_mb": parallel.peak_mb, "why": parallel.why},
+    parallel, chained = job.parallel, bool(job.deadline or job.resumed)
+    job.report = replace(
+        _record(job),
+        build_s=job.built.seconds,
+        build_log=str(job.ws.build_log),
+        counters=job.built.stats.summary(),
+        compile_usage=seat_log.measured_totals(job.compiles),  # the CPU seconds and peak the planner is held to
+        parallel_jobs={"jobs": parallel.jobs, "predicted_peak_mb": parallel.peak_mb, "why": parallel.why},
         # Taken again at each write: the record covers the job up to the report that carries it.
-        "resources": job.sampler.record(),
-    }
-    if job.deadline or job.resumed:
-        job.context.update(part=job.resumed.part if job.resumed else 1, left=job.obs.left)
+        resources=job.sampler.record(),
+        part=(job.resumed.part if job.resumed else 1) if chained else None,
+        left=job.obs.left if chained else None,
+    )
 
 
 def _observe(job: ShardJob) -> tuple[ShardObservation, list[dict]]:
@@ -329,7 +332,7 @@ def _refuse_lost_remote(job: ShardJob) -> None:
     )
     job.target.unlink(missing_ok=True)
     assert job.report_path is not None
-    report.write(Verdict(job.verdict.gate, False, [why], job.verdict.facts), job.report_path, job.context)
+    report.write(Verdict(job.verdict.gate, False, [why], job.verdict.facts), job.report_path, job.report)
     raise CuwError(f"shard {job.spec}: {why}")
 
 
@@ -372,19 +375,20 @@ def _hand_off(job: ShardJob) -> None:
         failed = Verdict(job.verdict.gate, False, [*causes, f"the gate passed but {exc}"], job.verdict.facts)
         previous = str(job.target) if job.target.exists() else None
         try:
-            report.write(failed, job.report_path, {**job.context, "previous_archive": previous})
+            kept = replace(job.report, previous_archive=previous, nulls=job.report.nulls | {"previous_archive"})
+            report.write(failed, job.report_path, kept)
         except CuwError:
             pass  # the disk that refused the archive may refuse the report too; the marker says "not ok"
         raise CuwError(f"shard {job.spec}: {exc}") from None
-    job.context["archive"] = str(job.written)
-    job.context["archive_sha256"] = sha256_of(job.written)  # the link refuses an archive that is not this one
+    # The link refuses an archive that is not this one.
+    job.report = replace(job.report, archive=str(job.written), archive_sha256=sha256_of(job.written))
 
 
 def _write_report(job: ShardJob) -> None:
     """After the archive (an ok report always has its archive), then the verdict's lines."""
     assert job.report_path is not None
-    job.context["resources"] = job.sampler.record()  # packing the archive counts: it can fill the disk too
-    report.write(job.verdict, job.report_path, job.context)
+    job.report = replace(job.report, resources=job.sampler.record())  # packing the archive counts: it can fill the disk too
+    report.write(job.verdict, job.report_path, job.report)
     runner.announce(job, job.verdict)
     if not job.verdict.ok:
         runner.show_failure(job, job.obs.log)
