@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cuw.base.errors import CuwError
 from cuw.jobs import backends
 from cuw.config.policy import CacheChoice
 from cuw.jobs import process
@@ -220,8 +222,13 @@ def test_the_log_reader_waits_for_a_partial_line_and_reads_only_what_was_appende
     assert [e["key"] for e in seat_log.read_log(log)] == ["a.cu"]
     with open(log, "a") as fh:
         fh.write(half[17:] + "\n" + json.dumps({"action": "stubbed", "key": "c.cu"}) + "\n")
-    assert [e["key"] for e in reader.read()] == ["b.cu", "c.cu"] and reader.compiled == 2
+    assert [e.key for e in reader.read()] == ["b.cu", "c.cu"] and reader.compiled == 2
     assert reader.read() == [] and reader.offset == log.stat().st_size
+    with open(log, "a") as fh:  # a whole line the reader cannot read: no progress, and the gate's reader refuses it
+        fh.write(json.dumps({"action": "compiled", "key": 3, "rc": 0}) + "\n")
+    assert reader.read() == [] and reader.compiled == 2
+    with pytest.raises(CuwError, match=rf"^{re.escape(str(log))}:4: field 'key' is 3, not a string$"):
+        seat_log.read_entries(log)
     log.unlink()
     log.write_text(whole)  # a job folder prepared afresh: read from its start
     assert reader.compiled_count() == 1

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 
+from cuw.base.records import SeatLogEntry
 from cuw.toolchain import cache
 from cuw.seat import install, runtime, seat_log
 from cuw.partition.rules import owner, tu_key
@@ -88,26 +90,24 @@ def test_a_compile_measured_by_the_seat_travels_through_the_timeline_and_the_rep
     s = Seat(tmp_path, runtime.SeatPartition(1, 1))
     src = _source(s, "kernels/a.cu")
     assert s.run("-c", str(src), "-o", "a.o", *ARCH).returncode == 0
-    (entry,) = [e for e in s.entries() if e["action"] == "compiled"]
+    (entry,) = [e for e in seat_log.read_entries(s.log) if e.is_compile]
     # cicc alone needs well over 10 MB; nvcc's passes take more than 10 ms of CPU
-    assert entry["cpu_s"] > 0.01 and entry["peak_mb"] >= 10, entry
+    assert entry.cpu_s is not None and entry.peak_mb is not None and entry.seconds is not None, entry
+    assert entry.cpu_s > 0.01 and entry.peak_mb >= 10, entry
     row = seat_log.timeline_row(entry)
-    assert row is not None and row[4:] == [entry["cpu_s"], entry["peak_mb"]]
+    assert row is not None and row[4:] == [entry.cpu_s, entry.peak_mb]
     back = seat_log.timeline_entry(row)
-    assert back is not None and (back.cpu_s, back.peak_mb, back.key) == (
-        entry["cpu_s"],
-        entry["peak_mb"],
-        "kernels/a.cu",
-    )
+    assert back is not None and (back.cpu_s, back.peak_mb, back.key) == (entry.cpu_s, entry.peak_mb, "kernels/a.cu")
     old = seat_log.timeline_entry(row[:4])  # a manifest from before the measurement: read, unmeasured
-    assert old is not None and old.cpu_s is None and old.seconds == entry["seconds"]
+    assert old is not None and old.cpu_s is None and old.seconds == entry.seconds
     assert seat_log.timeline_entry(row[:5]) is None
-    other = {**entry, "cpu_s": 1.5, "peak_mb": entry["peak_mb"] + 100}
-    assert seat_log.measured_totals([entry, other, {"action": "compiled"}]) == {
-        "cpu_s": round(entry["cpu_s"] + 1.5, 3),
-        "peak_mb": entry["peak_mb"] + 100,
+    other = replace(entry, cpu_s=1.5, peak_mb=entry.peak_mb + 100)
+    unmeasured = SeatLogEntry("compiled", key="b.cu")
+    assert seat_log.measured_totals([entry, other, unmeasured]) == {
+        "cpu_s": round(entry.cpu_s + 1.5, 3),
+        "peak_mb": entry.peak_mb + 100,
     }
-    assert seat_log.measured_totals([{"action": "compiled", "seconds": 1.0}]) == {"cpu_s": None, "peak_mb": None}
+    assert seat_log.measured_totals([replace(unmeasured, seconds=1.0)]) == {"cpu_s": None, "peak_mb": None}
 
 
 def test_foreign_tu_gets_the_empty_object_and_a_depfile(tmp_path):

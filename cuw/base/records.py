@@ -365,6 +365,11 @@ class SeatLogEntry:
         return self.action == "compiled"
 
     @property
+    def tu(self) -> str:
+        """The key of a TU's entry (compiled, stubbed, deferred: its reader refuses one without it)."""
+        return self.key or ""
+
+    @property
     def is_host(self) -> bool:
         return self.kind == "host"
 
@@ -382,13 +387,29 @@ class SeatLogEntry:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
+TU_ACTIONS = ("compiled", "stubbed", "deferred")
+"""The entries of a TU of the build: each names it (``key``)."""
+
+
 def seat_entry(data: dict[str, Any], where: str) -> SeatLogEntry:
     """A seat-log line's JSON object as an entry; a field of the wrong type, or a newer schema, is refused."""
     check_schema(data, where, SEAT_LOG_SCHEMA, "seat log line")
     if "action" not in data:
         raise InputError(f"{where}: a seat log line without its field 'action'")
     check_fields(data, where, SeatLogEntry.FIELDS)
+    if data["action"] in TU_ACTIONS and data.get("key") is None:
+        raise InputError(f"{where}: a {data['action']} seat log line without its field 'key'")
     return SeatLogEntry(**{k: v for k, v in data.items() if k in SeatLogEntry.FIELDS and v is not None})
+
+
+def seat_line(line: bytes, where: str) -> Optional[SeatLogEntry]:
+    """One line of a seat log as an entry; None for one that is not a JSON object (blank, or cut
+    short by a killed job); a whole one that cannot be read is refused."""
+    try:
+        value = json.loads(line.decode("utf-8")) if line.strip() else None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return seat_entry(value, where) if isinstance(value, dict) else None
 
 
 def seat_entries(path: Path) -> list[SeatLogEntry]:
@@ -400,12 +421,5 @@ def seat_entries(path: Path) -> list[SeatLogEntry]:
         return []
     except OSError as exc:
         raise InputError(f"{path}: unreadable seat log ({exc.strerror or exc})") from None
-    out = []
-    for n, line in enumerate(data.splitlines(), 1):
-        try:
-            value = json.loads(line.decode("utf-8")) if line.strip() else None
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(value, dict):
-            out.append(seat_entry(value, f"{path}:{n}"))
-    return out
+    entries = (seat_line(line, f"{path}:{n}") for n, line in enumerate(data.splitlines(), 1))
+    return [e for e in entries if e is not None]

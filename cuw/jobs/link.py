@@ -251,10 +251,10 @@ def _build(job: LinkJob) -> None:
 def _gate(job: LinkJob) -> None:
     """The link gate over what the build did; its verdict printed."""
     ws, stats, cell = job.ws, job.built.stats, job.cell
-    compiles = [e for e in seat_log.read_log(ws.seat_log) if e.get("action") == "compiled"]
+    compiles = [e for e in seat_log.read_entries(ws.seat_log) if e.is_compile]
     job.phases["build_s"] = job.built.seconds
     # The replays' own seconds; the rest of build_s is configure, probes, the link steps.
-    job.phases["replay_s"] = round(sum(float(e.get("seconds") or 0.0) for e in compiles), 1)
+    job.phases["replay_s"] = round(sum(e.seconds or 0.0 for e in compiles), 1)
     job.phases["replays"] = len(compiles)
     in_build, compile_db = compdb.cuda_compiles_from(ws.tree, ws.src)
     job.wheels = sorted(ws.wheel_dir.glob("*.whl"))
@@ -270,9 +270,9 @@ def _gate(job: LinkJob) -> None:
         merged_at=job.merged_at,
         cuda_tus_in_build=in_build,
         compile_db=compile_db,
-        seat_keys=sorted({e["key"] for e in compiles}),
+        seat_keys=sorted({e.tu for e in compiles}),
         misses_by_key=seat_log.missed_keys(compiles, job.job_cache),
-        uncacheable_by_key=sorted(e["key"] for e in compiles if str(e.get("outcome", "")).startswith("uncacheable")),
+        uncacheable_by_key=sorted(e.tu for e in compiles if (e.outcome or "").startswith("uncacheable")),
         shard_count=job.count,
         assignment=recipe_assignment(job.recipe, job.count, ws.src, cell.lane) if job.count > 1 else None,
         missing_shards=job.missing,

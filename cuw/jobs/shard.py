@@ -17,7 +17,7 @@ from cuw.jobs.backends import build_env
 from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
 from cuw.base.files import sha256_of
-from cuw.base.records import ShardReport
+from cuw.base.records import TU_ACTIONS, SeatLogEntry, ShardReport
 from cuw.base.settings import Settings
 from cuw.gates.conditions import ShardObservation, Verdict, shard_gate, starved
 from cuw.partition.assignment import recipe_assignment
@@ -115,7 +115,7 @@ class ShardJob(runner.Job[ShardReport]):
     will_compile: int = field(init=False)
     parallel: JobChoice = field(init=False)
     built: runner.Built = field(init=False)
-    compiles: list[dict] = field(init=False)
+    compiles: list[SeatLogEntry] = field(init=False)
     obs: ShardObservation = field(init=False)
     verdict: Verdict = field(init=False)
     manifest: Optional[archive.Manifest] = None
@@ -286,37 +286,37 @@ def _gate(job: ShardJob) -> None:
     )
 
 
-def _observe(job: ShardJob) -> tuple[ShardObservation, list[dict]]:
+def _observe(job: ShardJob) -> tuple[ShardObservation, list[SeatLogEntry]]:
     """What the shard gate judges, from the build's log, tree and seat log; and the compiles.
     A continuation's TUs finished in earlier parts are ``earlier``."""
     ws, stats = job.ws, job.built.stats
-    entries = seat_log.read_log(ws.seat_log)
-    compiles = [e for e in entries if e.get("action") == "compiled"]
-    seen = ("compiled", "stubbed", "deferred")
+    entries = seat_log.read_entries(ws.seat_log)
+    compiles = [e for e in entries if e.is_compile]
+    seen = [e for e in entries if e.action in TU_ACTIONS]
     obs = ShardObservation(
         build_rc=job.built.rc,
         log=ws.build_log.read_text(errors="replace"),
         real_objects=real_objects(ws),
-        seat_compiles_seen=sum(1 for e in entries if e.get("action") in seen and e.get("kind") != "host"),
-        compiled=sorted({e["key"] for e in compiles if e.get("rc") == 0}),
-        failed=sorted({e["key"] for e in compiles if e.get("rc") != 0}),
+        seat_compiles_seen=sum(1 for e in seen if not e.is_host),
+        compiled=sorted({e.tu for e in compiles if e.rc == 0}),
+        failed=sorted({e.tu for e in compiles if e.rc != 0}),
         expected_owned=job.owned,
         cache_files=stats.files,
         unstored_misses=stats.unstored,
         build_tus=compdb.compiled_sources(ws.tree, ws.src),
-        host_compiles_seen=sum(1 for e in entries if e.get("action") in seen and e.get("kind") == "host"),
+        host_compiles_seen=sum(1 for e in seen if e.is_host),
         device_code=job.recipe.device_code,
         resources=resources.summary(job.sampler.record()),
-        uncacheable={
-            e["key"]: str(e["outcome"]).split(":", 1)[-1]
-            for e in compiles
-            if e.get("rc") == 0 and str(e.get("outcome", "")).startswith("uncacheable")
-        },
-        deferred=sorted({e["key"] for e in entries if e.get("action") == "deferred"}),
+        uncacheable={e.tu: str(e.outcome).split(":", 1)[-1] for e in compiles if e.rc == 0 and _uncacheable(e)},
+        deferred=sorted({e.tu for e in entries if e.action == "deferred"}),
         missed=seat_log.missed_keys(compiles, job.job_cache),
         earlier=job.resumed.earlier if job.resumed else [],
     )
     return obs, compiles
+
+
+def _uncacheable(entry: SeatLogEntry) -> bool:
+    return (entry.outcome or "").startswith("uncacheable")
 
 
 def _refuse_lost_remote(job: ShardJob) -> None:

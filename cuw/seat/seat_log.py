@@ -7,22 +7,24 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from cuw.base.files import json_record, json_records
-from cuw.base.records import SeatLogEntry, seat_entries
+from cuw.base.errors import CuwError
+from cuw.base.files import json_records
+from cuw.base.records import SeatLogEntry, seat_entries, seat_line
 from cuw.toolchain.cache import Cache, Sccache
 
 
-def _is_cuda_compile(entry: dict) -> bool:
-    return entry.get("action") == "compiled" and entry.get("kind") != "host"
+def _is_cuda_compile(entry: SeatLogEntry) -> bool:
+    return entry.is_compile and not entry.is_host
 
 
 def compiled_count(path: Path) -> int:
     """How many CUDA TUs a job's seat has compiled so far (for progress lines)."""
-    return sum(1 for e in read_log(path) if _is_cuda_compile(e))
+    return LogReader(path).compiled_count()
 
 
 def read_log(path: Path) -> list[dict]:
-    """Every whole entry of a seat log; a line that is not one (cut short) is left out."""
+    """Every whole line of a seat log as the seat wrote it (the tests hold the seat's writing to
+    it); the forge reads a seat log as entries (:func:`read_entries`)."""
     return json_records(path)
 
 
@@ -32,13 +34,13 @@ def read_entries(path: Path) -> list[SeatLogEntry]:
     return seat_entries(path)
 
 
-def missed_keys(compiles: list[dict], job_cache: Cache) -> list[str]:
+def missed_keys(compiles: list[SeatLogEntry], job_cache: Cache) -> list[str]:
     """TU keys of ``compiled`` entries that missed the cache: from the seat's per-call outcome, or
     sccache's piece log (the link's misses; a continuation's replays of its earlier parts)."""
     if isinstance(job_cache, Sccache):
         stems = job_cache.missed_stems()
-        return sorted({e["key"] for e in compiles if Path(e["key"]).name.split(".", 1)[0] in stems})
-    return sorted(e["key"] for e in compiles if e.get("outcome") == "miss")
+        return sorted({e.tu for e in compiles if Path(e.tu).name.split(".", 1)[0] in stems})
+    return sorted(e.tu for e in compiles if e.outcome == "miss")
 
 
 class LogReader:
@@ -55,8 +57,9 @@ class LogReader:
         self.count_host = count_host
         self._inode: Optional[int] = None
 
-    def read(self) -> list[dict]:
-        """The entries appended since the last call."""
+    def read(self) -> list[SeatLogEntry]:
+        """The entries appended since the last call. One that cannot be read is left out of the count
+        (progress is a courtesy: the gate refuses it after the build, naming its line)."""
         try:
             with open(self.path, "rb") as fh:
                 st = os.fstat(fh.fileno())
@@ -69,29 +72,35 @@ class LogReader:
         self.offset += len(data)
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
-        entries = [e for e in map(json_record, (line for line in lines if line.strip())) if e is not None]
-        self.compiled += sum(1 for e in entries if _is_cuda_compile(e) or (self.count_host and e.get("action") == "compiled"))
+        entries = [e for e in map(self._entry, lines) if e is not None]
+        self.compiled += sum(1 for e in entries if _is_cuda_compile(e) or (self.count_host and e.is_compile))
         return entries
+
+    def _entry(self, line: bytes) -> Optional[SeatLogEntry]:
+        try:
+            return seat_line(line, str(self.path))
+        except CuwError:
+            return None
 
     def compiled_count(self) -> int:
         self.read()
         return self.compiled
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def timeline_row(entry: dict) -> Optional[list]:
+def timeline_row(entry: SeatLogEntry) -> Optional[list]:
     """A compile as a manifest's timeline row: ``[key, start (epoch s), seconds, outcome]``, then
     ``cpu_s`` and ``peak_mb`` where the seat measured them (not on Windows, not under sccache).
     None for an entry without its times."""
-    if not (_number(entry.get("at")) and _number(entry.get("seconds"))):
+    if entry.at is None or entry.seconds is None:
         return None
-    row = [entry["key"], round(entry["at"] - entry["seconds"], 3), entry["seconds"], entry.get("outcome")]
-    if _number(entry.get("cpu_s")) and _number(entry.get("peak_mb")):
-        row += [entry["cpu_s"], entry["peak_mb"]]
+    row = [entry.tu, round(entry.at - entry.seconds, 3), entry.seconds, entry.outcome]
+    if entry.measured:
+        row += [entry.cpu_s, entry.peak_mb]
     return row
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def timeline_entry(row: list) -> Optional[SeatLogEntry]:
@@ -113,10 +122,11 @@ def timeline_entry(row: list) -> Optional[SeatLogEntry]:
     )
 
 
-def measured_totals(compiles: list[dict]) -> dict[str, object]:
+def measured_totals(compiles: list[SeatLogEntry]) -> dict[str, object]:
     """A job's compiles summed: ``cpu_s`` (all their CPU seconds) and ``peak_mb`` (the largest one
     compile's peak), over the compiles that carry them; None where none does."""
-    measured = [e for e in compiles if _number(e.get("cpu_s")) and _number(e.get("peak_mb"))]
-    if not measured:
+    cpu = [e.cpu_s for e in compiles if e.measured and e.cpu_s is not None]
+    peaks = [e.peak_mb for e in compiles if e.measured and e.peak_mb is not None]
+    if not cpu:
         return {"cpu_s": None, "peak_mb": None}
-    return {"cpu_s": round(sum(e["cpu_s"] for e in measured), 3), "peak_mb": max(e["peak_mb"] for e in measured)}
+    return {"cpu_s": round(sum(cpu), 3), "peak_mb": max(peaks)}
