@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cuw.jobs.workspace import Workspace, seat_config
 from cuw.toolchain import cache
 from cuw.seat import install, runtime, seat_log
 from cuw.toolchain.nvcc_args import HOST_VALUE_OPTIONS, parse
@@ -21,32 +22,23 @@ HOST_SRC = 'extern "C" int answer() { return 42; }\n'
 class HostSeat:
     """A job's seat with its host compilers linked into a bin folder, as the shadow CUDA_HOME has them."""
 
-    def __init__(self, root: Path, partition: runtime.SeatPartition | None, partition_host: bool = True) -> None:
-        self.src = root / "src"
+    def __init__(self, root: Path, partition: runtime.SeatPartition | None, lane: str = "linux") -> None:
+        ws = Workspace(root, root)
+        self.src = ws.src
         (self.src / "build").mkdir(parents=True)
-        job_cache = cache.open_cache("ccache", root / "cache", root, settings=run_settings())
+        job_cache = cache.open_cache("ccache", ws.cache_dir, ws.tree, settings=run_settings())
         job_cache.prepare()
         self.cache = job_cache
-        (root / "seat").mkdir()
-        self.empty = install.make_empty_object(root / "seat" / "empty.o", run_settings().cc)
-        self.log = root / "seat.jsonl"
-        config = runtime.SeatConfig(
-            real_nvcc=str(find_toolkit(homes=run_settings().homes).nvcc),
-            cache_cmd=job_cache.binary(),
-            cache_env=job_cache.env,
-            statslog_var=job_cache.statslog_var,
-            source_root=str(self.src),
-            empty_object=str(self.empty),
-            log=str(self.log),
-            partition=partition,
-            real_compilers=install.find_host_compilers(),
-            partition_host=partition_host,
-        )
+        ws.seat_dir.mkdir()
+        ws.logs.mkdir()
+        self.empty = install.make_empty_object(ws.empty_object, run_settings().cc)
+        self.log = ws.seat_log
+        config = seat_config(ws, find_toolkit(homes=run_settings().homes).nvcc, job_cache, partition, lane=lane)
         self.config = config
-        install.install(root / "seat", config)
+        install.install(ws.seat_dir, config)
         self.bin = root / "bin"
         self.bin.mkdir()
-        self.links = install.link_host_seat(root / "seat", self.bin, config)
+        self.links = install.link_host_seat(ws.seat_dir, self.bin, config)
 
     def gxx(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.bin / "g++"), *args], cwd=cwd or self.src, capture_output=True, text=True)
@@ -98,7 +90,7 @@ def test_foreign_host_tu_gets_the_empty_object_and_a_depfile(tmp_path):
 
 def test_windows_lanes_compile_every_host_tu(tmp_path):
     key = _key_owned_by(2, 3)
-    s = HostSeat(tmp_path, runtime.SeatPartition(1, 3), partition_host=False)
+    s = HostSeat(tmp_path, runtime.SeatPartition(1, 3), lane="windows")
     s.source(key)
     assert s.gxx("-c", key, "-o", "build/x.o").returncode == 0
     assert [(e["action"], e["kind"]) for e in s.entries()] == [("compiled", "host")]

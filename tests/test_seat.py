@@ -10,6 +10,7 @@ from pathlib import Path
 
 
 from cuw.base.records import SeatLogEntry
+from cuw.jobs.workspace import Workspace, seat_config
 from cuw.toolchain import cache
 from cuw.seat import install, runtime, seat_log
 from cuw.partition.rules import owner, tu_key
@@ -26,28 +27,19 @@ ARCH = ["-gencode", "arch=compute_90,code=sm_90"]
 class Seat:
     def __init__(self, root: Path, partition: runtime.SeatPartition | None, extra_args: list[str] | None = None) -> None:
         self.root = root
-        self.src = root / "src"
+        ws = Workspace(root, root)
+        self.src = ws.src
         self.src.mkdir(parents=True)
-        self.cache = cache.open_cache("ccache", root / "cache", root, settings=run_settings())
+        self.cache = cache.open_cache("ccache", ws.cache_dir, ws.tree, settings=run_settings())
         self.cache.prepare()
         self.cache_dir = self.cache.cache_dir
-        (root / "seat").mkdir()
-        empty = install.make_empty_object(root / "seat" / "empty.o", run_settings().cc)
-        self.log = root / "seat.jsonl"
+        ws.seat_dir.mkdir()
+        ws.logs.mkdir()
+        empty = install.make_empty_object(ws.empty_object, run_settings().cc)
+        self.log = ws.seat_log
         self.toolkit = find_toolkit(homes=run_settings().homes)
-        config = runtime.SeatConfig(
-            real_nvcc=str(self.toolkit.nvcc),
-            cache_cmd=self.cache.binary(),
-            cache_env=self.cache.env,
-            statslog_var=self.cache.statslog_var,
-            source_root=str(self.src),
-            empty_object=str(empty),
-            log=str(self.log),
-            partition=partition,
-            extra_args=extra_args or [],
-            tree=str(root),
-        )
-        self.exe = install.install(root / "seat", config)
+        config = seat_config(ws, self.toolkit.nvcc, self.cache, partition, extra_args or [])
+        self.exe = install.install(ws.seat_dir, config)
         self.empty = empty
 
     def run(self, *args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from cuw.jobs.workspace import Workspace, seat_config
 from cuw.toolchain import cache
 from cuw.seat import install, runtime, seat_log
 from cuw.seat import native as seat_native
@@ -260,11 +261,21 @@ HOST_CASES = [
 ]
 
 
+def _workspace(root: Path) -> Workspace:
+    """A job's folders as :func:`cuw.jobs.workspace.prepare` leaves them for its seat: the seat's
+    folder with the empty object, and the logs."""
+    ws = Workspace(root, root)
+    ws.seat_dir.mkdir(parents=True)
+    ws.logs.mkdir()
+    install.make_empty_object(ws.empty_object, run_settings().cc)
+    return ws
+
+
 class Job:
     """One job folder: sources, a seat of shard 1/2 with its host seat in bin/, and a ccache."""
 
     def __init__(
-        self, root: Path, native: bool, partition_host: bool = True, partitioned: bool = True, deadline: float | None = None
+        self, root: Path, native: bool, lane: str = "linux", partitioned: bool = True, deadline: float | None = None
     ) -> None:
         self.root = root
         self.src = root / "src"
@@ -278,27 +289,16 @@ class Job:
         outside = root / F_OUTSIDE.removeprefix("../")
         outside.parent.mkdir(parents=True)
         outside.write_text(KERNEL)
-        self.cache = cache.open_cache("ccache", root / "cache", root, settings=run_settings())
+        ws = _workspace(root)
+        self.cache = cache.open_cache("ccache", ws.cache_dir, ws.tree, settings=run_settings())
         self.cache.prepare()
-        (root / "seat").mkdir()
-        self.empty = install.make_empty_object(root / "seat" / "empty.o", run_settings().cc)
-        self.log = root / "seat.jsonl"
-        self.config = runtime.SeatConfig(
-            real_nvcc=str(find_toolkit(homes=run_settings().homes).nvcc),
-            cache_cmd=self.cache.binary(),
-            cache_env=self.cache.env,
-            statslog_var=self.cache.statslog_var,
-            source_root=str(self.src),
-            empty_object=str(self.empty),
-            log=str(self.log),
-            partition=runtime.SeatPartition(INDEX, COUNT) if partitioned else None,
-            extra_args=EXTRA_ARGS,
-            real_compilers=install.find_host_compilers(),
-            partition_host=partition_host,
-            tree=str(root),
-            deadline=deadline,
+        self.empty = ws.empty_object
+        self.log = ws.seat_log
+        partition = runtime.SeatPartition(INDEX, COUNT) if partitioned else None
+        self.config = seat_config(
+            ws, find_toolkit(homes=run_settings().homes).nvcc, self.cache, partition, EXTRA_ARGS, lane, deadline
         )
-        self.nvcc = install.install(root / "seat", self.config)
+        self.nvcc = install.install(ws.seat_dir, self.config)
         self.native = native and seat_native.install_native(
             root / "seat", self.config, note=root / "note.log", cc=run_settings().cc
         )
@@ -514,7 +514,7 @@ def test_the_foreign_table_is_the_partition_rule(jobs):
 
 
 def test_windows_lanes_compile_every_host_tu(tmp_path):
-    job = Job(tmp_path / "w", native=True, partition_host=False)
+    job = Job(tmp_path / "w", native=True, lane="windows")
     assert job.run(Case("host", ["-c", F_CPP, "-o", "x.o"], False, tool="g++"), NO_FALLBACK) == 0
     assert [(e["action"], e["kind"], e["owner"], e["outcome"]) for e in job.entries()] == [("compiled", "host", None, "miss")]
     assert job.run(Case("nvcc", ["-c", F_CU, "-o", "k.o"], True), NO_FALLBACK) == 0  # CUDA TUs still partitioned
@@ -530,46 +530,39 @@ def test_a_job_folder_with_odd_characters_gets_the_native_stub(tmp_path):
 
 def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkeypatch):
     root = tmp_path / "j"
-    (root / "src" / F_CU).parent.mkdir(parents=True)
-    (root / "src" / F_CU).write_text(KERNEL)
-    empty = install.make_empty_object(root / "empty.o", run_settings().cc)
-    config = runtime.SeatConfig(
-        real_nvcc=str(find_toolkit(homes=run_settings().homes).nvcc),
-        cache_cmd="ccache",
-        cache_env={},
-        statslog_var=None,
-        source_root=str(root / "src"),
-        empty_object=str(empty),
-        log=str(root / "seat.jsonl"),
-        partition=runtime.SeatPartition(INDEX, COUNT),
+    ws = _workspace(root)
+    (ws.src / F_CU).parent.mkdir(parents=True)
+    (ws.src / F_CU).write_text(KERNEL)
+    config = seat_config(
+        ws,
+        find_toolkit(homes=run_settings().homes).nvcc,
+        cache.open_cache("ccache", ws.cache_dir, ws.tree, settings=run_settings()),
+        runtime.SeatPartition(INDEX, COUNT),
     )
-    script = install.install(root / "seat", config)
+    script = install.install(ws.seat_dir, config)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     note = root / "build.log"
     assert not seat_native.install_native(root / "seat", config, note=note, cc=run_settings().cc)
     assert script.read_text().startswith("#!")  # still the Python seat
-    assert sorted(p.name for p in (root / "seat").iterdir()) == ["host-cc", "nvcc", "seat.json"]
+    assert sorted(p.name for p in ws.seat_dir.iterdir()) == ["empty.c", "empty.o", "host-cc", "nvcc", "seat.json"]
     assert note.read_text().count("\n") == 1 and "native stub not built" in note.read_text()
     proc = subprocess.run([str(script), "-c", F_CU, "-o", "k.o"], check=False, cwd=root / "src", capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert [e["action"] for e in seat_log.read_log(root / "seat.jsonl")] == ["stubbed"]
+    assert [e["action"] for e in seat_log.read_log(ws.seat_log)] == ["stubbed"]
 
 
 def test_a_seat_without_partition_keeps_the_python_scripts(tmp_path):
-    (tmp_path / "src").mkdir()
-    config = runtime.SeatConfig(
-        real_nvcc="nvcc",
-        cache_cmd="ccache",
-        cache_env={},
-        statslog_var=None,
-        source_root=str(tmp_path / "src"),
-        empty_object=str(tmp_path / "e.o"),
-        log=str(tmp_path / "seat.jsonl"),
-        partition=None,
+    ws = _workspace(tmp_path)
+    ws.src.mkdir()
+    config = seat_config(
+        ws,
+        find_toolkit(homes=run_settings().homes).nvcc,
+        cache.open_cache("ccache", ws.cache_dir, ws.tree, settings=run_settings()),
+        None,
     )
-    script = install.install(tmp_path / "seat", config)
-    assert not seat_native.install_native(tmp_path / "seat", config, cc=run_settings().cc)
-    assert script.read_text().startswith("#!") and not (tmp_path / "seat" / seat_native.NATIVE_TABLE).exists()
+    script = install.install(ws.seat_dir, config)
+    assert not seat_native.install_native(ws.seat_dir, config, cc=run_settings().cc)
+    assert script.read_text().startswith("#!") and not (ws.seat_dir / seat_native.NATIVE_TABLE).exists()
 
 
 def test_a_link_seat_gets_the_native_stub(tmp_path):

@@ -24,7 +24,9 @@ from cuw.jobs.shard import apply_source_filter, expected_owned
 from cuw.jobs.local import run_build
 from cuw.tools.planner import plan
 from cuw.config.recipe import load_recipe
-from cuw.jobs.workspace import partition_for_seat
+from cuw.jobs.workspace import Workspace, partition_for_seat, seat_config
+from cuw.toolchain.cache import open_cache
+from cuw.toolchain.toolkit import find_toolkit
 from test_seat import ARCH, Seat, _source
 
 FILTER_VARS = ("CUDA_WHEELS_SHARD_INDEX", "CUDA_WHEELS_SHARD_COUNT")
@@ -113,16 +115,12 @@ def test_the_filter_and_the_seat_leave_each_shard_its_own_slice(tmp_path):
     recipe = load_recipe("natten_like", recipes)
     spec = ShardSpec(2, 4)
     part = partition_for_seat(recipe, spec, src)
-    config = runtime.SeatConfig(
-        real_nvcc="nvcc",
-        cache_cmd="ccache",
-        cache_env={},
-        statslog_var=None,
-        source_root=str(src),
-        empty_object=str(tmp_path / "e.o"),
-        log=str(tmp_path / "l"),
-        partition=part,
-        real_compilers={"g++": "/usr/bin/g++"},
+    ws = Workspace(tmp_path / "shard-2of4", src.parent)
+    config = seat_config(
+        ws,
+        find_toolkit(homes=run_settings().homes).nvcc,
+        open_cache("ccache", ws.cache_dir, ws.tree, settings=run_settings()),
+        part,
     )
     table = native.foreign_table(config)
     assert "source_filter\t2/4" in table.splitlines()
@@ -176,34 +174,35 @@ def test_a_seat_refuses_when_the_filter_is_another_shard(tmp_path):
 
 def test_the_native_stub_stubs_the_rest_beside_the_filter_and_hands_over_the_rest(tmp_path):
     root = tmp_path / "j"
+    ws = Workspace(root, root)
     for key in ("hand/h0.cu", "hand/h1.cu", "hand/h2.cu", "hand/h3.cu", "gen/g0.cu"):
-        (root / "src" / key).parent.mkdir(parents=True, exist_ok=True)
-        (root / "src" / key).write_text("__global__ void k() {}\n")
+        (ws.src / key).parent.mkdir(parents=True, exist_ok=True)
+        (ws.src / key).write_text("__global__ void k() {}\n")
     part = runtime.SeatPartition(1, 2, filter_globs=["gen/*.cu"], filter_keys=["gen/g0.cu"])
     foreign = next(k for k in ("hand/h0.cu", "hand/h1.cu", "hand/h2.cu", "hand/h3.cu") if part.owner(k) == 2)
-    empty = install.make_empty_object(root / "empty.o", run_settings().cc)
-    config = runtime.SeatConfig(
-        real_nvcc="nvcc",
-        cache_cmd="ccache",
-        cache_env={},
-        statslog_var=None,
-        source_root=str(root / "src"),
-        empty_object=str(empty),
-        log=str(root / "seat.jsonl"),
-        partition=part,
+    ws.seat_dir.mkdir()
+    ws.logs.mkdir()
+    install.make_empty_object(ws.empty_object, run_settings().cc)
+    config = seat_config(
+        ws,
+        find_toolkit(homes=run_settings().homes).nvcc,
+        open_cache("ccache", ws.cache_dir, ws.tree, settings=run_settings()),
+        part,
     )
-    install.install(root / "seat", config)
-    assert native.install_native(root / "seat", config, cc=run_settings().cc)
-    stub = str(root / "seat" / "nvcc")
+    install.install(ws.seat_dir, config)
+    assert native.install_native(ws.seat_dir, config, cc=run_settings().cc)
+    stub = str(ws.seat_dir / "nvcc")
 
     def run(key: str, index: str) -> int:
         env = {**os.environ, "CUW_SEAT_STUB_NO_FALLBACK": "1", FILTER_VARS[0]: index, FILTER_VARS[1]: "2"}
-        return subprocess.run([stub, "-c", key, "-o", "x.o"], cwd=root / "src", env=env, check=False).returncode
+        return subprocess.run([stub, "-c", key, "-o", "x.o"], cwd=ws.src, env=env, check=False).returncode
 
     assert run(foreign, "1") == 0, "a foreign rest TU is stubbed natively beside the filter"
-    assert seat_log.read_log(root / "seat.jsonl")[-1]["key"] == foreign
+    assert seat_log.read_log(ws.seat_log)[-1]["key"] == foreign
     assert run(foreign, "2") == 97, "another shard's coordinates: handed to the Python seat (which refuses)"
-    assert run("gen/g0.cu", "1") == 97, "the filter's file is not in the table: handed over, compiled"
+    assert run("gen/g0.cu", "1") == 0, "the filter's file is no other shard's: compiled here, never stubbed"
+    last = seat_log.read_log(ws.seat_log)[-1]
+    assert (last["action"], last["key"], last["owner"], last["rc"]) == ("compiled", "gen/g0.cu", None, 0)
 
 
 def test_bypass_check_reads_compile_commands_without_ninja(tmp_path):

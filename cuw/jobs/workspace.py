@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from cuw.seat import install, native, runtime
 from cuw.partition.assignment import recipe_assignment
@@ -115,22 +115,8 @@ def prepare(
     job_cache = open_cache(tool, ws.cache_dir, ws.tree, remote, settings=settings)
     job_cache.prepare()
     install.make_empty_object(ws.empty_object, settings.cc)
-    config = runtime.SeatConfig(
-        real_nvcc=str(toolkit.nvcc),
-        cache_cmd=job_cache.binary(),
-        cache_env=job_cache.env,
-        statslog_var=job_cache.statslog_var,
-        source_root=str(ws.src),
-        empty_object=str(ws.empty_object),
-        log=str(ws.seat_log),
-        partition=partition_for_seat(recipe, seat_partition, ws.src, lane) if seat_partition else None,
-        extra_args=[*recipe.nvcc_flags, *([f"--threads={recipe.nvcc_threads}"] if recipe.nvcc_threads else [])],
-        real_compilers=install.find_host_compilers(),
-        # Windows shards keep every host source: the module-init symbol must link in each.
-        partition_host=lane != "windows",
-        tree=str(ws.tree),
-        deadline=deadline,
-    )
+    partition = partition_for_seat(recipe, seat_partition, ws.src, lane) if seat_partition else None
+    config = seat_config(ws, toolkit.nvcc, job_cache, partition, nvcc_args(recipe), lane, deadline)
     script = install.install(ws.seat_dir, config)
     # A shard's foreign TUs stubbed without a Python start (no C compiler: the scripts stay).
     native.install_native(ws.seat_dir, config, note=ws.build_log, cc=settings.cc)
@@ -138,6 +124,42 @@ def prepare(
     install.link_host_seat(ws.seat_dir, ws.cuda_home / "bin", config)
     install_ninja_wrapper(ws.cuda_home / "bin", settings.path)
     return job_cache
+
+
+def seat_config(
+    ws: Workspace,
+    nvcc: Path,
+    job_cache: Cache,
+    partition: Optional[runtime.SeatPartition],
+    extra_args: Sequence[str] = (),
+    lane: str = "linux",
+    deadline: Optional[float] = None,
+) -> runtime.SeatConfig:
+    """The seat of the job in ``ws``: the real ``nvcc`` and host compilers behind it, the job's cache,
+    its folders, its slice (``partition``; None: a pure cache pass-through), ``extra_args`` for
+    every owned compile (:func:`nvcc_args`) and the ``deadline`` (Unix time) past which it starts
+    no owned compile. The one place a job's inputs become a :class:`runtime.SeatConfig`."""
+    return runtime.SeatConfig(
+        real_nvcc=str(nvcc),
+        cache_cmd=job_cache.binary(),
+        cache_env=job_cache.env,
+        statslog_var=job_cache.statslog_var,
+        source_root=str(ws.src),
+        empty_object=str(ws.empty_object),
+        log=str(ws.seat_log),
+        partition=partition,
+        extra_args=list(extra_args),
+        real_compilers=install.find_host_compilers(),
+        # Windows shards keep every host source: the module-init symbol must link in each.
+        partition_host=lane != "windows",
+        tree=str(ws.tree),
+        deadline=deadline,
+    )
+
+
+def nvcc_args(recipe: Recipe) -> list[str]:
+    """What the seat appends to every owned compile: the recipe's nvcc_flags and ``--threads N``."""
+    return [*recipe.nvcc_flags, *([f"--threads={recipe.nvcc_threads}"] if recipe.nvcc_threads else [])]
 
 
 _NINJA_WRAPPER = """#!/bin/sh
