@@ -554,12 +554,9 @@ def test_without_a_c_compiler_the_python_seat_stays_and_says_so(tmp_path, monkey
 def test_a_seat_without_partition_keeps_the_python_scripts(tmp_path):
     ws = _workspace(tmp_path)
     ws.src.mkdir()
-    config = seat_config(
-        ws,
-        find_toolkit(homes=run_settings().homes).nvcc,
-        cache.open_cache("ccache", ws.cache_dir, ws.tree, settings=run_settings()),
-        None,
-    )
+    # A link's seat (no partition) whose owned compile the table cannot hold (a flag with a newline).
+    job_cache = cache.open_cache("ccache", ws.cache_dir, ws.tree, settings=run_settings())
+    config = seat_config(ws, find_toolkit(homes=run_settings().homes).nvcc, job_cache, None, ["-DTWO_LINES=a\nb"])
     script = install.install(ws.seat_dir, config)
     assert not seat_native.install_native(ws.seat_dir, config, cc=run_settings().cc)
     assert script.read_text().startswith("#!") and not (ws.seat_dir / seat_native.NATIVE_TABLE).exists()
