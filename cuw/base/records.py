@@ -23,6 +23,9 @@ from cuw.base.errors import InputError, OutputError
 
 SHARD_REPORT_SCHEMA = 1
 LINK_REPORT_SCHEMA = 1
+VERIFY_REPORT_SCHEMA = 1
+BUILD_RECORD_FORMAT = 2
+"""2: the cell's inputs and their digest (cuw/config/inputs.py); a record of 1 has neither."""
 SEAT_LOG_SCHEMA = 1
 """Seat-log lines carry no ``schema`` field while they are version 1 (the Python seat and its C
 twin write one line per compile: the constant stays out of them); a line that says more is refused."""
@@ -52,6 +55,7 @@ BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
 OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
 STRINGS: Check = (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings")
 INTS: Check = (lambda v: isinstance(v, list) and all(_is_int(x) for x in v), "a list of integers")
+OBJECTS: Check = (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v), "a list of objects")
 NUMBERS: Check = (
     lambda v: isinstance(v, dict) and all(isinstance(k, str) and is_number(x) for k, x in v.items()),
     "an object of numbers",
@@ -78,17 +82,57 @@ def check_fields(data: dict[str, Any], where: str, spec: dict[str, Check], what:
             raise InputError(f"{where}: {what} {key!r} is {_shown(value)}, not {must}")
 
 
-def check_schema(data: dict[str, Any], where: str, known: int, what: str) -> int:
-    """The record's schema version (1 when it names none); one newer than ``known`` is refused."""
-    schema = data.get("schema", 1)
+def check_schema(data: dict[str, Any], where: str, known: int, what: str, key: str = "schema") -> int:
+    """The record's schema version, its field ``key`` (1 when it names none); one newer than ``known`` is refused."""
+    schema = data.get(key, 1)
     if not _is_int(schema) or schema < 1:
-        raise InputError(f"{where}: field 'schema' is {_shown(schema)}, not a schema version (an integer from 1)")
+        raise InputError(f"{where}: field {key!r} is {_shown(schema)}, not a schema version (an integer from 1)")
     if schema > known:
         raise InputError(
-            f"{where}: a {what} of schema {schema}; this forge reads {what}s up to schema {known}: "
+            f"{where}: a {what} of {key} {schema}; this forge reads {what}s up to {key} {known}: "
             "read it with the forge that wrote it, or run the job again with this one"
         )
     return schema
+
+
+_KEPT_ASIDE = ("extra", "nulls")
+"""A record's fields that are no JSON key of their own: a later forge's fields, and the unset ones
+written as null."""
+
+
+def _json_of(record: Any) -> dict[str, Any]:
+    """A record's JSON object: its fields under their own keys (the unset ones left out, but for its
+    ``nulls``), and its ``extra``: what :func:`_parts` reads back as the same record."""
+    body = {f.name: getattr(record, f.name) for f in fields(record) if f.name not in _KEPT_ASIDE}
+    return {**record.extra, **{k: v for k, v in body.items() if v is not None or k in record.nulls}}
+
+
+def _parts(kind: type, data: dict[str, Any]) -> dict[str, Any]:
+    """A checked JSON object as the arguments of record ``kind``: its fields, the unknown ones
+    (``extra``) and the ones that are null (``nulls``)."""
+    known = {f.name for f in fields(kind)} - set(_KEPT_ASIDE)
+    values = {k: v for k, v in data.items() if k in known and v is not None}
+    nulls = frozenset(k for k, v in data.items() if k in known and v is None)
+    return {**values, "extra": {k: v for k, v in data.items() if k not in known}, "nulls": nulls}
+
+
+def _write_json(path: Path, body: dict[str, Any], read_back: Callable[[Any, str], Any], what: str) -> Path:
+    """A record's one way to disk: its JSON checked by its reader first (never a file the next job
+    would refuse), written beside ``path`` and renamed into place (no reader sees half of it)."""
+    from cuw.base.files import write_text
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{what} {path}: cannot create {path.parent} ({exc.strerror or exc})") from None
+    text = json.dumps(body, indent=2, sort_keys=True, default=str) + "\n"
+    read_back(json.loads(text), str(path))
+    written = write_text(path, text, option=what)
+    try:
+        written.chmod(0o644)  # the temp file it was renamed from was made private (0600)
+    except OSError:
+        pass
+    return written
 
 
 # -- job reports ----------------------------------------------------------------------------------
@@ -141,10 +185,8 @@ class JobReport:
     """The facts a reader uses, checked; the others are the gate's to name."""
 
     def to_json(self) -> dict[str, Any]:
-        """The report's JSON object: its fields under their own keys (the unset ones left out, but
-        for ``nulls``), and ``extra``: what :func:`job_report` reads back as this report."""
-        body = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _KEPT_ASIDE}
-        return {**self.extra, **{k: v for k, v in body.items() if v is not None or k in self.nulls}}
+        """The report's JSON object, what :func:`job_report` reads back as this report."""
+        return _json_of(self)
 
 
 @dataclass(frozen=True)
@@ -226,9 +268,6 @@ class LinkReport(JobReport):
         return list(self.facts.get("missing_shards") or [])
 
 
-_KEPT_ASIDE = ("extra", "nulls")
-"""A report's fields that are no JSON key of their own."""
-
 REPORTS: dict[str, type[JobReport]] = {"shard": ShardReport, "link": LinkReport}
 Report = Union[ShardReport, LinkReport]
 
@@ -248,30 +287,12 @@ def job_report(data: Any, where: str) -> JobReport:
         raise InputError(f"{where}: field 'ok' is {_shown(data['ok'])}, not true or false")
     check_fields(data, where, kind.FIELDS)
     check_fields(data.get("facts") or {}, where, kind.FACTS, "fact")
-    known = {f.name for f in fields(kind)} - set(_KEPT_ASIDE)
-    values = {k: v for k, v in data.items() if k in known and v is not None}
-    nulls = frozenset(k for k, v in data.items() if k in known and v is None)
-    return kind(**{**values, "schema": schema}, extra={k: v for k, v in data.items() if k not in known}, nulls=nulls)
+    return kind(**{**_parts(kind, data), "schema": schema})
 
 
 def write_report(path: Path, report: JobReport) -> Path:
-    """The one writer of job reports: ``report``'s JSON, checked by its reader first (never a report
-    :func:`job_report` would refuse), written beside ``path`` and renamed into place (no reader sees
-    half of it)."""
-    from cuw.base.files import write_text
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"report {path}: cannot create {path.parent} ({exc.strerror or exc})") from None
-    text = json.dumps(report.to_json(), indent=2, sort_keys=True, default=str) + "\n"
-    job_report(json.loads(text), str(path))
-    written = write_text(path, text, option="report")
-    try:
-        written.chmod(0o644)  # the temp file it was renamed from was made private (0600)
-    except OSError:
-        pass
-    return written
+    """The one writer of job reports (its reader, :func:`job_report`, checks it first)."""
+    return _write_json(path, report.to_json(), job_report, "report")
 
 
 def load_json(path: Path, what: str) -> Any:
@@ -314,6 +335,151 @@ def gate_of(path: Path) -> Optional[str]:
         return None
     gate = data.get("gate") if isinstance(data, dict) else None
     return gate if isinstance(gate, str) and gate in REPORTS else None
+
+
+# -- verify reports -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyCheck:
+    """One check of the verify gate (:mod:`cuw.wheel.verify`) and what it found."""
+
+    name: str
+    ok: bool
+    details: list[str] = field(default_factory=list)
+
+    FIELDS: ClassVar[dict[str, Check]] = {"name": STRING, "ok": BOOL, "details": STRINGS}
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """``<wheel>.verify.json`` beside the wheel: the verify gate's checks of it (``ok``: all passed)."""
+
+    wheel: str
+    checks: list[VerifyCheck]
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields this forge does not know (a later forge's, of the same schema): kept, written back."""
+    schema: int = VERIFY_REPORT_SCHEMA
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's JSON object (``ok`` written out for the people and tools that read it)."""
+        checks = [{"name": c.name, "ok": c.ok, "details": c.details} for c in self.checks]
+        return {**self.extra, "wheel": self.wheel, "ok": self.ok, "checks": checks, "schema": self.schema}
+
+
+def verify_report(data: Any, where: str) -> VerifyReport:
+    """A verify report from its JSON object, every field checked; one whose ``ok`` its checks contradict is refused."""
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: not a verify report (a JSON object expected)")
+    schema = check_schema(data, where, VERIFY_REPORT_SCHEMA, "verify report")
+    for key, (test, must) in {"wheel": STRING, "checks": OBJECTS}.items():
+        if not test(data.get(key)):
+            raise InputError(f"{where}: field {key!r} is {_shown(data.get(key))}, not {must}")
+    check_fields(data, where, {"ok": BOOL})
+    checks = []
+    for n, check in enumerate(data["checks"], 1):
+        if not isinstance(check.get("name"), str) or not isinstance(check.get("ok"), bool):
+            raise InputError(f"{where}: check {n} is {_shown(check)}, not an object with its name and ok")
+        check_fields(check, f"{where}: check {check['name']!r}", VerifyCheck.FIELDS)
+        checks.append(VerifyCheck(check["name"], check["ok"], list(check.get("details") or [])))
+    extra = _parts(VerifyReport, {k: v for k, v in data.items() if k != "ok"})["extra"]
+    report = VerifyReport(data["wheel"], checks, extra, schema)
+    if data.get("ok") is not None and data["ok"] != report.ok:
+        raise InputError(f"{where}: field 'ok' is {_shown(data['ok'])}, but its checks say {_shown(report.ok)}")
+    return report
+
+
+def write_verify_report(path: Path, report: VerifyReport) -> Path:
+    """The one writer of verify reports (its reader, :func:`verify_report`, checks it first)."""
+    return _write_json(path, report.to_json(), verify_report, "verify report")
+
+
+def read_verify_report(path: Path) -> VerifyReport:
+    return verify_report(load_json(path, "verify report"), str(path))
+
+
+# -- build records --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """``dist/<wheel>.build.json`` (``files/<wheel>.build.json`` in an index): what the wheel was
+    built from and how every job of its cell went (:func:`cuw.wheel.publish.build_record`)."""
+
+    wheel: str
+    sha256: Optional[str] = None
+    recipe: Optional[str] = None
+    cell: Optional[dict[str, Any]] = None
+    inputs: Optional[dict[str, Any]] = None
+    """What the wheel is a function of (:func:`cuw.config.inputs.cell_inputs`): the plan compares ``inputs_digest``."""
+    inputs_digest: Optional[str] = None
+    source: Optional[dict[str, Any]] = None
+    recipe_digest: Optional[str] = None
+    policy_digest: Optional[str] = None
+    toolkit: Optional[dict[str, Any]] = None
+    cache: Optional[dict[str, Any]] = None
+    builder: Optional[dict[str, Any]] = None
+    """Where the wheel was linked (image, glibc, compiler) and the floor that follows from it."""
+    forge: Optional[dict[str, Any]] = None
+    shards: Optional[list[dict[str, Any]]] = None
+    link: Optional[dict[str, Any]] = None
+    """The link's counters (total, hits, misses, uncacheable, cuda_tus), seconds and shard count."""
+    verify: Optional[dict[str, Any]] = None
+    """The verify gate's ``ok`` and each check's name and ok."""
+    run: Optional[dict[str, Any]] = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields this forge does not know (a later forge's, of the same format): kept, written back."""
+    nulls: frozenset[str] = frozenset()
+    """Unset fields written as null (no policy file, a link without a cache record): kept as they are."""
+    format: int = BUILD_RECORD_FORMAT
+
+    FIELDS: ClassVar[dict[str, Check]] = {
+        "wheel": STRING,
+        "sha256": STRING,
+        "recipe": STRING,
+        "cell": OBJECT,
+        "inputs": OBJECT,
+        "inputs_digest": STRING,
+        "source": OBJECT,
+        "recipe_digest": STRING,
+        "policy_digest": STRING,
+        "toolkit": OBJECT,
+        "cache": OBJECT,
+        "builder": OBJECT,
+        "forge": OBJECT,
+        "shards": OBJECTS,
+        "link": OBJECT,
+        "verify": OBJECT,
+        "run": OBJECT,
+    }
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's JSON object, what :func:`build_record` reads back as this record."""
+        return _json_of(self)
+
+
+def build_record(data: Any, where: str) -> BuildRecord:
+    """A build record from its JSON object, every field it holds checked (``wheel`` it must hold)."""
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: not a build record (a JSON object expected)")
+    version = check_schema(data, where, BUILD_RECORD_FORMAT, "build record", key="format")
+    if not isinstance(data.get("wheel"), str):
+        raise InputError(f"{where}: field 'wheel' is {_shown(data.get('wheel'))}, not a string: not a build record")
+    check_fields(data, where, BuildRecord.FIELDS)
+    return BuildRecord(**{**_parts(BuildRecord, data), "format": version})
+
+
+def write_build_record(path: Path, record: BuildRecord) -> Path:
+    """The one writer of build records (its reader, :func:`build_record`, checks it first)."""
+    return _write_json(path, record.to_json(), build_record, "build record")
+
+
+def read_build_record(path: Path) -> BuildRecord:
+    return build_record(load_json(path, "build record"), str(path))
 
 
 # -- seat-log entries -----------------------------------------------------------------------------

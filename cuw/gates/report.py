@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional, TypeVar
 
 from cuw.base import records
-from cuw.base.errors import CuwError, OutputError
+from cuw.base.errors import CuwError
 from cuw.gates.conditions import Verdict
 
 R = TypeVar("R", bound=records.JobReport)

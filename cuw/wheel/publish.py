@@ -16,7 +16,6 @@ wheels of the chunk are still published.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile
@@ -30,25 +29,24 @@ from packaging.utils import canonicalize_name
 from cuw import __version__
 from cuw.gates import report
 from cuw.base.errors import CuwError, InputError
-from cuw.base.records import LinkReport, ShardReport, read_link_report, read_shard_report
+from cuw.base.records import build_record as build_record_of  # its reader: this module's build_record makes one
+from cuw.base.records import (
+    BuildRecord,
+    LinkReport,
+    ShardReport,
+    VerifyReport,
+    read_build_record,
+    read_link_report,
+    read_shard_report,
+    read_verify_report,
+    write_build_record,
+)
 from cuw.base.settings import GitHub, Settings
-from cuw.base.files import check_apart, copy_into, writable_dir, write_text
+from cuw.base.files import check_apart, copy_into, writable_dir
 from cuw.base.files import sha256_of as sha256_file, tree_digest
 from cuw.config.inputs import cell_inputs, inputs_digest
 from cuw.wheel.index import RECORD_SUFFIX  # one name for the record beside each wheel
 from cuw.wheel.verify import integrity
-
-FORMAT = 2  # 2: the cell's inputs and their digest (cuw/config/inputs.py)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise InputError(f"{path}: unreadable report ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a report (a JSON object was expected)")
-    return data
 
 
 def _source(recipe: Any) -> dict[str, Any]:
@@ -102,40 +100,39 @@ def build_record(
     wheel: Path,
     link_report: LinkReport,
     shard_reports: list[ShardReport],
-    verify_report: Optional[dict[str, Any]],
+    verify_report: Optional[VerifyReport],
     toolkit: Any,
     inputs: dict[str, Any],
     github: GitHub,
-) -> dict[str, Any]:
+) -> BuildRecord:
     """The record of one wheel (pure: everything it says comes from the arguments). ``inputs``: what
     the wheel is a function of (:func:`cuw.config.inputs.cell_inputs`), which the plan compares;
     ``github``: the run's GitHub Actions context (its commit and run, when there is one)."""
     recipes_dir = Path(recipe.folder).parent
     policy = recipes_dir / "defaults.yml"
     facts = link_report.facts
-    checks = (verify_report or {}).get("checks", [])
-    return {
-        "format": FORMAT,
-        "wheel": wheel.name,
-        "inputs": inputs,
-        "inputs_digest": inputs_digest(inputs),
-        "sha256": sha256_file(wheel),
-        "recipe": recipe.key,
-        "cell": link_report.cell,
-        "source": _source(recipe),
-        "recipe_digest": tree_digest(Path(recipe.folder)),
-        "policy_digest": sha256_file(policy) if policy.is_file() else None,
-        "toolkit": {"cuda": toolkit.version, "nvcc": _nvcc_version(toolkit.nvcc)},
-        "cache": link_report.cache,
-        # Where the wheel was linked (image, glibc, compiler) and the floor that follows from it.
-        "builder": link_report.builder,
-        "forge": {"version": __version__, "commit": _forge_commit(github)},
-        "shards": [_shard_row(rep) for rep in sorted(shard_reports, key=_shard_order)],
-        "link": {k: facts.get(k) for k in ("total", "hits", "misses", "uncacheable", "cuda_tus")}
+    checks = verify_report.checks if verify_report else []
+    return BuildRecord(
+        wheel=wheel.name,
+        inputs=inputs,
+        inputs_digest=inputs_digest(inputs),
+        sha256=sha256_file(wheel),
+        recipe=recipe.key,
+        cell=link_report.cell,
+        source=_source(recipe),
+        recipe_digest=tree_digest(Path(recipe.folder)),
+        policy_digest=sha256_file(policy) if policy.is_file() else None,
+        toolkit={"cuda": toolkit.version, "nvcc": _nvcc_version(toolkit.nvcc)},
+        cache=link_report.cache,
+        builder=link_report.builder,
+        forge={"version": __version__, "commit": _forge_commit(github)},
+        shards=[_shard_row(rep) for rep in sorted(shard_reports, key=_shard_order)],
+        link={k: facts.get(k) for k in ("total", "hits", "misses", "uncacheable", "cuda_tus")}
         | {"seconds": link_report.build_s, "shard_count": link_report.shard_count},
-        "verify": {"ok": (verify_report or {}).get("ok"), "checks": [{"name": c.get("name"), "ok": c.get("ok")} for c in checks]},
-        "run": dict(github.run),
-    }
+        verify={"ok": verify_report.ok if verify_report else None, "checks": [{"name": c.name, "ok": c.ok} for c in checks]},
+        run=dict(github.run),
+        nulls=frozenset({"policy_digest", "cache", "builder"}),  # said as null when there is none
+    )
 
 
 def record(recipe: Any, dist: Path, artifacts: Path, settings: Settings) -> Path:
@@ -165,17 +162,15 @@ def record(recipe: Any, dist: Path, artifacts: Path, settings: Settings) -> Path
     suffix = f"of{link_rep.shard_count}.report.json"
     shard_reports = [read_shard_report(p) for p in sorted(cell_dir.glob(f"cuw-shard-*{suffix}"))]
     verify_path = dist / f"{wheel.name}.verify.json"
-    verify_rep = _read_json(verify_path) if verify_path.is_file() else None
+    verify_rep = read_verify_report(verify_path) if verify_path.is_file() else None
     from cuw.config.policy import load_policy
     from cuw.toolchain.builder import current_builder
 
     inputs = cell_inputs(recipe, load_policy(Path(recipe.folder).parent), cell, current_builder(settings).image or "")
     body = build_record(recipe, wheel, link_rep, shard_reports, verify_rep, toolkit, inputs, settings.github)
-    out = dist / f"{wheel.name}{RECORD_SUFFIX}"
-    write_text(out, json.dumps(body, indent=2, sort_keys=True) + "\n", "build record")
-    report.say(
-        f"build record: {out} ({len(shard_reports)} shard reports, link {body['link']['hits']}/{body['link']['total']} hits)"
-    )
+    out = write_build_record(dist / f"{wheel.name}{RECORD_SUFFIX}", body)
+    link = body.link or {}
+    report.say(f"build record: {out} ({len(shard_reports)} shard reports, link {link.get('hits')}/{link.get('total')} hits)")
     return out
 
 
@@ -288,20 +283,23 @@ def continue_from(site: str, index: Path) -> int:
     if not site.lower().startswith(("https://", "http://", "file://")):
         raise InputError(f"--from-url {site}: the http(s) URL the index is served at")
     served = read_served(site.rstrip("/"), "--from-url")
-    files, remote, records = served.files, served.remote, served.records
+    files, remote = served.files, served.remote
     local = sorted(set(files) - set(remote))
     if local:
         raise InputError(
             f"--from-url: {site} serves {local[0]} itself; --from-url continues an index whose wheels are "
             "stored elsewhere (release assets)"
         )
+    # Each record as its reader reads it (a later forge's fields kept): one it refuses writes nothing.
+    records = {
+        name: build_record_of(record, f"--from-url: {site}/files/{name}{RECORD_SUFFIX}")
+        for name, record in served.records.items()
+    }
     with index_lock(index):  # another continue or publish into the same folder meanwhile: one of them is refused
         check_new()
         (index / "files").mkdir(exist_ok=True)
         for name, record in records.items():
-            write_text(
-                index / "files" / f"{name}{RECORD_SUFFIX}", json.dumps(record, indent=2, sort_keys=True) + "\n", "build record"
-            )
+            write_build_record(index / "files" / f"{name}{RECORD_SUFFIX}", record)
         write_marker(index, files, remote)
     return len(files)
 
@@ -337,7 +335,7 @@ def publish(
                 for wheel, rec_path in accepted:
                     copy_into(wheel, store.upload / wheel.name, "wheel to upload")
                     copy_into(rec_path, store.upload / rec_path.name, "build record to upload")
-                    recipe = str(_read_json(rec_path).get("recipe") or canonicalize_name(wheel.name.split("-")[0]))
+                    recipe = read_build_record(rec_path).recipe or canonicalize_name(wheel.name.split("-")[0])
                     published[wheel.name] = sha256_file(wheel)
                     remote[wheel.name] = {"url": store.url_of(recipe, wheel.name), "size": wheel.stat().st_size}
                 write_marker(index, published, remote)
@@ -358,39 +356,37 @@ def publish(
     return outcome
 
 
-def _cell_id(rec: dict[str, Any]) -> str:
+def _cell_id(rec: BuildRecord) -> str:
     from cuw.config.cell import Cell
 
     try:
-        return Cell(**rec["cell"]).id
-    except (KeyError, TypeError):
+        return Cell(**(rec.cell or {})).id
+    except TypeError:
         return ""
 
 
-def _record_problem(rec: dict[str, Any], name: str, digest: str) -> str:
+def _record_problem(rec: BuildRecord, name: str, digest: str) -> str:
     """Why a build record does not vouch for this wheel ("" when it does): it names another file or
     other bytes, or says the link or verify did not pass."""
-    if rec.get("wheel") != name:
-        return f"its build record names {rec.get('wheel')!r}"
-    if rec.get("sha256") != digest:
-        return f"its build record names other bytes (sha256 {rec.get('sha256')}, file {digest})"
-    verify, link = rec.get("verify"), rec.get("link")
-    if not isinstance(verify, dict) or verify.get("ok") is not True:
+    if rec.wheel != name:
+        return f"its build record names {rec.wheel!r}"
+    if rec.sha256 != digest:
+        return f"its build record names other bytes (sha256 {rec.sha256}, file {digest})"
+    if rec.verify is None or rec.verify.get("ok") is not True:
         return "its build record says verify did not pass"
-    if not isinstance(link, dict) or link.get("misses") != 0:
-        return f"its build record says the link missed the cache ({link.get('misses') if isinstance(link, dict) else 'no link'})"
+    if rec.link is None or rec.link.get("misses") != 0:
+        return f"its build record says the link missed the cache ({rec.link.get('misses') if rec.link else 'no link'})"
     return ""
 
 
-def _same_inputs(index: Path, name: str, rec: dict[str, Any]) -> bool:
+def _same_inputs(index: Path, name: str, rec: BuildRecord) -> bool:
     """Whether the published record of ``name`` names the same inputs as ``rec`` (a rebuild of a cell
     that is already published: builds are not byte-reproducible, the published wheel stands)."""
-    published = index / "files" / f"{name}{RECORD_SUFFIX}"
     try:
-        theirs = json.loads(published.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        theirs = read_build_record(index / "files" / f"{name}{RECORD_SUFFIX}")
+    except CuwError:
         return False
-    return isinstance(theirs, dict) and bool(rec.get("inputs_digest")) and theirs.get("inputs_digest") == rec.get("inputs_digest")
+    return bool(rec.inputs_digest) and theirs.inputs_digest == rec.inputs_digest
 
 
 def _sort(
@@ -417,7 +413,7 @@ def _sort(
             outcome.refused[wheel.name] = f"no build record ({rec_path.name}): not from a passed link"
             continue
         try:
-            rec = _read_json(rec_path)
+            rec = read_build_record(rec_path)
         except CuwError as exc:  # one unreadable record refuses its wheel, not the publish
             outcome.refused[wheel.name] = str(exc)
             continue

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Collection, Optional
@@ -28,6 +28,7 @@ from wheel.wheelfile import WheelError, WheelFile
 
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError, ToolError
+from cuw.base.records import VerifyCheck, VerifyReport, write_verify_report
 from cuw.base.files import write_text
 from cuw.base.settings import Settings, process_environ
 from cuw.base.versions import version_key
@@ -143,21 +144,12 @@ class GateCannotRun(ToolError):
     """The verify gate cannot run here (no cuobjdump, a Windows wheel's import check elsewhere): exit 2."""
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    details: list[str] = field(default_factory=list)
+Check = VerifyCheck
+"""A check and what it found: the record the report carries (:mod:`cuw.base.records`)."""
 
 
-@dataclass
-class Report:
-    wheel: str
-    checks: list[Check]
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
+class Report(VerifyReport):
+    """The verify gate's result: the record written as ``<wheel>.verify.json``, and how it is shown."""
 
     @property
     def line(self) -> str:
@@ -165,11 +157,6 @@ class Report:
             return f"verify gate PASS: {len(self.checks)} checks on {Path(self.wheel).name}"
         failed = [f"{c.name}: {c.details[0] if c.details else 'failed'}" for c in self.checks if not c.ok]
         return "verify gate FAIL: " + "; ".join(failed)
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {"wheel": self.wheel, "ok": self.ok, "checks": [c.__dict__ for c in self.checks]}, indent=2, sort_keys=True
-        )
 
     def to_markdown(self) -> str:
         rows = [
@@ -672,6 +659,6 @@ def write_verify_reports(checked: Report, wheel_path: Path) -> tuple[Path, Path]
     as_json = wheel_path.with_name(wheel_path.name + ".verify.json")
     as_md = wheel_path.with_name(wheel_path.name + ".verify.md")
     # Through a temp file and a rename, as every report: a reader (or a second verify) never sees half.
-    write_text(as_json, checked.to_json() + "\n", "verify report")
+    write_verify_report(as_json, checked)
     write_text(as_md, checked.to_markdown(), "verify report")
     return as_json, as_md
