@@ -19,7 +19,7 @@ from cuw.gates import report
 from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
 from cuw.config.cell import Cell, local_cell
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.base.records import LinkReport
 from cuw.base.settings import Settings
 from cuw.gates.conditions import LinkObservation, Verdict, link_gate
@@ -70,7 +70,7 @@ def _checked_archives(  # type: ignore[no-untyped-def]
     folder = paths.cell_artifacts(cell)
     archives = archive.shard_archives(folder)
     if not archives:
-        raise CuwError(
+        raise InputError(
             f"no shard archives for {cell.id} in {folder}: run the shards first (nox -s shard -- {recipe.key} 1/N, ... N/N)"
         )
     manifests = [archive.check_archive(a) if whole else archive.read_manifest(a) for a in archives]
@@ -80,7 +80,7 @@ def _checked_archives(  # type: ignore[no-untyped-def]
         archive.expect(manifest, path, cell, job_cache, count, current_builder(settings))
         continuation.refuse_partial(manifest, path)  # a shard's chain hands over its last part
         if manifest.shard_index in seen:
-            raise CuwError(f"{path} and {seen[manifest.shard_index]} are both shard {manifest.shard_index}/{count}")
+            raise InputError(f"{path} and {seen[manifest.shard_index]} are both shard {manifest.shard_index}/{count}")
         seen[manifest.shard_index] = path
     return archives, manifests, count, seen
 

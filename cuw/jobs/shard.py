@@ -333,7 +333,7 @@ def _refuse_lost_remote(job: ShardJob) -> None:
     job.target.unlink(missing_ok=True)
     assert job.report_path is not None
     report.write(Verdict(job.verdict.gate, False, [why], job.verdict.facts), job.report_path, job.report)
-    raise CuwError(f"shard {job.spec}: {why}")
+    raise CuwError(f"shard {job.spec}: {why}")  # a remote out of reach: no kind of input or tool
 
 
 def _manifest(job: ShardJob) -> archive.Manifest:
@@ -379,7 +379,7 @@ def _hand_off(job: ShardJob) -> None:
             report.write(failed, job.report_path, kept)
         except CuwError:
             pass  # the disk that refused the archive may refuse the report too; the marker says "not ok"
-        raise CuwError(f"shard {job.spec}: {exc}") from None
+        raise type(exc)(f"shard {job.spec}: {exc}") from None  # its kind kept: a full disk, an unwritable folder
     # The link refuses an archive that is not this one.
     job.report = replace(job.report, archive=str(job.written), archive_sha256=sha256_of(job.written))
 
