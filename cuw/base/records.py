@@ -1,9 +1,10 @@
-"""The records jobs hand each other through files: shard and link reports, seat-log entries.
+"""The records jobs hand each other through files: shard and link reports, verify reports, build
+records, seat-log entries.
 
 Each record has one writer and one reader here, and a schema version. A reader refuses, in one
 line naming the file and the field, a record of a newer schema than it knows or a field of the
-wrong type; it reads a record without a ``schema`` field as version 1 (what every forge wrote
-before the field existed: the same shape). A field a reader does not know is kept aside
+wrong type; it reads a record without a ``schema`` field (a build record: ``format``) as version 1
+(what every forge wrote before the field existed: the same shape). A field a reader does not know is kept aside
 (``extra``) and written back: fields are only ever added within a version; a change an older
 reader could not ignore is a new version. The JSON keys are the files' own (tests, people and
 other tools read them by key). docs/gates.md lists the records and their versions.
