@@ -21,7 +21,7 @@ from cuw.base.errors import CuwError, InputError
 from cuw.wheel.finish import CudaRuntime, cell_version, expand_requires, local_label, retag, rewrite_metadata
 from cuw.wheel.index import build_index
 from cuw.config.policy import load_policy
-from cuw.config.recipe import load_recipe
+from cuw.config.recipe import Recipe, load_recipe
 from cuw.toolchain.toolkit import find_toolkit
 from cuw.wheel.verify import verify
 
@@ -257,34 +257,19 @@ def test_a_library_named_like_a_module_without_pyinit_fails_unless_the_recipe_lo
     # Loaded in the import check: one that cannot load (a library it needs is not in the wheel) fails there.
     rebuilt = _rebuild(wheel, tmp_path / "c", add_library(True))
     recipe = replace(load_recipe("example", recipes), verify=replace(allowed, allowed_needed=["libcuwmissing.so"]))
-    checks = {
-        c.name: c
-        for c in verify(
-            rebuilt,
-            recipe,
-            CELL,
-            find_toolkit(homes=run_settings().homes),
-            load_policy(recipes).wheel,
-            ["9.0"],
-            import_check=True,
-        ).checks
-    }
+
+    def imported(wheel: Path, recipe: Recipe) -> dict:  # every check, the import check included
+        toolkit = find_toolkit(homes=run_settings().homes)
+        return {
+            c.name: c for c in verify(wheel, recipe, CELL, toolkit, load_policy(recipes).wheel, ["9.0"], import_check=True).checks
+        }
+
+    checks = imported(rebuilt, recipe)
     assert not checks["import"].ok
     assert any(d.startswith(f"{name} (verify.load_libraries): OSError: libcuwmissing.so") for d in checks["import"].details), (
         checks["import"].details
     )
-    checks = {
-        c.name: c
-        for c in verify(
-            _rebuild(wheel, tmp_path / "d", add_library(False)),
-            replace(recipe, verify=allowed),
-            CELL,
-            find_toolkit(homes=run_settings().homes),
-            load_policy(recipes).wheel,
-            ["9.0"],
-            import_check=True,
-        ).checks
-    }
+    checks = imported(_rebuild(wheel, tmp_path / "d", add_library(False)), replace(recipe, verify=allowed))
     assert checks["import"].ok and checks["pyinit"].ok, checks["import"].details
 
 
