@@ -213,3 +213,17 @@ def test_tables_learn_cpu_seconds_and_peaks_beside_wall_and_old_tables_stay_read
     old.write_text(json.dumps({"header": {}, "costs": {"a.cu": 1.0}, "peak_mb": {"a.cu": -1}}))
     with pytest.raises(InputError, match=r"peak_mb\['a.cu'\] = -1 is not a number >= 0"):
         load(old)
+
+
+def test_an_unseen_tu_costs_the_tables_mean_in_every_sum_the_planner_takes():
+    """One rule for the planner, the job cap and the plan's shards: wall and CPU of a slice, with
+    a TU the table never saw at the table's mean, and a shard's cost beside its compiles."""
+    from cuw.partition.costs import CostTable, ShardCost
+
+    table = CostTable({"a": 10.0, "b": 30.0}, cpu={"a": 8.0, "b": 24.0}, shard=ShardCost(5.0))
+    assert table.seconds("a") == 10.0 and table.seconds("new") == 20.0
+    assert table.wall_of(["a", "new"]) == 30.0
+    assert table.cpu_of(["b", "new"]) == 40.0
+    assert table.beside_s == 5.0
+    bare = CostTable({"a": 10.0})
+    assert bare.cpu_of(["a"]) is None and bare.beside_s == 0.0 and bare.wall_of([]) == 0.0

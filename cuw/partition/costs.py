@@ -41,13 +41,13 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, TypeGuard
+from typing import Callable, Iterable, Optional, TypeGuard
 
 from cuw.base.errors import InputError
 from cuw.toolchain import ninja
 from cuw.base.files import same_file, write_text
 from cuw.base.records import SeatLogEntry, gate_of, is_number, read_link_report, read_shard_report, seat_entries, seat_entry
-from cuw.partition.rules import tu_key
+from cuw.partition.rules import tu_key, unseen_cost
 from cuw.config.recipe import Recipe, costs_path
 
 
@@ -95,6 +95,27 @@ class CostTable:
     @property
     def longest(self) -> float:
         return max(self.costs.values(), default=0.0)
+
+    @property
+    def beside_s(self) -> float:
+        """What a shard build costs beside its compiles (0 when the table has not measured it)."""
+        return self.shard.fixed_s if self.shard else 0.0
+
+    def seconds(self, key: str) -> float:
+        """One TU's wall seconds; a TU the table never saw costs the table's mean."""
+        return self.costs[key] if key in self.costs else unseen_cost(self.costs)
+
+    def wall_of(self, keys: Iterable[str]) -> float:
+        """These TUs' compiles in one compile slot (wall seconds)."""
+        fallback = unseen_cost(self.costs)
+        return sum(self.costs.get(k, fallback) for k in keys)
+
+    def cpu_of(self, keys: Iterable[str]) -> Optional[float]:
+        """These TUs' CPU seconds (an unmeasured one: the mean); None when the table has no CPU."""
+        if not self.cpu:
+            return None
+        fallback = unseen_cost(self.cpu)
+        return sum(self.cpu.get(k, fallback) for k in keys)
 
 
 def load(path: Path) -> CostTable:

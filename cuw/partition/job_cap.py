@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import mean
 from typing import Optional
 
 from cuw.base.errors import InputError
@@ -88,15 +87,13 @@ def shard_loads(
     """Every shard's load at ``n``: ``keys`` (default: the table's) owned as the jobs own them; a TU
     the table never saw costs the table's mean, as in the planner."""
     rule = recipe_assignment(recipe, n, tree, table=table)
-    fallback = mean(table.costs.values())
-    beside = table.shard.fixed_s if table.shard else 0.0
     owned: dict[int, list[tuple[float, str]]] = {i: [] for i in range(1, n + 1)}
     for key in keys if keys is not None else sorted(table.costs):
-        owned[rule.owner(key)].append((table.costs.get(key, fallback), key))
+        owned[rule.owner(key)].append((table.seconds(key), key))
     loads = []
     for i, tus in owned.items():
         longest, key = max(tus, key=lambda t: (t[0], t[1]), default=(0.0, ""))
-        loads.append(ShardLoad(i, sum(s for s, _ in tus), longest, key, beside, len(tus)))
+        loads.append(ShardLoad(i, sum(s for s, _ in tus), longest, key, table.beside_s, len(tus)))
     return loads
 
 
@@ -131,12 +128,10 @@ def smallest_n_under(
     """The smallest N above ``above`` whose every shard is one job under ``cap``; None when no N up to
     the TU count (or the shard cap) does. Starts where the compiles could fit at all."""
     count = len(keys if keys is not None else table.costs)
-    beside = table.shard.fixed_s if table.shard else 0.0
-    room = cap.budget_s - beside
+    room = cap.budget_s - table.beside_s
     if room <= 0:
         return None
-    fallback = mean(table.costs.values())
-    total = sum(table.costs.get(k, fallback) for k in keys) if keys is not None else table.total
+    total = table.wall_of(keys) if keys is not None else table.total
     for n in range(max(above + 1, math.ceil(total / room)), min(count, MAX_SHARDS) + 1):
         if all(load.total_s <= cap.budget_s for load in shard_loads(recipe, table, n, keys, tree)):
             return n

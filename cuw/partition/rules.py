@@ -205,10 +205,15 @@ def assign(
     else:
         if not costs:
             raise InputError("sharding.rule 'cost' needs a cost table (record one with `cuw costs <recipe> --from <log>`)")
-        fallback = sum(costs.values()) / len(costs)
+        fallback = unseen_cost(costs)
         main = {k: v for k, v in costs.items() if k not in extra}
         table = _lpt(main, count, family, per_family, {k: costs.get(k, fallback) for k in extra})
     return Assignment(count, rule, table)
+
+
+def unseen_cost(costs: Mapping[str, float]) -> float:
+    """What a TU the table never saw costs: the table's mean (0 for an empty table)."""
+    return sum(costs.values()) / len(costs) if costs else 0.0
 
 
 def shard_listing(indices: list[int], count: int) -> str:

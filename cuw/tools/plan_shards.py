@@ -9,7 +9,6 @@ count is the shard job's own choice (:func:`cuw.partition.parallel_jobs.choose_j
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import mean
 from typing import Optional
 
 from cuw.config.policy import Runner
@@ -34,13 +33,6 @@ class ShardPrediction:
     shard); None: not measured."""
 
 
-def _per_key(values: dict[str, float], keys: list[str]) -> Optional[float]:
-    if not values:
-        return None
-    fallback = mean(values.values())  # as the wall seconds: a TU the table never saw costs its mean
-    return round(sum(values.get(k, fallback) for k in keys), 3)
-
-
 def predict_shards(
     table: Optional[CostTable], owners: dict[str, int], n: int, runner: Optional[Runner], pinned: Optional[int]
 ) -> list[ShardPrediction]:
@@ -48,18 +40,17 @@ def predict_shards(
     slices: dict[int, list[str]] = {i: [] for i in range(1, n + 1)}
     for key, shard in owners.items():
         slices[shard].append(key)
-    beside = table.shard.fixed_s if table is not None and table.shard else 0.0
     disk = table.shard.disk_gb if table is not None and table.shard else None
     out = []
     for index, keys in slices.items():
         choice = choose_jobs(slice_peaks(table, keys), runner.cores if runner else 1, runner, pinned)
-        wall = _per_key(table.costs, keys) if table is not None else None
+        cpu = table.cpu_of(keys) if table is not None else None
         out.append(
             ShardPrediction(
                 index,
                 len(keys),
-                None if wall is None else round(wall + beside, 3),
-                _per_key(table.cpu, keys) if table is not None else None,
+                None if table is None else round(table.wall_of(keys) + table.beside_s, 3),
+                None if cpu is None else round(cpu, 3),
                 choice.jobs,
                 choice.peak_mb,
                 choice.why,

@@ -17,7 +17,6 @@ import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from statistics import mean
 from typing import Optional
 
 from cuw.partition.assignment import recipe_assignment
@@ -235,16 +234,15 @@ def evaluate(recipe: Recipe, inputs: Inputs, n: int, family: dict[str, str]) -> 
         max(per_group.values(), default=0),
     )
     if inputs.table is not None:
-        costs = inputs.table.costs
-        fallback = mean(costs.values())  # a TU the table never saw costs the table's mean
+        table = inputs.table
         seconds = [0.0] * n
         for key, shard in owners.items():
-            seconds[shard - 1] += costs.get(key, fallback)
+            seconds[shard - 1] += table.seconds(key)
         total = sum(seconds)
-        longest = max((costs.get(k, fallback) for k in inputs.keys), default=0.0)
+        longest = max((table.seconds(k) for k in inputs.keys), default=0.0)
         # A shard's build is its compiles (one compile slot) plus what it costs beside them
         # (configure, probes, stubs, its link steps), measured when the table has it.
-        beside = inputs.table.shard.fixed_s if inputs.table.shard else 0.0
+        beside = table.beside_s
         row.slowest_s = round(max(seconds) + beside, 3)
         row.mean_s = round(total / n + beside, 3)
         row.bound_s = round(max(longest, total / n) + beside, 3)
