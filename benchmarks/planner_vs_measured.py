@@ -11,7 +11,9 @@ there, else from its archive's timeline. Cache hits are left out on both sides: 
 
 The prediction is the planner's own (:func:`cuw.tools.plan_shards.predict_shards`) over the TUs
 each shard compiled, from the cost table: CPU seconds are the measure it is held to (within
-``--tolerance``, 15 %), as they are far less sensitive to the machine's load than wall time. Wall
+``--tolerance``, 15 %), as they are far less sensitive to the machine's load than wall time. A table
+learned on another machine is off by that machine's speed: the median per-TU ratio (the machine
+factor) is printed, with the per-shard ratios after it, which are the partition's own error. Wall
 is stated separately: the plan's model (its compiles in one slot, plus what a shard costs beside
 them) against the report's build seconds. The peak column is the table's largest one-TU peak of the
 slice against the largest one-compile peak measured.
@@ -24,6 +26,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,8 +85,16 @@ def _ratio(predicted: Optional[float], measured: Optional[float]) -> Optional[fl
     return None if predicted is None or not measured else predicted / measured
 
 
+def machine_factor(table: CostTable, shards: list[Measured]) -> Optional[float]:
+    """The median, over the TUs the table has CPU seconds for, of measured / table CPU: how much
+    faster (< 1) or slower this machine compiles than the one the table was learned on."""
+    ratios = [e.cpu_s / table.cpu[str(e.key)] for m in shards for e in m.compiles if e.cpu_s and table.cpu.get(str(e.key))]
+    return round(median(ratios), 3) if ratios else None
+
+
 def compare(table: CostTable, shards: list[Measured], tolerance: float) -> list[dict]:
     count = shards[0].count
+    factor = machine_factor(table, shards)
     owners = {str(e.key): m.index for m in shards for e in m.compiles}
     predicted = {p.index: p for p in predict_shards(table, owners, count, None, None)}
     rows = []
@@ -103,6 +114,8 @@ def compare(table: CostTable, shards: list[Measured], tolerance: float) -> list[
                 "cpu_measured_s": cpu_measured,
                 "cpu_ratio": None if cpu_ratio is None else round(cpu_ratio, 3),
                 "cpu_within": None if cpu_ratio is None else abs(cpu_ratio - 1) <= tolerance,
+                "machine_factor": factor,
+                "cpu_ratio_after_factor": None if cpu_ratio is None or factor is None else round(cpu_ratio * factor, 3),
                 "wall_predicted_s": p.wall_s,
                 "wall_measured_s": m.build_s,
                 "wall_ratio": None if wall_ratio is None else round(wall_ratio, 3),
@@ -133,7 +146,17 @@ def render(rows: list[dict], tolerance: float) -> str:
             f"{_cell(r['cpu_measured_s'], '.1f'):>10} {_cell(r['cpu_ratio'], '.3f'):>6} {_cell(r['cpu_within']):>6}"
         )
     judged = [r for r in rows if r["cpu_within"] is not None]
-    lines += ["", f"{sum(r['cpu_within'] for r in judged)} of {len(judged)} shards within {pct} in CPU seconds", ""]
+    lines += ["", f"{sum(r['cpu_within'] for r in judged)} of {len(judged)} shards within {pct} in CPU seconds"]
+    factor = rows[0]["machine_factor"] if rows else None
+    if factor is not None:
+        scaled = [r["cpu_ratio_after_factor"] for r in judged]
+        inside = sum(abs(v - 1) <= tolerance for v in scaled)
+        lines.append(
+            f"machine factor (median per-TU measured / table CPU seconds): {factor:.3f}; with the table scaled by it, "
+            f"{inside} of {len(scaled)} shards within {pct} (ratios {min(scaled):.3f} to {max(scaled):.3f}): "
+            "a factor far from 1 says the table was learned on a faster or slower machine"
+        )
+    lines.append("")
     lines.append("Wall seconds per shard (the plan's model: compiles in one slot + beside; measured: the build):")
     lines += [
         "",
