@@ -11,8 +11,9 @@ from conftest import REPO, run_settings
 from cuw.config.policy import load_policy
 from cuw.config.recipe import known_recipes, load_recipe
 from cuw.tools import planner
-from cuw.partition.job_cap import job_cap
-from cuw.tools.farm_plan import CellJobs, FarmPlan, farm_plan, schedule
+from cuw.partition.costs import recipe_costs
+from cuw.partition.job_cap import chain, job_cap, shard_loads
+from cuw.tools.farm_plan import CellJobs, FarmPlan, farm_plan, render, schedule
 
 
 def test_the_schedule_is_a_list_schedule_with_links_after_their_shards():
@@ -63,6 +64,31 @@ def test_the_farm_names_shards_past_the_cap_as_cuw_plan_does(recipes_dir):
     assert "a shard's build budget of 600 s (--cap 30 min less jobs.margin_minutes 20)" in check.detail
     assert not check.ok and "parts; build.yml has 3 rungs" in check.detail and check.fix.startswith("N=")
     assert farm.over_cap() == [f"llama_cpp_python: {check.detail}; fix: {check.fix}"]
+
+
+def test_a_chained_shard_is_its_parts_each_paying_what_a_shard_costs_beside_its_compiles(recipes_dir):
+    """Under a 30 min cap llama_cpp_python's shards chain: each part is a job and configures, restores
+    and packs again, so a chain costs its compiles plus a shard's beside-cost per part."""
+    policy = load_policy(recipes_dir)
+    llama = load_recipe("llama_cpp_python", recipes_dir)
+    n = llama.sharding.count
+    uncapped = farm_plan([llama], policy.grid)
+    capped = farm_plan([llama], policy.grid, cap=job_cap(policy.jobs, 30))
+    table = recipe_costs(llama)
+    assert table is not None
+    loads = shard_loads(llama, table, n, sorted(table.costs))
+    parts = [chain(load, job_cap(policy.jobs, 30)).parts for load in loads]
+    assert all(k >= 2 for k in parts), parts
+    sharded = [c for c in capped.jobs if c.parts]
+    assert sharded and all(c.parts == tuple(parts) for c in sharded)
+    for c in sharded:
+        assert c.shards == pytest.approx([load.compile_s + k * load.beside_s for load, k in zip(loads, parts)], abs=0.01)
+        assert c.job_count == sum(parts) + 1
+    # The same cells uncapped: one job a shard, so the chain adds (parts - 1) beside-costs per shard.
+    extra = sum((k - 1) * load.beside_s for load, k in zip(loads, parts)) * len(sharded)
+    assert capped.runner_hours - uncapped.runner_hours == pytest.approx(extra / 3600, abs=0.01)
+    first = render(capped, [20]).splitlines()[0]
+    assert f"({sum(c.job_count for c in capped.jobs)} jobs)" in first
 
 
 def test_the_cli_prints_the_farm_at_two_limits_and_refuses_bad_options():

@@ -10,8 +10,9 @@ better than its longest job, and rarely as good as this). Predictions are compil
 machine that measured the table; a hosted runner's differ by its cores and load, so the numbers
 compare choices (C, N) more than they promise hours. Recipes without a table are named, not guessed.
 Shards past the job cap are named as ``cuw plan`` names them (:func:`cuw.partition.job_cap.verdict`):
-the chain each needs, or the smallest N that needs none; a chained shard is scheduled as one job of
-its whole seconds (its parts run one after another).
+the chain each needs, or the smallest N that needs none. A chained shard's parts run one after
+another, so it is scheduled as one unit whose seconds are its compiles plus, for every part, what a
+shard costs beside them (each part configures, restores and packs again); each part counts as a job.
 """
 
 from __future__ import annotations
@@ -39,8 +40,13 @@ class CellJobs:
     recipe: str
     cell: str
     lane: str
-    shards: tuple[float, ...]  # seconds per compile job (one job on a lane that does not shard)
+    shards: tuple[float, ...]  # seconds per shard: its one job, or its chain's parts end to end
     link: float  # seconds of the link job after them (0 on a lane that does not shard)
+    parts: tuple[int, ...] = ()  # jobs per shard (a chain's parts); empty: one each
+
+    @property
+    def job_count(self) -> int:
+        return (sum(self.parts) if self.parts else len(self.shards)) + (self.link > 0)
 
 
 @dataclass
@@ -99,8 +105,12 @@ def schedule(jobs: list[CellJobs], runners: int) -> float:
     return now
 
 
-def _per_shard_seconds(recipe: Recipe, n: int) -> Optional[tuple[tuple[float, ...], float]]:
-    """(seconds per shard job, link seconds) at ``n`` from the recipe's cost table; None without one."""
+def _per_shard_seconds(
+    recipe: Recipe, n: int, cap: Optional[job_cap.JobCap]
+) -> Optional[tuple[tuple[float, ...], float, tuple[int, ...]]]:
+    """(seconds per shard, link seconds, jobs per shard) at ``n`` from the recipe's cost table; None
+    without one. A shard past ``cap`` is its chain: every part pays what a shard costs beside its
+    compiles; ``cap`` None: one job each (a whole build does not chain)."""
     table = recipe_costs(recipe)
     if table is None:
         return None
@@ -109,7 +119,10 @@ def _per_shard_seconds(recipe: Recipe, n: int) -> Optional[tuple[tuple[float, ..
     family = families_of(set(keys), recipe.sharding.source.families)
     row, _ = evaluate(recipe, inputs, n, family)
     loads = job_cap.shard_loads(recipe, table, n, keys)
-    return tuple(round(load.total_s, 3) for load in loads), float(row.link_s or 0.0)
+    # parts 0 (unbuildable) is named in past_cap and scheduled as one job
+    parts = [1 if cap is None else max(job_cap.chain(load, cap).parts, 1) for load in loads]
+    seconds = tuple(round(load.compile_s + k * load.beside_s, 3) for load, k in zip(loads, parts))
+    return seconds, float(row.link_s or 0.0), tuple(parts)
 
 
 def _past_cap(recipe: Recipe, n: int, cap: job_cap.JobCap) -> Optional[str]:
@@ -130,8 +143,8 @@ def farm_plan(
     for recipe in sorted(recipes, key=lambda r: r.key):
         n = (counts or {}).get(recipe.key, recipe.sharding.count)
         sized = replace(recipe, sharding=replace(recipe.sharding, count=n))
-        predicted = _per_shard_seconds(sized, n)
-        unsharded = _per_shard_seconds(sized, 1) if predicted else None
+        predicted = _per_shard_seconds(sized, n, out.cap)
+        unsharded = _per_shard_seconds(sized, 1, None) if predicted else None
         by_cell = defaultdict(list)
         for cell in cells(sized, grid):
             if cell.lane in UNVERIFIED_LANES:
@@ -142,7 +155,7 @@ def farm_plan(
                 out.unpredicted[recipe.key] = out.unpredicted.get(recipe.key, 0) + 1
                 continue
             if cell.lane in sized.sharding.platforms and n > 1:
-                out.jobs.append(CellJobs(recipe.key, cell.id, cell.lane, predicted[0], predicted[1]))
+                out.jobs.append(CellJobs(recipe.key, cell.id, cell.lane, predicted[0], predicted[1], predicted[2]))
             else:  # one job builds it all: every compile, then its link
                 out.jobs.append(CellJobs(recipe.key, cell.id, cell.lane, (unsharded[0][0] + unsharded[1],), 0.0))
         past = _past_cap(sized, n, out.cap) if by_cell.keys() & set(sized.sharding.platforms) else None
@@ -153,7 +166,7 @@ def farm_plan(
 
 def render(plan: FarmPlan, limits: list[int]) -> str:
     lines = [
-        f"farm plan: {len(plan.jobs)} cells predicted ({sum(len(c.shards) + (c.link > 0) for c in plan.jobs)} jobs), "
+        f"farm plan: {len(plan.jobs)} cells predicted ({sum(c.job_count for c in plan.jobs)} jobs), "
         f"{plan.runner_hours:.1f} runner-hours"
     ]
     lines += [f"  lane {lane:14} {hours:8.1f} runner-hours" for lane, hours in plan.per_lane_hours().items()]
