@@ -328,3 +328,48 @@ def test_a_local_image_is_pinned_by_digest_through_the_local_registry(tmp_path):
     with pytest.raises(ToolError, match="cannot push"):
         with local_registry(tmp_path / "registry", said.append) as registry:
             pin(engine, registry, "cuw-no-such-image:absent", said.append)
+
+
+def test_the_free_disk_step_empties_the_runners_folders_mounted_into_a_job_in_the_image(standin, tmp_path):
+    """A job in the build image frees the runner's disk as the workflow runs it: the container gets the
+    matrix's mounts (here with the runner's folders under a temporary root), the script empties each
+    folder through its mount, the mount points stay, and nothing beside them is touched."""
+    import shlex
+
+    from cuw.partition.disk_need import FREE_DISK_FOLDERS, container_mounts
+
+    engine = engine_or_skip()
+    host = tmp_path / "runner"
+    for folder in FREE_DISK_FOLDERS[:-1]:  # the last is one this runner image no longer has: left alone
+        (host / folder.lstrip("/") / "sdk" / "bin").mkdir(parents=True)
+        (host / folder.lstrip("/") / "sdk" / "bin" / "tool").write_bytes(b"x" * 4096)
+        (host / folder.lstrip("/") / ".hidden").write_text("y")
+    keep = host / "usr" / "share" / "keep.txt"
+    keep.write_text("not the forge's to free")
+    missing = host / FREE_DISK_FOLDERS[-1].lstrip("/")
+    proc = subprocess.run(
+        [
+            engine.path,
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            *shlex.split(container_mounts(str(host))),
+            "-v",
+            f"{REPO / '.github' / 'scripts'}:/scripts:ro",
+            standin,
+            "bash",
+            "/scripts/free-disk.sh",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("Filesystem") == 2 and "before:" in proc.stdout and "after:" in proc.stdout
+    for folder in FREE_DISK_FOLDERS:
+        mounted = host / folder.lstrip("/")
+        assert mounted.is_dir() and list(mounted.iterdir()) == [], folder
+    assert keep.read_text() == "not the forge's to free"
+    # The engine made the mount's source for the folder the runner lacked: empty, as it was.
+    assert missing.is_dir() and not any(missing.iterdir())

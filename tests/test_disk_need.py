@@ -1,6 +1,7 @@
 """A cell's disk need against its runner's free disk: learned by ``cuw costs`` from the jobs' reports,
 held against ``runners.<lane>.free_disk_gb`` by one rule, marked on the matrix's jobs (``free_disk``),
-said by ``cuw plan``, and acted on by the workflow's free-disk step on the bare runner only."""
+said by ``cuw plan``, and acted on by the workflow's free-disk step on Linux runners, in a build image
+through the host's folders mounted into the job's container."""
 
 from __future__ import annotations
 
@@ -14,7 +15,16 @@ from cuw.ci.matrix import Filters, chunk_jobs, plan
 from cuw.config.policy import Runner, load_policy
 from cuw.config.recipe import load_recipe
 from cuw.partition.costs import disk_used_gb, load, record
-from cuw.partition.disk_need import MARGIN, disk_line, disk_need, needs_free_disk, on_bare_runner
+from cuw.partition.disk_need import (
+    FREE_DISK_FOLDERS,
+    HOST_MOUNT,
+    MARGIN,
+    container_mounts,
+    disk_line,
+    disk_need,
+    needs_free_disk,
+    on_linux_runner,
+)
 from cuw.tools import planner
 from conftest import run_settings
 
@@ -40,27 +50,32 @@ def test_the_need_with_its_margin_against_the_runners_free_disk(need_gb, runner,
     assert needs_free_disk(need_gb, runner) is expected
 
 
-def test_a_build_job_needs_what_its_shard_or_its_link_needs_and_only_the_bare_linux_runner_frees():
-    assert (on_bare_runner("linux", ""), on_bare_runner("linux_aarch64", ""), on_bare_runner("windows", "")) == (
-        True,
-        True,
-        False,
-    )
-    assert not on_bare_runner("linux", "quay.io/pypa/manylinux_2_28_x86_64@sha256:" + "0" * 64)
-    need = disk_need(None, LINUX, bare=True)
+def test_a_build_job_needs_what_its_shard_or_its_link_needs_and_only_a_linux_runner_frees():
+    assert (on_linux_runner("linux"), on_linux_runner("linux_aarch64"), on_linux_runner("windows")) == (True, True, False)
+    need = disk_need(None, LINUX, linux=True)
     assert (need.shard_gb, need.link_gb, need.free_disk("shard"), need.free_disk("build")) == (None, None, False, False)
     from cuw.partition.disk_need import DiskNeed
 
-    small_shard = DiskNeed(shard_gb=2.0, link_gb=20.0, runner=LINUX, bare=True)
+    small_shard = DiskNeed(shard_gb=2.0, link_gb=20.0, runner=LINUX, linux=True)
     assert [small_shard.free_disk(k) for k in ("shard", "link", "build")] == [False, True, True]
-    in_image = DiskNeed(shard_gb=2.0, link_gb=20.0, runner=LINUX, bare=False)
-    assert [in_image.free_disk(k) for k in ("shard", "link", "build")] == [False, False, False]
-    assert in_image.exceeds("link")
-    line = disk_line(in_image, "linux", "img@sha256:x")
-    assert "the link jobs need more, but run in the build image img@sha256:x" in line and "cannot free" in line
-    assert "the free-disk step runs on them" in disk_line(small_shard, "linux", "")
+    not_linux = DiskNeed(shard_gb=2.0, link_gb=20.0, runner=LINUX, linux=False)
+    assert [not_linux.free_disk(k) for k in ("shard", "link", "build")] == [False, False, False]
+    assert not_linux.exceeds("link")
+    line = disk_line(not_linux, "windows", "")
+    assert "the link jobs need more, but run on a windows runner that is not Linux, where the free-disk step cannot act" in line
+    assert "the free-disk step runs on them (it deletes" in disk_line(small_shard, "linux", "")
+    in_image = disk_line(small_shard, "linux", "img@sha256:x")
+    assert "the free-disk step runs on them (in the build image img@sha256:x, it empties" in in_image
+    assert f"mounted at {HOST_MOUNT})" in in_image
     assert "it fits, the free-disk step does not run" in disk_line(DiskNeed(1.0, 1.0, LINUX, True), "linux", "")
     assert "no free_disk_gb" in disk_line(DiskNeed(1.0, 99.0, Runner(16, 4), True), "windows", "")
+
+
+def test_the_container_mounts_put_every_folder_under_the_host_mount():
+    mounts = container_mounts().split()
+    assert mounts[0::2] == ["-v"] * len(FREE_DISK_FOLDERS)
+    assert mounts[1::2] == [f"{f}:{HOST_MOUNT}{f}" for f in FREE_DISK_FOLDERS]
+    assert container_mounts("/tmp/x").split()[1] == f"/tmp/x{FREE_DISK_FOLDERS[0]}:{HOST_MOUNT}{FREE_DISK_FOLDERS[0]}"
 
 
 def test_the_policy_gives_linux_runners_14_gb_free_and_refuses_a_free_disk_under_1_gb(recipes_dir):
@@ -104,11 +119,16 @@ def test_the_matrix_marks_free_disk_from_a_large_measured_need_and_not_from_a_sm
     assert all(
         j["free_disk"] for j in _jobs(plan([recipe()], policy.grid, filters, {}, runners=policy.runners)) if j["lane"] == "linux"
     )
-    # In the lane's build image the step cannot act: no job is marked, and the plan says why.
+    # On the bare runner a marked job needs no mounts; in the lane's build image each marked job
+    # carries the container options that mount the host's folders for the step, and no other does.
+    assert not any(j["free_disk_mounts"] for j in _jobs(large))
+    _with_disk(recipes_dir, shard_gb=3.0, link_gb=18.0)
     images = {"linux": policy.images["linux"].ref}
-    boxed = plan([recipe()], policy.grid, Filters(platform=("linux",), cuda=("13.0",)), images, runners=policy.runners)
-    assert not any(j["free_disk"] for j in _jobs(boxed))
-    assert "cannot free the host's folders" in boxed["disk"]["example linux"]
+    boxed = _jobs(plan([recipe()], policy.grid, Filters(platform=("linux",), cuda=("13.0",)), images, runners=policy.runners))
+    assert {(j["kind"], j["free_disk"], j["free_disk_mounts"]) for j in boxed} == {
+        ("shard", False, ""),
+        ("link", True, container_mounts()),
+    }
     # Without runners (a local workflow run's plan) nothing is read and nothing is marked.
     assert not any(j["free_disk"] for j in _jobs(plan([recipe()], policy.grid, filters, {})))
 
@@ -123,15 +143,23 @@ def test_cuw_matrix_and_cuw_plan_say_the_need_and_the_step(recipes_dir, capsys):
     jobs = _jobs(json.loads(got.out))
     assert {j["kind"]: j["free_disk"] for j in jobs} == {"shard": True, "link": False}
     assert "free disk: 4 linux job(s) delete the runner's preinstalled folders first" in got.err
-    assert cuw_main(args) == 0  # in the policy's build image
+    assert not any(j["free_disk_mounts"] for j in jobs)
+    assert cuw_main(args) == 0  # in the policy's build image: the same jobs marked, with the mounts
     got = capsys.readouterr()
-    assert not any(j["free_disk"] for j in _jobs(json.loads(got.out))) and "cannot free the host's folders" in got.err
+    boxed = _jobs(json.loads(got.out))
+    assert {(j["kind"], j["free_disk"], bool(j["free_disk_mounts"])) for j in boxed} == {
+        ("shard", True, True),
+        ("link", False, False),
+    }
+    assert "free disk: 4 linux job(s) delete the runner's preinstalled folders first" in got.err
     result = planner.plan(load_recipe("example", recipes_dir), [4], checked_n=4, settings=run_settings())
     assert [s.disk_gb for s in result.shards] == [12.0] * 4
     assert result.disk.startswith(
         "disk: a shard used 12.00 GB, the link used 3.00 GB; with 25% margin against lane linux's 14 GB free"
     )
-    assert "the shard jobs need more, but run in the build image quay.io/pypa/manylinux_2_28_x86_64@" in result.disk
+    assert (
+        "the shard jobs need more; the free-disk step runs on them (in the build image quay.io/pypa/manylinux_2_28" in result.disk
+    )
     assert cuw_main(["plan", "example", "--recipes", str(recipes_dir), "--shards", "4"]) == 0
     out = capsys.readouterr().out
     assert "14 GB free disk" in out and "disk GB" in out and result.disk in out
@@ -195,13 +223,16 @@ def test_costs_learn_disk_gb_from_a_real_cells_shard_and_link_reports(example_ce
     assert load(tmp_path / "costs.json").shard.disk_gb == table.shard.disk_gb
 
 
-FREE_DISK_IF = "matrix.free_disk && matrix.image == '' && runner.os == 'Linux'"
+FREE_DISK_IF = "matrix.free_disk && runner.os == 'Linux'"
+CONTAINER_OPTIONS = "${{ vars.CUW_CONTAINER_OPTIONS }} ${{ matrix.free_disk_mounts }}"
 
 
-def test_every_shard_rung_and_the_link_free_the_disk_first_on_the_bare_runner_only():
+def test_every_shard_rung_and_the_link_free_the_disk_first_on_a_linux_runner():
     """The step sits on every job that runs a shard part or a link, right after the checkout (before the
-    toolkit and the forge are installed), runs only where the matrix says so on the bare Linux runner,
-    and its script deletes the usual large folders with the disk printed before and after."""
+    toolkit and the forge are installed), runs where the matrix says so on a Linux runner, its job's
+    container gets the mounts the matrix gives, and the script's folders are the forge's list."""
+    import re
+
     import yaml
 
     from conftest import REPO
@@ -214,24 +245,20 @@ def test_every_shard_rung_and_the_link_free_the_disk_first_on_the_bare_runner_on
         freeing = [s for s in steps if s.get("run") == ".github/scripts/free-disk.sh"]
         assert len(freeing) == 1 and freeing[0]["if"] == FREE_DISK_IF, name
         assert steps.index(freeing[0]) == 1 and str(steps[0].get("uses", "")).startswith("actions/checkout@"), name
+        assert jobs[name]["container"]["options"] == CONTAINER_OPTIONS, name
     others = [n for n, job in jobs.items() if n not in MATRICES and "free-disk.sh" in str(job)]
     assert others == [], "plan and publish build nothing: they never free the disk"
     script = (REPO / ".github/scripts/free-disk.sh").read_text()
-    for folder in (
-        "/usr/share/dotnet",
-        "/usr/local/lib/android",
-        "/opt/ghc",
-        "/opt/hostedtoolcache/CodeQL",
-        "/usr/local/share/boost",
-    ):
-        assert f"  {folder}\n" in script
+    listed = re.search(r"^folders=\(\n(.*?)^\)", script, re.S | re.M)
+    assert listed is not None and tuple(listed.group(1).split()) == FREE_DISK_FOLDERS
+    assert f"host={HOST_MOUNT}\n" in script
     assert 'sudo rm -rf "${folders[@]}"' in script and script.count("df -h /") == 2
 
 
-@pytest.mark.skipif(not Path("/.dockerenv").exists(), reason="shows the script's refusal inside a container")
+@pytest.mark.skipif(not Path("/.dockerenv").exists(), reason="shows the script's refusal in a container without the mounts")
 def test_the_free_disk_script_frees_nothing_inside_a_container(tmp_path):
-    """Here (a container, as a job in a build image is) the script deletes nothing: a sudo that would
-    say it was called is never reached."""
+    """Here (a container without the job's mounts) the script deletes nothing: a sudo that would say
+    it was called is never reached."""
     import os
     import subprocess
 
@@ -241,5 +268,5 @@ def test_the_free_disk_script_frees_nothing_inside_a_container(tmp_path):
     (tmp_path / "sudo").chmod(0o755)
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
     got = subprocess.run([str(REPO / ".github/scripts/free-disk.sh")], capture_output=True, text=True, env=env)
-    assert got.returncode == 0 and "not on a bare Linux runner; nothing freed" in got.stderr
+    assert got.returncode == 0 and "in a container without the runner's folders mounted at /cuw-host" in got.stderr
     assert "SUDO CALLED" not in got.stdout

@@ -83,7 +83,9 @@ def test_linux_compile_and_link_jobs_run_in_the_lanes_image_with_its_python():
     jobs = yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())["jobs"]
     for name in MATRICES:
         job = jobs[name]
-        assert job["container"] == {"image": "${{ matrix.image }}", "options": "${{ vars.CUW_CONTAINER_OPTIONS }}"}
+        # options: a local run's mounts, then the runner's folders for the free-disk step (tests/test_disk_need.py)
+        options = "${{ vars.CUW_CONTAINER_OPTIONS }} ${{ matrix.free_disk_mounts }}"
+        assert job["container"] == {"image": "${{ matrix.image }}", "options": options}
         assert job["env"]["CUW_BUILD_IMAGE"] == "${{ matrix.image }}"
         setup = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/setup-python@")]
         assert [s.get("if") for s in setup] == ["matrix.image == ''"], name

@@ -26,7 +26,7 @@ from cuw.config.policy import JobPolicy, Runner
 from cuw.config.recipe import Recipe
 from cuw.partition import job_cap
 from cuw.partition.costs import CostTable, recipe_costs
-from cuw.partition.disk_need import disk_line, disk_need, on_bare_runner
+from cuw.partition.disk_need import container_mounts, disk_line, disk_need, on_linux_runner
 
 MAX_JOBS = 256
 MAX_BYTES = 1_000_000
@@ -61,6 +61,7 @@ class Job:
     parts: int = 1  # a shard: the parts of its chain (1: one job)
     resume: str = ""  # a part after the first: the artifact of the part before it, which it resumes
     free_disk: bool = False  # the workflow frees the runner's preinstalled folders first (cuw.partition.disk_need)
+    free_disk_mounts: str = ""  # free_disk in a build image: the container options that mount those folders
 
 
 @dataclass(frozen=True)
@@ -141,15 +142,20 @@ def with_free_disk(
     jobs: list[Job], table: Optional[CostTable], runners: Mapping[str, Runner], notes: dict[str, str]
 ) -> list[Job]:
     """``jobs`` (one cell's), each marked ``free_disk`` where the recipe's measured disk need (``table``),
-    with its margin, exceeds its lane runner's free disk and the job runs on the bare Linux runner.
-    A need the step cannot meet (the jobs run in a build image) is said in ``notes``, per recipe and lane."""
+    with its margin, exceeds its lane runner's free disk and the job runs on a Linux runner; a job in a
+    build image also gets the container options that mount the host's folders for the step. A need the
+    step cannot meet (a runner that is not Linux) is said in ``notes``, per recipe and lane."""
     if not jobs or table is None:
         return jobs
     first = jobs[0]
-    need = disk_need(table, runners.get(first.lane), on_bare_runner(first.lane, first.image))
-    if not need.bare and any(need.exceeds(job.kind) for job in jobs):
+    need = disk_need(table, runners.get(first.lane), on_linux_runner(first.lane))
+    if not need.linux and any(need.exceeds(job.kind) for job in jobs):
         notes[f"{first.recipe} {first.lane}"] = disk_line(need, first.lane, first.image)
-    return [replace(job, free_disk=need.free_disk(job.kind)) for job in jobs]
+    out = []
+    for job in jobs:
+        free = need.free_disk(job.kind)
+        out.append(replace(job, free_disk=free, free_disk_mounts=container_mounts() if free and job.image else ""))
+    return out
 
 
 def select(recipe: Recipe, grid: Grid, f: Filters) -> list[Cell]:

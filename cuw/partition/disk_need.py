@@ -3,9 +3,11 @@
 The need is measured (a cost table's ``shard.disk_gb`` and ``link.disk_gb``, learned from the jobs'
 reports by ``cuw costs``); the runner's free disk is policy (``runners.<lane>.free_disk_gb`` in
 recipes/defaults.yml). A job whose need, with :data:`MARGIN` more, exceeds it gets the workflow's
-free-disk step, which deletes the runner's large preinstalled folders before anything is installed.
-The step acts on the runner's own disk, so it runs only where the job runs on the bare Linux runner:
-a job in its lane's build image (the workflow's ``container:``) cannot reach the host's folders.
+free-disk step, which deletes the runner's large preinstalled folders (:data:`FREE_DISK_FOLDERS`)
+before anything is installed. It acts on any Linux runner: on the bare runner it deletes them; a job
+in its lane's build image (the workflow's ``container:``) cannot see the host's folders, so its
+matrix row carries the container options that mount them at :data:`HOST_MOUNT`, and the step empties
+them there.
 """
 
 from __future__ import annotations
@@ -16,6 +18,29 @@ from typing import Optional
 from cuw.config.lanes import lane as lane_of
 from cuw.config.policy import Runner
 from cuw.partition.costs import CostTable
+
+FREE_DISK_FOLDERS = (
+    "/usr/local/lib/android",
+    "/usr/share/dotnet",
+    "/opt/ghc",
+    "/usr/local/.ghcup",
+    "/opt/hostedtoolcache/CodeQL",
+    "/usr/local/share/boost",
+)
+"""The hosted Linux runner's large preinstalled folders the forge never uses (Android SDK, .NET,
+Haskell, CodeQL's bundles, Boost: together well over 14 GB on ubuntu-24.04). The tool cache's
+Pythons stay: setup-python reads them. ``.github/scripts/free-disk.sh`` holds the same list (a test
+holds the two equal)."""
+
+HOST_MOUNT = "/cuw-host"
+"""Where a job in a build image sees :data:`FREE_DISK_FOLDERS` (``/cuw-host/usr/share/dotnet``...)."""
+
+
+def container_mounts(host_root: str = "") -> str:
+    """The job container's options that mount every folder of :data:`FREE_DISK_FOLDERS` at
+    :data:`HOST_MOUNT` for the free-disk step (``host_root``: a prefix of the host's paths, "" on a runner)."""
+    return " ".join(f"-v {host_root}{folder}:{HOST_MOUNT}{folder}" for folder in FREE_DISK_FOLDERS)
+
 
 MARGIN = 0.25
 """What the need is raised by before it is compared: one build's measure, taken from the forge job's
@@ -38,12 +63,12 @@ class DiskNeed:
     shard_gb: Optional[float]
     link_gb: Optional[float]
     runner: Optional[Runner]
-    bare: bool
-    """The jobs run on the bare Linux runner (no build image): where the free-disk step can act."""
+    linux: bool
+    """The jobs run on a Linux runner (bare or in a build image): where the free-disk step can act."""
 
     def free_disk(self, kind: str) -> bool:
         """Whether a ``kind`` job (shard, link; a build job is both) gets the free-disk step."""
-        return self.bare and self.exceeds(kind)
+        return self.linux and self.exceeds(kind)
 
     def exceeds(self, kind: str) -> bool:
         """Whether a ``kind`` job's need with its margin exceeds the runner's free disk, wherever it runs."""
@@ -51,18 +76,17 @@ class DiskNeed:
         return any(needs_free_disk(need, self.runner) for need in needs)
 
 
-def disk_need(table: Optional[CostTable], runner: Optional[Runner], bare: bool) -> DiskNeed:
-    """The need ``table`` measured (none without a table) on ``runner``; ``bare``: the jobs run on the
-    bare Linux runner."""
+def disk_need(table: Optional[CostTable], runner: Optional[Runner], linux: bool) -> DiskNeed:
+    """The need ``table`` measured (none without a table) on ``runner``; ``linux``: the jobs run on a
+    Linux runner."""
     shard = table.shard.disk_gb if table is not None and table.shard is not None else None
     link = table.link.disk_gb if table is not None and table.link is not None else None
-    return DiskNeed(shard, link, runner, bare)
+    return DiskNeed(shard, link, runner, linux)
 
 
-def on_bare_runner(lane: str, image: str) -> bool:
-    """Whether a job of ``lane`` with build image ``image`` ("" for none) runs on the bare Linux
-    runner, the only place the free-disk step can free the host's folders."""
-    return not image and lane_of(lane).os == "linux"
+def on_linux_runner(lane: str) -> bool:
+    """Whether ``lane``'s jobs run on a Linux runner, where the free-disk step frees the host's folders."""
+    return lane_of(lane).os == "linux"
 
 
 def _used(kind: str, value: Optional[float]) -> str:
@@ -85,7 +109,11 @@ def disk_line(need: DiskNeed, lane: str, image: str) -> str:
     if not over:
         return f"{held}: it fits, the free-disk step does not run"
     jobs = " and ".join(f"{kind} jobs" for kind in over)
-    if not need.bare:
-        where = f"the build image {image}" if image else f"a {lane} runner that is not Linux"
-        return f"{held}: the {jobs} need more, but run in {where}, where the free-disk step cannot free the host's folders"
+    if not need.linux:
+        return f"{held}: the {jobs} need more, but run on a {lane} runner that is not Linux, where the free-disk step cannot act"
+    if image:
+        return (
+            f"{held}: the {jobs} need more; the free-disk step runs on them (in the build image {image}, "
+            f"it empties the runner's preinstalled folders, mounted at {HOST_MOUNT})"
+        )
     return f"{held}: the {jobs} need more; the free-disk step runs on them (it deletes the runner's preinstalled folders)"

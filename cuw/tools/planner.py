@@ -31,7 +31,7 @@ from cuw.config.limits import check_count
 from cuw.partition.rules import OTHER_FAMILY, families_of
 from cuw.config.policy import load_policy
 from cuw.config.recipe import Recipe
-from cuw.partition.disk_need import disk_line, disk_need, on_bare_runner
+from cuw.partition.disk_need import disk_line, disk_need, on_linux_runner
 from cuw.tools.plan_shards import ShardPrediction, predict_shards, render_shards, runner_line
 
 HIT_SECONDS = 0.03
@@ -438,7 +438,7 @@ def _shards(recipe: Recipe, inputs: Inputs, row: Row, owners: dict[str, int]) ->
     policy = load_policy(Path(recipe.folder).parent)
     runner = policy.runners.get(lanes[0])
     image = policy.images[lanes[0]].ref if lanes[0] in policy.images else ""
-    need = disk_need(inputs.table, runner, on_bare_runner(lanes[0], image))
+    need = disk_need(inputs.table, runner, on_linux_runner(lanes[0]))
     shards = predict_shards(inputs.table, owners, row.n, runner, recipe.max_jobs)
     return shards, runner_line(lanes[0], runner), disk_line(need, lanes[0], image)
 
