@@ -83,6 +83,13 @@ def _table_with_peaks(recipes_dir: Path, peak_mb: float) -> dict:
     return data
 
 
+def test_compiles_in_slots_take_the_longest_first_makespan():
+    from cuw.tools.plan_shards import in_slots
+
+    assert in_slots([5, 4, 3, 3, 3], 2) == 10  # 5|4, then 3s onto the earlier-ending slot: 8 and 10
+    assert in_slots([5, 4, 3], 1) == 12 and in_slots([5, 4, 3], 8) == 5 and in_slots([], 4) == 0
+
+
 def test_the_plan_prints_each_shards_cpu_seconds_peak_and_jobs(recipes_dir, capsys):
     data = _table_with_peaks(recipes_dir, 5000)
     recipe = load_recipe("example", recipes_dir)
@@ -100,7 +107,12 @@ def test_the_plan_prints_each_shards_cpu_seconds_peak_and_jobs(recipes_dir, caps
     header = next(line for line in out.splitlines() if "peak GB" in line)
     assert header.split()[:6] == ["shard", "TUs", "wall", "s", "cpu", "s"]
     row = next(line for line in out.splitlines() if line.split()[:1] == ["1"] and "compiles could peak" in line)
-    assert row.split()[4:6] == ["2", "9.8"]  # 2 jobs, 10000 MB = 9.8 GB
+    cells = row.split()
+    assert (cells[4], cells[6]) == ("2", "9.8")  # 2 jobs, 10000 MB = 9.8 GB
+    # Wall in its 2 slots, longest first: between half its one-slot compiles and all of them.
+    first = result.shards[0]
+    assert float(cells[5]) == pytest.approx(first.wall_jobs_s, abs=0.05) and first.wall_s is not None
+    assert first.wall_jobs_s is not None and first.wall_s / 2 <= first.wall_jobs_s + 1e-6 <= first.wall_s + 1e-6
     for fmt, cells in (("markdown", "| 1 | "), ("html", "<tr><td>1</td><td>")):
         assert cuw_main(["plan", "example", "--recipes", str(recipes_dir), "--shards", "2", "--check", "2", "--format", fmt]) == 0
         out = capsys.readouterr().out

@@ -4,10 +4,16 @@ parallel compile jobs its runner's memory allows with the predicted peak they im
 CPU seconds are the measure the planner is held to (benchmarks/planner_vs_measured.py): a
 shard's compile CPU varies far less with the load of the machine than its wall time. The job
 count is the shard job's own choice (:func:`cuw.partition.parallel_jobs.choose_jobs`).
+
+Wall is given twice: its compiles in one slot (the model the job cap and the recommendation use:
+the table's seconds were measured one compile at a time, and compiles side by side on a runner's
+cores each run slower than one alone), and in the shard's ``jobs`` slots, longest first (what the
+shard would take if its compiles ran side by side at the table's seconds: a lower bound).
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Optional
 
@@ -28,9 +34,19 @@ class ShardPrediction:
     peak_mb: Optional[float]
     """The predicted peak of ``jobs`` compiles at once; None: no peak measured for its slice."""
     why: str
+    wall_jobs_s: Optional[float] = None
+    """Its compiles in ``jobs`` slots, longest first, and what a shard costs beside them (a lower bound)."""
     disk_gb: Optional[float] = None
     """The disk a shard used (the table's ``shard.disk_gb``: the largest measured, the same for every
     shard); None: not measured."""
+
+
+def in_slots(seconds: list[float], slots: int) -> float:
+    """The makespan of ``seconds`` on ``slots`` parallel slots, longest first (LPT)."""
+    ends = [0.0] * max(slots, 1)
+    for s in sorted(seconds, reverse=True):
+        heapq.heapreplace(ends, ends[0] + s)
+    return max(ends)
 
 
 def predict_shards(
@@ -54,6 +70,7 @@ def predict_shards(
                 choice.jobs,
                 choice.peak_mb,
                 choice.why,
+                None if table is None else round(in_slots([table.seconds(k) for k in keys], choice.jobs) + table.beside_s, 3),
                 disk,
             )
         )
@@ -83,11 +100,11 @@ def render_shards(shards: list[ShardPrediction], n: int, runner: str) -> list[st
     """The per-shard table for a terminal."""
     lines = [
         f"shards at N={n} ({runner}):",
-        f"{'shard':>6} {'TUs':>5} {'wall s':>8} {'cpu s':>8} {'jobs':>4} {'peak GB':>7} {'disk GB':>7}  why",
+        f"{'shard':>6} {'TUs':>5} {'wall s':>8} {'cpu s':>8} {'jobs':>4} {'in jobs s':>9} {'peak GB':>7} {'disk GB':>7}  why",
     ]
     for s in shards:
         lines.append(
-            f"{s.index:>6} {s.tus:>5} {_s(s.wall_s):>8} {_s(s.cpu_s):>8} {s.jobs:>4} "
+            f"{s.index:>6} {s.tus:>5} {_s(s.wall_s):>8} {_s(s.cpu_s):>8} {s.jobs:>4} {_s(s.wall_jobs_s):>9} "
             f"{_gb(s.peak_mb):>7} {_disk(s.disk_gb):>7}  {s.why}"
         )
     return lines
@@ -98,11 +115,11 @@ def markdown_shards(shards: list[ShardPrediction], n: int, runner: str) -> list[
     lines = [
         f"Shards at N={n} ({runner}):",
         "",
-        "| shard | TUs | wall s | cpu s | jobs | peak GB | disk GB | why |",
-        "|---|---|---|---|---|---|---|---|",
+        "| shard | TUs | wall s | cpu s | jobs | in jobs s | peak GB | disk GB | why |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in shards:
-        cells = (s.index, s.tus, _s(s.wall_s), _s(s.cpu_s), s.jobs, _gb(s.peak_mb), _disk(s.disk_gb), s.why)
+        cells = (s.index, s.tus, _s(s.wall_s), _s(s.cpu_s), s.jobs, _s(s.wall_jobs_s), _gb(s.peak_mb), _disk(s.disk_gb), s.why)
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines
 
@@ -111,12 +128,23 @@ def html_shards(shards: list[ShardPrediction], n: int, runner: str) -> str:
     """The per-shard table as an HTML fragment."""
     from html import escape
 
-    head = "".join(f"<th>{h}</th>" for h in ("shard", "TUs", "wall s", "cpu s", "jobs", "peak GB", "disk GB", "why"))
+    names = ("shard", "TUs", "wall s", "cpu s", "jobs", "in jobs s", "peak GB", "disk GB", "why")
+    head = "".join(f"<th>{h}</th>" for h in names)
     rows = "".join(
         "<tr>"
         + "".join(
             f"<td>{escape(str(c))}</td>"
-            for c in (s.index, s.tus, _s(s.wall_s), _s(s.cpu_s), s.jobs, _gb(s.peak_mb), _disk(s.disk_gb), s.why)
+            for c in (
+                s.index,
+                s.tus,
+                _s(s.wall_s),
+                _s(s.cpu_s),
+                s.jobs,
+                _s(s.wall_jobs_s),
+                _gb(s.peak_mb),
+                _disk(s.disk_gb),
+                s.why,
+            )
         )
         + "</tr>"
         for s in shards
