@@ -32,7 +32,7 @@ def _job(recipes_dir: Path, paths) -> _Job:  # type: ignore[no-untyped-def]
         progress=None,
         folder="shard-1of2",
         label="shard 1/2",
-        what="shard 1/2",
+        named="shard 1/2",
         gate="shard",
     )
 

@@ -18,7 +18,7 @@ from cuw.jobs import resources
 from cuw.gates import report
 from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
-from cuw.config.cell import Cell, local_cell
+from cuw.config.cell import Cell
 from cuw.base.errors import CuwError, InputError
 from cuw.base.records import LinkReport
 from cuw.base.settings import Settings
@@ -33,7 +33,7 @@ from cuw.config.policy import CacheChoice, load_policy
 from cuw.config.recipe import Recipe
 from cuw.toolchain.cache import Cache, open_cache, tool_class
 from cuw.wheel.finish import CudaRuntime, dist_versions, repair, retag
-from cuw.toolchain.toolkit import Toolkit, find_toolkit
+from cuw.toolchain.toolkit import Toolkit
 from cuw.toolchain.builder import current_builder
 from cuw.config import lanes
 from cuw.wheel.verify import Check, verify, write_verify_reports
@@ -156,7 +156,6 @@ def run_link(
     ``zero_stats=False`` exists so a test can show the gate catching counters
     that still carry the shards' history. ``settings``: the run's (the command line's).
     """
-    cell = local_cell(recipe, find_toolkit(homes=settings.homes))
     job = LinkJob(
         recipe=recipe,
         paths=paths,
@@ -165,7 +164,7 @@ def run_link(
         cache=cache,
         folder="link",
         label="link",
-        what=f"the link of {cell.id}",
+        named="the link",
         gate="link",
         jobs=jobs,
         zero_stats=zero_stats,

@@ -50,8 +50,8 @@ class Job(Generic[R]):
     """Its work folder's name (``shard-2of4``, ``link``): its lock and the folder its sampler watches."""
     label: str
     """How its lines start: ``shard 2/4``, ``link``."""
-    what: str
-    """What a second run of it is refused as: ``shard 2/4 of <cell>``."""
+    named: str
+    """What it is, before its cell: ``shard 2/4``, ``the link``."""
     gate: str
 
     toolkit: Toolkit = field(init=False)
@@ -64,6 +64,11 @@ class Job(Generic[R]):
     """Set by a job that keeps its report from its start: it then says "did not start" on a refusal."""
     report: R = field(init=False)
     """What the report carries beside the verdict (its cell, its archive, its seconds, ...)."""
+
+    @property
+    def what(self) -> str:
+        """What a second run of it is refused as: ``shard 2/4 of <cell>``."""
+        return f"{self.named} of {self.cell.id}"
 
 
 J = TypeVar("J", bound=Job[Any])

@@ -14,7 +14,6 @@ from cuw.jobs import resources
 from cuw.gates import report
 from cuw.seat import seat_log
 from cuw.jobs.backends import build_env
-from cuw.config.cell import local_cell
 from cuw.base.errors import CuwError
 from cuw.base.files import sha256_of
 from cuw.base.records import TU_ACTIONS, SeatLogEntry, ShardReport
@@ -31,7 +30,6 @@ from cuw.jobs.patching import PatchContext
 from cuw.config.policy import CacheChoice
 from cuw.config.recipe import Recipe
 from cuw.toolchain.cache import Cache, open_cache, tool_class
-from cuw.toolchain.toolkit import find_toolkit
 from cuw.toolchain.builder import current_builder
 from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare, real_objects
 
@@ -143,7 +141,6 @@ def run_shard(
     ``deadline`` (Unix time): no owned compile starts after it, and the job packs what it has as a
     partial part; ``resume``: the previous part's archive, restored before the build
     (:mod:`cuw.jobs.continuation`)."""
-    cell = local_cell(recipe, find_toolkit(homes=settings.homes))
     job = ShardJob(
         recipe=recipe,
         paths=paths,
@@ -152,7 +149,7 @@ def run_shard(
         cache=cache,
         folder=f"shard-{spec.tag}",
         label=f"shard {spec}",
-        what=f"shard {spec} of {cell.id}",
+        named=f"shard {spec}",
         gate="shard",
         spec=spec,
         jobs=jobs,
