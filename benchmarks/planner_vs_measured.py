@@ -12,8 +12,9 @@ there, else from its archive's timeline. Cache hits are left out on both sides: 
 The prediction is the planner's own (:func:`cuw.tools.plan_shards.predict_shards`) over the TUs
 each shard compiled, from the cost table: CPU seconds are the measure it is held to (within
 ``--tolerance``, 15 %), as they are far less sensitive to the machine's load than wall time. A table
-learned on another machine is off by that machine's speed: the median per-TU ratio (the machine
-factor) is printed, with the per-shard ratios after it, which are the partition's own error. Wall
+learned on another machine (or on this one at another time: a shared machine's speed drifts) is off
+by that speed: the cell's measured over the table's CPU seconds (the machine factor) is printed, with
+the per-shard ratios after it, which are the partition's own error. Wall
 is stated separately: the plan's model (its compiles in one slot, plus what a shard costs beside
 them) against the report's build seconds. The peak column is the table's largest one-TU peak of the
 slice against the largest one-compile peak measured.
@@ -26,7 +27,6 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import median
 from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,10 +86,10 @@ def _ratio(predicted: Optional[float], measured: Optional[float]) -> Optional[fl
 
 
 def machine_factor(table: CostTable, shards: list[Measured]) -> Optional[float]:
-    """The median, over the TUs the table has CPU seconds for, of measured / table CPU: how much
-    faster (< 1) or slower this machine compiles than the one the table was learned on."""
-    ratios = [e.cpu_s / table.cpu[str(e.key)] for m in shards for e in m.compiles if e.cpu_s and table.cpu.get(str(e.key))]
-    return round(median(ratios), 3) if ratios else None
+    """Over the TUs the table has CPU seconds for, their measured CPU seconds / the table's: how much
+    faster (< 1) or slower this machine compiled them than the one the table was learned on."""
+    pairs = [(e.cpu_s, table.cpu[str(e.key)]) for m in shards for e in m.compiles if e.cpu_s and table.cpu.get(str(e.key))]
+    return round(sum(a for a, _ in pairs) / sum(b for _, b in pairs), 3) if pairs else None
 
 
 def compare(table: CostTable, shards: list[Measured], tolerance: float) -> list[dict]:
@@ -152,9 +152,9 @@ def render(rows: list[dict], tolerance: float) -> str:
         scaled = [r["cpu_ratio_after_factor"] for r in judged]
         inside = sum(abs(v - 1) <= tolerance for v in scaled)
         lines.append(
-            f"machine factor (median per-TU measured / table CPU seconds): {factor:.3f}; with the table scaled by it, "
+            f"machine factor (the cell's measured / table CPU seconds, TU by TU): {factor:.3f}; with the table scaled by it, "
             f"{inside} of {len(scaled)} shards within {pct} (ratios {min(scaled):.3f} to {max(scaled):.3f}): "
-            "a factor far from 1 says the table was learned on a faster or slower machine"
+            "a factor far from 1: the table was learned on a machine, or at a time, that compiled faster or slower"
         )
     lines.append("")
     lines.append("Wall seconds per shard (the plan's model: compiles in one slot + beside; measured: the build):")
