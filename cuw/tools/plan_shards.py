@@ -2,7 +2,8 @@
 parallel compile jobs its runner's memory allows with the predicted peak they imply.
 
 CPU seconds are the measure the planner is held to (benchmarks/planner_vs_measured.py): a
-shard's compile CPU varies far less with the load of the machine than its wall time. The job
+shard's compile CPU varies far less with the load of the machine than its wall time, though it is
+that machine's (another, or the same one at another time, compiles faster or slower). The job
 count is the shard job's own choice (:func:`cuw.partition.parallel_jobs.choose_jobs`).
 
 Wall is given twice: its compiles in one slot (the model the job cap and the recommendation use:
