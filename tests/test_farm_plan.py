@@ -105,6 +105,11 @@ def test_the_cli_prints_the_farm_at_two_limits_and_refuses_bad_options():
         (("--farm", "--count", "nope"), "RECIPE=N"),
         (("--farm", "example"), "leave out the recipe name"),
         ((), "pass --farm for the whole grid"),
+        # An option of the other mode is refused, never ignored.
+        (("--farm", "--shards", "4"), "--shards: plans one recipe, not --farm"),
+        (("--farm", "--json", "--output", "x.json"), "--json, --output: plans one recipe"),
+        (("example", "--count", "example=3"), "--count: plans the farm (add --farm)"),
+        (("example", "--concurrency", "20"), "--concurrency: plans the farm"),
     ]:
         bad = run(*args)
         assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr)

@@ -301,7 +301,7 @@ def _plan_verb(sub: Subparsers) -> None:
     )
     p.add_argument(
         "--concurrency",
-        default="20,60",
+        default=None,
         metavar="C,C",
         help="with --farm: concurrent jobs to plan for (default 20,60: GitHub Free and Team)",
     )

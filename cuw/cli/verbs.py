@@ -336,17 +336,25 @@ def _show(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
     return 0
 
 
+# What plans one recipe; --farm refuses them rather than ignore them.
+_ONE_RECIPE_OPTIONS = ("shards", "range", "costs", "from_log", "check", "json", "format", "output")
+
+
 def _farm_plan(args: argparse.Namespace, recipes_dir: Path) -> int:
     from cuw.tools import farm_plan
 
     if args.recipe is not None:
         raise InputError("--farm plans every recipe; leave out the recipe name")
+    one_cell = [f"--{o.replace('_', '-')}" for o in _ONE_RECIPE_OPTIONS if getattr(args, o) not in (None, False)]
+    if one_cell:
+        raise InputError(f"{', '.join(one_cell)}: plans one recipe, not --farm (give --count RECIPE=N for the farm)")
+    concurrency = args.concurrency or "20,60"
     try:
-        limits = [int(v) for v in args.concurrency.split(",")]
+        limits = [int(v) for v in concurrency.split(",")]
     except ValueError:
-        raise InputError(f"--concurrency {args.concurrency!r}: numbers of concurrent jobs, comma-separated (20,60)") from None
+        raise InputError(f"--concurrency {concurrency!r}: numbers of concurrent jobs, comma-separated (20,60)") from None
     if not limits or any(not 1 <= c <= 10000 for c in limits):
-        raise InputError(f"--concurrency {args.concurrency!r}: each between 1 and 10000")
+        raise InputError(f"--concurrency {concurrency!r}: each between 1 and 10000")
     counts: dict[str, int] = {}
     for item in args.count:
         key, sep, n = item.partition("=")
@@ -370,6 +378,9 @@ def _plan(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
         return _farm_plan(args, recipes_dir)
     if args.recipe is None:
         raise InputError("plan: name a recipe (cuw recipes lists them), or pass --farm for the whole grid")
+    if args.count or args.concurrency is not None:
+        given = "--count" if args.count else "--concurrency"
+        raise InputError(f"{given}: plans the farm (add --farm); for one recipe give --shards N or --range A..B")
     recipe = load_recipe(args.recipe, recipes_dir)
     counts = planner.parse_counts(args.shards, args.range)
     if args.check is not None:
