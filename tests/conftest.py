@@ -346,6 +346,29 @@ def engine_or_skip():
     return need("engine")
 
 
+def run_in_container(engine: Any, image: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``<engine> run --rm`` of ``image`` on the host network (the engine's bridge is not used here), no
+    GPU; ``args`` are ``run`` options, then the command after ``--``."""
+    split = args.index("--")
+    return subprocess.run(
+        [
+            engine.path,
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "-e",
+            "CUDA_VISIBLE_DEVICES=",
+            *args[:split],
+            image,
+            *args[split + 1 :],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def run_cuw(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess:
     """``python -m cuw <args>`` as a user runs it: its own process, no stdin, output captured."""
     return subprocess.run(

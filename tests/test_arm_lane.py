@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from conftest import REPO, engine_or_skip, expected_tu_values, need, run_cuw
+from conftest import REPO, engine_or_skip, expected_tu_values, need, run_cuw, run_in_container
 from cuw.base.files import held
 
 pytestmark = pytest.mark.arm
@@ -100,26 +100,7 @@ def test_the_arm_wheel_installs_and_imports_in_a_clean_arm_container(built_for_a
         f"--no-index /dist/{wheel.name} && cd / && "
         "/tmp/v/bin/python -c 'import json, platform, cuw_example as m; print(platform.machine(), json.dumps(m.tu_values()))'"
     )
-    proc = subprocess.run(
-        [
-            engine.path,
-            "run",
-            "--rm",
-            "--network",
-            "host",
-            "-e",
-            "CUDA_VISIBLE_DEVICES=",
-            "-v",
-            f"{root / 'dist'}:/dist:ro",
-            arm_standin,
-            "sh",
-            "-c",
-            script,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = run_in_container(engine, arm_standin, "-v", f"{root / 'dist'}:/dist:ro", "--", "sh", "-c", script, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     machine, values = proc.stdout.strip().splitlines()[-1].split(" ", 1)
     assert machine == "aarch64" and json.loads(values) == expected_tu_values()

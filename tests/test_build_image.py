@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, engine_or_skip, expected_tu_values, need, run_cuw, run_settings
+from conftest import REPO, engine_or_skip, expected_tu_values, need, run_cuw, run_in_container, run_settings
 from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.files import held
 from cuw.config.policy import BuildImage, check_image_policy
@@ -96,26 +96,7 @@ def test_the_wheel_installs_and_imports_in_a_clean_container_of_the_image(built_
         f"/opt/python/cp311-cp311/bin/python -m pip install -q --no-deps --no-index /dist/{wheel.name} && "
         "cd / && /opt/python/cp311-cp311/bin/python -c 'import json, cuw_example as m; print(json.dumps(m.tu_values()))'"
     )
-    proc = subprocess.run(
-        [
-            engine.path,
-            "run",
-            "--rm",
-            "--network",
-            "host",
-            "-e",
-            "CUDA_VISIBLE_DEVICES=",
-            "-v",
-            f"{root / 'dist'}:/dist:ro",
-            standin,
-            "sh",
-            "-c",
-            script,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_in_container(engine, standin, "-v", f"{root / 'dist'}:/dist:ro", "--", "sh", "-c", script)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected_tu_values()
 
@@ -347,24 +328,9 @@ def test_the_free_disk_step_empties_the_runners_folders_mounted_into_a_job_in_th
     keep = host / "usr" / "share" / "keep.txt"
     keep.write_text("not the forge's to free")
     missing = host / FREE_DISK_FOLDERS[-1].lstrip("/")
-    proc = subprocess.run(
-        [
-            engine.path,
-            "run",
-            "--rm",
-            "--network",
-            "host",
-            *shlex.split(container_mounts(str(host))),
-            "-v",
-            f"{REPO / '.github' / 'scripts'}:/scripts:ro",
-            standin,
-            "bash",
-            "/scripts/free-disk.sh",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    mounts = shlex.split(container_mounts(str(host)))
+    scripts = f"{REPO / '.github' / 'scripts'}:/scripts:ro"
+    proc = run_in_container(engine, standin, *mounts, "-v", scripts, "--", "bash", "/scripts/free-disk.sh")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("Filesystem") == 2 and "before:" in proc.stdout and "after:" in proc.stdout
     for folder in FREE_DISK_FOLDERS:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, have, need, run_settings
+from conftest import REPO, have, need, run_in_container, run_settings
 from cuw.ci.workflow_run import find_interpreter
 
 pytestmark = pytest.mark.farm
@@ -269,28 +269,8 @@ def test_the_workflow_in_docker_mode_runs_each_job_in_a_container_of_its_own(tmp
         "/opt/python/cp311-cp311/bin/python -m pip install -q --no-cache-dir --index-url file:///index/cu130 cuw-example && "
         "cd / && /opt/python/cp311-cp311/bin/python -c 'import json, cuw_example as m; print(json.dumps(m.tu_values()))'"
     )
-    proc = subprocess.run(
-        [
-            engine.path,
-            "run",
-            "--rm",
-            "--network",
-            "host",
-            "-e",
-            "CUDA_VISIBLE_DEVICES=",
-            "-e",
-            "PIP_CONFIG_FILE=/dev/null",
-            "-v",
-            f"{index}:/index:ro",
-            standin,
-            "sh",
-            "-c",
-            script,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    index_ro = f"{index}:/index:ro"
+    proc = run_in_container(engine, standin, "-e", "PIP_CONFIG_FILE=/dev/null", "-v", index_ro, "--", "sh", "-c", script)
     assert proc.returncode == 0, proc.stderr[-2000:]
     from conftest import expected_tu_values
 
