@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from cuw.base.errors import InputError
+from cuw.base.errors import InputError, OutputError
 from cuw.base.files import contained, copy_into, write_text
 
 
@@ -55,3 +59,44 @@ def test_a_path_built_from_input_stays_under_its_root(tmp_path):
     assert contained(tmp_path / "a" / "b", tmp_path, "cell") == (tmp_path / "a" / "b").resolve()
     with pytest.raises(InputError, match="would lie outside"):
         contained(tmp_path / ".." / "elsewhere", tmp_path, "recipe '..'")
+
+
+def test_a_link_is_written_through_and_stays_a_link(tmp_path):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target.name)
+    write_text(link, "new", "--output")
+    assert link.is_symlink() and os.readlink(link) == "real.json" and target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]
+
+
+@pytest.mark.skipif(not Path("/dev/null").is_char_device(), reason="needs /dev/null")
+def test_a_device_is_written_into_never_replaced(tmp_path):
+    """``--output /dev/null`` (run as root it could be renamed over): the device stays a device."""
+    before = os.stat("/dev/null")
+    assert write_text(Path("/dev/null"), "plan\n", "--output") == Path("/dev/null")
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+    if Path("/dev/full").is_char_device():
+        with pytest.raises(OutputError, match=r"--output /dev/full: cannot write \(No space left on device\)"):
+            write_text(Path("/dev/full"), "x" * 100_000, "--output")
+        assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_a_pipe_is_written_into_and_one_nobody_reads_is_refused(tmp_path):
+    fifo = tmp_path / "plan.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OutputError, match="nothing reads that pipe"):
+        write_text(fifo, "x", "--output")
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    for _ in range(200):  # the reader opens its end: then a write finds it
+        try:
+            write_text(fifo, "through the pipe", "--output")
+            break
+        except OutputError:
+            time.sleep(0.01)
+    reader.join(timeout=10)
+    assert got == [b"through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)

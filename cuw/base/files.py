@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -56,8 +57,15 @@ def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
 
 def _replace(dest: Path, option: str, fill: Callable[[str], object]) -> Path:
     """``fill(temp path)`` writes the new content beside ``dest``; a rename then puts it in place.
-    Whatever goes wrong, the temp file goes and ``dest`` is as it was."""
+    Whatever goes wrong, the temp file goes and ``dest`` is as it was. A link is written through,
+    as a plain write would (the link stays); a device or a pipe is written into, never replaced."""
     check_destination(dest, option)
+    if dest.is_symlink():
+        dest = Path(os.path.realpath(dest))
+        check_destination(dest, option)
+    if dest.exists() and not dest.is_file():
+        _write_into(dest, option, fill)
+        return dest
     fd, tmp = _temp_beside(dest, option)
     os.close(fd)
     try:
@@ -70,6 +78,27 @@ def _replace(dest: Path, option: str, fill: Callable[[str], object]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return dest
+
+
+def _write_into(dest: Path, option: str, fill: Callable[[str], object]) -> None:
+    """``dest`` is a device or a pipe (``/dev/null``, ``/dev/stdout``, a FIFO): nothing to rename
+    over, and replacing it would break it. The content is made in a private temp file, then copied
+    in; a pipe nobody reads is refused rather than waited on."""
+    fd, tmp = tempfile.mkstemp(prefix=".cuw-output-", suffix=".partial")
+    os.close(fd)
+    try:
+        fill(tmp)
+        nonblock = getattr(os, "O_NONBLOCK", 0)
+        out = os.open(dest, os.O_WRONLY | nonblock)
+        if nonblock:
+            os.set_blocking(out, True)
+        with open(tmp, "rb") as src, os.fdopen(out, "wb") as sink:
+            shutil.copyfileobj(src, sink)
+    except OSError as exc:
+        why = "nothing reads that pipe" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
+        raise OutputError(f"{option} {dest}: cannot write ({why})") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _default_mode(dest: Path) -> int:
