@@ -3,7 +3,8 @@
 
 ``invoke shard example 2/4``, ``invoke link spconv``, ``invoke plan natten --shards 23``: a
 value option takes its value as text (the ``cuw`` CLI checks it and says what is wrong in one
-line); an option ``cuw`` takes several times takes a comma-separated list here.
+line); an option ``cuw`` takes several times is given several times here too, or once with a
+comma-separated list.
 """
 
 import inspect
@@ -32,7 +33,8 @@ def _argv(verb: VerbSpec, values: dict) -> list[str]:
         elif option.switch:
             argv += [option.flag] if value else []
         elif option.repeat:
-            argv += [a for item in str(value).split(",") if item for a in (option.flag, item)]
+            given = value if isinstance(value, list) else [] if value is None else [value]
+            argv += [a for each in given for item in str(each).split(",") if item for a in (option.flag, item)]
         elif value != "":
             argv += [option.flag, str(value)]
     return argv
@@ -47,7 +49,8 @@ def _task(verb: VerbSpec) -> Task:
 
     params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for option in verb.options:
-        default = inspect.Parameter.empty if option.required else (False if option.switch else "")
+        # A repeated option's default is None: invoke then makes it a list (``--count a --count b``).
+        default = inspect.Parameter.empty if option.required else (False if option.switch else None if option.repeat else "")
         params.append(
             inspect.Parameter(
                 _param(option),
@@ -61,7 +64,8 @@ def _task(verb: VerbSpec) -> Task:
     body.__name__ = verb.name.replace("-", "_")
     body.__doc__ = verb.help[:1].upper() + verb.help[1:] + "."
     positional = [_param(o) for o in verb.options if o.positional]
-    return Task(body, name=verb.name, positional=positional, help={_param(o): o.help for o in verb.options})
+    repeated = [_param(o) for o in verb.options if o.repeat]
+    return Task(body, name=verb.name, positional=positional, iterable=repeated, help={_param(o): o.help for o in verb.options})
 
 
 def _tests(c: Context) -> None:

@@ -104,6 +104,13 @@ def test_nox_and_invoke_offer_every_verb_with_every_option(tmp_path):
     assert proc.returncode == 0, proc.stderr
     chunks = json.loads((tmp_path / "m.json").read_text())["chunks"]
     assert sorted(c["id"] for c in chunks) == ["example-linux-cu13.0", "example-windows-cu13.0"], chunks
+    # ... or given again, as cuw takes it: both forms reach the verb with both values.
+    again = [*proc.args[:8], "--platform", "linux", "--platform", "windows", *proc.args[10:]]
+    (tmp_path / "m.json").unlink()
+    proc = subprocess.run(again, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    chunks = json.loads((tmp_path / "m.json").read_text())["chunks"]
+    assert sorted(c["id"] for c in chunks) == ["example-linux-cu13.0", "example-windows-cu13.0"], chunks
 
 
 def test_zero_shards_is_refused(tmp_path, recipes_dir):
