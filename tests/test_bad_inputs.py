@@ -193,6 +193,8 @@ CASES: list[Case] = [
     C("junk/defaults-yml-recipes", "recipes", "--recipes", "{W}/junkpolicy", expect="defaults.yml"),
     C("junk/defaults-yml-matrix", "matrix", "--recipes", "{W}/junkpolicy", expect="defaults.yml"),
     C("junk/costs-json-plan", "plan", "junkcosts", *B, expect="costs.json"),
+    C("kind/costs-json-a-folder", "plan", "foldercosts", *B, expect="foldercosts/costs.json is a folder"),
+    C("kind/recipe-yml-a-folder", "show", "folderrecipe", *B, expect="folderrecipe/recipe.yml is a folder"),
     C("junk/plan-costs", "plan", "example", "--costs", "{W}/junk.bin", *R, expect="junk.bin"),
     C("junk/plan-from-log", "plan", "example", "--from-log", "{W}/junk.bin", *R, expect="junk.bin"),
     C("junk/plan-from-ninja-log", "plan", "example", "--from-log", "{W}/ninja_junk/.ninja_log", *R, expect=".ninja_log"),
@@ -827,6 +829,9 @@ def build_world(W: Path) -> Path:
     (bad / "ymlfolder" / "recipe.yml").mkdir(parents=True)
     _recipe(bad, "junkcosts", example, example=True)
     (bad / "junkcosts" / "costs.json").write_bytes(JUNK)
+    _recipe(bad, "foldercosts", example, example=True)
+    (bad / "foldercosts" / "costs.json").mkdir()
+    (bad / "folderrecipe" / "recipe.yml").mkdir(parents=True)
     _recipe(bad, "patchraise", example, example=True, patch="def patch(ctx):\n    raise RuntimeError('upstream moved')\n")
     _recipe(bad, "patchsyntax", example, example=True, patch="def patch(ctx)\n    pass\n")
     _recipe(bad, "patchexit", example, example=True, patch="import sys\n\ndef patch(ctx):\n    sys.exit(0)\n")

@@ -91,10 +91,13 @@ def test_a_chained_shard_is_its_parts_each_paying_what_a_shard_costs_beside_its_
     assert f"({sum(c.job_count for c in capped.jobs)} jobs)" in first
 
 
-def test_the_cli_prints_the_farm_at_two_limits_and_refuses_bad_options():
+def test_the_cli_prints_the_farm_at_two_limits_and_refuses_bad_options(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "cuw", "plan", *a], capture_output=True, text=True, cwd=REPO)  # noqa: E731
     ok = run("--farm", "--concurrency", "20,60")
     assert ok.returncode == 0, ok.stderr
+    written = run("--farm", "--output", str(tmp_path / "farm.txt"))
+    assert written.returncode == 0 and (tmp_path / "farm.txt").read_text() == ok.stdout, written.stderr
+    (empty := tmp_path / "empty").mkdir()
     lines = ok.stdout.splitlines()
     assert lines[0].startswith("farm plan: ") and "runner-hours" in lines[0]
     assert any(line.strip().startswith("20 concurrent jobs (Free)") for line in lines)
@@ -107,7 +110,16 @@ def test_the_cli_prints_the_farm_at_two_limits_and_refuses_bad_options():
         ((), "pass --farm for the whole grid"),
         # An option of the other mode is refused, never ignored.
         (("--farm", "--shards", "4"), "--shards: plans one recipe, not --farm"),
-        (("--farm", "--json", "--output", "x.json"), "--json, --output: plans one recipe"),
+        (("--farm", "--json"), "--json: --farm prints text only"),
+        (("--farm", "--format", "html"), "--format html: --farm prints text only"),
+        (("--farm", "--count", "example=\u00b2"), "RECIPE=N"),  # a digit to str.isdigit, not to int()
+        (("--farm", "--concurrency", "\u0662\u0660"), "numbers of concurrent jobs"),
+        (("--farm", "--concurrency", ""), "numbers of concurrent jobs"),
+        (("--farm", "--concurrency", "20,20"), "a limit given twice"),
+        (("--farm", "--count", "../example=3"), "--count '../example=3': recipe name"),
+        (("--farm", "--count", "example=3", "--count", "example=4"), "example is given twice"),
+        (("--farm", "--count", "natten=4"), "natten has no cost table"),
+        (("--farm", "--recipes", str(empty)), "holds no recipe"),
         (("example", "--count", "example=3"), "--count: plans the farm (add --farm)"),
         (("example", "--concurrency", "20"), "--concurrency: plans the farm"),
     ]:

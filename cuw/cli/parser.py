@@ -312,7 +312,7 @@ def _plan_verb(sub: Subparsers) -> None:
         metavar="RECIPE=N",
         help="with --farm: plan RECIPE at N shards instead of its sharding.count (repeatable)",
     )
-    p.add_argument("--shards", type=int, default=None, help="plan this N only")
+    p.add_argument("--shards", type=int, default=None, help="plan this N only (one recipe; --count with --farm)")
     p.add_argument("--range", default=None, metavar="A..B", help="plan every N from A to B (default: 2..64)")
     p.add_argument("--costs", type=Path, default=None, help="a cost table (default: the recipe's costs.json)")
     p.add_argument("--from-log", type=Path, default=None, help="seat filter: the TUs of this recorded seat log")
@@ -326,12 +326,13 @@ def _plan_verb(sub: Subparsers) -> None:
         "a shard's build gets it less jobs.margin_minutes; a shard predicted past that is flagged with "
         "the chain it needs or the smallest N that needs none",
     )
-    p.add_argument("--json", action="store_true", help="print the plan as JSON (same as --format json)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (same as --format json; one recipe only)")
     p.add_argument(
         "--format",
         choices=("text", "json", "markdown", "html"),
         default=None,
-        help="text (default), json, markdown (a table for a step summary) or html (a page with the curve)",
+        help="text (default), json, markdown (a table for a step summary) or html (a page with the curve); "
+        "--farm prints text only",
     )
     p.add_argument("--output", type=Path, default=None, help="write the plan here instead of stdout")
     p.add_argument("--recipes", type=Path, default=None)

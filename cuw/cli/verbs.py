@@ -4,6 +4,7 @@ exit code (0 done, 1 a gate refused, 2 bad input: docs/verbs.md, "Exit codes and
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -337,7 +338,44 @@ def _show(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
 
 
 # What plans one recipe; --farm refuses them rather than ignore them.
-_ONE_RECIPE_OPTIONS = ("shards", "range", "costs", "from_log", "check", "json", "format", "output")
+_ONE_RECIPE_OPTIONS = ("shards", "range", "costs", "from_log", "check")
+
+
+def _farm_limits(given: Optional[str]) -> list[int]:
+    """--concurrency: ASCII numbers, comma-separated, each once (default: GitHub Free and Team)."""
+    text = "20,60" if given is None else given
+    if not re.fullmatch(r"[0-9]+(,[0-9]+)*", text):
+        raise InputError(f"--concurrency {text!r}: numbers of concurrent jobs, comma-separated (20,60)")
+    limits = [int(v) for v in text.split(",")]
+    if any(not 1 <= c <= 10000 for c in limits):
+        raise InputError(f"--concurrency {text!r}: each between 1 and 10000")
+    if len(set(limits)) != len(limits):
+        raise InputError(f"--concurrency {text!r}: a limit given twice; give each once")
+    return limits
+
+
+def _farm_counts(items: list[str], recipes_dir: Path) -> dict[str, int]:
+    """--count RECIPE=N, each recipe once, and only one the farm can predict (it has a cost table)."""
+    from cuw.partition.costs import recipe_costs
+
+    counts: dict[str, int] = {}
+    for item in items:
+        key, sep, n = item.partition("=")
+        if not sep or not re.fullmatch(r"[0-9]+", n):
+            raise InputError(f"--count {item!r}: RECIPE=N (for example natten=40)")
+        try:
+            recipe = load_recipe(key, recipes_dir)
+        except InputError as exc:
+            raise InputError(f"--count {item!r}: {exc}") from None
+        if key in counts:
+            raise InputError(f"--count {item!r}: {key} is given twice; give each recipe once")
+        if recipe_costs(recipe) is None:
+            raise InputError(
+                f"--count {item!r}: {key} has no cost table ({Path(recipe.folder) / 'costs.json'}), so the farm "
+                f"predicts it at no N; record one with `cuw costs {key} --from <shard reports>`"
+            )
+        counts[key] = check_count(int(n), "--count")
+    return counts
 
 
 def _farm_plan(args: argparse.Namespace, recipes_dir: Path) -> int:
@@ -345,29 +383,29 @@ def _farm_plan(args: argparse.Namespace, recipes_dir: Path) -> int:
 
     if args.recipe is not None:
         raise InputError("--farm plans every recipe; leave out the recipe name")
-    one_cell = [f"--{o.replace('_', '-')}" for o in _ONE_RECIPE_OPTIONS if getattr(args, o) not in (None, False)]
+    one_cell = [f"--{o.replace('_', '-')}" for o in _ONE_RECIPE_OPTIONS if getattr(args, o) is not None]
     if one_cell:
         raise InputError(f"{', '.join(one_cell)}: plans one recipe, not --farm (give --count RECIPE=N for the farm)")
-    concurrency = args.concurrency or "20,60"
-    try:
-        limits = [int(v) for v in concurrency.split(",")]
-    except ValueError:
-        raise InputError(f"--concurrency {concurrency!r}: numbers of concurrent jobs, comma-separated (20,60)") from None
-    if not limits or any(not 1 <= c <= 10000 for c in limits):
-        raise InputError(f"--concurrency {concurrency!r}: each between 1 and 10000")
-    counts: dict[str, int] = {}
-    for item in args.count:
-        key, sep, n = item.partition("=")
-        if not sep or not n.isdigit():
-            raise InputError(f"--count {item!r}: RECIPE=N (for example natten=40)")
-        load_recipe(key, recipes_dir)
-        counts[key] = check_count(int(n), "--count")
+    if args.json or args.format not in (None, "text"):
+        given = "--json" if args.json else f"--format {args.format}"
+        raise InputError(f"{given}: --farm prints text only (leave it out; --output writes the text to a file)")
+    if args.output is not None:
+        check_destination(args.output, "--output")
+    limits = _farm_limits(args.concurrency)
+    counts = _farm_counts(args.count, recipes_dir)
     recipes = [load_recipe(k, recipes_dir) for k in known_recipes(recipes_dir)]
+    if not recipes:
+        raise InputError(f"--farm: {recipes_dir} holds no recipe (a folder with a recipe.yml); give --recipes the recipes folder")
     from cuw.partition.job_cap import job_cap
 
     policy = load_policy(recipes_dir)
     plan = farm_plan.farm_plan(recipes, policy.grid, counts, job_cap(policy.jobs, args.cap))
-    print(farm_plan.render(plan, limits))
+    text = farm_plan.render(plan, limits) + "\n"
+    if args.output is not None:
+        write_text(args.output, text, "--output")
+        report.say(f"plan: {args.output}")
+    else:
+        sys.stdout.write(text)
     return 0
 
 

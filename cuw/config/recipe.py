@@ -228,6 +228,8 @@ def load_recipe(key: str, recipes_dir: Optional[Path] = None) -> Recipe:
     recipes_dir = check_recipes_dir(recipes_dir or default_recipes_dir())
     check_recipe_name(key)
     path = recipes_dir / key / "recipe.yml"
+    if path.is_dir():
+        raise InputError(f"recipe {key!r}: {path} is a folder; a recipe is the file recipe.yml in its folder")
     if not path.is_file():
         known = known_recipes(recipes_dir)
         listing = ", ".join(known) if known else "none"

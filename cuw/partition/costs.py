@@ -189,9 +189,10 @@ def _no_constant(name: str) -> float:
 
 
 def recipe_costs(recipe: Recipe) -> Optional[CostTable]:
-    """The recipe's committed cost table, or None when it has none."""
+    """The recipe's committed cost table, or None when it has none (a folder or a broken link
+    there is an error that names it, not "no table")."""
     path = costs_path(Path(recipe.folder))
-    return load(path) if path.is_file() else None
+    return load(path) if path.exists() or path.is_symlink() else None
 
 
 def from_seat_log(path: Path) -> dict[str, float]:
