@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cuw
 from cuw.partition.costs import load, record
 from cuw.base.errors import CuwError, InputError
 
@@ -211,8 +212,26 @@ def test_tables_learn_cpu_seconds_and_peaks_beside_wall_and_old_tables_stay_read
     old.write_text(json.dumps({"header": {}, "costs": {"a.cu": 1.0}}))
     assert (load(old).costs, load(old).cpu, load(old).peaks) == ({"a.cu": 1.0}, {}, {})
     old.write_text(json.dumps({"header": {}, "costs": {"a.cu": 1.0}, "peak_mb": {"a.cu": -1}}))
-    with pytest.raises(InputError, match=r"peak_mb\['a.cu'\] = -1 is not a number >= 0"):
+    with pytest.raises(InputError, match=r"peak_mb\['a.cu'\] = -1 is not a number from 0 to 1e9"):
         load(old)
+
+
+def test_a_measure_past_the_ceiling_is_refused_so_every_plan_stays_finite(tmp_path, recipes_dir):
+    """Each TU at 1.7e308 s passes as a finite float, but their sum is inf: the plan then printed
+    inf and wrote Infinity, which is not JSON. A measure over 1e9 is refused; at 1e9 the plan is JSON."""
+    keys = sorted(load(recipes_dir / "example" / "costs.json").costs)
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps({"header": {}, "costs": {k: 1.7e308 for k in keys}}))
+    with pytest.raises(InputError, match=r"costs\[.*\] = 1\.7e\+308 is not a number of seconds from 0 to 1e9"):
+        load(huge)
+    huge.write_text('{"header": {}, "costs": {"a.cu": 1' + "0" * 400 + "}}")
+    with pytest.raises(InputError, match=r"= 1000000000000000000000000000000000000\.\.\. is not a number"):
+        load(huge)
+    ceiling = tmp_path / "ceiling.json"
+    ceiling.write_text(json.dumps({"header": {}, "costs": {k: 1e9 for k in keys}}))
+    proc = run_cuw("plan", "example", "--costs", str(ceiling), "--format", "json", "--recipes", str(recipes_dir))
+    assert proc.returncode in (0, 1) and "Infinity" not in proc.stdout, proc.stderr
+    json.loads(proc.stdout, parse_constant=lambda name: pytest.fail(f"{name} in the plan's JSON"))
 
 
 def test_an_unseen_tu_costs_the_tables_mean_in_every_sum_the_planner_takes():

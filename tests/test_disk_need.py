@@ -204,7 +204,7 @@ def test_costs_learn_the_largest_disk_a_shard_used_and_the_links_and_old_tables_
     old.write_text(json.dumps({"costs": {"a.cu": 1.0}, "shard": {"fixed_s": 2.0}, "link": {"fixed_s": 1.0, "per_replay_s": 0.1}}))
     assert (load(old).shard.disk_gb, load(old).link.disk_gb) == (None, None)
     old.write_text(json.dumps({"costs": {"a.cu": 1.0}, "shard": {"fixed_s": 2.0, "disk_gb": "lots"}}))
-    with pytest.raises(CuwError, match=r"shard.disk_gb = 'lots' is not a number of GB >= 0"):
+    with pytest.raises(CuwError, match=r"shard.disk_gb = 'lots' is not a number of GB from 0 to 1e9"):
         load(old)
 
 

@@ -136,7 +136,7 @@ def load(path: Path) -> CostTable:
         raise InputError(f'{path}: expected {{"header": {{...}}, "costs": {{"<tu key>": seconds, ...}}}}: {fix}')
     for key, seconds in costs.items():
         if not _is_measure(seconds):
-            raise InputError(f"{path}: costs[{key!r}] = {seconds!r} is not a number of seconds >= 0: {fix}")
+            raise InputError(f"{path}: costs[{key!r}] = {_cut(seconds)} is not a number of seconds from 0 to 1e9: {fix}")
     header = data.get("header") if isinstance(data.get("header"), dict) else {}
     link = data.get("link")
     if link is not None:
@@ -166,7 +166,7 @@ def _disk_entry(entry: dict, path: Path, name: str, what: str) -> Optional[float
     disk = entry.get("disk_gb")
     if disk is not None and not _is_measure(disk):
         raise InputError(
-            f"{path}: {name}.disk_gb = {disk!r} is not a number of GB >= 0: "
+            f"{path}: {name}.disk_gb = {_cut(disk)} is not a number of GB from 0 to 1e9: "
             f"record it again with `cuw costs <recipe> --from <{what}>`"
         )
     return None if disk is None else float(disk)
@@ -180,7 +180,7 @@ def _measures(section: object, path: Path, name: str, fix: str) -> dict[str, flo
         raise InputError(f'{path}: {name} must be {{"<tu key>": number, ...}}: {fix}')
     for key, value in section.items():
         if not _is_measure(value):
-            raise InputError(f"{path}: {name}[{key!r}] = {value!r} is not a number >= 0: {fix}")
+            raise InputError(f"{path}: {name}[{key!r}] = {_cut(value)} is not a number from 0 to 1e9: {fix}")
     return {k: float(v) for k, v in section.items()}
 
 
@@ -221,8 +221,19 @@ def usage_from_seat_log(path: Path) -> tuple[dict[str, float], dict[str, float]]
     return cpu, peaks
 
 
+# A measure above this is no measurement (about 32 years of seconds, a petabyte in MB): a ceiling
+# that keeps every sum the planner makes finite, so no plan prints inf or writes Infinity into JSON.
+MOST = 1e9
+
+
 def _is_measure(value: object) -> TypeGuard[float]:
-    return is_number(value) and float(value) >= 0  # type: ignore[arg-type]
+    return is_number(value) and 0 <= float(value) <= MOST  # type: ignore[arg-type]
+
+
+def _cut(value: object) -> str:
+    """A bad value as the error shows it: its repr, cut short (a 400-digit integer is not read)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _cold_compiles(path: Path) -> list[SeatLogEntry]:
