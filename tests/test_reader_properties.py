@@ -174,7 +174,12 @@ def test_a_report_of_a_newer_schema_or_with_a_mistyped_field_is_refused_in_one_l
         why.startswith(f"{path}: a shard report of schema 2; this forge reads shard reports up to schema 1") and "\n" not in why
     )
     path.write_text(json.dumps({"gate": "shard", "ok": True, "build_s": "12 s"}))
-    assert _refusal(read_shard_report, path) == f"{path}: field 'build_s' is \"12 s\", not a finite number"
+    assert _refusal(read_shard_report, path) == f"{path}: field 'build_s' is \"12 s\", not a number of seconds >= 0"
+    for bad in ("0/10", "11/10", "-1/10", "a/b", "1/2/3", "٣/10"):
+        path.write_text(json.dumps({"gate": "shard", "ok": True, "shard": bad}))
+        assert _refusal(read_shard_report, path).endswith(", not a shard 'i/N' with 1 <= i <= N"), bad
+    path.write_text(json.dumps({"gate": "shard", "ok": True, "build_s": -5}))
+    assert _refusal(read_shard_report, path).endswith("'build_s' is -5, not a number of seconds >= 0")
     path.write_text(json.dumps({"gate": "shard", "ok": True, "facts": {"uncompiled": "a.cu"}}))
     assert _refusal(read_shard_report, path) == f"{path}: fact 'uncompiled' is \"a.cu\", not a list of strings"
     link = tmp_path / "x.whl.link.json"

@@ -33,6 +33,7 @@ JSON = st.recursive(
 VALUES: dict[int, st.SearchStrategy[Any]] = {
     id(records.INT): st.integers(-(2**40), 2**40),
     id(records.NUMBER): NUMBER,
+    id(records.SECONDS): st.floats(0, 1e9) | st.integers(0, 2**40),
     id(records.STRING): TEXT,
     id(records.BOOL): st.booleans(),
     id(records.OBJECT): st.dictionaries(TEXT, JSON, max_size=3),
@@ -42,7 +43,11 @@ VALUES: dict[int, st.SearchStrategy[Any]] = {
     id(records.NUMBERS): st.dictionaries(TEXT, NUMBER, max_size=3),
     id(records.TEXTS): st.dictionaries(TEXT, TEXT, max_size=3),
 }
-SPECIAL = {"state": st.sampled_from(["running", "finished"]), "schema": st.just(1)}
+SPECIAL = {
+    "state": st.sampled_from(["running", "finished"]),
+    "schema": st.just(1),
+    "shard": st.integers(1, 255).flatmap(lambda n: st.integers(1, n).map(lambda i: f"{i}/{n}")),
+}
 
 
 def _value(name: str, check: records.Check) -> st.SearchStrategy[Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Union
@@ -49,9 +50,15 @@ def is_number(value: Any) -> bool:
         return False
 
 
+def _is_shard(value: Any) -> bool:
+    found = re.fullmatch(r"([1-9][0-9]{0,2})/([1-9][0-9]{0,2})", value) if isinstance(value, str) else None
+    return found is not None and int(found[1]) <= int(found[2])
+
+
 INT: Check = (_is_int, "an integer")
 NUMBER: Check = (is_number, "a finite number")
 STRING: Check = (lambda v: isinstance(v, str), "a string")
+SECONDS: Check = (lambda v: is_number(v) and v >= 0, "a number of seconds >= 0")
 BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
 OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
 STRINGS: Check = (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings")
@@ -145,7 +152,7 @@ _REPORT_FIELDS: dict[str, Check] = {
     "facts": OBJECT,
     "state": (lambda v: v in ("running", "finished"), "running or finished"),
     "cell": OBJECT,
-    "build_s": NUMBER,
+    "build_s": SECONDS,
     "build_log": STRING,
     "resources": OBJECT,
     "started_at": STRING,
@@ -213,7 +220,7 @@ class ShardReport(JobReport):
     SCHEMA: ClassVar[int] = SHARD_REPORT_SCHEMA
     FIELDS: ClassVar[dict[str, Check]] = {
         **_REPORT_FIELDS,
-        "shard": STRING,
+        "shard": (_is_shard, "a shard 'i/N' with 1 <= i <= N"),
         "archive": STRING,
         "archive_sha256": STRING,
         "previous_archive": STRING,
