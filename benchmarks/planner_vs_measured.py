@@ -32,7 +32,9 @@ from typing import Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cuw.base.errors import CuwError  # noqa: E402
+from cuw.base.errors import CuwError, InputError  # noqa: E402
+from cuw.base.files import check_destination, write_text  # noqa: E402
+from cuw.config.recipe import check_recipe_name  # noqa: E402
 from cuw.base.records import SeatLogEntry, read_shard_report  # noqa: E402
 from cuw.jobs.archive import SUFFIX, read_manifest  # noqa: E402
 from cuw.partition.costs import CostTable, load  # noqa: E402
@@ -72,10 +74,17 @@ def _from_report(path: Path) -> Optional[Measured]:
 
 
 def gather(folder: Path) -> list[Measured]:
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such folder (give a finished cell's folder of shard reports)")
     shards = [m for m in map(_from_report, sorted(folder.rglob("cuw-shard-*.report.json"))) if m is not None]
     counts = {m.count for m in shards}
     if len(counts) > 1:
         raise CuwError(f"{folder}: shard reports of several shard counts ({sorted(counts)}): give one cell's folder")
+    seen: dict[int, str] = {}
+    for m in shards:
+        if m.index in seen:
+            raise InputError(f"{folder}: shard {m.index}/{m.count} twice ({seen[m.index]}, {m.source}): give one cell's folder")
+        seen[m.index] = m.source
     if not shards:
         raise CuwError(f"{folder}: no passing shard report (cuw-shard-*.report.json) in it")
     return sorted(shards, key=lambda m: m.index)
@@ -181,7 +190,13 @@ def main() -> int:
     args = ap.parse_args()
     if (args.costs is None) == (args.recipe is None):
         ap.error("give --costs COSTS.json or --recipe NAME")
+    if not 0 < args.tolerance < 1:
+        ap.error(f"--tolerance {args.tolerance}: a fraction between 0 and 1 (0.15 is 15 %)")
     try:
+        if args.json is not None:
+            check_destination(args.json, "--json")
+        if args.recipe is not None:
+            check_recipe_name(args.recipe)
         table = load(args.costs or REPO / "recipes" / args.recipe / "costs.json")
         if not table.cpu:
             print(
@@ -193,7 +208,11 @@ def main() -> int:
         return 2
     print(render(rows, args.tolerance))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        try:
+            write_text(args.json, json.dumps(rows, indent=2) + "\n", "--json")
+        except CuwError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

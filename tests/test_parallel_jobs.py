@@ -4,6 +4,7 @@ real shard build that runs one compile at a time when its cost table says two wo
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +158,16 @@ def test_a_shard_whose_table_allows_one_compile_at_a_time_builds_with_one(recipe
     assert pairs and row["machine_factor"] == pytest.approx(sum(a for a, _ in pairs) / sum(b for _, b in pairs), abs=0.001)
     assert row["cpu_ratio_after_factor"] == pytest.approx(row["cpu_ratio"] * row["machine_factor"], abs=0.002)
     assert "machine factor (the cell's measured / table CPU seconds, TU by TU)" in out
+    # What it refuses, in one line and before it compares: then nothing is written.
+    twice = paths.work / "twice"
+    for sub in ("a", "b"):
+        shutil.copytree(paths.artifacts, twice / sub)
+    for args, why in [
+        ((str(paths.work / "nowhere"), "--costs", str(table)), "no such folder"),
+        ((str(twice), "--costs", str(table)), "shard 1/1 twice"),
+        ((str(paths.artifacts), "--costs", str(table), "--tolerance", "nan"), "--tolerance nan: a fraction"),
+        ((str(paths.artifacts), "--recipe", "../recipes/example"), "is not a folder name"),
+        ((str(paths.artifacts), "--costs", str(table), "--json", str(paths.work / "no" / "b.json")), "does not exist"),
+    ]:
+        bad = subprocess.run([*bench[:2], *args], capture_output=True, text=True)
+        assert bad.returncode == 2 and why in bad.stderr and "Traceback" not in bad.stderr and not bad.stdout, (args, bad)
