@@ -197,6 +197,15 @@ CASES: list[Case] = [
     C("kind/recipe-yml-a-folder", "show", "folderrecipe", *B, expect="folderrecipe/recipe.yml is a folder"),
     C("junk/plan-costs", "plan", "example", "--costs", "{W}/junk.bin", *R, expect="junk.bin"),
     C("junk/plan-from-log", "plan", "example", "--from-log", "{W}/junk.bin", *R, expect="junk.bin"),
+    C(
+        "junk/plan-from-another-recipes-log",
+        "plan",
+        "example",
+        "--from-log",
+        "{W}/seat_hits.jsonl",
+        *R,
+        expect="none of its 1 TUs",
+    ),
     C("junk/plan-from-ninja-log", "plan", "example", "--from-log", "{W}/ninja_junk/.ninja_log", *R, expect=".ninja_log"),
     C(
         "junk/costs-from-seat-log",

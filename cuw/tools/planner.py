@@ -189,7 +189,15 @@ def gather(recipe: Recipe, work: Path, table: Optional[CostTable], from_log: Opt
     """``filter: source``: the globs' files in the prepared tree. ``seat``: a seat log,
     else the cost table's keys, else every .cu of the prepared tree."""
     if recipe.sharding.filter == "seat" and from_log is not None:
-        return Inputs(seat_log_keys(from_log), f"seat log {from_log}", table, None)
+        keys = seat_log_keys(from_log)
+        untabled = len(set(keys) - set(table.costs)) if table is not None else 0
+        if table is not None and untabled == len(keys):
+            raise InputError(
+                f"--from-log {from_log}: none of its {len(keys)} TUs is in the cost table {table.path} (another "
+                f"recipe's or another build's log?): give a seat log of {recipe.key}, or record a table from this one"
+            )
+        unseen = f" ({untabled} not in the cost table: each costs its mean)" if untabled else ""
+        return Inputs(keys, f"seat log {from_log}{unseen}", table, None)
     if recipe.sharding.filter == "seat" and table is not None:
         return Inputs(sorted(table.costs), f"cost table {table.path}", table, None)
     if from_log is not None:
