@@ -46,8 +46,9 @@ def test_the_cap_option_replaces_the_limit_and_keeps_the_margin():
     policy = load_policy(REPO / "recipes").jobs
     assert (policy.limit_minutes, policy.margin_minutes) == (355, 20)
     assert job_cap(policy).budget_s == 335 * 60 and job_cap(policy, 80).budget_s == 60 * 60
-    for bad in (20, 5, -1, float("nan"), float("inf")):
-        with pytest.raises(InputError, match=r"--cap .*: a job's limit in minutes, over jobs.margin_minutes \(20\)"):
+    assert job_cap(policy, 21).budget_s == 60
+    for bad in (20.0001, 20, 5, -1, float("nan"), float("inf")):  # 20.0001 left a shard 0 s to build
+        with pytest.raises(InputError, match=r"--cap .*: a job's limit in minutes from 21 \(jobs.margin_minutes 20 "):
             job_cap(policy, bad)
     run = subprocess.run(
         [sys.executable, "-m", "cuw", "plan", "example", "--cap", "15"], capture_output=True, text=True, cwd=REPO

@@ -57,10 +57,11 @@ def job_cap(jobs: JobPolicy, cap_minutes: Optional[float] = None) -> JobCap:
     """The policy's cap, or ``--cap MINUTES`` in place of its limit (the margin stays the policy's)."""
     if cap_minutes is None:
         return JobCap(jobs.limit_minutes * 60.0, jobs.margin_minutes * 60.0, "jobs.limit_minutes")
-    if not jobs.margin_minutes < cap_minutes <= LIMIT_MOST_MINUTES:
+    least = jobs.margin_minutes + 1  # the margin is kept back; a shard gets at least a minute to build
+    if not least <= cap_minutes <= LIMIT_MOST_MINUTES:
         raise InputError(
-            f"--cap {cap_minutes:g}: a job's limit in minutes, over jobs.margin_minutes ({jobs.margin_minutes}) "
-            f"in recipes/defaults.yml, or a shard has no time to build, and at most {LIMIT_MOST_MINUTES}"
+            f"--cap {cap_minutes:g}: a job's limit in minutes from {least:g} (jobs.margin_minutes {jobs.margin_minutes:g} "
+            f"in recipes/defaults.yml, which a shard keeps back, plus one to build) and at most {LIMIT_MOST_MINUTES}"
         )
     return JobCap(cap_minutes * 60.0, jobs.margin_minutes * 60.0, "--cap")
 
