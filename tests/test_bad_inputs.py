@@ -192,6 +192,9 @@ CASES: list[Case] = [
     C("junk/recipe-yml", "show", "junkyaml", *B, expect="recipe.yml"),
     C("junk/defaults-yml-recipes", "recipes", "--recipes", "{W}/junkpolicy", expect="defaults.yml"),
     C("junk/defaults-yml-matrix", "matrix", "--recipes", "{W}/junkpolicy", expect="defaults.yml"),
+    C("missing/defaults-yml-matrix", "matrix", "--recipes", "{W}/nopolicy", expect="nopolicy/defaults.yml is not there"),
+    C("missing/defaults-yml-farm", "plan", "--farm", "--recipes", "{W}/nopolicy", expect="defaults.yml is not there"),
+    C("missing/defaults-yml-grid", "grid", "--recipes", "{W}/nopolicy", expect="defaults.yml is not there"),
     C("junk/costs-json-plan", "plan", "junkcosts", *B, expect="costs.json"),
     C("kind/costs-json-a-folder", "plan", "foldercosts", *B, expect="foldercosts/costs.json is a folder"),
     C("kind/recipe-yml-a-folder", "show", "folderrecipe", *B, expect="folderrecipe/recipe.yml is a folder"),
@@ -795,6 +798,7 @@ def build_world(W: Path) -> Path:
     # A recipes folder whose defaults.yml is binary junk (the example beside it is fine).
     shutil.copytree(REPO / "recipes" / "example", W / "junkpolicy" / "example", ignore=shutil.ignore_patterns("__pycache__"))
     (W / "junkpolicy" / "defaults.yml").write_bytes(JUNK)
+    shutil.copytree(REPO / "recipes" / "example", W / "nopolicy" / "example", ignore=shutil.ignore_patterns("__pycache__"))
     # A recipes folder of broken recipes.
     bad = W / "bad"
     bad.mkdir()

@@ -210,7 +210,7 @@ def _matrix(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
     keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
     recipes = [load_recipe(k, recipes_dir) for k in keys]
     filters = _filters(args)
-    policy = load_policy(recipes_dir)
+    policy = _policy_with_grid(recipes_dir)
     if args.on_host and args.image:
         raise InputError("--on-host runs every job on its runner; --image names the image a lane's jobs run in: give one")
     images = {} if args.on_host else image_overrides(args.image, policy)
@@ -337,6 +337,17 @@ def _show(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
     return 0
 
 
+def _policy_with_grid(recipes_dir: Path) -> Policy:
+    """The policy of a verb that reads the whole grid (matrix, grid, plan --farm): without a grid
+    (a recipes folder with no defaults.yml) it would find no cell and say nothing of why."""
+    policy = load_policy(recipes_dir)
+    if not (policy.grid.platforms and policy.grid.python and policy.grid.cuda):
+        where = recipes_dir / "defaults.yml"
+        state = "is not there" if not where.exists() else "names no grid.platforms, grid.python or grid.cuda"
+        raise InputError(f"{where} {state}: the build grid is read from it (copy the recipes folder's defaults.yml)")
+    return policy
+
+
 # What plans one recipe; --farm refuses them rather than ignore them.
 _ONE_RECIPE_OPTIONS = ("shards", "range", "costs", "from_log", "check")
 
@@ -398,7 +409,7 @@ def _farm_plan(args: argparse.Namespace, recipes_dir: Path) -> int:
         raise InputError(f"--farm: {recipes_dir} holds no recipe (a folder with a recipe.yml); give --recipes the recipes folder")
     from cuw.partition.job_cap import job_cap
 
-    policy = load_policy(recipes_dir)
+    policy = _policy_with_grid(recipes_dir)
     plan = farm_plan.farm_plan(recipes, policy.grid, counts, job_cap(policy.jobs, args.cap))
     text = farm_plan.render(plan, limits) + "\n"
     if args.output is not None:
@@ -844,7 +855,7 @@ def _grid(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
     from cuw.config import grid_check
     from cuw.config.recipe import check_recipes_dir
 
-    policy = load_policy(check_recipes_dir(recipes_dir))
+    policy = _policy_with_grid(check_recipes_dir(recipes_dir))
     indexes = dict(policy.torch_index)
     for item in args.index:
         cuda, eq, url = item.partition("=")
