@@ -126,7 +126,7 @@ def load(path: Path) -> CostTable:
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except FileNotFoundError:
-        raise InputError(f"no cost table at {path}: {fix}") from None
+        raise InputError(f"no cost table at {path}: check the path, or {fix}") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text file (a JSON cost table expected): {fix}") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: a nesting deeper than the parser goes
