@@ -593,8 +593,10 @@ def render(p: Plan) -> str:
                 f"cuw costs {p.recipe} --from <cuw-shard-*.report.json>)"
             )
         )
+    per_lane = {r.n: ",".join(f"{lane[:7]}:{jobs}" for lane, jobs in r.jobs_per_lane.items()) for r in p.rows}
+    width = max([len("jobs/lane"), *map(len, per_lane.values())])  # the column as wide as its longest entry
     head = f"{'N':>4} {'TUs/shard':>10} {'no TUs':>6} " + " ".join(f"{'no ' + f[:10]:>13}" for f in fams)
-    head += f" {'jobs/lane':>24} {'dispatch':>8}"
+    head += f" {'jobs/lane':>{width}} {'dispatch':>8}"
     if p.total_s is not None:
         head += f" {'slowest s':>9} {'bound s':>8} {'link s':>7} {'wall s':>8}"
     lines += ["", head]
@@ -602,8 +604,7 @@ def render(p: Plan) -> str:
         mark = "*" if r.n == p.recommended else " "
         line = f"{r.n:>3}{mark} {f'{r.tus_min}-{r.tus_max}':>10} {r.shards_without_tus:>6} "
         line += " ".join(f"{r.family_empty[f]:>13}" for f in fams)
-        lanes = ",".join(f"{lane[:7]}:{jobs}" for lane, jobs in r.jobs_per_lane.items())
-        line += f" {lanes:>24} {r.largest_dispatch:>8}"
+        line += f" {per_lane[r.n]:>{width}} {r.largest_dispatch:>8}"
         if r.wall_s is not None:
             line += f" {r.slowest_s:>9.1f} {r.bound_s:>8.1f} {r.link_s:>7.1f} {r.wall_s:>8.1f}"
         lines.append(line)
