@@ -100,3 +100,14 @@ def test_a_pipe_is_written_into_and_one_nobody_reads_is_refused(tmp_path):
             time.sleep(0.01)
     reader.join(timeout=10)
     assert got == [b"through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+@pytest.mark.skipif(not Path("/dev/stdout").exists(), reason="needs /dev/stdout")
+def test_output_to_dev_stdout_reaches_the_pipe_the_verb_writes_to():
+    """``--output /dev/stdout`` is a link to a pipe here (``/proc/self/fd/1``, ``pipe:[...]``):
+    written into, not resolved to a path that is no file."""
+    from conftest import run_cuw
+
+    proc = run_cuw("plan", "example", "--shards", "2", "--output", "/dev/stdout")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("plan for example: ") and proc.stderr.strip() == "cuw: plan: /dev/stdout"

@@ -60,12 +60,12 @@ def _replace(dest: Path, option: str, fill: Callable[[str], object]) -> Path:
     Whatever goes wrong, the temp file goes and ``dest`` is as it was. A link is written through,
     as a plain write would (the link stays); a device or a pipe is written into, never replaced."""
     check_destination(dest, option)
+    if dest.exists() and not dest.is_file():  # through any links: /dev/stdout on a pipe is a pipe
+        _write_into(dest, option, fill)
+        return dest
     if dest.is_symlink():
         dest = Path(os.path.realpath(dest))
         check_destination(dest, option)
-    if dest.exists() and not dest.is_file():
-        _write_into(dest, option, fill)
-        return dest
     fd, tmp = _temp_beside(dest, option)
     os.close(fd)
     try:
