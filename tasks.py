@@ -3,8 +3,8 @@
 
 ``invoke shard example 2/4``, ``invoke link spconv``, ``invoke plan natten --shards 23``: a
 value option takes its value as text (the ``cuw`` CLI checks it and says what is wrong in one
-line); an option ``cuw`` takes several times is given several times here too, or once with a
-comma-separated list.
+line); an option ``cuw`` takes several times is given several times here too, each value passed on
+as it is.
 """
 
 import inspect
@@ -33,8 +33,10 @@ def _argv(verb: VerbSpec, values: dict) -> list[str]:
         elif option.switch:
             argv += [option.flag] if value else []
         elif option.repeat:
+            # Each value as given, empty ones too: cuw refuses what it would refuse, and splits the
+            # comma lists it takes (a path or a URL may hold a comma).
             given = value if isinstance(value, list) else [] if value is None else [value]
-            argv += [a for each in given for item in str(each).split(",") if item for a in (option.flag, item)]
+            argv += [a for item in given for a in (option.flag, str(item))]
         elif value != "":
             argv += [option.flag, str(value)]
     return argv

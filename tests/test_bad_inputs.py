@@ -195,6 +195,19 @@ CASES: list[Case] = [
     C("missing/defaults-yml-matrix", "matrix", "--recipes", "{W}/nopolicy", expect="nopolicy/defaults.yml is not there"),
     C("missing/defaults-yml-farm", "plan", "--farm", "--recipes", "{W}/nopolicy", expect="defaults.yml is not there"),
     C("missing/defaults-yml-grid", "grid", "--recipes", "{W}/nopolicy", expect="defaults.yml is not there"),
+    C("junk/grid-platform-no-lane", "plan", "--farm", "--recipes", "{W}/macpolicy", expect="names 'macos', no lane"),
+    # a device where a table was read back before it was written: /dev/full read forever
+    C(
+        "output/costs-into-dev-full",
+        "costs",
+        "example",
+        "--from",
+        "{W}/seat_ok.jsonl",
+        "--output",
+        "/dev/full",
+        *R,
+        expect="--output /dev/full: cannot write (No space left on device)",
+    ),
     C("junk/costs-json-plan", "plan", "junkcosts", *B, expect="costs.json"),
     C("kind/costs-json-a-folder", "plan", "foldercosts", *B, expect="foldercosts/costs.json is a folder"),
     C("kind/recipe-yml-a-folder", "show", "folderrecipe", *B, expect="folderrecipe/recipe.yml is a folder"),
@@ -691,6 +704,9 @@ CASES: list[Case] = [
     C("wrapper/nox-plan-shards-abc", "@nox", "plan", "--", "example", "--shards", "abc", *R, kind="wrapper"),
     C("wrapper/nox-shard-spec", "@nox", "shard", "--", "example", "0/4", *R, *OUT, kind="wrapper"),
     C("wrapper/nox-matrix-empty-cuda", "@nox", "matrix", "--", "--cuda", "", *R, kind="wrapper"),
+    # an empty value reaches cuw, which refuses it (dropped, the filter meant every platform)
+    C("wrapper/invoke-matrix-empty-platform", "@invoke", "matrix", "--platform", "", kind="wrapper", expect="an empty value"),
+    C("wrapper/invoke-farm-empty-count", "@invoke", "plan", "--farm", "--count", "", kind="wrapper", expect="RECIPE=N"),
     # argparse's own errors through every front end: one line, exit 2, no usage block
     C("frontend/cuw-bad-choice", "@cuw", "shard", "example", "1/2", "--cache-tool", "nosuch", *R, *OUT, expect="--cache-tool"),
     C("frontend/cuw-unknown-option", "@cuw", "matrix", "--frobnicate", *R, expect="matrix: unrecognized arguments: --frobnicate"),
@@ -799,6 +815,10 @@ def build_world(W: Path) -> Path:
     shutil.copytree(REPO / "recipes" / "example", W / "junkpolicy" / "example", ignore=shutil.ignore_patterns("__pycache__"))
     (W / "junkpolicy" / "defaults.yml").write_bytes(JUNK)
     shutil.copytree(REPO / "recipes" / "example", W / "nopolicy" / "example", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "recipes" / "example", W / "macpolicy" / "example", ignore=shutil.ignore_patterns("__pycache__"))
+    policy = (REPO / "recipes" / "defaults.yml").read_text()
+    assert "platforms: [linux, linux_aarch64, windows]" in policy
+    (W / "macpolicy" / "defaults.yml").write_text(policy.replace("[linux, linux_aarch64, windows]", "[linux, macos]", 1))
     # A recipes folder of broken recipes.
     bad = W / "bad"
     bad.mkdir()

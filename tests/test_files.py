@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from cuw.base.errors import InputError, OutputError
 from cuw.base.files import contained, copy_into, write_text
 
@@ -111,3 +115,59 @@ def test_output_to_dev_stdout_reaches_the_pipe_the_verb_writes_to():
     proc = run_cuw("plan", "example", "--shards", "2", "--output", "/dev/stdout")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("plan for example: ") and proc.stderr.strip() == "cuw: plan: /dev/stdout"
+
+
+def test_a_link_loop_is_refused_and_stays_a_link(tmp_path):
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    with pytest.raises(OutputError, match=r"--output .*a: cannot write \(Too many levels of symbolic links\)"):
+        write_text(tmp_path / "a", "x", "--output")
+    assert os.readlink(tmp_path / "a") == "b" and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
+def test_dev_stdout_into_a_file_writes_where_the_shell_left_off(tmp_path):
+    """``{ echo before; cuw ... --output /dev/stdout; echo after; } > log``: the log keeps all three,
+    as a plain write to the open descriptor would (a rename unlinked the file, a reopen overwrote it)."""
+    log = tmp_path / "log.txt"
+    code = (
+        "import sys; from pathlib import Path; from cuw.base.files import write_text; "
+        "sys.stdout.write('before\\n'); sys.stdout.flush(); write_text(Path('/dev/stdout'), 'plan\\n', '--output'); "
+        "sys.stdout.write('after\\n')"
+    )
+    with log.open("w") as out:
+        subprocess.run([sys.executable, "-c", code], stdout=out, check=True, cwd=REPO)
+    assert log.read_text() == "before\nplan\nafter\n"
+    # With standard output closed (``>&-``), the error says so.
+    plan_only = code.replace("sys.stdout.write('before\\n'); sys.stdout.flush(); ", "").rsplit("; ", 1)[0]
+    closed = subprocess.run(
+        [sys.executable, "-c", plan_only], stderr=subprocess.PIPE, text=True, cwd=REPO, preexec_fn=lambda: os.close(1)
+    )
+    assert "--output /dev/stdout: cannot write (that file descriptor is not open)" in closed.stderr
+
+
+def test_what_is_written_into_a_pipe_is_made_where_nobody_else_can_open_it(tmp_path, monkeypatch):
+    made: list[str] = []
+    real = tempfile.TemporaryDirectory
+
+    def watched(*args, **kwargs):
+        folder = real(*args, **kwargs)
+        made.append(folder.name)
+        return folder
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", watched)
+
+    def check_private(tmp: str) -> None:
+        Path(tmp).write_text("x")
+        os.chmod(tmp, 0o666)  # what write_text gives a file for /dev/null's mode
+        assert stat.S_IMODE(os.stat(os.path.dirname(tmp)).st_mode) == 0o700
+
+    from cuw.base import files
+
+    files._replace(Path("/dev/null"), "--output", check_private)
+    assert made and not os.path.exists(made[0])
+
+
+def test_a_destination_name_at_the_file_systems_limit_still_gets_its_temp(tmp_path):
+    dest = tmp_path / ("a" * 250)
+    write_text(dest, "x", "--output")
+    assert dest.read_text() == "x"

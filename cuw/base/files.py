@@ -18,6 +18,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -48,7 +49,8 @@ def check_destination(dest: Path, option: str) -> None:
 def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
     """A temp file in ``dest``'s folder (so the rename is atomic); a clear error when none can be made."""
     try:
-        return tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
+        # The name is cut so that a destination name near the file system's limit still has a temp.
+        return tempfile.mkstemp(prefix=f".{dest.name[:100]}.", suffix=".partial", dir=dest.parent)
     except OSError as exc:
         raise OutputError(
             f"{option} {dest}: cannot write in {dest.parent} ({exc.strerror or exc}); pick a writable folder"
@@ -58,13 +60,15 @@ def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
 def _replace(dest: Path, option: str, fill: Callable[[str], object]) -> Path:
     """``fill(temp path)`` writes the new content beside ``dest``; a rename then puts it in place.
     Whatever goes wrong, the temp file goes and ``dest`` is as it was. A link is written through,
-    as a plain write would (the link stays); a device or a pipe is written into, never replaced."""
+    as a plain write would (the link stays); a device, a pipe or one of this process's open files
+    (``/dev/stdout``) is written into, never replaced."""
     check_destination(dest, option)
-    if dest.exists() and not dest.is_file():  # through any links: /dev/stdout on a pipe is a pipe
-        _write_into(dest, option, fill)
+    fd_number = own_fd(dest)
+    if fd_number is not None or (dest.exists() and not dest.is_file()):  # through links: a pipe is a pipe
+        _write_into(dest, option, fill, fd_number)
         return dest
     if dest.is_symlink():
-        dest = Path(os.path.realpath(dest))
+        dest = _link_target(dest, option)
         check_destination(dest, option)
     fd, tmp = _temp_beside(dest, option)
     os.close(fd)
@@ -80,25 +84,56 @@ def _replace(dest: Path, option: str, fill: Callable[[str], object]) -> Path:
     return dest
 
 
-def _write_into(dest: Path, option: str, fill: Callable[[str], object]) -> None:
-    """``dest`` is a device or a pipe (``/dev/null``, ``/dev/stdout``, a FIFO): nothing to rename
-    over, and replacing it would break it. The content is made in a private temp file, then copied
-    in; a pipe nobody reads is refused rather than waited on."""
-    fd, tmp = tempfile.mkstemp(prefix=".cuw-output-", suffix=".partial")
-    os.close(fd)
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/self/fd|proc/(\d+)/fd)/(\d+)")
+_STD_PATHS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def own_fd(dest: Path) -> Optional[int]:
+    """The file descriptor ``dest`` names when it is one of this process's (``/dev/stdout``,
+    ``/dev/fd/3``, ``/proc/self/fd/1``): written there, as a shell's redirection set it up, rather
+    than reopened (which would start at offset 0) or renamed over (which would unlink the file)."""
+    text = os.path.abspath(dest)
+    if text in _STD_PATHS:
+        return _STD_PATHS[text]
+    found = _FD_PATH.fullmatch(text)
+    if found and (found[1] is None or int(found[1]) == os.getpid()):
+        return int(found[2])
+    return None
+
+
+def _link_target(dest: Path, option: str) -> Path:
+    """Where a link leads (a dangling one: the file it would make); a loop is an error, not a file."""
     try:
-        fill(tmp)
-        nonblock = getattr(os, "O_NONBLOCK", 0)
-        out = os.open(dest, os.O_WRONLY | nonblock)
-        if nonblock:
-            os.set_blocking(out, True)
-        with open(tmp, "rb") as src, os.fdopen(out, "wb") as sink:
-            shutil.copyfileobj(src, sink)
+        return Path(os.path.realpath(dest, strict=True))
+    except FileNotFoundError:
+        return Path(os.path.realpath(dest))
     except OSError as exc:
-        why = "nothing reads that pipe" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
-        raise OutputError(f"{option} {dest}: cannot write ({why})") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        raise OutputError(f"{option} {dest}: cannot write ({exc.strerror or exc})") from None
+
+
+def _write_into(dest: Path, option: str, fill: Callable[[str], object], fd_number: Optional[int] = None) -> None:
+    """``dest`` is a device, a pipe or an open file descriptor of this process: nothing to rename
+    over, and replacing it would break it. The content is made in a private folder (whatever mode
+    ``fill`` gives the file, nobody else can open it), then copied in; a pipe nobody reads is
+    refused rather than waited on."""
+    with tempfile.TemporaryDirectory(prefix="cuw-output-") as private:
+        tmp = os.path.join(private, "content")
+        try:
+            fill(tmp)
+            if fd_number is not None:
+                out = os.dup(fd_number)
+            else:
+                nonblock = getattr(os, "O_NONBLOCK", 0)
+                out = os.open(dest, os.O_WRONLY | nonblock)
+                if nonblock:
+                    os.set_blocking(out, True)
+            with open(tmp, "rb") as src, os.fdopen(out, "wb") as sink:
+                shutil.copyfileobj(src, sink)
+        except OSError as exc:
+            why = {errno.ENXIO: "nothing reads that pipe", errno.EBADF: "that file descriptor is not open"}.get(
+                exc.errno or 0, exc.strerror or str(exc)
+            )
+            raise OutputError(f"{option} {dest}: cannot write ({why})") from None
 
 
 def _default_mode(dest: Path) -> int:
@@ -157,7 +192,7 @@ def same_file(a: Path, b: Path) -> bool:
     """True when both paths name one file (existing or not)."""
     try:
         return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a link loop, before Python 3.13
         return False
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from cuw.base.errors import CuwError, InputError, ToolError
+from cuw.base.errors import CuwError, InputError, OutputError, ToolError
 from cuw.base.files import check_destination, writable_dir, write_text
 from cuw.base.settings import MIRROR_VAR, Settings
 from cuw.cli.parser import parse
@@ -264,7 +264,10 @@ def _outside_index(output: Path, location: Optional[str], option: str) -> None:
 
     where = locate(location, option) if location is not None else None
     if isinstance(where, Path) and where.is_dir():
-        root, out = where.resolve(), output.resolve()
+        try:
+            root, out = where.resolve(), output.resolve()
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a link loop, before Python 3.13
+            raise OutputError(f"--output {output}: cannot write ({exc})") from None
         if out == root or root in out.parents:
             raise InputError(
                 f"--output {output} is inside the index {location} ({option}), which is read, never written; "
@@ -341,9 +344,10 @@ def _policy_with_grid(recipes_dir: Path) -> Policy:
     """The policy of a verb that reads the whole grid (matrix, grid, plan --farm): without a grid
     (a recipes folder with no defaults.yml) it would find no cell and say nothing of why."""
     policy = load_policy(recipes_dir)
-    if not (policy.grid.platforms and policy.grid.python and policy.grid.cuda):
+    missing = [f"grid.{axis}" for axis in ("platforms", "python", "cuda") if not getattr(policy.grid, axis)]
+    if missing:
         where = recipes_dir / "defaults.yml"
-        state = "is not there" if not where.exists() else "names no grid.platforms, grid.python or grid.cuda"
+        state = "is not there" if not where.exists() else f"names no {' and no '.join(missing)}"
         raise InputError(f"{where} {state}: the build grid is read from it (copy the recipes folder's defaults.yml)")
     return policy
 

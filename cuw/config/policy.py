@@ -152,6 +152,9 @@ def load_policy(recipes_dir: Path) -> Policy:
     from cuw.config.grid import check_torch_rows
 
     check_torch_rows(policy.grid, str(path))
+    for platform in policy.grid.platforms:
+        if platform not in LANES:
+            raise InputError(f"{path}: grid.platforms names {platform!r}, no lane of the forge (lanes: {', '.join(LANES)})")
     for lane, tool in policy.cache.tool.items():
         try:
             tool_class(tool)

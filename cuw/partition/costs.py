@@ -458,7 +458,7 @@ def record(
     got = _Measured()
     for log in logs:
         got.add(log, source_root, keep)
-    previous = load(out) if out.exists() else None
+    previous = load(out) if out.is_file() else None  # a device or a pipe there holds no table to merge
     if not got.seconds and (got.link is None or previous is None):
         raise InputError(f"no TU of the partition appears in {', '.join(map(str, logs))}")
     link = got.link or (previous.link if previous else None)
