@@ -107,7 +107,7 @@ def test_a_pipe_is_written_into_and_one_nobody_reads_is_refused(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/dev/stdout").exists(), reason="needs /dev/stdout")
-def test_output_to_dev_stdout_reaches_the_pipe_the_verb_writes_to():
+def test_output_to_dev_stdout_reaches_the_pipe_the_verb_writes_to(tmp_path):
     """``--output /dev/stdout`` is a link to a pipe here (``/proc/self/fd/1``, ``pipe:[...]``):
     written into, not resolved to a path that is no file."""
     from conftest import run_cuw
@@ -115,6 +115,8 @@ def test_output_to_dev_stdout_reaches_the_pipe_the_verb_writes_to():
     proc = run_cuw("plan", "example", "--shards", "2", "--output", "/dev/stdout")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("plan for example: ") and proc.stderr.strip() == "cuw: plan: /dev/stdout"
+    dash = run_cuw("plan", "example", "--shards", "2", "--output", "-", cwd=tmp_path)
+    assert dash.returncode == 0 and dash.stdout == proc.stdout and not (tmp_path / "-").exists(), dash.stderr
 
 
 def test_a_link_loop_is_refused_and_stays_a_link(tmp_path):

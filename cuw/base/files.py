@@ -89,9 +89,11 @@ _STD_PATHS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
 
 
 def own_fd(dest: Path) -> Optional[int]:
-    """The file descriptor ``dest`` names when it is one of this process's (``/dev/stdout``,
+    """The file descriptor ``dest`` names when it is one of this process's (``-``, ``/dev/stdout``,
     ``/dev/fd/3``, ``/proc/self/fd/1``): written there, as a shell's redirection set it up, rather
     than reopened (which would start at offset 0) or renamed over (which would unlink the file)."""
+    if str(dest) == "-":  # the usual name of standard output, never a file called "-"
+        return 1
     text = os.path.abspath(dest)
     if text in _STD_PATHS:
         return _STD_PATHS[text]
