@@ -36,6 +36,7 @@ from cuw.base.errors import CuwError, InputError  # noqa: E402
 from cuw.base.files import check_destination, write_text  # noqa: E402
 from cuw.config.recipe import check_recipe_name  # noqa: E402
 from cuw.base.records import SeatLogEntry, read_shard_report  # noqa: E402
+from cuw.base.shard_spec import spec_numbers  # noqa: E402
 from cuw.jobs.archive import SUFFIX, read_manifest  # noqa: E402
 from cuw.partition.costs import CostTable, load  # noqa: E402
 from cuw.seat import seat_log  # noqa: E402
@@ -58,9 +59,10 @@ def _cold(entries: list[SeatLogEntry]) -> list[SeatLogEntry]:
 
 def _from_report(path: Path) -> Optional[Measured]:
     report = read_shard_report(path)
-    if not report.ok or "/" not in (report.shard or ""):
+    numbers = spec_numbers(report.shard) if report.ok and report.shard else None
+    if numbers is None:
         return None
-    index, count = (int(part) for part in str(report.shard).split("/"))
+    index, count = numbers
     seat = Path(report.build_log).parent / "seat.jsonl" if report.build_log is not None else None
     if seat is not None and seat.is_file():
         return Measured(index, count, _cold(seat_log.read_entries(seat)), report.build_s, str(seat))

@@ -56,6 +56,7 @@ def test_the_seat_runtime_imports_only_the_standard_library_and_its_layers():
         "cuw",
         "cuw.base",
         "cuw.base.errors",
+        "cuw.base.shard_spec",
         "cuw.config",
         "cuw.config.limits",
         "cuw.partition",

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Union
 
+from cuw.base.shard_spec import spec_numbers
 from cuw.base.errors import InputError, OutputError
 
 SHARD_REPORT_SCHEMA = 1
@@ -51,8 +51,8 @@ def is_number(value: Any) -> bool:
 
 
 def _is_shard(value: Any) -> bool:
-    found = re.fullmatch(r"([1-9][0-9]{0,2})/([1-9][0-9]{0,2})", value) if isinstance(value, str) else None
-    return found is not None and int(found[1]) <= int(found[2])
+    numbers = spec_numbers(value) if isinstance(value, str) else None
+    return numbers is not None and 1 <= numbers[0] <= numbers[1]
 
 
 INT: Check = (_is_int, "an integer")

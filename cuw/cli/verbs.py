@@ -415,13 +415,17 @@ def _farm_plan(args: argparse.Namespace, recipes_dir: Path) -> int:
 
     policy = _policy_with_grid(recipes_dir)
     plan = farm_plan.farm_plan(recipes, policy.grid, counts, job_cap(policy.jobs, args.cap))
-    text = farm_plan.render(plan, limits) + "\n"
-    if args.output is not None:
-        write_text(args.output, text, "--output")
-        report.say(f"plan: {args.output}")
+    _emit_plan(farm_plan.render(plan, limits) + "\n", args.output)
+    return 0
+
+
+def _emit_plan(text: str, output: Optional[Path]) -> None:
+    """A plan (one recipe's or the farm's) to ``--output``, else to standard output."""
+    if output is not None:
+        write_text(output, text, "--output")
+        report.say(f"plan: {output}")
     else:
         sys.stdout.write(text)
-    return 0
 
 
 def _plan(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
@@ -454,12 +458,7 @@ def _plan(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
         "html": lambda: plan_views.html(result),
         "text": lambda: planner.render(result) + "\n",
     }
-    text = views[fmt]()
-    if args.output is not None:
-        write_text(args.output, text, "--output")
-        report.say(f"plan: {args.output}")
-    else:
-        sys.stdout.write(text)
+    _emit_plan(views[fmt](), args.output)
     return 0 if result.ok else 1
 
 

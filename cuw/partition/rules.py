@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from cuw.base.errors import InputError
+from cuw.base.shard_spec import spec_numbers
 from cuw.config.limits import check_count
 from cuw.partition.globs import glob_match
 
@@ -68,16 +69,15 @@ class ShardSpec:
 
 
 # ASCII digits only: ``\d`` also takes Arabic-Indic and other digits, which int() reads.
-_SPEC = re.compile(r"^\s*([0-9]{1,9})\s*/\s*([0-9]{1,9})\s*$")
 
 
 # A cell's N shard jobs and its link job run in one GitHub matrix, which holds at most 256 jobs.
 def parse_shard_spec(text: str) -> ShardSpec:
     """Parses ``I/N`` (1 <= I <= N); anything else is a CuwError that says why."""
-    match = _SPEC.match(text)
-    if not match:
+    numbers = spec_numbers(text)
+    if numbers is None:
         raise InputError(f"shard {text!r} is not I/N (for example 3/23: shard 3 of 23, counted from 1)")
-    index, count = int(match.group(1)), int(match.group(2))
+    index, count = numbers
     check_count(count, f"shard {text!r}: count")
     if not 1 <= index <= count:
         raise InputError(f"shard {text!r}: the index must be between 1 and {count} (shards count from 1)")
