@@ -74,6 +74,7 @@ class Published:
     records: list[dict[str, Any]]  # every published wheel's build record
     wheels: dict[str, str]  # wheel name -> where it is: its URL, or its path in the index folder
     sizes: dict[str, int]  # a release asset's size, as the marker lists it
+    digests: dict[str, str] = field(default_factory=dict)  # wheel name -> the sha256 the marker lists
 
 
 def read_index(location: str, option: str = "--published") -> Published:
@@ -84,7 +85,7 @@ def read_index(location: str, option: str = "--published") -> Published:
         served = read_served(where, option)
         remote = served.remote
         wheels = {name: _remote_url(remote.get(name)) or f"{where}/files/{quote(name)}" for name in sorted(served.files)}
-        return Published([served.records[name] for name in sorted(served.files)], wheels, _sizes(remote))
+        return Published([served.records[name] for name in sorted(served.files)], wheels, _sizes(remote), dict(served.files))
     return _read_folder(where, location, option)
 
 
@@ -97,7 +98,8 @@ def _read_folder(folder: Path, location: str, option: str) -> Published:
         )
         what = "is a file, not an index folder" if folder.exists() else "no such index folder"
         raise InputError(f"{option} {location}: {what} ({fix})")
-    names = sorted(published_files(folder))  # the marker checked, as read_served checks a served one
+    listed = published_files(folder)  # the marker checked, as read_served checks a served one
+    names = sorted(listed)
     remote = remote_files(folder)
     records = []
     for name in names:
@@ -110,7 +112,7 @@ def _read_folder(folder: Path, location: str, option: str) -> Published:
             raise InputError(f"{option}: the record of {name} names another wheel; restore the index")
         records.append(record)
     wheels = {name: _remote_url(remote.get(name)) or str(folder / "files" / name) for name in names}
-    return Published(records, wheels, _sizes(remote))
+    return Published(records, wheels, _sizes(remote), listed)
 
 
 def _sizes(remote: dict[str, dict[str, Any]]) -> dict[str, int]:
