@@ -21,7 +21,7 @@ from urllib.parse import quote, unquote, urlsplit
 from cuw.base import http
 from cuw.base.errors import InputError
 from cuw.config.cell import Cell
-from cuw.config.inputs import cell_inputs, inputs_digest
+from cuw.config.inputs import cell_inputs, changed_inputs, inputs_digest
 from cuw.config.policy import Policy
 from cuw.config.recipe import Recipe
 from cuw.config.lanes import LANE_NAMES
@@ -162,8 +162,7 @@ def check_cells(records: list[dict[str, Any]], option: str = "--published") -> N
 
 
 def _changed(old: dict[str, Any], new: dict[str, Any]) -> str:
-    fields = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-    return ", ".join(fields) or "the digest"
+    return changed_inputs(old, new)  # one comparison: a rebuild's record names the same (cuw/wheel/publish.py)
 
 
 def cell_status(

@@ -55,3 +55,10 @@ def cell_inputs(recipe: Recipe, policy: Policy, cell: Cell, image: str) -> dict[
 
 def inputs_digest(inputs: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The inputs that differ between two (``recipe, image``): what the plan says of a stale cell, and
+    what a rebuild's build record says of the build it supersedes."""
+    fields = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    return ", ".join(fields) or "the digest"
