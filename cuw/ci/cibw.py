@@ -343,6 +343,11 @@ def run_jobs(
 def _cibuildwheel() -> str:
     found = shutil.which("cibuildwheel") or str(Path(sys.executable).parent / "cibuildwheel")
     if not os.access(found, os.X_OK):
+        if sys.version_info < (3, 11):  # the pinned cibuildwheel runs on 3.11 and later only
+            raise ToolError(
+                f"the cibuildwheel backend needs the forge on Python 3.11 or later (this is {sys.version.split()[0]}; "
+                "cibuildwheel 4 runs there only): install the forge into a newer Python, or use --backend pip"
+            )
         raise ToolError("cibuildwheel is not installed: pip install -e '.[test]' (pyproject.toml pins it)")
     return found
 

@@ -20,10 +20,18 @@ from typing import Optional
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
+def _own_group() -> None:
+    """In the verb's child, before it runs: a process group of its own (``process_group=0`` from
+    Python 3.11 only), and SIGINT at its default. A wrapper started where SIGINT is ignored (a
+    background job, ``nohup``, many CI agents) would hand the verb an ignored SIGINT, and Python
+    then never raises KeyboardInterrupt: the Ctrl-C forwarded to it would be lost."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_verb(argv: list[str]) -> int:
     """Runs ``python -m cuw *argv`` and returns its exit code (a signal death as 128 + signal)."""
-    posix = os.name == "posix"
-    child = subprocess.Popen([sys.executable, "-m", "cuw", *argv], process_group=0 if posix else None)
+    child = subprocess.Popen([sys.executable, "-m", "cuw", *argv], preexec_fn=_own_group if os.name == "posix" else None)
 
     def forward(signum: int, frame: Optional[FrameType]) -> None:
         if child.poll() is None:

@@ -17,6 +17,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Optional
@@ -32,7 +33,10 @@ FORGE_ROOT = Path(cuw.FORGE_ROOT)
 
 def forge_requirements() -> list[str]:
     """The forge's pinned requirements (cache tools, build backends), read from its pyproject.toml."""
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # the same parser, before it joined the standard library (a pinned dependency on 3.10)
+        import tomli as tomllib
 
     data = tomllib.loads((FORGE_ROOT / "pyproject.toml").read_text())
     return sorted(data["project"]["dependencies"])

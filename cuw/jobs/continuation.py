@@ -44,7 +44,8 @@ def parse_deadline(text: str, started: float) -> float:
                 return float(value)
             raise InputError(f"--deadline {text}: a Unix time before 2001; for seconds from the job's start write +{value}")
         else:
-            when = datetime.fromisoformat(value)
+            # Python 3.10's fromisoformat takes no "Z"; it means +00:00 (3.11 reads it so).
+            when = datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] in ("Z", "z") else value)
             if when.tzinfo is not None and when.utcoffset() == timezone.utc.utcoffset(None):
                 return when.timestamp()
             raise InputError(f"--deadline {text}: an ISO-8601 time must be UTC (end it in Z, e.g. 2026-12-02T17:00:00Z)")
