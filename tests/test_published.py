@@ -59,7 +59,13 @@ def test_the_inputs_follow_what_the_wheel_is_a_function_of(tmp_path):
     base = inputs_digest(cell_inputs(recipe, policy, CELL, ""))
     assert base == inputs_digest(cell_inputs(recipe, policy, CELL, "")), "deterministic"
     assert base != inputs_digest(cell_inputs(recipe, policy, CELL, "registry/img@sha256:" + "a" * 64)), "the image"
-    assert base != inputs_digest(cell_inputs(recipe, policy, replace(CELL, python="3.12"), "")), "the cell"
+    assert base != inputs_digest(cell_inputs(recipe, policy, replace(CELL, cuda="12.8"), "")), "the cell"
+    # A py3-none wheel is the same whatever interpreter built it; a per-interpreter one is not.
+    assert base == inputs_digest(cell_inputs(recipe, policy, replace(CELL, python="3.12"), "")), "py3: any Python"
+    torch_recipe, torch_cell = load_recipe("example_torch", recipes), Cell("example_torch", "linux", "3.11", "13.0", "2.14")
+    assert inputs_digest(cell_inputs(torch_recipe, policy, torch_cell, "")) != inputs_digest(
+        cell_inputs(torch_recipe, policy, replace(torch_cell, python="3.12"), "")
+    ), "per-interpreter: its Python"
     assert base != inputs_digest(cell_inputs(replace(recipe, archs={"13.0": ["8.0"]}), policy, CELL, "")), "the archs"
     kernel = next((recipes / "example" / "package").rglob("*.cu"))
     kernel.write_text(kernel.read_text() + "\n// one more line\n")
@@ -79,14 +85,21 @@ def test_a_cell_is_current_stale_or_missing_against_the_folder_index(tmp_path):
     status = _status(recipes, str(index))
     assert status.current == [CELL.id] and not status.stale and not status.missing
     assert status.to_build("missing") == status.to_build("stale") == set() and status.to_build("all") == {CELL.id}
-    # The recipe changes: the published wheel is stale, and the record says which input changed.
+    # A comment in recipe.yml changes no byte of the wheel: still current (tests/test_staleness.py flips the rest).
     with open(recipes / "example" / "recipe.yml", "a") as fh:
-        fh.write("# a comment is an input too: the recipe folder's every byte\n")
+        fh.write("# a comment is no input\n")
+    assert _status(recipes, str(index)).current == [CELL.id]
+    # patch.py changes: the published wheel is stale, and the record says which input changed.
+    with open(recipes / "example" / "patch.py", "a") as fh:
+        fh.write("# patch.py is an input: every byte\n")
     status = _status(recipes, str(index))
-    assert status.stale == {CELL.id: f"{WHEEL}: recipe changed"}
+    assert status.stale == {CELL.id: f"{WHEEL}: patch changed"}
     assert status.to_build("missing") == set() and status.to_build("stale") == {CELL.id}
-    # Another image: stale for the image.
-    assert _status(recipes, str(index), image="r/i@sha256:" + "b" * 64).stale[CELL.id].endswith("image, recipe changed")
+    # Another image: stale for the image, naming where it was built and where the plan builds.
+    image = "r/i@sha256:" + "b" * 64
+    assert _status(recipes, str(index), image=image).stale[CELL.id] == (
+        f"{WHEEL}: image, patch changed (built on the runner itself; the plan builds in {image})"
+    )
 
 
 def test_a_rebuild_of_the_same_inputs_publishes_as_a_no_op_and_other_inputs_are_refused(tmp_path):

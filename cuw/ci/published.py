@@ -21,7 +21,7 @@ from urllib.parse import quote, unquote, urlsplit
 from cuw.base import http
 from cuw.base.errors import InputError
 from cuw.config.cell import Cell
-from cuw.config.inputs import cell_inputs, changed_inputs, inputs_digest
+from cuw.config.inputs import INPUTS_SCHEME, cell_inputs, changed_inputs, compare_inputs, input_cell, inputs_digest
 from cuw.config.policy import Policy
 from cuw.config.recipe import Recipe
 from cuw.config.lanes import LANE_NAMES
@@ -36,10 +36,11 @@ class CellStatus:
     current: list[str] = field(default_factory=list)
     stale: dict[str, str] = field(default_factory=dict)  # cell id -> which inputs changed
     missing: list[str] = field(default_factory=list)
+    not_comparable: dict[str, str] = field(default_factory=dict)  # cell id -> what its older record cannot tell
 
     def to_build(self, rebuild: str) -> set[str]:
         if rebuild == "all":
-            return {*self.current, *self.stale, *self.missing}
+            return {*self.current, *self.stale, *self.missing, *self.not_comparable}
         return {*self.missing, *(self.stale if rebuild == "stale" else ())}
 
 
@@ -165,30 +166,69 @@ def _changed(old: dict[str, Any], new: dict[str, Any]) -> str:
     return changed_inputs(old, new)  # one comparison: a rebuild's record names the same (cuw/wheel/publish.py)
 
 
+def _where(image: Any) -> str:
+    return f"in {image}" if isinstance(image, str) and image else "on the runner itself"
+
+
+def _judge(record: dict[str, Any], today: dict[str, Any], recipe: Recipe, policy: Policy, cell: Cell) -> tuple[str, str]:
+    """One record against today's inputs: ("current" | "stale" | "not comparable", why)."""
+    old = record.get("inputs")
+    if not isinstance(old, dict):
+        return "not comparable", "its record predates input digests"
+    if record.get("inputs_digest") == inputs_digest(today):
+        return "current", ""
+    found = compare_inputs(old, today, recipe, policy, cell)
+    if found.changed:
+        why = f"{', '.join(found.changed)} changed"
+        if "image" in found.changed:  # the builder: named, so a wheel built elsewhere reads as such
+            why += f" (built {_where(old.get('image'))}; the plan builds {_where(today['image'])})"
+        return "stale", why if found.scheme == INPUTS_SCHEME else f"{why} (a record of inputs scheme {found.scheme})"
+    if found.unknown:
+        return "not comparable", f"a record of inputs scheme {found.scheme}, which cannot tell {'; '.join(found.unknown)}"
+    return ("current", "") if found.scheme != INPUTS_SCHEME else ("stale", "the digest changed")
+
+
+def _record_key(record: dict[str, Any], recipes: dict[str, Recipe]) -> Optional[str]:
+    """The cell a record covers, as today's inputs name it (a record of an older scheme named a
+    ``py3`` wheel's cell with its builder's Python)."""
+    key = record_cell(record)
+    cell = record_cell_of(record)
+    if key is not None and cell is not None and key == cell.id and cell.recipe in recipes:
+        return input_cell(recipes[cell.recipe], cell).id
+    return key
+
+
 def cell_status(
     cells: Iterable[tuple[Recipe, Cell, str]],
     policy: Policy,
     records: list[dict[str, Any]],
     say: Callable[[str], None] = lambda _: None,
 ) -> CellStatus:
-    """Each planned cell (recipe, cell, its build image) against the published records."""
+    """Each planned cell (recipe, cell, its build image) against the published records: current when
+    one of its records is, else stale when one names a changed input, else not comparable (records
+    of an older inputs scheme that cannot tell), else missing."""
+    cells = list(cells)
+    recipes = {recipe.key: recipe for recipe, _, _ in cells}
     by_cell: dict[str, list[dict[str, Any]]] = {}
     for record in records:
-        key = record_cell(record)
+        key = _record_key(record, recipes)
         if key is not None:
             by_cell.setdefault(key, []).append(record)
     status = CellStatus()
     for recipe, cell, image in cells:
         today = cell_inputs(recipe, policy, cell, image)
-        digest = inputs_digest(today)
-        found = by_cell.get(cell.id, [])
-        if any(r.get("inputs_digest") == digest for r in found):
-            status.current.append(cell.id)
-        elif found:
-            newest = found[-1]
-            old = newest.get("inputs")
-            why = f"{_changed(old, today)} changed" if isinstance(old, dict) else "its record predates input digests"
-            status.stale[cell.id] = f"{newest.get('wheel')}: {why}"
-        else:
+        found = by_cell.get(today["cell"], [])
+        if not found:
             status.missing.append(cell.id)
+            continue
+        verdicts: dict[str, tuple[str, str]] = {}  # kind -> (wheel, why), of its last record
+        for record in found:
+            kind, why = _judge(record, today, recipe, policy, cell)
+            verdicts[kind] = (str(record.get("wheel")), why)
+        if "current" in verdicts:
+            status.current.append(cell.id)
+        elif "stale" in verdicts:
+            status.stale[cell.id] = "{}: {}".format(*verdicts["stale"])
+        else:
+            status.not_comparable[cell.id] = "{}: {}".format(*verdicts["not comparable"])
     return status
