@@ -207,11 +207,13 @@ def read_served(base: str, option: str) -> ServedIndex:
     ``/``), each checked: the one reader of an online index (the plan's, the audit's, publish's)."""
     from cuw.base import http
 
-    files, remote = marker_lists(http.fetch_json(f"{base}/{MARKER}", option), f"{option}: {base}/{MARKER}")
+    deadline = http.Deadline()  # one for the whole read, the marker and every record (a few at a time)
+    files, remote = marker_lists(http.fetch_json(f"{base}/{MARKER}", option, deadline=deadline), f"{option}: {base}/{MARKER}")
+    names = sorted(files)
+    urls = [f"{base}/files/{quote(name + RECORD_SUFFIX)}" for name in names]
     records = {}
-    for name in sorted(files):
-        url = f"{base}/files/{quote(name + RECORD_SUFFIX)}"
-        record = http.fetch_json(url, option)
+    for name, url, data in zip(names, urls, http.fetch_all(urls, option, deadline=deadline)):
+        record = http.parse_json(data, url, option)
         if not isinstance(record, dict) or record.get("wheel") != name:
             raise InputError(f"{option}: {url} is not the build record of {name}; restore the index")
         records[name] = record
