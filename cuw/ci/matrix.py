@@ -62,6 +62,7 @@ class Job:
     resume: str = ""  # a part after the first: the artifact of the part before it, which it resumes
     free_disk: bool = False  # the workflow frees the runner's preinstalled folders first (cuw.partition.disk_need)
     free_disk_mounts: str = ""  # free_disk in a build image: the container options that mount those folders
+    build_number: str = ""  # a link or build job: the wheel's build number (`--build-number`; "": a first build)
 
 
 @dataclass(frozen=True)
@@ -332,14 +333,23 @@ def chunk_jobs(c: dict) -> list[dict]:
     return [j for key in MATRICES for j in c.get(key, {"include": []})["include"]]
 
 
-def keep_cells(result: dict, keep: set[str], published: dict) -> dict:
+def keep_cells(result: dict, keep: set[str], published: dict, builds: Optional[Mapping[str, str]] = None) -> dict:
     """The plan with only the jobs of ``keep``'s cells; chunk ids stay (a workflow dispatches one by
-    its id), a chunk may end up empty. ``published``: what the index holds, for the summary."""
+    its id), a chunk may end up empty. ``published``: what the index holds, for the summary;
+    ``builds``: per cell, the build number its link or build job stamps (a rebuild's)."""
     chunks = []
     for c in result["chunks"]:
-        kept = {key: {"include": [j for j in c[key]["include"] if j["cell"] in keep]} for key in MATRICES}
+        kept = {
+            key: {"include": [_numbered(j, builds or {}) for j in c[key]["include"] if j["cell"] in keep]} for key in MATRICES
+        }
         chunks.append({**c, **kept, "jobs": sum(len(m["include"]) for m in kept.values())})
     return {**result, "chunks": chunks, "total_jobs": sum(c["jobs"] for c in chunks), "published": published}
+
+
+def _numbered(job: dict, builds: Mapping[str, str]) -> dict:
+    """A link or build job with its cell's build number; a shard makes no wheel and carries none."""
+    number = builds.get(job["cell"], "") if job["kind"] != "shard" else ""
+    return {**job, "build_number": number} if number else job
 
 
 def planned_cells(result: dict) -> list[tuple[str, str, str, str, str, str]]:
@@ -409,6 +419,7 @@ def summary(result: dict) -> str:
             f"    stale: {cell}: {why}" + ("" if cell in published["built"] else " (not rebuilt: --rebuild stale or all)")
             for cell, why in sorted(published["stale"].items())
         ]
+        lines += [f"    build number: {cell}: {number}" for cell, number in sorted(published.get("builds", {}).items())]
     return "\n".join(lines)
 
 

@@ -142,10 +142,29 @@ def _shard_verb(sub: Subparsers) -> None:
     _common(p, dist=False)
 
 
+def _build_number_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--build-number",
+        default=None,
+        metavar="K|VERSION=K",
+        help="the wheel's build number (PEP 427 build tag, WHEEL's Build:; 0, the default, is untagged): K, or "
+        "VERSION=K[,VERSION=K] for a wheel of that upstream version (another version is build 0): what the plan "
+        "gives a rebuild",
+    )
+    p.add_argument(
+        "--published",
+        default=None,
+        metavar="FOLDER|URL",
+        help="the published index (a folder, or the URL it is served at): the wheel takes the next free build "
+        "number of its version there (the published one's, when its record names today's inputs)",
+    )
+
+
 def _link_verb(sub: Subparsers) -> None:
     p = sub.add_parser("link", help="restore every shard archive, rebuild with all hits, gate, write the wheel")
     p.add_argument("recipe", help="recipe name (cuw recipes lists them)")
     _common(p)
+    _build_number_options(p)
 
 
 def _build_verb(sub: Subparsers) -> None:
@@ -160,6 +179,7 @@ def _build_verb(sub: Subparsers) -> None:
     for flag in ("platform", "cuda", "pytorch", "python"):
         p.add_argument(f"--{flag}", action="append", default=[], help=f"with --matrix: only these {flag} values")
     _common(p)
+    _build_number_options(p)
 
 
 def _lint_guards_verb(sub: Subparsers) -> None:

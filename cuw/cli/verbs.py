@@ -291,6 +291,9 @@ def _drop_published(result: dict, recipes: list[Recipe], policy: Policy, locatio
     status = cell_status(cells, policy, records)
     mode = rebuild or "stale"
     keep = status.to_build(mode)
+    from cuw.ci.build_numbers import planned_builds
+
+    builds = planned_builds(cells, policy, records, keep)  # a rebuild's link stamps the next build number
     report.say(
         f"matrix: published at {location}: {len(status.current)} cell(s) up to date, {len(status.stale)} stale, "
         f"{len(status.missing)} missing; --rebuild {mode}: {len(keep)} cell(s) planned"
@@ -306,7 +309,9 @@ def _drop_published(result: dict, recipes: list[Recipe], policy: Policy, locatio
             "missing": status.missing,
             "building": len(keep),
             "built": sorted(keep),
+            "builds": builds,
         },
+        builds,
     )
 
 
@@ -605,6 +610,7 @@ def _build_verbs(args: argparse.Namespace, recipes_dir: Path, settings: Settings
     if spec is not None:
         _settle_chain(args)
     recipe = load_recipe(args.recipe, recipes_dir)
+    published = _published_builds(args)  # --build-number or --published: checked, the index read, before any folder
     if args.backend == "cibuildwheel":
         if args.image is not None:
             raise InputError(
@@ -618,9 +624,56 @@ def _build_verbs(args: argparse.Namespace, recipes_dir: Path, settings: Settings
     _check_folders(args, recipe)
     if not getattr(args, "matrix", False):  # --matrix chooses each CUDA line's toolkit itself
         settings = _use_toolkit(args, recipes_dir, settings)
+    if published is not None:
+        _settle_build_number(args, published, recipe, recipes_dir, settings, image_job)
     if image_job is not None:
         return _in_image(args, replace(image_job, settings=settings), recipe, recipes_dir, spec)
     return _run_job(args, recipe, recipes_dir, spec, cache, settings)
+
+
+def _published_builds(args: argparse.Namespace) -> Optional[list[dict]]:
+    """link and build's ``--build-number`` checked, or with ``--published`` the index's build records
+    (read once, before any folder is made); None without ``--published``."""
+    given, location = getattr(args, "build_number", None), getattr(args, "published", None)
+    if given is None and location is None:
+        return None
+    if given is not None and location is not None:
+        raise InputError("--build-number and --published both choose the wheel's build number: give one")
+    if getattr(args, "matrix", False) or args.backend != "pip":
+        raise InputError("--build-number and --published number this machine's cell's wheel, built with the pip backend")
+    if given is not None:
+        from cuw.wheel.finish import BuildNumber
+
+        args.build_number = str(BuildNumber.parse(given))
+        return None
+    from cuw.ci.published import read_index
+
+    return read_index(str(location), "--published").records
+
+
+def _settle_build_number(
+    args: argparse.Namespace,
+    records: list[dict],
+    recipe: Recipe,
+    recipes_dir: Path,
+    settings: Settings,
+    image_job: Optional["ImageJob"],
+) -> None:
+    """``--published``: the next free build number of this cell's wheel, as ``--build-number`` (the
+    link in an image gets it so)."""
+    from cuw.ci.build_numbers import next_build
+    from cuw.config.cell import local_cell
+    from cuw.config.inputs import cell_inputs, inputs_digest
+    from cuw.toolchain.builder import current_builder
+    from cuw.toolchain.toolkit import find_toolkit
+
+    cell = local_cell(recipe, find_toolkit(homes=settings.homes), image_job.lane if image_job else None)
+    image = image_job.ref if image_job else current_builder(settings).image or ""
+    digest = inputs_digest(cell_inputs(recipe, load_policy(recipes_dir), cell, image))
+    number = next_build(records, recipe, cell, digest)
+    args.build_number, args.published = str(number), None
+    said = "".join(f"{v}: build {k}; " for v, k in number.per_version)
+    report.say(f"build number of {cell.id} from {len(records)} published wheel(s): {said}a version not published: build 0")
 
 
 def _check_counts(args: argparse.Namespace) -> None:
@@ -702,13 +755,16 @@ def _run_job(
             recipe, spec, _paths(args), args.jobs, progress, cache, settings=settings, deadline=deadline, resume=args.resume
         )
         return 0 if result.verdict.ok else 1
+    from cuw.wheel.finish import FIRST_BUILD, BuildNumber
+
+    build = BuildNumber.parse(args.build_number) if args.build_number else FIRST_BUILD
     if args.verb == "link":
-        linked = run_link(recipe, _paths(args), args.jobs, cache=cache, settings=settings)
+        linked = run_link(recipe, _paths(args), args.jobs, cache=cache, settings=settings, build=build)
         _cell_report(recipe, _paths(args), settings)
         return 0 if linked.ok else 1
     if args.matrix:
         return _build_matrix(args, recipe, recipes_dir, settings)
-    outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=cache, settings=settings)
+    outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=cache, settings=settings, build=build)
     _cell_report(recipe, _paths(args), settings)
     return 0 if getattr(link, "ok", link) and all(outcomes) else 1
 
@@ -754,6 +810,7 @@ def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec: Op
     ]
     if verb != "shard":
         argv += ["--dist", str(args.dist.resolve())]
+        argv += ["--build-number", args.build_number] if args.build_number else []
     else:
         argv += ["--quiet"] if args.quiet else []
         argv += ["--deadline", args.deadline] if args.deadline is not None else []

@@ -32,7 +32,7 @@ from cuw.jobs.patching import PatchContext
 from cuw.config.policy import CacheChoice, load_policy
 from cuw.config.recipe import Recipe
 from cuw.toolchain.cache import Cache, open_cache, tool_class
-from cuw.wheel.finish import CudaRuntime, dist_versions, repair, retag
+from cuw.wheel.finish import FIRST_BUILD, BuildNumber, CudaRuntime, build_of, check_build, dist_versions, repair, retag
 from cuw.toolchain.toolkit import Toolkit
 from cuw.toolchain.builder import current_builder
 from cuw.config import lanes
@@ -116,6 +116,8 @@ class LinkJob(runner.Job[LinkReport]):
 
     jobs: Optional[int]
     zero_stats: bool
+    build: BuildNumber = FIRST_BUILD
+    """The wheel's build number (``--build-number``, or the plan's): finish stamps it."""
     phases: dict[str, float] = field(default_factory=dict)
     """Where the link's time goes (the planner's link estimate reads it from the report)."""
     clock: float = field(init=False, default_factory=time.monotonic)
@@ -149,12 +151,14 @@ def run_link(
     cache: Optional[CacheChoice] = None,
     *,
     settings: Settings,
+    build: BuildNumber = FIRST_BUILD,
 ) -> LinkResult:
     """Restores every shard archive, re-runs the full build and gates it; alone: a second link of
     the cell here is refused before it touches the first one's folder or build.
 
     ``zero_stats=False`` exists so a test can show the gate catching counters
-    that still carry the shards' history. ``settings``: the run's (the command line's).
+    that still carry the shards' history. ``settings``: the run's (the command line's). ``build``:
+    the wheel's build number, stamped by finish before verify.
     """
     job = LinkJob(
         recipe=recipe,
@@ -168,6 +172,7 @@ def run_link(
         gate="link",
         jobs=jobs,
         zero_stats=zero_stats,
+        build=build,
     )
     steps = runner.Steps(
         prepare=[runner.settle, _check_archives, _prepare, _restore_archives, _build_env],
@@ -301,7 +306,7 @@ def _finish(job: LinkJob) -> None:
         return
     job.clock = time.monotonic()
     job.verified, final = _finish_and_verify(
-        job.wheels[0], job.recipe, job.cell, job.archs, job.toolkit, job.ws, job.paths, job.settings
+        job.wheels[0], job.recipe, job.cell, job.archs, job.toolkit, job.ws, job.paths, job.settings, job.build
     )
     job.lap("finish_s")
     if not job.verified.ok:
@@ -342,9 +347,10 @@ def _finish_and_verify(
     ws: Workspace,
     paths: Paths,
     settings: Settings,
+    build: BuildNumber = FIRST_BUILD,
 ) -> tuple[VerifyReport, Path]:
-    """Local version label, curated metadata, auditwheel repair, then the verify gate (with the
-    run's cuobjdump; its table to the run's step summary)."""
+    """Local version label, curated metadata, the build number, auditwheel repair, then the verify
+    gate (with the run's cuobjdump; its table to the run's step summary)."""
     recipes_dir = Path(recipe.folder).parent
     policy = load_policy(recipes_dir).wheel
     out = ws.root / "finished"
@@ -356,8 +362,10 @@ def _finish_and_verify(
             out / "retagged",
             dist_versions(paths.dist, cell, recipes_dir),
             CudaRuntime.for_cell(policy, recipe, cell),
+            build,
         )
         final = repair(retagged, cell.lane, policy, recipe, out / "repaired", current_builder(settings).floor)
+        check_build(final, build_of(retagged.name))  # the bytes verified and recorded carry the number
     except CuwError as exc:
         failed = VerifyReport(str(wheel), [Check("finish", False, [str(exc)])])
         report.say(f"verify gate FAIL: finish: {exc}")

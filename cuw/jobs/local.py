@@ -27,6 +27,7 @@ from cuw.config.recipe import Recipe
 from cuw.toolchain.cache import tool_class
 from cuw.toolchain.toolkit import find_toolkit
 from cuw.jobs.workspace import Workspace, default_jobs
+from cuw.wheel.finish import FIRST_BUILD, BuildNumber
 
 
 from cuw.jobs.context import Progress, cell_archs_in_grid, check_lane, plural, resolve_cache
@@ -47,6 +48,7 @@ def run_build(
     lane: Optional[str] = None,
     *,
     settings: Settings,
+    build: BuildNumber = FIRST_BUILD,
 ) -> tuple[list[Optional[bool]], Union[LinkResult, bool]]:
     """A whole cell here: every shard as a parallel process, then the link.
 
@@ -54,7 +56,7 @@ def run_build(
     to every shard's command line (``--image REF``: each shard in its own container) and ``link``
     replaces the link in this process (a link in a fresh container); it returns whether it passed.
     ``lane``: the build image's, where it is another machine's. ``settings``: the run's (the command
-    line's); every shard process gets its ``child_env``.
+    line's); every shard process gets its ``child_env``. ``build``: the wheel's build number (the link's).
     """
     cell = local_cell(recipe, find_toolkit(homes=settings.homes), lane)
     cell_archs_in_grid(recipe, cell)
@@ -78,7 +80,7 @@ def run_build(
         progress(f"shards that failed their gate: {', '.join(failed)}; linking what arrived")
     if link is not None:
         return outcomes, link()
-    return outcomes, run_link(recipe, paths, jobs=default_jobs(), progress=progress, cache=choice, settings=settings)
+    return outcomes, run_link(recipe, paths, jobs=default_jobs(), progress=progress, cache=choice, settings=settings, build=build)
 
 
 @dataclass(frozen=True)

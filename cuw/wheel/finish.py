@@ -2,7 +2,8 @@
 
 The cell's local version label goes into the filename, the dist-info folder
 and METADATA's ``Version:`` header (nothing else in METADATA is touched but
-the curated Requires-Dist), RECORD is rebuilt by the ``wheel`` tooling, and on
+the curated Requires-Dist), the build number (:class:`BuildNumber`) into the
+filename's build tag and WHEEL's ``Build:`` header, RECORD is rebuilt by the ``wheel`` tooling, and on
 Linux auditwheel repairs the wheel to its builder's floor (the manylinux tag the
 glibc of the image that built it allows, :mod:`cuw.toolchain.builder`) without
 grafting the CUDA runtime, the driver or torch.
@@ -20,10 +21,11 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelError, WheelFile
 
@@ -48,6 +50,109 @@ def cell_version(upstream: str, cell: Cell) -> Version:
     except InvalidVersion:
         raise InputError(f"wheel version {upstream!r} is not a valid version") from None
     return Version(f"{public}+{local_label(cell)}")
+
+
+@dataclass(frozen=True)
+class BuildNumber:
+    """Which build of its version a finished wheel is: PEP 427's build tag (``name-1.2.3-1-py3-...``)
+    and WHEEL's ``Build:``; 0 is the first build, untagged. ``number``: for a wheel of any version
+    (``--build-number 2``); ``per_version``: per upstream version (public, ``0.1.0``), the number the
+    plan found free for it (``--build-number 0.1.0=2``): a version not named is a first build, 0.
+
+    The text form is what the matrix row, ``cuw link`` and ``cuw build`` carry: ``K`` or
+    ``VERSION=K[,VERSION=K...]``."""
+
+    number: Optional[int] = None
+    per_version: tuple[tuple[str, int], ...] = ()
+
+    def of(self, upstream: Version) -> int:
+        """The number of a wheel whose upstream version is ``upstream``."""
+        if self.number is not None:
+            return self.number
+        return next((k for v, k in self.per_version if Version(v) == Version(upstream.public)), 0)
+
+    def __str__(self) -> str:
+        if self.number is not None:
+            return str(self.number)
+        return ",".join(f"{v}={k}" for v, k in self.per_version)
+
+    @classmethod
+    def parse(cls, text: str, option: str = "--build-number") -> "BuildNumber":
+        bad = f"{option} {text!r}: give the build number K (0 is the first build), or VERSION=K[,VERSION=K]"
+        if re.fullmatch(r"[0-9]+", text.strip()):
+            return cls(_number(text.strip(), bad))
+        pairs: list[tuple[str, int]] = []
+        for part in text.split(","):
+            version, sep, number = part.strip().partition("=")
+            try:
+                public = Version(version).public
+            except InvalidVersion:
+                raise InputError(f"{bad}: {version!r} is not a version") from None
+            if not sep or not re.fullmatch(r"[0-9]+", number.strip()) or any(Version(v) == Version(public) for v, _ in pairs):
+                raise InputError(bad)
+            pairs.append((public, _number(number.strip(), bad)))
+        return cls(per_version=tuple(pairs))
+
+
+FIRST_BUILD = BuildNumber(0)
+"""The first build of a version: untagged."""
+
+MAX_BUILD = 10**9  # a build number is counted, never a date or a hash
+
+
+def _number(text: str, bad: str) -> int:
+    if len(text) > 10 or int(text) > MAX_BUILD:
+        raise InputError(f"{bad}: at most {MAX_BUILD}")
+    return int(text)
+
+
+def build_of(filename: str) -> int:
+    """The build number a wheel's file name carries (0: untagged)."""
+    build = parse_wheel_filename(filename)[2]
+    return build[0] if build else 0
+
+
+WheelKey = tuple[NormalizedName, Version, frozenset[Tag]]
+"""What a build number counts within: the wheel's name, version (local label included) and tags."""
+
+
+def wheel_key(filename: str) -> Optional[tuple[WheelKey, int]]:
+    """A wheel file name's (name, version, tags) and build number; None for a name that is no wheel's."""
+    try:
+        name, version, build, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return None
+    return (name, version, tags), build[0] if build else 0
+
+
+def highest_build(published: Iterable[str], filename: str) -> int:
+    """The highest build number ``published`` (wheel file names) holds of ``filename``'s name,
+    version and tags; -1 when it holds none."""
+    mine = wheel_key(filename)
+    if mine is None:
+        return -1
+    return max((n for key, n in filter(None, map(wheel_key, published)) if key == mine[0]), default=-1)
+
+
+def stamp_build(root: Path, dist_info: str, number: int) -> None:
+    """WHEEL of the unpacked wheel at ``root`` says ``Build: number`` (none for 0), nothing else changed."""
+    wheel_file = root / dist_info / "WHEEL"
+    lines = [line for line in wheel_file.read_text(encoding="utf-8").splitlines() if not line.startswith("Build:")]
+    if number:
+        at = next((i for i, line in enumerate(lines) if line.startswith("Tag:")), len(lines))
+        lines.insert(at, f"Build: {number}")
+    wheel_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def check_build(wheel: Path, number: int) -> None:
+    """The finished wheel carries build ``number`` in its file name and its WHEEL (auditwheel keeps
+    both; this says so before verify and record read the bytes)."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/WHEEL")), None)
+        text = zf.read(name).decode("utf-8", "replace") if name else ""
+    said = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Build:")]
+    if build_of(wheel.name) != number or said != ([str(number)] if number else []):
+        raise CuwError(f"{wheel.name}: finish stamped build {number}, the wheel says {said or 'none'} in its WHEEL")
 
 
 _TEMPLATE = re.compile(r"\{(LOCAL|VER:([A-Za-z0-9_.-]+))\}")
@@ -133,17 +238,20 @@ def retag(
     out_dir: Path,
     siblings: SiblingVersion,
     runtime: Optional[CudaRuntime] = None,
+    build: BuildNumber = FIRST_BUILD,
 ) -> Path:
-    """Writes the wheel with the cell's version into ``out_dir``; returns its path. ``runtime``:
-    the RPATH to NVIDIA's runtime wheels, for the ELF files that need a CUDA library."""
-    name, upstream, build, tags = parse_wheel_filename(wheel.name)
+    """Writes the wheel with the cell's version and ``build``'s number into ``out_dir``; returns
+    its path. ``runtime``: the RPATH to NVIDIA's runtime wheels, for the ELF files that need a CUDA library."""
+    name, upstream, built_as, tags = parse_wheel_filename(wheel.name)
     if canonicalize_name(name) != canonicalize_name(recipe.name):
         raise InputError(f"{wheel.name}: the build made {name}, the recipe names {recipe.name}")
     version = cell_version(str(upstream), cell)
+    number = build.of(upstream)
     requires = expand_requires(recipe.requires_dist, cell, siblings) if recipe.requires_dist is not None else None
     stem = wheel.name[: -len(".whl")]
     dist_name = stem.split("-")[0]
-    tag_part = stem.split("-", 2)[2]
+    tag_part = stem.split("-", 3 if built_as else 2)[-1]  # the backend's own build tag, if any, is replaced
+    build_part = f"-{number}" if number else ""
     with tempfile.TemporaryDirectory(prefix="cuw-finish-") as tmp:
         root = Path(tmp) / "w"
         try:
@@ -170,8 +278,9 @@ def retag(
         torch = cell.torch if recipe.links_torch else None
         metadata.write_text(rewrite_metadata(metadata.read_text(encoding="utf-8"), version, requires, torch), encoding="utf-8")
         (root / old_info).rename(root / new_info)
+        stamp_build(root, new_info, number)
         out_dir.mkdir(parents=True, exist_ok=True)
-        dest = out_dir / f"{dist_name}-{version}-{tag_part}.whl"
+        dest = out_dir / f"{dist_name}-{version}{build_part}-{tag_part}.whl"
         with WheelFile(dest, "w") as wf:
             wf.write_files(str(root))
     return dest

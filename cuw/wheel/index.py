@@ -16,8 +16,9 @@ A wheel's channel comes from its local version label (``+cu130torch2.14``);
 torch-free wheels (``+cu130``) are listed under every torch channel of their
 CUDA line too, so one ``--index-url`` serves a whole environment.
 
-Adding wheels never removes one: older versions stay listed (pip picks the
-highest), a published file is never replaced by other bytes, and a folder that
+Adding wheels never removes one: older versions and older builds of a version
+(PEP 427's build tag, ``name-1.2.3-1-...``) stay listed (pip and uv pick the highest
+version, then the highest build), a published file is never replaced by other bytes, and a folder that
 holds anything but an index is refused. Every file is written beside its place
 and renamed into it, so a reader of the index never sees half a page or wheel.
 Every page, JSON file and ``packages.json`` is derived from the marker alone
@@ -44,6 +45,7 @@ from packaging.version import Version
 from cuw.base.errors import InputError
 from cuw.base.files import copy_into, held, sha256_of, write_text
 from cuw.config.lanes import LANE_NAMES, LANES
+from cuw.wheel.finish import highest_build
 
 MARKER = "cuw-index.json"
 LOCK = ".cuw-index.lock"
@@ -64,13 +66,14 @@ class Entry:
     torch: str | None  # "torch2.14"
     tags: str  # the wheel's tag triple(s)
     sha256: str
+    build: int = 0  # the build number (the file name's build tag; 0: untagged, the first build)
 
 
 def _entry(path: Path, sha256: Optional[str] = None) -> Entry:
     """A wheel's place in the index; ``sha256``: the digest the marker already holds for a published
     file (pip checks it against the file on every download), so a publish hashes only what is new."""
     try:
-        name, version, _, tags = parse_wheel_filename(path.name)
+        name, version, build, tags = parse_wheel_filename(path.name)
     except Exception as exc:
         raise InputError(f"{path}: not a wheel filename ({exc})") from None
     match = _LABEL.match(version.local or "")
@@ -78,13 +81,15 @@ def _entry(path: Path, sha256: Optional[str] = None) -> Entry:
         raise InputError(f"{path.name}: no cell label like +cu130torch2.14 (finish the wheel first)")
     if sha256 is None and not zipfile.is_zipfile(path):
         raise InputError(f"{path}: not a wheel (not a zip archive); only finished wheels go into an index")
-    tag_text = path.name[: -len(".whl")].split("-", 2)[2]
+    tag_text = path.name[: -len(".whl")].split("-", 3 if build else 2)[-1]
     digest = sha256 or sha256_of(path)
-    return Entry(path, canonicalize_name(name), version, match.group(1), match.group(2), tag_text, digest)
+    number = build[0] if build else 0
+    return Entry(path, canonicalize_name(name), version, match.group(1), match.group(2), tag_text, digest, number)
 
 
 def ordered(entries: list[Entry]) -> list[Entry]:
-    return sorted(entries, key=lambda e: (e.project, e.cuda, e.torch or "", e.tags, e.version))
+    """Per project, channel and tags: oldest version first, and within a version its builds in order."""
+    return sorted(entries, key=lambda e: (e.project, e.cuda, e.torch or "", e.tags, e.version, e.build))
 
 
 def _page(title: str, links: list[tuple[str, str]]) -> str:
@@ -272,7 +277,8 @@ def _check_not_replaced(e: Entry, published: dict[str, str], out: Path) -> None:
     if published.get(e.path.name, e.sha256) != e.sha256:
         raise InputError(
             f"{e.path}: the index at {out} already publishes {e.path.name} with other bytes; "
-            "a published wheel is never replaced (bump the version or the build tag)"
+            f"a published wheel is never replaced: build it again as build {highest_build(published, e.path.name) + 1} "
+            f"of its version (cuw build --published {out}, or --build-number {highest_build(published, e.path.name) + 1})"
         )
 
 
@@ -384,10 +390,10 @@ def _cell(record: Any, serves: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def packages_manifest(kept: list[Entry], sizes: dict[str, int], urls: Optional[dict[str, str]] = None) -> dict[str, Any]:
-    """``packages.json``: every published wheel (sorted by name, version, file name), URLs relative
-    to the index root; the build record's digest and cell when ``files/<wheel>.build.json`` is there."""
+    """``packages.json``: every published wheel (sorted by name, version, build, file name), URLs
+    relative to the index root; the build record's digest and cell when ``files/<wheel>.build.json`` is there."""
     wheels, urls = [], urls or {}
-    for e in sorted(kept, key=lambda e: (e.project, e.version, e.path.name)):
+    for e in sorted(kept, key=lambda e: (e.project, e.version, e.build, e.path.name)):
         record_path = e.path.with_name(e.path.name + RECORD_SUFFIX)
         record_data = record_path.read_bytes() if record_path.is_file() else None
         try:
@@ -400,6 +406,7 @@ def packages_manifest(kept: list[Entry], sizes: dict[str, int], urls: Optional[d
             {
                 "name": e.project,
                 "version": str(e.version),
+                "build": e.build,
                 "filename": e.path.name,
                 "url": _url(e, "", urls),
                 "sha256": e.sha256,
@@ -500,14 +507,14 @@ function choose() {
   const fits = (w, skip) => dims.every((d) => d === skip || DIMS[d].ok(w.serves, pick[d]));
   const matches = mine.filter((w) => fits(w, null));
   if (matches.length) {
-    const w = matches[matches.length - 1];  // packages.json lists a package's wheels oldest version first
+    const w = matches[matches.length - 1];  // packages.json lists a package's wheels oldest version and build first
     let channel = w.channel;
     const torchChannel = w.serves.torch === null && pick.torch !== "none"
       ? channel + "torch" + pick.torch + "/" : null;  // a torch-free wheel is listed under its line's torch channels too
     if (torchChannel && wheels.some((x) => x.channel === torchChannel)) channel = torchChannel;
     const base = new URL(".", window.location.href).href;
     result.className = "built";
-    result.textContent = "built: " + w.name + " " + w.version;
+    result.textContent = "built: " + w.name + " " + w.version + (w.build ? " (build " + w.build + ")" : "");
     command.textContent = "pip install --index-url " + base + channel + " " + w.name + "==" + w.version;
     command.hidden = false;
     about.textContent = w.filename + " (" + w.size + " bytes, sha256 " + w.sha256 + ")"

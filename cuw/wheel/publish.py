@@ -10,8 +10,13 @@
   cell that was not published and why (its link report: the missing shard).
 
 A wheel the index already holds with the same bytes is "already published" (a re-run of
-the publish job is harmless); one it holds with other bytes is refused, alone: the other
-wheels of the chunk are still published.
+the publish job is harmless), and so is a rebuild whose record names the inputs of the newest
+published build of its name, version and tags (the published bytes stand). A wheel whose name the
+index holds with other bytes and other inputs is refused, alone (its build number is taken: a
+concurrent rebuild; the next plan gives the next number): the other wheels of the chunk are still
+published. A rebuild of other inputs carries the next build number (PEP 427's build tag, stamped by
+finish) and is published beside the builds before it; its record in the index names the build it
+supersedes and which inputs changed.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import quote
@@ -44,7 +49,8 @@ from cuw.base.records import (
 from cuw.base.settings import GitHub, Settings
 from cuw.base.files import check_apart, copy_into, writable_dir
 from cuw.base.files import sha256_of as sha256_file, tree_digest
-from cuw.config.inputs import cell_inputs, inputs_digest
+from cuw.config.inputs import cell_inputs, changed_inputs, inputs_digest
+from cuw.wheel.finish import build_of, highest_build, wheel_key
 from cuw.wheel.index import RECORD_SUFFIX  # one name for the record beside each wheel
 from cuw.wheel.verify import integrity
 
@@ -153,7 +159,7 @@ def record(recipe: Any, dist: Path, artifacts: Path, settings: Settings) -> Path
             f"no passed link of {cell.id} in {dist} (a *.whl.link.json with ok: true): "
             "run the link first; only a wheel that passed link and verify gets a build record"
         )
-    path, link_rep = links[-1]
+    path, link_rep = max(links, key=lambda found: found[0].stat().st_mtime_ns)  # the latest link (a name sorts no build)
     wheel = dist / path.name[: -len(".link.json")]
     if not wheel.is_file():
         raise InputError(f"{path} names {wheel.name}, which is not in {dist}")
@@ -179,6 +185,7 @@ class Outcome:
     published: list[str] = field(default_factory=list)  # wheel names added by this run
     already: list[str] = field(default_factory=list)  # same bytes, or the same inputs, already in the index
     same_inputs: list[str] = field(default_factory=list)  # of those: rebuilt from the same inputs, other bytes
+    stands_for: dict[str, str] = field(default_factory=dict)  # of those: another build number -> the published build
     refused: dict[str, str] = field(default_factory=dict)  # wheel name -> why
     failed_cells: dict[str, str] = field(default_factory=dict)  # cell id -> why it has no wheel
 
@@ -328,13 +335,13 @@ def publish(
         if accepted:
             (index / "files").mkdir(parents=True, exist_ok=True)
             for _, rec_path in accepted:  # each record before its wheel is listed: a listed wheel has its record
-                copy_into(rec_path, index / "files" / rec_path.name, "build record")
+                _publish_record(rec_path, index / "files" / rec_path.name, published, index)
             if store is not None:
                 remote = remote_files(index)
                 store.upload.mkdir(parents=True, exist_ok=True)
                 for wheel, rec_path in accepted:
                     copy_into(wheel, store.upload / wheel.name, "wheel to upload")
-                    copy_into(rec_path, store.upload / rec_path.name, "build record to upload")
+                    copy_into(index / "files" / rec_path.name, store.upload / rec_path.name, "build record to upload")
                     recipe = read_build_record(rec_path).recipe or canonicalize_name(wheel.name.split("-")[0])
                     published[wheel.name] = sha256_file(wheel)
                     remote[wheel.name] = {"url": store.url_of(recipe, wheel.name), "size": wheel.stat().st_size}
@@ -379,14 +386,64 @@ def _record_problem(rec: BuildRecord, name: str, digest: str) -> str:
     return ""
 
 
+def _published_record(index: Path, name: str) -> Optional[BuildRecord]:
+    try:
+        return read_build_record(index / "files" / f"{name}{RECORD_SUFFIX}")
+    except CuwError:
+        return None
+
+
 def _same_inputs(index: Path, name: str, rec: BuildRecord) -> bool:
     """Whether the published record of ``name`` names the same inputs as ``rec`` (a rebuild of a cell
     that is already published: builds are not byte-reproducible, the published wheel stands)."""
-    try:
-        theirs = read_build_record(index / "files" / f"{name}{RECORD_SUFFIX}")
-    except CuwError:
-        return False
-    return bool(rec.inputs_digest) and theirs.inputs_digest == rec.inputs_digest
+    theirs = _published_record(index, name)
+    return theirs is not None and bool(rec.inputs_digest) and theirs.inputs_digest == rec.inputs_digest
+
+
+def _newest(published: dict[str, str], name: str, below: Optional[int] = None) -> Optional[str]:
+    """The published wheel with the highest build number of ``name``'s name, version and tags
+    (``below``: under that number); None when there is none."""
+    mine = wheel_key(name)
+    found = []
+    for other in published:
+        theirs = wheel_key(other)
+        if mine is not None and theirs is not None and theirs[0] == mine[0] and (below is None or theirs[1] < below):
+            found.append((theirs[1], other))
+    return max(found)[1] if found else None
+
+
+def _against_index(name: str, digest: str, rec: BuildRecord, published: dict[str, str], index: Path) -> tuple[str, str]:
+    """How an arrived wheel stands against the index: ``("new", "")``; ``("already", name)`` (the same
+    bytes); ``("same_inputs", published)``: a rebuild of the inputs of the newest published build of
+    its name, version and tags (or of its own name), whose bytes stand; ``("refused", why)``: its
+    name is published with other bytes and other inputs (the number is taken)."""
+    if published.get(name) == digest:
+        return "already", name
+    for stands in (_newest(published, name), name if name in published else None):
+        if stands is not None and _same_inputs(index, stands, rec):
+            return "same_inputs", stands
+    if name not in published:
+        return "new", ""
+    number, following = build_of(name), highest_build(published, name) + 1
+    return "refused", (
+        f"the index already publishes {name} with other bytes and a published wheel is never replaced: "
+        f"build {number} of its version and tags is taken (a concurrent rebuild); the next plan "
+        f"(cuw matrix --published) gives the cell build {following}, a build outside it takes it with "
+        f"--published INDEX or --build-number {following}"
+    )
+
+
+def _publish_record(rec_path: Path, dest: Path, published: dict[str, str], index: Path) -> None:
+    """The wheel's build record into the index; a rebuild's names the build it supersedes (the
+    highest published below its number, of its name, version and tags) and which inputs changed."""
+    rec = read_build_record(rec_path)
+    older = _newest(published, rec.wheel, below=build_of(rec.wheel))
+    theirs = _published_record(index, older) if older is not None else None
+    if theirs is None:
+        copy_into(rec_path, dest, "build record")
+        return
+    changed = changed_inputs(theirs.inputs, rec.inputs) if theirs.inputs and rec.inputs else "not recorded"
+    write_build_record(dest, replace(rec, supersedes={"wheel": theirs.wheel, "changed": changed}))
 
 
 def _sort(
@@ -422,21 +479,18 @@ def _sort(
         if why:
             outcome.refused[wheel.name] = why
             continue
-        if wheel.name in published:
-            if published[wheel.name] == digest:
-                outcome.already.append(wheel.name)
-                vouched.add(_cell_id(rec))
-            elif _same_inputs(index, wheel.name, rec):
-                outcome.already.append(wheel.name)
-                outcome.same_inputs.append(wheel.name)
-                vouched.add(_cell_id(rec))
-            else:
-                outcome.refused[wheel.name] = (
-                    f"the index already publishes {wheel.name} with other bytes "
-                    "(a published wheel is never replaced: bump the version)"
-                )
+        stand, detail = _against_index(wheel.name, digest, rec, published, index)
+        if stand == "refused":
+            outcome.refused[wheel.name] = detail
             continue
-        accepted.append((wheel, rec_path))
+        if stand == "new":
+            accepted.append((wheel, rec_path))
+        else:
+            outcome.already.append(wheel.name)
+        if stand == "same_inputs":
+            outcome.same_inputs.append(wheel.name)
+            if detail != wheel.name:
+                outcome.stands_for[wheel.name] = detail
         vouched.add(_cell_id(rec))
     # A cell whose wheel is published here passed its link: an older failed report of it is history.
     outcome.failed_cells = {cell: why for cell, why in outcome.failed_cells.items() if cell not in vouched}
@@ -453,15 +507,16 @@ def summarize(outcome: Outcome, index: Path) -> str:
         "|---|---|---|",
     ]
     rows += [f"| ✅ | {name} | published with {name}{RECORD_SUFFIX} |" for name in outcome.published]
-    rows += [
-        f"| ✅ | {name} | already published ("
-        + ("same inputs, the published bytes stand" if name in outcome.same_inputs else "same sha256")
-        + ") |"
-        for name in outcome.already
-    ]
+    rows += [f"| ✅ | {name} | already published ({_why_already(outcome, name)}) |" for name in outcome.already]
     rows += [f"| ❌ | {name} | refused: {why} |" for name, why in outcome.refused.items()]
     rows += [f"| ❌ | cell {cell} | not published: link failed: {why} |" for cell, why in outcome.failed_cells.items()]
     return "\n".join(rows)
+
+
+def _why_already(outcome: Outcome, name: str) -> str:
+    if name in outcome.stands_for:
+        return f"rebuilt from the inputs of {outcome.stands_for[name]}, the published build; its bytes stand"
+    return "rebuilt from the same inputs; the published bytes stand" if name in outcome.same_inputs else "same bytes"
 
 
 def run_publish(
@@ -477,8 +532,7 @@ def run_publish(
     for name in outcome.published:
         report.say(f"published {name}" + (f" (to upload: {store.upload / name})" if store else ""))
     for name in outcome.already:
-        why = "rebuilt from the same inputs; the published bytes stand" if name in outcome.same_inputs else "same bytes"
-        report.say(f"already published {name} ({why})")
+        report.say(f"already published {name} ({_why_already(outcome, name)})")
     for name, why in outcome.refused.items():
         report.say(f"refused {name}: {why}")
     for cell, why in outcome.failed_cells.items():
