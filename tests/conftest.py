@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -370,11 +371,51 @@ def run_in_container(engine: Any, image: str, *args: str, timeout: int = 600) ->
     )
 
 
+# -- how a test starts a child --------------------------------------------------------------------
+#
+# However pytest was started, a child starts as a user's shell starts it: SIGINT at its default and no
+# terminal to read. A background job (``nox -s tests &`` in a script, ``( trap '' INT; pytest )``) and
+# many CI agents start pytest with SIGINT ignored, which every child inherits through exec: a verb
+# that inherited it never hears a Ctrl-C (Python installs its handler only where SIGINT was at its
+# default). A child that reads the terminal of a background job is stopped (SIGTTIN): stdin is
+# /dev/null unless the test gives one.
+
+
+def _sigint_at_default() -> None:
+    """In the child, between fork and exec: SIGINT back at its default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_child(cmd: list[str], **popen: Any) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, **popen)`` with SIGINT at its default in the child and stdin from
+    /dev/null unless given: the one way a test starts a verb, a wrapper or a benchmark."""
+    popen.setdefault("stdin", subprocess.DEVNULL)
+    if os.name == "posix":
+        popen["preexec_fn"] = _sigint_at_default
+    return subprocess.Popen(cmd, **popen)
+
+
+def run_child(cmd: list[str], *, timeout: float, **popen: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run`` through :func:`start_child`: output captured as text unless told, the child (its
+    whole group where it has one of its own) killed at ``timeout`` (TimeoutExpired goes on)."""
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.PIPE)
+    popen.setdefault("text", True)
+    with start_child(cmd, **popen) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            if popen.get("start_new_session"):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def run_cuw(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess:
     """``python -m cuw <args>`` as a user runs it: its own process, no stdin, output captured."""
-    return subprocess.run(
-        [sys.executable, "-m", "cuw", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-    )
+    return run_child([sys.executable, "-m", "cuw", *args], cwd=cwd, timeout=timeout)
 
 
 def expected_tu_values() -> dict[str, int]:

@@ -1,5 +1,9 @@
 """SIGTERM, the signal a CI cancel and `timeout` send: every verb ends with one `cuw:` line and
-exit 143, what it started is stopped, and no temporary file is left half-written."""
+exit 143, what it started is stopped, and no temporary file is left half-written.
+
+These tests pass however pytest was started: each verb is started while the test process ignores
+SIGINT, as a background job (``nohup nox -s tests &``, ``( trap '' INT; pytest )``) and many CI
+agents start it, through :func:`conftest.start_child`, which gives the child SIGINT at its default."""
 
 from __future__ import annotations
 
@@ -10,11 +14,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, start_child
 from cuw.base import files
 from cuw.base.errors import Terminated
 
@@ -54,12 +60,30 @@ def _verbs_left(port: int) -> list[str]:
     return left
 
 
-def _start_waiting(front: str) -> tuple[subprocess.Popen, socket.socket, int]:
-    """The verb through ``front``, in a session of its own, once it waits on the silent server."""
+@contextmanager
+def _sigint_ignored_here() -> Iterator[None]:
+    """This process ignores SIGINT meanwhile, as one started as a background job does (its children
+    inherit that through exec unless they are started with it at its default)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _start_waiting(front: str, as_started: tuple[str, ...] = ()) -> tuple[subprocess.Popen, socket.socket, int]:
+    """The verb through ``front`` (after ``as_started``, a command that execs it), in a session of its
+    own, once it waits on the silent server. Started while this process ignores SIGINT."""
     server, port, held = _silent_server()
-    proc = subprocess.Popen(
-        _front(front, port), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    with _sigint_ignored_here():
+        proc = start_child(
+            [*as_started, *_front(front, port)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 90
     while not held and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)  # parsing, planning, then the read that never returns
@@ -97,6 +121,36 @@ def test_ctrl_c_at_a_terminal_reaches_the_verb_behind_nox_once():
     out, err = proc.communicate(timeout=60)
     server.close()
     assert proc.returncode == 130 and err.count("cuw: interrupted") == 1 and "Traceback" not in err, err
+    assert _verbs_left(port) == []
+
+
+# A wrapper started with SIGINT ignored, as `nohup nox -s matrix -- … &` starts it: sh ignores it, then execs.
+IGNORING_SIGINT = ("sh", "-c", 'trap "" INT; exec "$@"', "sh")
+
+
+def test_the_child_start_gives_sigint_back_its_default():
+    """The control for the case below: what :func:`conftest.start_child` starts hears SIGINT; what
+    a shell that ignores it starts has it ignored (the case the wrappers must handle themselves)."""
+    probe = [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"]
+
+    def ignored(*cmd: str) -> str:
+        return start_child([*cmd, *probe], stdout=subprocess.PIPE, text=True).communicate(timeout=60)[0].strip()
+
+    with _sigint_ignored_here():
+        plain, ignoring = ignored(), ignored(*IGNORING_SIGINT)
+    assert (plain, ignoring) == ("False", "True")
+
+
+@pytest.mark.parametrize("front", ["nox", "invoke"])
+def test_a_wrapper_started_ignoring_sigint_still_passes_a_sigint_to_the_verb_once(front):
+    """`nohup nox -s … &` and many CI agents start the wrapper with SIGINT ignored: a SIGINT sent to it
+    (kill -INT) still reaches the verb, once, with SIGINT at its default there: one line and 130."""
+    proc, server, port = _start_waiting(front, IGNORING_SIGINT)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    server.close()
+    assert proc.returncode == 130 and err.count("cuw: interrupted") == 1 and "Traceback" not in err, err
+    time.sleep(0.5)
     assert _verbs_left(port) == []
 
 
