@@ -7,27 +7,35 @@ Verify runs at build time; the audit looks after publication, where nobody else 
 * **stale**: published wheels whose build record names other inputs than today's
   (:mod:`cuw.config.inputs`; the same comparison ``cuw matrix --published`` makes, so its findings
   are what ``--rebuild stale`` rebuilds);
-* **wheels**: every published wheel through verify's own checks, without importing it: its name
-  against its cell, RECORD, METADATA, size against the lane's limit, and its device code against
-  the policy's arch list today (cuobjdump).
+* **wheels**: every published file first against the sha256 the index's marker and the wheel's
+  build record publish (hashed while it is read: the index folder's file, or streamed from its URL,
+  the index's ``files/`` or a release asset, into a temporary file, never held in memory); a wheel
+  that is missing (no file, 404), unreadable, larger or smaller than the marker lists, or of other
+  bytes is a finding and is not checked further; then the published bytes through verify's own
+  checks, without importing them: its name against its cell, RECORD, METADATA, size against the
+  lane's limit, and its device code against the policy's arch list today (cuobjdump).
 
-A remote index's wheels are downloaded whole into a temporary folder (verify reads every member).
-Exit 0: nothing found; 1: findings; 2: the index could not be read.
+The wheels' reads share one deadline (``deadline_s``): a wheel not read by then is a finding
+("not checked"), and the report keeps everything found before it.
+Exit 0: nothing found; 1: findings; 2: the index (its marker and records) could not be read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import http.client
 import tempfile
+import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Optional
 
 from cuw.base.errors import CuwError
 from cuw.ci.matrix import UNVERIFIED_LANES
-from cuw.ci.published import cell_status, read_index, record_cell, record_cell_of
+from cuw.ci.published import Published, cell_status, read_index, record_cell, record_cell_of
 from cuw.config.grid import cell_archs, cells
 from cuw.config.policy import Policy
 from cuw.config.recipe import Recipe
@@ -44,40 +52,110 @@ class Finding:
     detail: str
 
 
-DOWNLOAD_TIMEOUT_S = 120.0  # the longest wait for the next bytes of a wheel
+READ_TIMEOUT_S = 120.0  # the longest wait for the next bytes of a wheel
+DEADLINE_S = 3600.0  # the longest all the wheels' reads of one audit may take together
+BLOCK = 1 << 20
 
 
-def _wheel_file(where: str, name: str, into: Path, limit: int) -> Path:
-    """The published wheel ``name``: its path in the index folder, or downloaded from its URL (the
-    index's ``files/`` or a release asset), at most ``limit`` bytes."""
-    if not where.startswith(("http://", "https://")):
-        return Path(where)
-    target = into / name
+@dataclass(frozen=True)
+class _Read:
+    """A published wheel as read: its local path (the index folder's file, or the download) and
+    its sha256, or why it could not be read as listed (a finding)."""
+
+    path: Optional[Path] = None
+    sha256: str = ""
+    problem: str = ""
+
+
+def _read_file(path: Path) -> _Read:
+    digest = hashlib.sha256()
     try:
-        with urllib.request.urlopen(where, timeout=DOWNLOAD_TIMEOUT_S) as response, open(target, "wb") as out:
-            size = 0
-            while block := response.read1(1 << 20):
+        with open(path, "rb") as fh:
+            while block := fh.read(BLOCK):
+                digest.update(block)
+    except FileNotFoundError:
+        return _Read(problem=f"missing: {path} is not there (the marker lists it)")
+    except OSError as exc:
+        return _Read(problem=f"unreadable: {path} ({exc.strerror or exc})")
+    return _Read(path, digest.hexdigest())
+
+
+def _download(url: str, target: Path, listed: Optional[int], limit: int, deadline: float, deadline_s: float) -> _Read:
+    """``url`` streamed into ``target`` and hashed on the way: at most ``listed`` bytes (the size the
+    marker lists for a release asset) or ``limit``, before ``deadline`` (``time.monotonic``)."""
+    left = deadline - time.monotonic()
+    late = f"not checked: the audit's deadline ({deadline_s:g} s for every wheel's read) passed"
+    if left <= 0:
+        return _Read(problem=f"{late} before {url} was read")
+    most = listed if listed is not None else limit
+    digest, size = hashlib.sha256(), 0
+    try:
+        with urllib.request.urlopen(url, timeout=min(READ_TIMEOUT_S, left)) as response, open(target, "wb") as out:
+            length = response.headers.get("Content-Length")
+            if listed is not None and length is not None and length.isdigit() and int(length) > listed:
+                return _Read(problem=f"larger than listed: {url} serves {length} bytes, the marker lists {listed}")
+            while block := response.read1(BLOCK):
                 size += len(block)
-                if size > limit:
-                    raise ValueError(f"over {limit} bytes, more than the index lists or a lane allows")
+                if size > most:
+                    said = f"the marker lists {listed}" if listed is not None else f"the largest wheel a lane allows is {limit}"
+                    return _Read(problem=f"larger than listed: {url} serves over {most} bytes, {said}")
+                if time.monotonic() > deadline:
+                    return _Read(problem=f"{late} while {url} was read ({size} bytes in)")
+                digest.update(block)
                 out.write(block)
-    except (OSError, ValueError, http.client.HTTPException) as exc:
-        raise CuwError(
-            f"audit: cannot read {where} ({getattr(exc, 'reason', None) or exc}); an index that cannot be read is an error"
-        ) from None
-    return target
+    except urllib.error.HTTPError as exc:
+        gone = exc.code in (404, 410)
+        return _Read(problem=f"{'missing' if gone else 'unreadable'}: {url} answers HTTP {exc.code} {exc.reason}")
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # URLError, a timeout, a reset: all OSError
+        return _Read(problem=f"unreadable: {url} ({getattr(exc, 'reason', None) or exc or type(exc).__name__})")
+    if listed is not None and size != listed:
+        return _Read(problem=f"truncated: {url} served {size} bytes, the marker lists {listed}")
+    return _Read(target, digest.hexdigest())
 
 
-def _limit(name: str, policy: Policy, sizes: dict[str, int]) -> int:
-    """The most bytes a wheel's download may take: the size the marker lists for a release asset,
-    else the largest wheel the lanes allow (verify then says whether it is over its own lane's)."""
-    return sizes[name] if name in sizes else (max(policy.wheel.max_size_mb.values(), default=4096) + 1) << 20
+def _limit(policy: Policy) -> int:
+    """The most bytes a wheel without a listed size may take: the largest wheel the lanes allow
+    (verify then says whether it is over its own lane's)."""
+    return (max(policy.wheel.max_size_mb.values(), default=4096) + 1) << 20
+
+
+def _published_bytes(
+    published: Published, name: str, record: dict[str, Any], tmp: Path, policy: Policy, deadline: float, deadline_s: float
+) -> _Read:
+    """The wheel ``name`` read (from the folder or streamed from its URL) and compared with the
+    sha256 its marker and its build record publish: the read, or the finding."""
+    where = published.wheels.get(name, "")
+    if where.startswith(("http://", "https://")):
+        got = _download(where, tmp / name, published.sizes.get(name), _limit(policy), deadline, deadline_s)
+    else:
+        got = _read_file(Path(where))
+    if got.problem:
+        return got
+    listed, recorded = published.digests.get(name), record.get("sha256")
+    if listed is not None and recorded is not None and listed != recorded:
+        return _Read(problem=f"the marker lists sha256 {listed}, its build record {recorded}; restore the index")
+    expected = listed or recorded
+    if not isinstance(expected, str) or not expected:
+        return _Read(problem="neither the marker nor its build record names a sha256; restore the index")
+    if got.sha256 != expected:
+        return _Read(
+            problem=f"other bytes: {where} has sha256 {got.sha256}, the marker and its build record publish {expected} "
+            "(a published wheel is never replaced: restore its file)"
+        )
+    return got
 
 
 def audit(
-    location: str, recipes: list[Recipe], policy: Policy, toolkit: Toolkit, images: dict[str, str], say: Say = lambda _: None
+    location: str,
+    recipes: list[Recipe],
+    policy: Policy,
+    toolkit: Toolkit,
+    images: dict[str, str],
+    say: Say = lambda _: None,
+    deadline_s: float = DEADLINE_S,
 ) -> list[Finding]:
-    """Every finding about the index at ``location`` for ``recipes`` (folder or URL)."""
+    """Every finding about the index at ``location`` for ``recipes`` (folder or URL); the wheels'
+    reads end ``deadline_s`` seconds after they start."""
     published = read_index(location, "--index")
     records = published.records
     by_key = {r.key: r for r in recipes}
@@ -92,26 +170,39 @@ def audit(
         )
     findings = [Finding("gap", cell_id, "no published wheel") for cell_id, lane in missing if lane not in UNVERIFIED_LANES]
     findings += [Finding("stale", cell_id, why) for cell_id, why in sorted(status.stale.items())]
+    deadline = time.monotonic() + deadline_s
     with tempfile.TemporaryDirectory(prefix="cuw-audit-") as tmp:
         for record in records:
             name, cell, key = str(record.get("wheel")), record_cell_of(record), record.get("recipe")
             recipe = by_key.get(key) if isinstance(key, str) else None
-            if recipe is None or cell is None or record_cell(record) is None:
-                if recipe is not None or not recipes or not isinstance(key, str):  # else: a recipe not audited here
-                    findings.append(Finding("wheel", name, "its build record names no cell of a known recipe"))
-                continue
-            try:
-                archs = cell_archs(recipe, policy.archs, cell)
-            except CuwError as exc:  # a CUDA line the policy has dropped since: the wheel stays published
-                findings.append(Finding("wheel", name, f"not checked: its cell is outside today's policy ({exc})"))
-                continue
+            if recipe is None and recipes and isinstance(key, str):
+                continue  # a recipe not audited here
             say(f"audit: checking {name}")
-            wheel = _wheel_file(published.wheels[name], name, Path(tmp), _limit(name, policy, published.sizes))
-            checked = verify(wheel, recipe, cell, toolkit, policy.wheel, archs, import_check=False)
-            findings += [Finding("wheel", name, f"{c.name}: {'; '.join(c.details)}") for c in checked.checks if not c.ok]
-            if wheel.parent == Path(tmp):
-                wheel.unlink()
+            got = _published_bytes(published, name, record, Path(tmp), policy, deadline, deadline_s)
+            try:
+                findings += _wheel_findings(got, name, record, recipe, cell, policy, toolkit)
+            finally:
+                if got.path is not None and got.path.parent == Path(tmp):
+                    got.path.unlink()
+                for left in Path(tmp).iterdir():  # a download cut short
+                    left.unlink()
     return findings
+
+
+def _wheel_findings(
+    got: _Read, name: str, record: dict[str, Any], recipe: Optional[Recipe], cell: Any, policy: Policy, toolkit: Toolkit
+) -> list[Finding]:
+    """The findings about one published wheel: its bytes, its cell, then verify's checks of the bytes."""
+    if got.path is None:
+        return [Finding("wheel", name, got.problem)]
+    if recipe is None or cell is None or record_cell(record) is None:
+        return [Finding("wheel", name, "its build record names no cell of a known recipe")]
+    try:
+        archs = cell_archs(recipe, policy.archs, cell)
+    except CuwError as exc:  # a CUDA line the policy has dropped since: the wheel stays published
+        return [Finding("wheel", name, f"not checked: its cell is outside today's policy ({exc})")]
+    checked = verify(got.path, recipe, cell, toolkit, policy.wheel, archs, import_check=False)
+    return [Finding("wheel", name, f"{c.name}: {'; '.join(c.details)}") for c in checked.checks if not c.ok]
 
 
 def markdown(location: str, findings: list[Finding]) -> str:

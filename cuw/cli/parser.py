@@ -271,6 +271,13 @@ def _audit_verb(sub: Subparsers) -> None:
     p.add_argument(
         "--image", action="append", default=[], metavar="LANE=REF", help="the build image a lane's wheels were built in"
     )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="the longest the wheels' reads may take together; a wheel not read by then is a finding (default: %(default)s)",
+    )
     p.add_argument("--recipes", type=Path, default=None)
 
 

@@ -242,11 +242,13 @@ def _audit(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> i
         _outside_index(args.output, args.index, "--index")
     if args.on_host and args.image:
         raise InputError("--on-host and --image name two builders; give one")
+    if not 0 < args.deadline < float("inf"):
+        raise InputError(f"--deadline {args.deadline:g}: give the seconds the wheels' reads may take, more than 0")
     keys = known_recipes(recipes_dir) if args.package == "all" else [args.package]
     recipes = [load_recipe(k, recipes_dir) for k in keys]
     policy = load_policy(recipes_dir)
     images = {} if args.on_host else image_overrides(args.image, policy)
-    findings = audit.audit(args.index, recipes, policy, find_toolkit(homes=settings.homes), images, report.say)
+    findings = audit.audit(args.index, recipes, policy, find_toolkit(homes=settings.homes), images, report.say, args.deadline)
     text = audit.to_html(args.index, findings) if args.format == "html" else audit.markdown(args.index, findings)
     if args.output is not None:
         write_text(args.output, text, "--output")
