@@ -437,6 +437,31 @@ def _publish_verb(sub: Subparsers) -> None:
         "filled in, and the new wheels go to --upload for the upload step",
     )
     p.add_argument("--upload", type=Path, default=None, metavar="DIR", help="with --asset-url: where the new wheels go")
+    p.add_argument(
+        "--first",
+        action="store_true",
+        help="the first publish: the site --from-url names serves no index yet (its cuw-index.json answers 404), "
+        "so INDEX starts empty; refused where the site serves one",
+    )
+
+
+def _upload_verb(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "upload",
+        help="the files publish --upload left, as GitHub release assets (absent ones uploaded, the same bytes skipped, "
+        "none replaced), then every asset the index lists verified; exit 1 otherwise",
+    )
+    p.add_argument(
+        "folder", type=Path, help="the files publish --upload left: wheels, their records, any file named after its wheel"
+    )
+    p.add_argument("site", type=Path, help="the index publish wrote: its cuw-index.json names each wheel's release and asset")
+    p.add_argument(
+        "--repo",
+        default=None,
+        metavar="OWNER/NAME",
+        help="the releases' repository (default: $GITHUB_REPOSITORY); the API is $GITHUB_API_URL, the token $GH_TOKEN "
+        "or $GITHUB_TOKEN",
+    )
 
 
 def _image_verb(sub: Subparsers) -> None:
@@ -510,6 +535,7 @@ _VERBS = (
     _costs_verb,
     _record_verb,
     _publish_verb,
+    _upload_verb,
     _image_verb,
     _workflow_verb,
 )

@@ -520,6 +520,7 @@ def _verbs() -> dict[str, Verb]:
     """Every verb but the three build verbs (shard, link, build: :func:`_build_verbs`)."""
     return {
         "publish": _publish,
+        "upload": _upload,
         "workflow": _workflow,
         "image": _image,
         "record": _record,
@@ -551,10 +552,35 @@ def _publish(args: argparse.Namespace, recipes_dir: Path, settings: Settings) ->
     if store is not None:
         check_asset_store(store)
         writable_dir(store.upload, "--upload")
-    online = continue_from(args.from_url, args.index) if args.from_url else 0
-    if args.from_url:
+    if args.first:
+        from cuw.ci.github_release import check_first
+
+        if not args.from_url:
+            raise InputError("--first names no site: give --from-url URL too, where the index will be served")
+        check_first(args.from_url)
+        report.say(f"publish: {args.from_url} serves no index yet: the first publish starts from empty")
+    online = continue_from(args.from_url, args.index) if args.from_url and not args.first else 0
+    if args.from_url and not args.first:
         report.say(f"publish: continuing {args.from_url} ({online} wheels published)")
     return run_publish(args.incoming, args.index, args.reports, store, online, settings.github.step_summary)
+
+
+def _upload(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
+    from cuw.ci.github_release import Endpoint, upload
+
+    env = settings.environ  # as Actions sets them; GitHub's own where unset
+    endpoint = Endpoint(
+        env.get("GITHUB_API_URL") or "https://api.github.com",
+        env.get("GITHUB_SERVER_URL") or "https://github.com",
+        args.repo or env.get("GITHUB_REPOSITORY", ""),
+        env.get("GH_TOKEN") or env.get("GITHUB_TOKEN") or "",
+    )
+    outcome = upload(args.folder, args.site, endpoint, report.say)
+    report.say(
+        f"upload: {len(outcome.uploaded)} uploaded, {len(outcome.already)} already there; {outcome.checked} asset(s) "
+        "verified as the index lists them: the pages may be deployed"
+    )
+    return 0
 
 
 def _workflow(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
