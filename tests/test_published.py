@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import re
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -187,3 +189,81 @@ def test_the_plan_leaves_out_published_cells_and_keeps_its_chunk_ids(tmp_path):
         [sys.executable, "-m", "cuw", "matrix", *args, "--rebuild", "stale"], cwd=REPO, capture_output=True, text=True
     )
     assert proc.returncode == 2 and "give --published too" in proc.stderr
+
+
+# -- one deadline for one read of a served index ------------------------------------------------
+
+
+class _Slow(http.server.SimpleHTTPRequestHandler):
+    """Serves the index folder, answering each build record only after ``delay`` seconds."""
+
+    delay = 0.0
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/files/"):
+            time.sleep(self.delay)
+        super().do_GET()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        pass  # a reader that gave up at its deadline: the late answer's broken pipe is expected
+
+
+def _many(recipes: Path, index: Path, count: int) -> None:
+    """``count`` wheels of CELL (one version each) with their records, published in one go."""
+    incoming = index.parent / "incoming-many"
+    inputs = cell_inputs(load_recipe("example", recipes), load_policy(recipes), CELL, "")
+    for i in range(count):
+        name = f"cuw_example-0.{i}.0+cu130-py3-none-manylinux_2_31_x86_64.whl"
+        make_wheel(incoming, name, b"x", cell=CELL.to_dict(), inputs=inputs, inputs_digest=inputs_digest(inputs))
+    assert len(publish(incoming, index).published) == count
+
+
+def _slow_server(index: Path, delay: float) -> tuple[http.server.ThreadingHTTPServer, str]:
+    handler = functools.partial(type("Slow", (_Slow,), {"delay": delay}), directory=str(index))
+    server = _QuietServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_a_served_index_is_read_a_few_records_at_a_time(tmp_path):
+    recipes, index = _recipes(tmp_path), tmp_path / "index"
+    _many(recipes, index, 24)
+    server, url = _slow_server(index, 0.4)
+    try:
+        started = time.monotonic()
+        assert len(read_records(url)) == 24
+        took = time.monotonic() - started
+    finally:
+        server.shutdown()
+    # One at a time it took 24 x 0.4 = 9.6 s; 8 at a time, 3 rounds.
+    assert took < 4.5, took
+
+
+def test_a_slow_index_ends_the_plan_at_one_deadline_for_the_whole_read(tmp_path, monkeypatch, capsys):
+    from cuw.base import http as cuw_http
+    from cuw.cli.main import main
+
+    recipes, index = _recipes(tmp_path), tmp_path / "index"
+    _many(recipes, index, 40)
+    monkeypatch.setattr(cuw_http, "DEADLINE_S", 2.0)
+    server, url = _slow_server(index, 1.5)  # each record in time for a per-file limit; 40 of them are not
+    try:
+        started = time.monotonic()
+        code = main(["matrix", "--package", "example", "--on-host", "--recipes", str(recipes), "--published", url])
+        took = time.monotonic() - started
+    finally:
+        server.shutdown()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert re.fullmatch(
+        rf"cuw: error: --published: cannot read {url}/files/cuw_example-0\.\d+\.0%2Bcu130-\S+\.whl\.build\.json "
+        r"\(no whole answer in 2 s, the deadline of one read of the index: \d+ of 40 file\(s\) read\); the server answers "
+        r"too slowly: retry when it is faster, or give the index's folder instead of its URL",
+        err[0],
+    ), err[0]
+    assert 2.0 <= took < 4.5, took  # before: 60 s per file, so 40 x 1.5 s = 60 s, and no error
