@@ -62,6 +62,22 @@ def test_every_nox_session_the_workflows_call_exists():
             assert called in sessions, f"{path.name} calls nox -s {called}, which does not exist"
 
 
+def test_pages_uploads_through_the_forge_verb_and_has_no_upload_loop_of_its_own():
+    """The code the tests run (tests/test_release_assets.py: `cuw upload` against a releases API
+    stand-in) is the code that runs: pages.yml calls the verb, after publish and before the deploy."""
+    flow = yaml.safe_load((REPO / ".github/workflows/pages.yml").read_text())
+    steps = flow["jobs"]["publish"]["steps"]
+    runs = [s.get("run", "") for s in steps]
+    assert not any(re.search(r"\bgh\b|\bfor\b|\bwhile\b|\bcurl\b|api\.github", r) for r in runs), runs
+    [upload] = [i for i, r in enumerate(runs) if "nox -s upload" in r]
+    [publish] = [i for i, r in enumerate(runs) if "nox -s publish" in r]
+    deploy = next(i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("actions/deploy-pages@"))
+    assert publish < upload < deploy
+    assert runs[upload].strip() == "nox -s upload -- upload site" and "--upload upload" in runs[publish]
+    assert "--first" in runs[publish] and "--from-url" in runs[publish], "the first publish is checked by the forge"
+    assert steps[upload]["env"] == {"GH_TOKEN": "${{ github.token }}"}
+
+
 def test_shape_of_the_build_workflow():
     flow = yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())
     jobs = flow["jobs"]
