@@ -367,3 +367,19 @@ def test_the_example_built_here_recorded_and_published_is_current_for_the_plan_o
     ref = load_policy(recipes).images[lane].ref
     assert why == f"{record['wheel']}: image changed (built on the runner itself; the plan builds in {ref})", why
     assert re.search(r"0 cell\(s\) up to date, 1 stale, 0 missing", said), said
+
+
+def test_the_plan_leaves_not_comparable_cells_out_unless_asked_for_all(tmp_path, capsys):
+    recipes, index = _copy(tmp_path), tmp_path / "index"
+    index.mkdir()
+    plan, _ = _plan(recipes, "example_source", None, capsys)
+    for key, lane, python, cuda, torch, image in matrix.planned_cells(plan):  # as cuw record stored it before scheme 2
+        cell = Cell(key, lane, python, cuda, torch or None)
+        _publish(recipes, index, key, cell, image, scheme=1)
+    ids = sorted({j["cell"] for c in plan["chunks"] for j in matrix.chunk_jobs(c)})
+    kept, said = _plan(recipes, "example_source", index, capsys)
+    assert kept["total_jobs"] == 0 and sorted(kept["published"]["not_comparable"]) == ids
+    assert f"0 cell(s) up to date, 0 stale, 0 missing, {len(ids)} not comparable (records of an older inputs scheme)" in said
+    assert re.search(r"not comparable: \S+: \S+: a record of inputs scheme 1, .* \(not rebuilt: --rebuild all\)", said), said
+    everything, said = _plan(recipes, "example_source", index, capsys, "--rebuild", "all")
+    assert everything["total_jobs"] == plan["total_jobs"] and f"--rebuild all: {len(ids)} cell(s) planned" in said

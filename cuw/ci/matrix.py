@@ -411,13 +411,19 @@ def summary(result: dict) -> str:
     if published:
         lines.append(
             f"  published at {published['from']}: {len(published['current'])} cell(s) up to date, "
-            f"{len(published['stale'])} stale, {len(published['missing'])} missing; --rebuild "
+            f"{len(published['stale'])} stale, {len(published['missing'])} missing"
+            + (f", {len(published['not_comparable'])} not comparable" if published.get("not_comparable") else "")
+            + "; --rebuild "
             f"{published['rebuild']}: {published['building']} cell(s) planned"
         )
         lines += [f"    up to date, left out: {cell}" for cell in published["current"] if cell not in published["built"]]
         lines += [
             f"    stale: {cell}: {why}" + ("" if cell in published["built"] else " (not rebuilt: --rebuild stale or all)")
             for cell, why in sorted(published["stale"].items())
+        ]
+        lines += [
+            f"    not comparable: {cell}: {why}" + ("" if cell in published["built"] else " (not rebuilt: --rebuild all)")
+            for cell, why in sorted(published.get("not_comparable", {}).items())
         ]
         lines += [f"    build number: {cell}: {number}" for cell, number in sorted(published.get("builds", {}).items())]
     return "\n".join(lines)

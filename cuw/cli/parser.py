@@ -236,13 +236,14 @@ def _matrix_verb(sub: Subparsers) -> None:
         default=None,
         metavar="FOLDER|URL",
         help="the published index (a folder, or the URL it is served at): cells whose build record there "
-        "names today's inputs (recipe, source, archs, image, toolkit, wheel policy) are left out",
+        "names today's inputs (recipe.yml's build settings, patch, source, archs, image, toolkit, wheel policy) are left out",
     )
     p.add_argument(
         "--rebuild",
         choices=("missing", "stale", "all"),
         default=None,
-        help="with --published: plan the missing cells only, the stale ones too (default), or all",
+        help="with --published: plan the missing cells only, the stale ones too (default), or all (also those "
+        "whose records, of an older inputs scheme, cannot be compared)",
     )
     p.add_argument(
         "--image",

@@ -298,7 +298,7 @@ def _drop_published(result: dict, recipes: list[Recipe], policy: Policy, locatio
     builds = planned_builds(cells, policy, records, keep)  # a rebuild's link stamps the next build number
     report.say(
         f"matrix: published at {location}: {len(status.current)} cell(s) up to date, {len(status.stale)} stale, "
-        f"{len(status.missing)} missing; --rebuild {mode}: {len(keep)} cell(s) planned"
+        f"{len(status.missing)} missing{_not_comparable(status.not_comparable)}; --rebuild {mode}: {len(keep)} cell(s) planned"
     )
     return matrix.keep_cells(
         result,
@@ -309,12 +309,17 @@ def _drop_published(result: dict, recipes: list[Recipe], policy: Policy, locatio
             "current": status.current,
             "stale": status.stale,
             "missing": status.missing,
+            "not_comparable": status.not_comparable,
             "building": len(keep),
             "built": sorted(keep),
             "builds": builds,
         },
         builds,
     )
+
+
+def _not_comparable(cells: dict[str, str]) -> str:
+    return f", {len(cells)} not comparable (records of an older inputs scheme)" if cells else ""
 
 
 def _show(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
