@@ -2,7 +2,7 @@
 
     python benchmarks/handoff.py --synthetic [--cache-mb 1200] [--small 3000] [--repeat 2] [--json out.json]
     python benchmarks/handoff.py [--recipe example] [--shard 1/1] [--tools ccache,sccache]
-                                 [--repeat 3] [--json out.json]
+                                 [--repeat 3] [--kernels K] [--json out.json]
 
 ``--synthetic`` writes two caches shaped like ccache's (two-level ``x/y/`` folders,
 incompressible ``os.urandom`` content, as ccache entries are already compressed):
@@ -24,7 +24,9 @@ the archive size and their ratio, and pack and restore MB/s (cache bytes per
 second, median of ``--repeat``) and restore files/s: a small cache is many small
 files, so its restore is paid per file. A restore that does not give back
 every entry file fails the run. Throughput on a shared machine is noisy:
-compare tools within one run.
+compare tools within one run. ``--kernels K`` (example only) builds a copy of the example with its
+first K kernel TUs; ``--synthetic --cache-mb 1 --small 20 --repeat 1`` and ``--tools ccache
+--kernels 1 --repeat 1`` are the smoke runs of tests/test_benchmarks.py.
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cuw.jobs import archive  # noqa: E402
+from cuw.jobs.fingerprint import FIELDS as FINGERPRINT_FIELDS  # noqa: E402
 from cuw.toolchain.cache import Ccache, open_cache, tool_class  # noqa: E402
 from cuw.config.cell import Cell, local_cell  # noqa: E402
 from cuw.partition.rules import parse_shard_spec  # noqa: E402
@@ -56,6 +59,9 @@ from cuw.config.recipe import load_recipe  # noqa: E402
 from cuw.toolchain.toolkit import find_toolkit  # noqa: E402
 from cuw.jobs.workspace import Workspace  # noqa: E402
 from cuw.base.settings import Settings  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scaled_example import trim_example  # noqa: E402
 
 SETTINGS = Settings.from_env()  # the run's, read once here: a benchmark is an entry point, like the command line
 
@@ -123,6 +129,7 @@ def bench_synthetic(kind: str, cache_mb: int, small: int, repeat: int, root: Pat
         owned=[],
         compiled=[],
         counters={},
+        fingerprint=dict.fromkeys(FINGERPRINT_FIELDS, "0" * 16),  # every field, as a shard's; the link is not run here
     )
     forge_archive, tar_archive = root / f"forge{archive.SUFFIX}", root / "plain.tar"
     times: dict[str, list[float]] = {"forge_pack": [], "tar_pack": [], "forge_restore": [], "tar_restore": []}
@@ -201,8 +208,13 @@ def synthetic_main(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def measure(recipe_key: str, shard: str, tool: str, repeat: int, root: Path) -> dict:
-    recipe = load_recipe(recipe_key, REPO / "recipes")
+def measure(recipe_key: str, shard: str, tool: str, repeat: int, root: Path, kernels: Optional[int] = None) -> dict:
+    recipes = REPO / "recipes"
+    if kernels is not None:  # a copy of the example with its first K kernel TUs only
+        recipes = root / "recipes"
+        shutil.copytree(REPO / "recipes", recipes, symlinks=True)
+        trim_example(recipes / recipe_key, kernels, REPO / "recipes")
+    recipe = load_recipe(recipe_key, recipes)
     spec = parse_shard_spec(shard)
     paths = Paths(work=root / "work", artifacts=root / "artifacts", dist=root / "dist")
     started = time.monotonic()
@@ -258,6 +270,9 @@ def main() -> int:
     ap.add_argument("--tools", default="ccache,sccache", help="comma-separated cache tools (default: ccache,sccache)")
     ap.add_argument("--repeat", type=int, default=3, help="pack/restore runs per tool (default: 3)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument(
+        "--kernels", type=int, default=None, help="example only: keep its first K kernel TUs (the smallest real run: 1)"
+    )
     ap.add_argument("--synthetic", action="store_true", help="time synthetic ccache-shaped caches against plain tar")
     ap.add_argument("--cache-mb", type=int, default=1200, help="--synthetic: size of the large case (default: 1200)")
     ap.add_argument("--small", type=int, default=3000, help="--synthetic: files in the small case (default: 3000)")
@@ -265,10 +280,12 @@ def main() -> int:
     args = ap.parse_args()
     if args.synthetic:
         return synthetic_main(args)
+    if args.kernels is not None and args.recipe != "example":
+        ap.error("--kernels trims the example's kernel TUs; use it with --recipe example")
     rows = []
     for tool in args.tools.split(","):
         with tempfile.TemporaryDirectory(prefix=f"cuw-handoff-{tool}-") as tmp:
-            rows.append(measure(args.recipe, args.shard, tool, args.repeat, Path(tmp)))
+            rows.append(measure(args.recipe, args.shard, tool, args.repeat, Path(tmp), args.kernels))
     cols = [
         "tool",
         "shard",

@@ -57,6 +57,38 @@ def scale_example(recipe_dir: Path, factor: int, protected: Path) -> dict[str, i
     return tu_values(recipe_dir)
 
 
+def trim_example(recipe_dir: Path, keep: int, protected: Path) -> dict[str, int]:
+    """Keeps the first ``keep`` kernel TUs of the copied example in ``recipe_dir`` (by file name):
+    the others' ``.cu`` files, their ``tus.def`` lines and their costs are removed, so the
+    dispatcher, the CMake glob and the ``cost`` rule still match the TUs. A real build of the same
+    shape, a fraction of the compiles: what a smoke run of a benchmark builds. Returns what the
+    wheel's tu_values() must give."""
+    if recipe_dir.resolve().is_relative_to(protected.resolve()):
+        raise ValueError(f"{recipe_dir} is the committed recipe; trim a copy")
+    kernels = sorted(kernel_dir(recipe_dir).glob("*.cu"))
+    if not 1 <= keep <= len(kernels):
+        raise ValueError(f"--kernels must be from 1 to {len(kernels)}, got {keep}")
+    dropped = kernels[keep:]
+    names = {TU_NAME.search(path.read_text()).group(1) for path in dropped}  # type: ignore[union-attr]
+    tus_def = recipe_dir / "package" / "csrc" / "tus.def"
+    lines = tus_def.read_text().splitlines(keepends=True)
+    kept_lines = [line for line in lines if line.strip() not in {f"CUW_TU({name})" for name in names}]
+    if len(lines) - len(kept_lines) != len(dropped):
+        raise ValueError(f"{tus_def}: expected one CUW_TU(name) line for each of {sorted(names)}")
+    tus_def.write_text("".join(kept_lines))
+    for path in dropped:
+        path.unlink()
+    costs = recipe_dir / "costs.json"
+    if costs.is_file():
+        gone = {f"csrc/kernels/{path.name}" for path in dropped}
+        table = json.loads(costs.read_text())
+        table["costs"] = {tu: seconds for tu, seconds in table["costs"].items() if tu not in gone}
+        header = table.setdefault("header", {})
+        header["tus"], header["total_seconds"] = len(table["costs"]), round(sum(table["costs"].values()), 3)
+        costs.write_text(json.dumps(table, indent=2) + "\n")
+    return tu_values(recipe_dir)
+
+
 def tu_values(recipe_dir: Path) -> dict[str, int]:
     """What the example's tu_values() returns for these sources: id * 1000 + weight per TU."""
     values = {}

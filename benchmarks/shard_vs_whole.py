@@ -1,6 +1,7 @@
 """Sharded versus whole, side by side in one run, on a real compile workload.
 
-    python benchmarks/shard_vs_whole.py [--recipe example] [--shards 1,2,4] [--rules hash,cost] [--scale K] [--json out.json]
+    python benchmarks/shard_vs_whole.py [--recipe example] [--shards 1,2,4] [--rules hash,cost] [--scale K]
+                                        [--kernels K] [--json out.json]
 
 For each N it runs the whole cell here (N shards as parallel processes, then
 the link) with a cold cache, and prints: wall time of the shard phase and of
@@ -25,7 +26,9 @@ on the copy (benchmarks/scaled_example.py): an nvcc-heavy build whose link
 overhead says what the link's fixed costs weigh against real compile time.
 Each row also splits the link's wall into phases (restore, configure, ninja,
 package, finish + verify; see ``link_phases``) and checks the wheel's
-``tu_values()`` against the weights it was built with.
+``tu_values()`` against the weights it was built with. ``--kernels K`` (example only) keeps the
+first K kernel TUs on the copy: ``--kernels 1 --shards 1 --rules hash`` is the smallest real run
+(the smoke run of tests/test_benchmarks.py).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from cuw.config.recipe import costs_path, load_recipe  # noqa: E402
 from cuw.base.settings import Settings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scaled_example import scale_example, tu_values  # noqa: E402
+from scaled_example import scale_example, trim_example, tu_values  # noqa: E402
 
 SETTINGS = Settings.from_env()  # the run's, read once here: a benchmark is an entry point, like the command line
 
@@ -61,10 +64,12 @@ SETTINGS = Settings.from_env()  # the run's, read once here: a benchmark is an e
 SHARD_END = re.compile(r"^shard \d+/\d+: (done|FAILED)$")
 
 
-def recipes_for_rule(recipe_key: str, rule: str, root: Path, scale: int = 1) -> tuple[Path, dict[str, int]]:
+def recipes_for_rule(
+    recipe_key: str, rule: str, root: Path, scale: int = 1, kernels: int | None = None
+) -> tuple[Path, dict[str, int]]:
     """A copy of the recipes whose ``recipe_key`` partitions by ``rule`` (the
-    example's weights times ``scale``), and the tu_values() its wheel must give
-    (empty for a recipe other than the example)."""
+    example's weights times ``scale``, its first ``kernels`` kernel TUs only), and
+    the tu_values() its wheel must give (empty for a recipe other than the example)."""
     recipes = root / "recipes"
     if not recipes.exists():
         shutil.copytree(REPO / "recipes", recipes, symlinks=True)
@@ -72,6 +77,8 @@ def recipes_for_rule(recipe_key: str, rule: str, root: Path, scale: int = 1) -> 
         data = yaml.safe_load(path.read_text())
         data.setdefault("sharding", {})["rule"] = rule
         path.write_text(yaml.safe_dump(data, sort_keys=False))
+        if kernels is not None:
+            trim_example(recipes / recipe_key, kernels, REPO / "recipes")
         if scale > 1:
             scale_example(recipes / recipe_key, scale, REPO / "recipes")
     # example_source builds the example's own package (source.path ../example/package)
@@ -172,8 +179,8 @@ def balance(per_shard: list[float], per_tu: list[float]) -> tuple[float, float]:
     return max(per_shard) / mean, max(max(per_tu, default=0.0), mean) / mean
 
 
-def measure(recipe_key: str, n: int, root: Path, rule: str = "hash", scale: int = 1) -> dict:
-    recipes, expected = recipes_for_rule(recipe_key, rule, root, scale)
+def measure(recipe_key: str, n: int, root: Path, rule: str = "hash", scale: int = 1, kernels: int | None = None) -> dict:
+    recipes, expected = recipes_for_rule(recipe_key, rule, root, scale, kernels)
     recipe = load_recipe(recipe_key, recipes)
     paths = Paths(
         work=root / f"n{n}" / "work",
@@ -244,10 +251,18 @@ def main() -> int:
         default=1,
         help="example only: every kernel weight (and cost) times K",
     )
+    parser.add_argument(
+        "--kernels",
+        type=int,
+        default=None,
+        help="example only: keep its first K kernel TUs (the smallest real build: --kernels 1 --shards 1)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if args.scale != 1 and args.recipe != "example":
         parser.error("--scale rewrites the example's kernel weights; use it with --recipe example")
+    if args.kernels is not None and args.recipe != "example":
+        parser.error("--kernels trims the example's kernel TUs; use it with --recipe example")
     if args.scale < 1:
         parser.error(f"--scale must be at least 1, got {args.scale}")
     counts = [int(x) for x in args.shards.split(",")]
@@ -259,7 +274,7 @@ def main() -> int:
         rows = []
         for i, rule in enumerate(rules):
             # N=1 is one whole build whatever the rule: measured once, under the first rule.
-            rows += [measure(args.recipe, n, Path(tmp) / rule, rule, args.scale) for n in counts if n > 1 or i == 0]
+            rows += [measure(args.recipe, n, Path(tmp) / rule, rule, args.scale, args.kernels) for n in counts if n > 1 or i == 0]
     base = rows[0]
     for row in rows:
         row["slowest_shard_vs_first"] = round(
