@@ -68,7 +68,7 @@ def test_a_fresh_index_has_nothing_to_report_and_each_planted_fault_is_found(pub
     findings = _audit(recipes, str(index))
     kinds = {f.kind: f for f in findings}
     assert set(kinds) == {"gap", "stale", "wheel"}, findings
-    assert kinds["stale"].subject == "example-linux-py3.11-cu13.0-notorch" and "archs, recipe changed" in kinds["stale"].detail
+    assert kinds["stale"].subject == "example-linux-py3.11-cu13.0-notorch" and "archs changed" in kinds["stale"].detail
     assert kinds["wheel"].detail.startswith("arch: no SASS for sm_80"), kinds["wheel"]
 
 

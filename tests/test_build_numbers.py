@@ -287,7 +287,7 @@ def test_a_changed_patch_is_published_as_build_1_beside_build_0_and_pip_and_uv_p
     assert "Build: 1\n" in _wheel_text(index / "files" / second)
     record = json.loads((index / "files" / f"{second}{RECORD_SUFFIX}").read_text())
     assert (
-        record["supersedes"] == {"wheel": first, "changed": "recipe"}
+        record["supersedes"] == {"wheel": first, "changed": "patch"}
         and record["sha256"] == json.loads((index / MARKER).read_text())["files"][second]
     ), "the bytes verified and recorded are the bytes published"
 
