@@ -2,12 +2,16 @@
 
 A cell whose published build record names today's inputs (:mod:`cuw.config.inputs`) is
 ``current`` and needs no job; one with records of other inputs is ``stale`` (the record says
-which input changed); one with none is ``missing``. ``--rebuild missing`` plans the missing cells
-only, ``stale`` (the default) the stale ones too, ``all`` every cell. An index that cannot be read
-is an error, never "nothing published": reading it as empty would rebuild the whole grid.
+which input changed, and where it was built when the builder differs); one whose records are of an
+older inputs scheme that cannot tell is ``not comparable``; one with none is ``missing``. A py3
+wheel built with any Python covers its collapsed cell. ``--rebuild missing`` plans the missing cells
+only, ``stale`` (the default) the stale ones too, ``all`` every cell, the not comparable ones
+included. An index that cannot be read is an error, never "nothing published": reading it as empty
+would rebuild the whole grid.
 
 The index is a folder (a self-hosted runner's disk, a local run's) or the URL it is served at:
-its ``cuw-index.json`` lists the wheels, and each wheel's record is ``files/<wheel>.build.json``.
+its ``cuw-index.json`` lists the wheels, and each wheel's record is ``files/<wheel>.build.json``
+(read over HTTP under one deadline, a few at a time: :mod:`cuw.base.http`).
 """
 
 from __future__ import annotations
@@ -127,8 +131,9 @@ def _remote_url(entry: Any) -> Optional[str]:
 
 
 def record_cell(record: dict[str, Any]) -> Optional[str]:
-    """The id of the cell a build record is of: its inputs' cell, or (a record older than input
-    digests, without ``inputs``) its cell's; None when it names none it can be read as."""
+    """The id of the cell a build record is of: its inputs' cell (a py3 wheel's without its Python:
+    ``example-linux-py3-cu13.0-notorch``), or (a record older than input digests, without ``inputs``)
+    its cell's; None when it names none it can be read as."""
     if "inputs" in record:
         inputs = record["inputs"]
         key = inputs.get("cell") if isinstance(inputs, dict) else None
