@@ -70,6 +70,8 @@ def test_republishing_is_harmless_with_the_same_bytes_and_refused_with_others(tm
     _wheel(tmp_path / "run2", W312, b"two")
     mixed = publish(tmp_path / "run2", index)
     assert W311 in mixed.refused and "never replaced" in mixed.refused[W311]
+    assert "build 0 of its version and tags is taken" in mixed.refused[W311], "the version is upstream's: no 'bump' of it"
+    assert "gives the cell build 1" in mixed.refused[W311] and "--build-number 1" in mixed.refused[W311]
     assert mixed.published == [W312], "one refused wheel does not hold back the others"
     assert _payload(index / "files" / W311) == b"one"
     assert not mixed.ok
