@@ -143,6 +143,11 @@ FLIPS = {
     "requires_dist": Flip(
         "example", lambda r: _append(r / "example/recipe.yml", "requires_dist: [numpy]\n"), "recipe.requires_dist"
     ),
+    "the line's extra deps": Flip(
+        "example",
+        lambda r: _append(r / "example/recipe.yml", "extra_deps_cuda: {'13.0': [nvidia-curand==10.4.0.35]}\n"),
+        "recipe.extra_deps_cuda",
+    ),
     "archs": Flip("example", lambda r: _edit(r / "example/recipe.yml", '["9.0"]', '["8.0", "9.0"]'), "archs"),
     "the policy's arch list": Flip(
         "lightgbm",
@@ -174,6 +179,10 @@ FLIPS = {
     "a comment in recipe.yml": Flip("example", lambda r: _append(r / "example/recipe.yml", "# a note\n"), ""),
     "sharding": Flip("example", lambda r: _edit(r / "example/recipe.yml", "count: 4", "count: 6"), ""),
     "max_jobs": Flip("example", lambda r: _append(r / "example/recipe.yml", "max_jobs: 2\n"), ""),
+    "nvcc_threads": Flip("example", lambda r: _append(r / "example/recipe.yml", "nvcc_threads: 4\n"), ""),
+    "another line's extra deps": Flip(
+        "example", lambda r: _append(r / "example/recipe.yml", "extra_deps_cuda: {'12.8': [nvidia-curand-cu12==10.3.9.90]}\n"), ""
+    ),
     "verify": Flip("example", lambda r: _append(r / "example/recipe.yml", "verify: {import_requires: [numpy==2.2.6]}\n"), ""),
     "a lane's size limit": Flip("example", lambda r: _edit(r / "defaults.yml", "{linux: 2000,", "{linux: 100,"), ""),
     "another line's RPATH": Flip("example", lambda r: _edit(r / "defaults.yml", '"nvidia/cuda_runtime/lib", ', ""), ""),

@@ -21,7 +21,7 @@ which one changed:
   wheel; the plan builds it with the lowest).
 
 Not in it, because no byte of the wheel depends on them: what the planner alone reads (``costs.json``,
-the folder's ``README*.md``, ``sharding``, ``grid``, ``max_jobs``), what only checks the wheel
+the folder's ``README*.md``, ``sharding``, ``grid``, ``max_jobs``, ``nvcc_threads``), what only checks the wheel
 (``verify``, ``device_code``, the lanes' size limits), the forge's own version (a forge release does
 not make every published wheel stale) and the torch patch release (the cell pins its torch line).
 
@@ -48,8 +48,9 @@ from cuw.config.recipe import Recipe
 INPUTS_SCHEME = 2
 """The version of what :func:`cell_inputs` covers; records without ``inputs_scheme`` are scheme 1."""
 
-PLANNER_ONLY = ("sharding", "grid", "max_jobs")
-"""recipe.yml keys the planner and the shards read; the link builds every TU, so the wheel is the same."""
+PLANNER_ONLY = ("sharding", "grid", "max_jobs", "nvcc_threads")
+"""recipe.yml keys the planner and the jobs read: how a cell is split and how many compiles (or nvcc
+threads) run at once; the link builds every TU, the same objects, so the wheel is the same."""
 CHECKS_ONLY = ("verify", "device_code")
 """recipe.yml keys the gates and verify read: they pass or refuse a wheel, they never change it."""
 APART = ("source", "archs", "key", "folder")
@@ -63,7 +64,7 @@ def cell_inputs(recipe: Recipe, policy: Policy, cell: Cell, image: str) -> dict[
     return {
         "inputs_scheme": INPUTS_SCHEME,
         "cell": input_cell(recipe, cell).id,
-        "recipe": recipe_settings(recipe),
+        "recipe": recipe_settings(recipe, cell),
         "patch": _patch_digest(recipe),
         "files": _files_digest(recipe),
         "source": _source_input(recipe),
@@ -90,9 +91,10 @@ def input_cell(recipe: Recipe, cell: Cell) -> Cell:
     return replace(cell, python="3") if any_python(recipe) else cell
 
 
-def recipe_settings(recipe: Recipe) -> dict[str, Any]:
-    """recipe.yml's settings that reach the build, by key."""
+def recipe_settings(recipe: Recipe, cell: Cell) -> dict[str, Any]:
+    """recipe.yml's settings that reach ``cell``'s build, by key (a per-line setting: its line's)."""
     data = asdict(recipe)
+    data["extra_deps_cuda"] = recipe.extra_deps_cuda.get(cell.cuda, [])
     return {k: v for k, v in sorted(data.items()) if k not in (*PLANNER_ONLY, *CHECKS_ONLY, *APART)}
 
 
