@@ -63,6 +63,14 @@ def arm(session: nox.Session) -> None:
 
 
 @nox.session
+def pythons(session: nox.Session) -> None:
+    """Every Python the forge claims (pytest -m pythons): build.yml's install and compile steps with each Python of the
+    grid, the example's other shards through invoke and cuw and its link through nox, to a verified wheel."""
+    args = session.posargs or ["-v", "-n", "2", "--dist", "load"]
+    session.run(sys.executable, "-m", "pytest", "-rfEs", "-m", "pythons", "tests/test_pythons.py", *args)
+
+
+@nox.session
 def e2e(session: nox.Session) -> None:
     """Real packages from their sdists, sharded, linked and verified: nox -s e2e -- [<recipe> ...] [--e2e-image=<ref>].
 
