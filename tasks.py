@@ -13,10 +13,27 @@ import shlex
 import sys
 
 from invoke import Collection, Context, Exit, Task
+from invoke.parser import ParseError
+from invoke.program import Program
 
 from cuw.cli.front import run_verb
 
 from cuw.cli.parser import VerbSpec, verb_specs
+
+
+def _parse_tasks_or_exit_2(self) -> None:
+    """invoke exits 1 on a flag or value its parser refuses, where every front end promises 2 for bad
+    input (docs/verbs.md): the same one line, exit 2."""
+    try:
+        _parse_tasks(self)
+    except ParseError as exc:
+        task = f"{exc.context.name}: " if getattr(exc, "context", None) is not None and exc.context.name else ""
+        print(f"invoke: error: {task}{exc}; `invoke --help {task.rstrip(': ') or '<task>'}` lists its options", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+_parse_tasks = Program.parse_tasks
+Program.parse_tasks = _parse_tasks_or_exit_2  # type: ignore[method-assign]
 
 
 def _param(option) -> str:

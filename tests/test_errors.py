@@ -116,3 +116,37 @@ def test_an_output_folder_that_cannot_be_made_is_an_output_error(tmp_path):
         writable_dir(tmp_path / "dist", "--dist")
     with pytest.raises(OutputError, match="cannot write there"):
         writable_dir(tmp_path / "dist" / "wheels", "--dist")
+
+
+def test_an_internal_error_has_its_own_exit_code_and_names_its_crash_log(tmp_path, monkeypatch, capsys):
+    """A bug is exit 70 (sysexits' EX_SOFTWARE), not 2: a caller tells a bug in the forge from a typo."""
+    from cuw.cli import main as cli_main, verbs
+
+    def broken(argv, settings):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setenv("CUW_LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(verbs, "run", broken)
+    assert cli_main.main(["recipes"]) == errors.INTERNAL_ERROR_EXIT == 70
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("cuw: internal error (a bug in the forge") and "\n" not in line, line
+    (log,) = tmp_path.glob("cuw-crash-*.log")
+    assert str(log) in line and "ZeroDivisionError: a bug" in log.read_text()
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["matrix", "--frobnicate"], "invoke: error: matrix: No idea what '--frobnicate' is!"),
+        (["nosuch"], "invoke: error: No idea what 'nosuch' is!"),
+    ],
+)
+def test_invoke_refuses_an_unknown_flag_or_task_with_exit_2_in_one_line(argv, said):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    invoke = Path(sys.executable).parent / "invoke"
+    done = subprocess.run([str(invoke), *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and done.stderr.startswith(said), done.stderr

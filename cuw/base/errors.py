@@ -9,6 +9,11 @@ that table equal to these classes).
 from __future__ import annotations
 
 
+INTERNAL_ERROR_EXIT = 70
+"""A bug in the forge itself (sysexits' ``EX_SOFTWARE``): its own code, so a caller tells a bug from a
+typo (2); the one line names the crash log that holds the traceback."""
+
+
 class CuwError(Exception):
     """Bad input or a broken environment: one clear line, exit 2. The base of every kind below;
     raised as itself where no kind fits (a full disk, an unreachable index)."""

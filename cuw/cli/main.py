@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional, TextIO, TypeVar
 
-from cuw.base.errors import CuwError, OutputError, Terminated, raise_terminated
+from cuw.base.errors import INTERNAL_ERROR_EXIT, CuwError, OutputError, Terminated, raise_terminated
 from cuw.base.settings import Settings
 
 
@@ -72,7 +72,8 @@ class _NamedOutput:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """The one error boundary: exit 0 pass, 1 a gate refused the result, 2 bad input or environment.
+    """The one error boundary: exit 0 pass, 1 a gate refused the result, 2 bad input or environment,
+    70 a bug in the forge (the line names its crash log).
 
     Whatever goes wrong ends in one line on stderr; an internal bug says so and leaves its
     traceback in a log file instead of on the terminal.
@@ -128,4 +129,4 @@ def _run_once(argv: Optional[list[str]]) -> int:
             f"cuw: internal error (a bug in the forge, please report it): {type(exc).__name__}: {_one_line(str(exc))} ({where})",
             file=sys.stderr,
         )
-        return 2
+        return INTERNAL_ERROR_EXIT
