@@ -697,8 +697,8 @@ CASES: list[Case] = [
     C("farm/publish-unrecorded", "publish", "{W}/wheels", "{W}/notindex", code=1, kind="gate", expect="no build record"),
     C("farm/workflow-outside-repo", "workflow", "example", *R, expect="build.yml"),
     # -- the wrappers: invoke tasks and nox sessions -------------------------------------------
-    # invoke's own grammar takes plan's optional recipe as no positional: invoke refuses it, in its one line
-    C("wrapper/invoke-plan-shards-abc", "@invoke", "plan", "example", "--shards", "abc", code=1, kind="refused"),
+    # invoke's own grammar takes plan's optional recipe as no positional: invoke refuses it, in its one line, exit 2
+    C("wrapper/invoke-plan-shards-abc", "@invoke", "plan", "example", "--shards", "abc", code=2, kind="refused"),
     C("wrapper/invoke-shard-abc", "@invoke", "shard", "example", "abc", kind="wrapper"),
     C("wrapper/invoke-build-shards-abc", "@invoke", "build", "--recipe", "example", "--shards", "abc", kind="wrapper"),
     C("wrapper/nox-plan-shards-abc", "@nox", "plan", "--", "example", "--shards", "abc", *R, kind="wrapper"),
