@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 import urllib.request
+import zipfile
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urljoin
 
@@ -21,6 +23,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
+from conftest import need
+from cuw.cli.main import main
 from cuw.wheel import publish as publish_module
 from cuw.wheel.index import CHOOSER, MARKER, PACKAGES, RECORD_SUFFIX, build_index, published_files, write_pages
 from cuw.wheel.publish import publish, sha256_file
@@ -95,15 +99,18 @@ CHROMIUM_FLAGS = (
 )
 
 
-def _wheel(folder: Path, name: str, version: str, tag: str = "py3-none-any", cell: dict | None = None) -> Path:
+def _wheel(
+    folder: Path, name: str, version: str, tag: str = "py3-none-any", cell: dict | None = None, requires_python: str = ""
+) -> Path:
     """A small real wheel (installable when its tag is): a module, its dist-info, RECORD by `wheel`;
-    ``cell``: a build record beside it, as the link job writes it."""
+    ``cell``: a build record beside it, as the link job writes it; ``requires_python``: METADATA's."""
     tree = folder / f"tree-{name}-{version}-{tag}"
     (tree / name).mkdir(parents=True)
     (tree / name / "__init__.py").write_text(f"VERSION = {version!r}\n")
     info = tree / f"{name}-{version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    python = f"Requires-Python: {requires_python}\n" if requires_python else ""
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{python}")
     (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {tag}\n")
     out = folder / f"{name}-{version}-{tag}.whl"
     with WheelFile(out, "w") as wf:
@@ -140,7 +147,8 @@ def index(tmp_path_factory) -> Path:
     _wheel(run, "torchy", "1.1+cu130torch2.14", LINUX_311, _cell("linux", "3.11", "13.0", "2.14"))
     _wheel(run, "torchy", "1.1+cu130torch2.14", ARM_311, _cell("linux_aarch64", "3.11", "13.0", "2.14"))
     _wheel(run, "torchy", "1.0+cu128torch2.13", "cp312-cp312-manylinux_2_34_x86_64", _cell("linux", "3.12", "12.8", "2.13"))
-    _wheel(run, "plainy", "0.5+cu130", "py3-none-any", _cell("linux", "3.12", "13.0", None))  # torch-free, pure
+    plain_cell = _cell("linux", "3.12", "13.0", None)
+    _wheel(run, "plainy", "0.5+cu130", "py3-none-any", plain_cell, requires_python=">=3.10,<4")  # torch-free, pure
     out = root / "index"
     outcome = publish(run, out)
     assert outcome.ok and len(outcome.published) == 5, outcome
@@ -153,7 +161,7 @@ def index(tmp_path_factory) -> Path:
 
 
 def _links(page: Path) -> list[str]:
-    return [html.unescape(h) for h in re.findall(r'<a href="([^"]+)">', page.read_text())]
+    return [html.unescape(h) for h in re.findall(r'<a href="([^"]+)"[^>]*>', page.read_text())]
 
 
 def test_every_page_has_pep_691_json_with_the_same_files_and_digests(index):
@@ -237,6 +245,112 @@ def test_packages_json_lists_every_published_wheel_with_its_cell_and_record(inde
     assert {p: p.read_bytes() for p in before} == before
 
 
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.found.append(dict(attrs))
+
+
+def _anchors(page: Path) -> list[dict[str, str | None]]:
+    """Every link of a page with its attributes, as an HTML parser (and pip's) reads them."""
+    parser = _Anchors()
+    parser.feed(page.read_text())
+    return parser.found
+
+
+def _member_metadata(wheel: Path) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        (member,) = [m for m in zf.namelist() if m.count("/") == 1 and m.endswith(".dist-info/METADATA")]
+        return zf.read(member)
+
+
+def test_links_carry_the_metadata_file_requires_python_and_upload_time(index):
+    """PEP 658/714: the metadata file beside every wheel, byte for byte its METADATA, its sha256 on
+    the link under both names and in the JSON; Requires-Python (HTML-escaped) and PEP 700's
+    upload-time, which is the marker's (written once, when the wheel was added)."""
+    details = json.loads((index / MARKER).read_text())["details"]
+    assert set(details) == set(published_files(index))
+    checked = 0
+    for page in sorted(index.rglob("index.html")):
+        doc = json.loads((page.parent / "index.json").read_text())
+        if "files" not in doc:
+            continue
+        files = {f["filename"]: f for f in doc["files"]}
+        for anchor in _anchors(page):
+            name = unquote(str(anchor["href"]).partition("#")[0].rsplit("/", 1)[1])
+            metadata = index / "files" / f"{name}.metadata"
+            assert metadata.read_bytes() == _member_metadata(index / "files" / name)
+            digest = hashlib.sha256(metadata.read_bytes()).hexdigest()
+            assert anchor["data-core-metadata"] == anchor["data-dist-info-metadata"] == f"sha256={digest}"
+            entry = files[name]
+            assert entry["core-metadata"] == {"sha256": digest} and details[name]["metadata"] == digest
+            assert entry["upload-time"] == details[name]["added"]
+            assert "data-yanked" not in anchor and entry["yanked"] is False
+            if name.startswith("plainy-"):
+                assert anchor["data-requires-python"] == entry["requires-python"] == ">=3.10,<4"
+            else:
+                assert "data-requires-python" not in anchor and "requires-python" not in entry
+            checked += 1
+    assert checked == 16  # 7 wheels in simple/, 1 in cu128/torch2.13/, 2 in cu130/, 6 in cu130/torch2.14/
+    assert 'data-requires-python="&gt;=3.10,&lt;4"' in (index / "cu130" / "plainy" / "index.html").read_text()
+    by_file = {w["filename"]: w for w in json.loads((index / PACKAGES).read_text())["wheels"]}
+    plainy = by_file["plainy-0.5+cu130-py3-none-any.whl"]
+    assert plainy["requires_python"] == ">=3.10,<4" and plainy["yanked"] is None
+    assert plainy["metadata"] == {"url": plainy["url"] + ".metadata", "sha256": details[plainy["filename"]]["metadata"]}
+    assert plainy["upload_time"] == details[plainy["filename"]]["added"]
+
+
+def test_cuw_index_refuses_a_wheel_whose_file_name_and_metadata_disagree(tmp_path, capsys):
+    """The wheel the farms' trackers complain of most (pip: "inconsistent version", uv: "Wheel version
+    does not match filename"): a sound archive and RECORD whose METADATA says another version."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    made = _wheel(wheels, "renamy", "1.1+cu130")
+    good = made.read_bytes()
+    with zipfile.ZipFile(made) as zf:
+        members = {m: zf.read(m) for m in zf.namelist() if not m.endswith("/RECORD")}
+    made.unlink()
+    with WheelFile(made, "w") as wf:  # RECORD by `wheel` again: only METADATA disagrees
+        for member, data in members.items():
+            wf.writestr(member, data.replace(b"Version: 1.1+cu130", b"Version: 1.0+cu130"))
+    site = tmp_path / "site"
+    assert main(["index", str(wheels), str(site)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cuw: error: ") and len(err.splitlines()) == 1, err
+    assert str(made) in err and "METADATA Version '1.0+cu130' != filename 1.1+cu130" in err
+    assert not site.exists(), "a refused run makes nothing"
+    made.write_bytes(good)
+    assert main(["index", str(wheels), str(site)]) == 0
+    assert (site / "files" / f"{made.name}.metadata").read_bytes() == _member_metadata(made)
+
+
+def test_an_index_made_before_metadata_files_gets_them_on_its_next_run(index, tmp_path):
+    copy = tmp_path / "index"
+    shutil.copytree(index, copy)
+    marker = json.loads((copy / MARKER).read_text())
+    del marker["details"]  # as an index written before the details were
+    (copy / MARKER).write_text(json.dumps(marker))
+    for metadata in (copy / "files").glob("*.metadata"):
+        metadata.unlink()
+    write_pages(copy, published_files(copy))
+    page = copy / "cu130" / "plainy" / "index.html"
+    assert "data-core-metadata" not in page.read_text() and "upload-time" not in (page.parent / "index.json").read_text()
+    more = tmp_path / "more"
+    more.mkdir()
+    newy = _wheel(more, "newy", "1.0+cu130").name
+    build_index(more, copy)
+    details = json.loads((copy / MARKER).read_text())["details"]
+    assert set(details) == set(published_files(copy))
+    assert [name for name, about in details.items() if "added" in about] == [newy]  # no upload time made up
+    for name in details:
+        assert hashlib.sha256((copy / "files" / f"{name}.metadata").read_bytes()).hexdigest() == details[name]["metadata"]
+    assert "data-core-metadata" in page.read_text()
+
+
 def test_files_a_killed_run_left_behind_are_rewritten_from_the_marker(index, tmp_path):
     copy = tmp_path / "index"
     shutil.copytree(index, copy)
@@ -279,10 +393,7 @@ def served(index):
 
 
 def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.skip("no chromium on this machine (.ci/run installs Debian's chromium)")
-    return found
+    return need("chromium")  # missing: a skip, or a failure where $CUW_REQUIRE lists it (.ci/run installs it)
 
 
 def _dom(browser: str, url: str, profile: Path) -> str:

@@ -160,6 +160,17 @@ def write_text(dest: Path, text: str, option: str = "output") -> Path:
     return _replace(dest, option, fill)
 
 
+def write_bytes(dest: Path, data: bytes, option: str = "output") -> Path:
+    """:func:`write_text` for bytes, written as they are (no newline or encoding of their own)."""
+    mode = _default_mode(dest)
+
+    def fill(tmp: str) -> None:
+        Path(tmp).write_bytes(data)
+        os.chmod(tmp, mode)
+
+    return _replace(dest, option, fill)
+
+
 def copy_into(src: Path, dest: Path, option: str = "output") -> Path:
     """Copies ``src`` to ``dest`` through a temp file beside it and a rename (no torn file)."""
     return _replace(dest, option, lambda tmp: shutil.copy2(src, tmp))

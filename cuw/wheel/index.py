@@ -3,10 +3,12 @@
 Layout (all static files, servable by any web server or ``file://``)::
 
     <out>/files/<wheel>                      every wheel ever added, once
+    <out>/files/<wheel>.metadata             its METADATA, byte for byte (PEP 658/714: read instead of the wheel)
     <out>/simple/<project>/index.html        the flat root: every wheel
     <out>/<cu130>/<torch2.14>/<project>/     a channel per CUDA line x torch
     <out>/<cu130>/<project>/                 torch-free wheels of the CUDA line
-    <out>/cuw-index.json                     what makes the folder an index: file -> sha256
+    <out>/cuw-index.json                     what makes the folder an index: file -> sha256, and per file
+                                             when it was added, its metadata's sha256, Requires-Python, a yank
     <out>/.../<project>/index.json           PEP 691 JSON (api-version 1.1, PEP 700) beside every page
     <out>/.../index.json                     PEP 691 project list beside every channel's root page
     <out>/packages.json                      every published wheel: name, version, cell, sha256, size, URL
@@ -23,6 +25,13 @@ holds anything but an index is refused. Every file is written beside its place
 and renamed into it, so a reader of the index never sees half a page or wheel.
 Every page, JSON file and ``packages.json`` is derived from the marker alone
 (:func:`write_pages`), so they never disagree about what is published.
+
+What installers read without downloading a wheel: each link carries ``data-core-metadata`` (and
+the older ``data-dist-info-metadata``) with the sha256 of ``<wheel>.metadata``, and
+``data-requires-python`` (HTML-escaped); the JSON carries ``core-metadata``, ``requires-python``
+and PEP 700's ``upload-time`` (when the index added the wheel, kept in the marker, so it never
+changes). A yanked wheel (PEP 592, :mod:`cuw.wheel.yank`) stays listed with ``data-yanked`` and
+the JSON's ``yanked`` saying why: installers skip it unless a requirement pins it with ``==``.
 """
 
 from __future__ import annotations
@@ -34,24 +43,30 @@ import re
 import zipfile
 from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Optional
 from urllib.parse import quote
 
+from packaging.metadata import parse_email
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from cuw.base.errors import InputError
-from cuw.base.files import copy_into, held, sha256_of, write_text
+from cuw.base.files import copy_into, held, sha256_of, write_bytes, write_text
 from cuw.config.lanes import LANE_NAMES, LANES
 from cuw.wheel.finish import highest_build
+from cuw.wheel.verify import integrity
 
 MARKER = "cuw-index.json"
 LOCK = ".cuw-index.lock"
 PACKAGES = "packages.json"
 CHOOSER = "choose.html"
 RECORD_SUFFIX = ".build.json"  # the build record beside each wheel (cuw/wheel/publish.py writes it)
+METADATA_SUFFIX = ".metadata"  # PEP 658: the wheel's METADATA beside it, at its URL + ".metadata"
+DETAIL_KEYS = ("added", "metadata", "requires_python", "yanked")  # the marker's details of a wheel
 API_VERSION = "1.1"  # PEP 691's JSON with PEP 700's versions and size
 CHOOSER_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # offered even before a wheel names them
 _LABEL = re.compile(r"^(cu\d+)(?:(torch\d+\.\d+))?$")
@@ -67,11 +82,13 @@ class Entry:
     tags: str  # the wheel's tag triple(s)
     sha256: str
     build: int = 0  # the build number (the file name's build tag; 0: untagged, the first build)
+    details: dict[str, str] = field(default_factory=dict, compare=False, hash=False)  # the marker's: DETAIL_KEYS
 
 
-def _entry(path: Path, sha256: Optional[str] = None) -> Entry:
+def _entry(path: Path, sha256: Optional[str] = None, details: Optional[dict[str, str]] = None) -> Entry:
     """A wheel's place in the index; ``sha256``: the digest the marker already holds for a published
-    file (pip checks it against the file on every download), so a publish hashes only what is new."""
+    file (pip checks it against the file on every download), so a publish hashes only what is new;
+    ``details``: the marker's about it (:data:`DETAIL_KEYS`)."""
     try:
         name, version, build, tags = parse_wheel_filename(path.name)
     except Exception as exc:
@@ -84,7 +101,8 @@ def _entry(path: Path, sha256: Optional[str] = None) -> Entry:
     tag_text = path.name[: -len(".whl")].split("-", 3 if build else 2)[-1]
     digest = sha256 or sha256_of(path)
     number = build[0] if build else 0
-    return Entry(path, canonicalize_name(name), version, match.group(1), match.group(2), tag_text, digest, number)
+    project = canonicalize_name(name)
+    return Entry(path, project, version, match.group(1), match.group(2), tag_text, digest, number, dict(details or {}))
 
 
 def ordered(entries: list[Entry]) -> list[Entry]:
@@ -92,8 +110,15 @@ def ordered(entries: list[Entry]) -> list[Entry]:
     return sorted(entries, key=lambda e: (e.project, e.cuda, e.torch or "", e.tags, e.version, e.build))
 
 
-def _page(title: str, links: list[tuple[str, str]]) -> str:
-    body = "\n".join(f'    <a href="{html.escape(href)}">{html.escape(text)}</a><br/>' for href, text in links)
+def _attribute_text(attrs: dict[str, str]) -> str:
+    return "".join(f' {name}="{html.escape(value)}"' for name, value in attrs.items())
+
+
+def _page(title: str, links: list[tuple[str, str, dict[str, str]]]) -> str:
+    """A PEP 503 page; each link's ``attrs`` (``data-...``) HTML-escaped as its href and text."""
+    body = "\n".join(
+        f'    <a href="{html.escape(href)}"{_attribute_text(attrs)}>{html.escape(text)}</a><br/>' for href, text, attrs in links
+    )
     return f"<!DOCTYPE html>\n<html>\n  <head><title>{html.escape(title)}</title></head>\n  <body>\n{body}\n  </body>\n</html>\n"
 
 
@@ -106,32 +131,49 @@ def _url(e: Entry, up: str, urls: dict[str, str]) -> str:
     return urls.get(e.path.name) or f"{up}files/{quote(e.path.name)}"
 
 
+def _attributes(e: Entry) -> dict[str, str]:
+    """A link's PEP 503 attributes: Requires-Python, the metadata file's digest (PEP 658 and PEP
+    714's name for it), a yank's reason (PEP 592)."""
+    attrs = {}
+    if "requires_python" in e.details:
+        attrs["data-requires-python"] = e.details["requires_python"]
+    if "metadata" in e.details:
+        attrs["data-dist-info-metadata"] = attrs["data-core-metadata"] = f"sha256={e.details['metadata']}"
+    if "yanked" in e.details:
+        attrs["data-yanked"] = e.details["yanked"]
+    return attrs
+
+
+def _file_json(e: Entry, url: str, size: int) -> dict[str, Any]:
+    """A file of PEP 691's JSON, with what :func:`_attributes` gives the HTML and PEP 700's upload-time."""
+    item: dict[str, Any] = {"filename": e.path.name, "url": url, "hashes": {"sha256": e.sha256}, "size": size}
+    if "requires_python" in e.details:
+        item["requires-python"] = e.details["requires_python"]
+    if "metadata" in e.details:
+        item["core-metadata"] = {"sha256": e.details["metadata"]}
+    if "added" in e.details:
+        item["upload-time"] = e.details["added"]
+    item["yanked"] = e.details.get("yanked") or ("yanked" in e.details)  # a reason, True without one, or False
+    return item
+
+
 def _write_channel(root: Path, depth: int, entries: list[Entry], sizes: dict[str, int], urls: dict[str, str]) -> None:
     """A channel's pages: per project ``index.html`` (PEP 503) and ``index.json`` (PEP 691/700, the
-    same files, URLs and digests), and the root's project list in both forms."""
+    same files, URLs, digests and attributes), and the root's project list in both forms."""
     by_project: dict[str, list[Entry]] = defaultdict(list)
     for e in entries:
         by_project[e.project].append(e)
     up = "../" * (depth + 1)
     for project, items in by_project.items():
-        links = [(f"{_url(e, up, urls)}#sha256={e.sha256}", e.path.name) for e in items]
+        links = [(f"{_url(e, up, urls)}#sha256={e.sha256}", e.path.name, _attributes(e)) for e in items]
         (root / project).mkdir(parents=True, exist_ok=True)
         write_text(root / project / "index.html", _page(f"Links for {project}", links), "index page")
-        files = [
-            {
-                "filename": e.path.name,
-                "url": _url(e, up, urls),
-                "hashes": {"sha256": e.sha256},
-                "size": sizes[e.path.name],
-                "yanked": False,
-            }
-            for e in items
-        ]
+        files = [_file_json(e, _url(e, up, urls), sizes[e.path.name]) for e in items]
         versions = [str(v) for v in sorted({e.version for e in items})]
         detail = {"meta": {"api-version": API_VERSION}, "name": project, "files": files, "versions": versions}
         write_text(root / project / "index.json", _json_text(detail), "index page")
     root.mkdir(parents=True, exist_ok=True)
-    write_text(root / "index.html", _page("Simple index", [(f"{p}/", p) for p in sorted(by_project)]), "index page")
+    write_text(root / "index.html", _page("Simple index", [(f"{p}/", p, {}) for p in sorted(by_project)]), "index page")
     projects = {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in sorted(by_project)]}
     write_text(root / "index.json", _json_text(projects), "index page")
 
@@ -190,21 +232,58 @@ def marker_lists(data: Any, where: str) -> tuple[dict[str, str], dict[str, dict[
     return dict(files), dict(remote)
 
 
-def _read_marker(marker: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")  # PEP 700's upload-time
+
+
+def marker_details(data: Any, files: dict[str, str], where: str) -> dict[str, dict[str, str]]:
+    """An index marker's details, per listed wheel: when the index added it (``added``, PEP 700's
+    upload-time), its metadata file's sha256 (``metadata``), METADATA's ``requires_python`` and a
+    yank's reason (``yanked``); each optional (an index older than them has none), all checked."""
+    details = data.get("details", {}) if isinstance(data, dict) else None
+    if not isinstance(details, dict) or not all(
+        name in files
+        and isinstance(about, dict)
+        and all(key in DETAIL_KEYS and isinstance(value, str) for key, value in about.items())
+        and _HEX64.match(about.get("metadata", "0" * 64))
+        and _TIME.match(about.get("added", "2000-01-01T00:00:00Z"))
+        for name, about in details.items()
+    ):
+        raise InputError(
+            f"{where}: its details are not an index record's (per listed wheel: {', '.join(DETAIL_KEYS)}); "
+            "restore the published index"
+        )
+    return {name: dict(about) for name, about in details.items()}
+
+
+def _marker_data(marker: Path) -> Any:
     try:
-        data = json.loads(marker.read_text(encoding="utf-8"))
+        return json.loads(marker.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise InputError(f"{marker}: unreadable index record; restore it from the published copy") from None
-    return marker_lists(data, str(marker))
+
+
+def _read_marker(marker: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    return marker_lists(_marker_data(marker), str(marker))
+
+
+def read_details(out: Path) -> dict[str, dict[str, str]]:
+    """The details the marker of the index at ``out`` holds (:func:`marker_details`); none without one."""
+    marker = out / MARKER
+    if not marker.is_file():
+        return {}
+    data = _marker_data(marker)
+    return marker_details(data, marker_lists(data, str(marker))[0], str(marker))
 
 
 @dataclass(frozen=True)
 class ServedIndex:
-    """An index read from the URL it is served at: its marker's lists and every build record."""
+    """An index read from the URL it is served at: its marker's lists, details and every build record."""
 
     files: dict[str, str]
     remote: dict[str, dict[str, Any]]
     records: dict[str, dict[str, Any]]
+    details: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def read_served(base: str, option: str) -> ServedIndex:
@@ -213,7 +292,9 @@ def read_served(base: str, option: str) -> ServedIndex:
     from cuw.base import http
 
     deadline = http.Deadline()  # one for the whole read, the marker and every record (a few at a time)
-    files, remote = marker_lists(http.fetch_json(f"{base}/{MARKER}", option, deadline=deadline), f"{option}: {base}/{MARKER}")
+    data, where = http.fetch_json(f"{base}/{MARKER}", option, deadline=deadline), f"{option}: {base}/{MARKER}"
+    files, remote = marker_lists(data, where)
+    details = marker_details(data, files, where)
     names = sorted(files)
     urls = [f"{base}/files/{quote(name + RECORD_SUFFIX)}" for name in names]
     records = {}
@@ -222,7 +303,7 @@ def read_served(base: str, option: str) -> ServedIndex:
         if not isinstance(record, dict) or record.get("wheel") != name:
             raise InputError(f"{option}: {url} is not the build record of {name}; restore the index")
         records[name] = record
-    return ServedIndex(files, remote, records)
+    return ServedIndex(files, remote, records, details)
 
 
 def remote_files(out: Path) -> dict[str, dict[str, Any]]:
@@ -231,10 +312,18 @@ def remote_files(out: Path) -> dict[str, dict[str, Any]]:
     return _read_marker(marker)[1] if marker.is_file() else {}
 
 
-def write_marker(out: Path, published: dict[str, str], remote: dict[str, dict[str, Any]]) -> None:
+def write_marker(
+    out: Path, published: dict[str, str], remote: dict[str, dict[str, Any]], details: Optional[dict[str, dict[str, str]]] = None
+) -> None:
+    """The marker: ``published`` (file -> sha256), the ``remote`` wheels' URLs and sizes, and the
+    wheels' ``details`` (:func:`marker_details`; None: the ones the marker holds now)."""
+    details = read_details(out) if details is None else details
     body: dict[str, Any] = {"format": 1, "files": published}
     if remote:
         body["remote"] = remote
+    kept = {name: about for name, about in sorted(details.items()) if name in published and about}
+    if kept:
+        body["details"] = kept
     write_text(out / MARKER, json.dumps(body, indent=2, sort_keys=True) + "\n", "index record")
 
 
@@ -249,6 +338,53 @@ def index_lock(out: Path) -> Iterator[None]:
         yield
 
 
+def upload_time() -> str:
+    """Now, as PEP 700's upload-time (UTC, microseconds)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def read_metadata(wheel: Path) -> bytes:
+    """The wheel's ``<name>-<version>.dist-info/METADATA``, byte for byte: what an installer reads."""
+    name = canonicalize_name(parse_wheel_filename(wheel.name)[0])
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            found = [
+                member
+                for member in zf.namelist()
+                if member.count("/") == 1
+                and member.endswith(".dist-info/METADATA")
+                and canonicalize_name(member.split("/")[0][: -len(".dist-info")].rsplit("-", 1)[0]) == name
+            ]
+            data = zf.read(found[0]) if len(found) == 1 else None
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{wheel}: cannot read its METADATA ({exc}); only finished wheels go into an index") from None
+    if data is None:
+        raise InputError(f"{wheel}: {len(found)} {name}-*.dist-info/METADATA in it, not 1; only finished wheels go into an index")
+    return data
+
+
+def stage_metadata(wheel: Path, folder: Path, details: dict[str, dict[str, str]], added: Optional[str]) -> None:
+    """``folder/<wheel>.metadata`` (its METADATA, byte for byte), and into ``details`` the file's
+    sha256, METADATA's Requires-Python and ``added`` (the upload time; None: unknown, an older
+    wheel's), the wheel's other details (a yank) kept."""
+    data = read_metadata(wheel)
+    about = {"metadata": hashlib.sha256(data).hexdigest()}
+    requires = parse_email(data)[0].get("requires_python")
+    if requires:
+        try:
+            SpecifierSet(requires)
+        except InvalidSpecifier:
+            raise InputError(
+                f"{wheel}: METADATA Requires-Python {requires!r} is not a version specifier; "
+                "fix requires-python in the package and build it again"
+            ) from None
+        about["requires_python"] = requires
+    if added is not None:
+        about["added"] = added
+    write_bytes(folder / (wheel.name + METADATA_SUFFIX), data, "index file")
+    details[wheel.name] = {**details.get(wheel.name, {}), **about}
+
+
 def build_index(wheel_dir: Path, out: Path) -> list[Entry]:
     """Adds the wheels of ``wheel_dir`` to the index at ``out`` (created when new); returns every entry."""
     # Every input checked before anything is made (the lock file included); again under the lock.
@@ -256,6 +392,9 @@ def build_index(wheel_dir: Path, out: Path) -> list[Entry]:
     published = published_files(out)
     for e in (_entry(w) for w in wheels):
         _check_not_replaced(e, published, out)
+        problems = [] if e.path.name in published else integrity(e.path)  # publish's check of a wheel, the one rule
+        if problems:
+            raise InputError(f"{e.path}: {'; '.join(problems)}; an index takes only sound wheels: build it again")
     with index_lock(out):
         return add_to_index(wheel_dir, out)
 
@@ -295,13 +434,28 @@ def add_to_index(wheel_dir: Path, out: Path) -> list[Entry]:
     for e in new:
         _check_not_replaced(e, published, out)
     (out / "files").mkdir(parents=True, exist_ok=True)
+    details, added = read_details(out), upload_time()
     for e in new:
         if e.path.name not in published:
             copy_into(e.path, out / "files" / e.path.name, "index file")
+            stage_metadata(out / "files" / e.path.name, out / "files", details, added)
             published[e.path.name] = e.sha256
     remote = remote_files(out)
-    write_marker(out, published, remote)
+    _backfill_metadata(out, published, remote, details)
+    write_marker(out, published, remote, details)
     return write_pages(out, published, remote)
+
+
+def _backfill_metadata(out: Path, published: dict[str, str], remote: dict[str, Any], details: dict[str, dict[str, str]]) -> None:
+    """The metadata files an index made before them lacks, for the wheels in its ``files/`` (their
+    upload time unknown, so none); a wheel whose METADATA cannot be read stays without one."""
+    for name in sorted(set(published) - set(remote)):
+        if "metadata" in details.get(name, {}) and (out / "files" / (name + METADATA_SUFFIX)).is_file():
+            continue
+        try:
+            stage_metadata(out / "files" / name, out / "files", details, None)
+        except InputError:
+            continue
 
 
 def write_pages(out: Path, published: dict[str, str], remote: Optional[dict[str, dict[str, Any]]] = None) -> list[Entry]:
@@ -309,7 +463,8 @@ def write_pages(out: Path, published: dict[str, str], remote: Optional[dict[str,
     PEP 503 pages with their PEP 691 JSON, then ``packages.json`` and ``choose.html``. A remote
     wheel is linked by its URL (``#sha256=`` as every link), a local one under ``files/``."""
     remote = remote_files(out) if remote is None else remote
-    kept = ordered([_entry(out / "files" / name, sha) for name, sha in sorted(published.items())])
+    details = read_details(out)
+    kept = ordered([_entry(out / "files" / name, sha, details.get(name)) for name, sha in sorted(published.items())])
     sizes = {e.path.name: remote[e.path.name]["size"] if e.path.name in remote else e.path.stat().st_size for e in kept}
     urls = {name: r["url"] for name, r in remote.items()}
     _write_channel(out / "simple", 1, kept, sizes, urls)
@@ -419,6 +574,12 @@ def packages_manifest(kept: list[Entry], sizes: dict[str, int], urls: Optional[d
                 "build_record": None
                 if record_data is None
                 else {"url": f"files/{quote(record_path.name)}", "sha256": hashlib.sha256(record_data).hexdigest()},
+                "metadata": None
+                if "metadata" not in e.details
+                else {"url": _url(e, "", urls) + METADATA_SUFFIX, "sha256": e.details["metadata"]},
+                "requires_python": e.details.get("requires_python"),
+                "upload_time": e.details.get("added"),
+                "yanked": e.details.get("yanked"),
             }
         )
     return {"format": 1, "lanes": list(LANE_NAMES), "pythons": list(CHOOSER_PYTHONS), "wheels": wheels}

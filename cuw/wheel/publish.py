@@ -307,7 +307,7 @@ def continue_from(site: str, index: Path) -> int:
         (index / "files").mkdir(exist_ok=True)
         for name, record in records.items():
             write_build_record(index / "files" / f"{name}{RECORD_SUFFIX}", record)
-        write_marker(index, files, remote)
+        write_marker(index, files, remote, served.details)  # upload times, metadata digests, yanks: as published
     return len(files)
 
 
@@ -318,6 +318,7 @@ def publish(
     with ``store``, the wheels go to its upload folder and the pages link their URLs. ``online``:
     how many wheels the published index lists (it never publishes fewer)."""
     from cuw.wheel.index import MARKER, add_to_index, index_lock, published_files, remote_files, write_marker, write_pages
+    from cuw.wheel.index import read_details, stage_metadata, upload_time
 
     if not incoming.is_dir():
         raise InputError(f"publish: {incoming} is not a folder (the wheels the links uploaded)")
@@ -337,15 +338,16 @@ def publish(
             for _, rec_path in accepted:  # each record before its wheel is listed: a listed wheel has its record
                 _publish_record(rec_path, index / "files" / rec_path.name, published, index)
             if store is not None:
-                remote = remote_files(index)
+                remote, details, added = remote_files(index), read_details(index), upload_time()
                 store.upload.mkdir(parents=True, exist_ok=True)
                 for wheel, rec_path in accepted:
                     copy_into(wheel, store.upload / wheel.name, "wheel to upload")
+                    stage_metadata(wheel, store.upload, details, added)  # <wheel>.metadata: an asset beside it
                     copy_into(index / "files" / rec_path.name, store.upload / rec_path.name, "build record to upload")
                     recipe = read_build_record(rec_path).recipe or canonicalize_name(wheel.name.split("-")[0])
                     published[wheel.name] = sha256_file(wheel)
                     remote[wheel.name] = {"url": store.url_of(recipe, wheel.name), "size": wheel.stat().st_size}
-                write_marker(index, published, remote)
+                write_marker(index, published, remote, details)
                 write_pages(index, published, remote)
             else:
                 with tempfile.TemporaryDirectory(prefix="cuw-publish-") as tmp:
