@@ -412,6 +412,7 @@ def _shown(dom: str, element: str) -> str:
     return html.unescape(match.group(1))
 
 
+@pytest.mark.needs("chromium")  # checked before the index is written and served
 def test_the_chooser_gives_the_command_or_says_why_not_in_chromium(index, served, tmp_path):
     browser = _chromium()
     page = (index / CHOOSER).read_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_settings
+from conftest import REPO, need, run_settings
 from cuw.jobs import cell_env
 from cuw.config.cell import Cell
 from cuw.ci.matrix_build import Buildable, Row, cells_at_once, plan_local, run_matrix, table
@@ -242,9 +242,7 @@ def test_the_environment_key_follows_its_inputs(monkeypatch):
 def test_a_cells_environment_is_made_once_with_its_python_and_reused(tmp_path):
     """A real venv from another Python than the forge's (pyenv's 3.12 here), the forge installed in it."""
     other = next((m for m in ("3.12", "3.10", "3.13") if m != f"{sys.version_info.major}.{sys.version_info.minor}"), None)
-    interp, looked = cell_env.find_python(other, settings=run_settings())
-    if interp is None:
-        pytest.skip(f"no Python {other} here (looked at {', '.join(looked)})")
+    interp = need(f"python{other}")  # missing: a skip, or a failure where $CUW_REQUIRE lists it
     spec = cell_env.Spec(interp, None, None)
     python, reused = cell_env.ensure(spec, tmp_path)
     assert not reused and python.parent.parent.name.startswith(f"py{other}-notorch-")
@@ -304,12 +302,10 @@ def _matrix_build(recipes_dir: Path, root: Path, *filters: str) -> subprocess.Co
 
 
 @pytest.mark.e2e  # a venv made for Python 3.10 and a whole cell built in it: minutes, the slow tier
+@pytest.mark.needs("python3.10")  # missing: a skip, or a failure where $CUW_REQUIRE lists it
 def test_build_matrix_builds_the_collapsed_example_cell_in_its_own_python(recipes_dir, tmp_path):
     """The example's one linux/13.0 cell (py3: every Python collapsed), built with the grid's lowest
     Python in its own venv (the default cell-venv folder, reused across runs), linked and verified."""
-    interp, looked = cell_env.find_python("3.10", settings=run_settings())
-    if interp is None:
-        pytest.skip(f"no Python 3.10 here (looked at {', '.join(looked)})")
     proc = _matrix_build(recipes_dir, tmp_path, "example")
     assert proc.returncode == 0
     assert "Python axis collapsed (wheel_python: py3" in proc.stderr

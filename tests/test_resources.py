@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import struct
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from cuw.base.errors import CuwError
-from conftest import run_settings
+from conftest import need, run_settings
 from cuw.base.settings import Settings
 from cuw.gates.conditions import LinkObservation, ShardObservation, link_gate, shard_gate, size, starved
 from cuw.jobs import resources
@@ -402,10 +401,9 @@ def _pixels(png: bytes) -> list[tuple[int, int, int]]:
     return out
 
 
+@pytest.mark.needs("chromium")  # checked before the example cell is built
 def test_the_timeline_draws_each_jobs_memory_in_a_browser(example_cell, tmp_path):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not browser:
-        pytest.skip("no chromium on this machine (.ci/run installs Debian's chromium)")
+    browser = need("chromium")  # missing: a skip, or a failure where $CUW_REQUIRE lists it (.ci/run installs it)
     root = example_cell.root
     cell_dir = next((root / "work").iterdir())
     page = tmp_path / "report.html"
