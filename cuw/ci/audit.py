@@ -7,6 +7,9 @@ Verify runs at build time; the audit looks after publication, where nobody else 
 * **stale**: published wheels whose build record names other inputs than today's
   (:mod:`cuw.config.inputs`; the same comparison ``cuw matrix --published`` makes, so its findings
   are what ``--rebuild stale`` rebuilds);
+* **yanked**: published wheels marked yanked (:mod:`cuw.wheel.yank`): their bytes are checked as
+  every wheel's (a yanked wheel stays published), then reported as yanked with the reason, which
+  is no failure: installers skip them unless pinned;
 * **wheels**: every published file first against the sha256 the index's marker and the wheel's
   build record publish (hashed while it is read: the index folder's file, or streamed from its URL,
   the index's ``files/`` or a release asset, into a temporary file, never held in memory); a wheel
@@ -35,11 +38,12 @@ from typing import Any, Callable, Optional
 
 from cuw.base.errors import CuwError
 from cuw.ci.matrix import UNVERIFIED_LANES
-from cuw.ci.published import Published, cell_status, read_index, record_cell, record_cell_of
+from cuw.ci.published import Published, cell_status, locate, read_index, record_cell, record_cell_of
 from cuw.config.grid import cell_archs, cells
 from cuw.config.policy import Policy
 from cuw.config.recipe import Recipe
 from cuw.toolchain.toolkit import Toolkit
+from cuw.wheel.index import yanked_in
 from cuw.wheel.verify import verify
 
 Say = Callable[[str], None]
@@ -47,7 +51,7 @@ Say = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # gap | stale | wheel
+    kind: str  # gap | stale | wheel | yanked (reported, no failure)
     subject: str  # a cell id or a wheel name
     detail: str
 
@@ -157,6 +161,7 @@ def audit(
     """Every finding about the index at ``location`` for ``recipes`` (folder or URL); the wheels'
     reads end ``deadline_s`` seconds after they start."""
     published = read_index(location, "--index")
+    yanked = yanked_in(locate(location, "--index"), "--index")
     records = published.records
     by_key = {r.key: r for r in recipes}
     planned = [(r, c, images.get(c.lane, "")) for r in recipes for c in cells(r, policy.grid)]
@@ -180,7 +185,10 @@ def audit(
             say(f"audit: checking {name}")
             got = _published_bytes(published, name, record, Path(tmp), policy, deadline, deadline_s)
             try:
-                findings += _wheel_findings(got, name, record, recipe, cell, policy, toolkit)
+                if name in yanked and got.path is not None:  # its bytes stand: withdrawn, not checked further
+                    findings.append(Finding("yanked", name, f"yanked: {yanked[name]} (its file stays; installable by an == pin)"))
+                else:
+                    findings += _wheel_findings(got, name, record, recipe, cell, policy, toolkit)
             finally:
                 if got.path is not None and got.path.parent == Path(tmp):
                     got.path.unlink()
@@ -205,9 +213,15 @@ def _wheel_findings(
     return [Finding("wheel", name, f"{c.name}: {'; '.join(c.details)}") for c in checked.checks if not c.ok]
 
 
+def failing(findings: list[Finding]) -> bool:
+    """Whether the audit fails (exit 1): any finding but a yanked wheel's report."""
+    return any(f.kind != "yanked" for f in findings)
+
+
 def markdown(location: str, findings: list[Finding]) -> str:
-    counts = {kind: sum(f.kind == kind for f in findings) for kind in ("gap", "stale", "wheel")}
+    counts = {kind: sum(f.kind == kind for f in findings) for kind in ("gap", "stale", "wheel", "yanked")}
     head = f"### audit of {location}: {counts['gap']} gap(s), {counts['stale']} stale, {counts['wheel']} wheel finding(s)"
+    head += f", {counts['yanked']} yanked" if counts["yanked"] else ""
     if not findings:
         return head + "\n\nNothing found.\n"
     rows = ["| kind | what | detail |", "|---|---|---|"]

@@ -218,6 +218,23 @@ def _index_verb(sub: Subparsers) -> None:
     p.add_argument("out_dir", type=Path)
 
 
+def _yank_verb(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "yank", help="mark a published wheel yanked (PEP 592: installers skip it unless pinned with ==); its file stays"
+    )
+    p.add_argument("wheel", help="the wheel's file name, as the index lists it (packages.json)")
+    p.add_argument("--index", type=Path, required=True, help="the index folder (cuw index or publish made it)")
+    p.add_argument("--reason", default=None, metavar="TEXT", help="why (required to yank): the pages, pip and uv show it")
+    p.add_argument("--undo", action="store_true", help="take the yank back: the wheel is offered again")
+    p.add_argument(
+        "--from-url",
+        default=None,
+        metavar="URL",
+        help="first continue the index served at URL into --index, a new folder (an index on GitHub Pages: "
+        "deploy the folder afterwards, as the pages job deploys a publish)",
+    )
+
+
 def _matrix_verb(sub: Subparsers) -> None:
     p = sub.add_parser("matrix", help="the GitHub matrix JSON, in chunks of <= 256 jobs and < 1 MB")
     p.add_argument("--package", default="all", help="a recipe, or all (default)")
@@ -525,6 +542,7 @@ _VERBS = (
     _lint_guards_verb,
     _verify_verb,
     _index_verb,
+    _yank_verb,
     _matrix_verb,
     _audit_verb,
     _recipes_verb,

@@ -257,7 +257,7 @@ def _audit(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> i
         sys.stdout.write(text)
     report.append_summary(audit.markdown(args.index, findings), settings.github.step_summary)
     report.say(f"audit: {len(findings)} finding(s) in {args.index}")
-    return 1 if findings else 0
+    return 1 if audit.failing(findings) else 0
 
 
 def _outside_index(output: Path, location: Optional[str], option: str) -> None:
@@ -530,6 +530,7 @@ def _verbs() -> dict[str, Verb]:
         "image": _image,
         "record": _record,
         "index": _index,
+        "yank": _yank,
         "report": _report,
         "lint-guards": _lint_guards,
         "audit": _audit,
@@ -619,6 +620,13 @@ def _index(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> i
 
     kept = build_index(args.wheel_dir, args.out_dir)
     report.say(f"index of {len(kept)} wheels in {args.out_dir} (flat root: {args.out_dir / 'simple'})")
+    return 0
+
+
+def _yank(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
+    from cuw.wheel.yank import yank_verb
+
+    report.say(f"yank: {yank_verb(args.index, args.wheel, args.reason, args.undo, args.from_url)} ({args.index})")
     return 0
 
 

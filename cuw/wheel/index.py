@@ -276,6 +276,19 @@ def read_details(out: Path) -> dict[str, dict[str, str]]:
     return marker_details(data, marker_lists(data, str(marker))[0], str(marker))
 
 
+def yanked_in(where: "Path | str", option: str) -> dict[str, str]:
+    """The yanked wheels (name -> reason) of the index in a folder, or served at a URL (without a
+    trailing ``/``); its marker checked as every reader checks it."""
+    if isinstance(where, Path):
+        details = read_details(where)
+    else:
+        from cuw.base import http
+
+        data, said = http.fetch_json(f"{where}/{MARKER}", option), f"{option}: {where}/{MARKER}"
+        details = marker_details(data, marker_lists(data, said)[0], said)
+    return {name: about["yanked"] for name, about in sorted(details.items()) if "yanked" in about}
+
+
 @dataclass(frozen=True)
 class ServedIndex:
     """An index read from the URL it is served at: its marker's lists, details and every build record."""
@@ -597,6 +610,7 @@ CHOOSER_PAGE = """<!DOCTYPE html>
   label { display: inline-block; margin: 0 1.5em 0.8em 0; }
   pre { background: #f3f3f3; padding: 0.8em; white-space: pre-wrap; }
   .not-built { color: #a00; }
+  .yanked { color: #a60; }
 </style>
 </head>
 <body>
@@ -611,12 +625,14 @@ CHOOSER_PAGE = """<!DOCTYPE html>
 <p id="result">reading packages.json&hellip;</p>
 <pre id="command" hidden></pre>
 <p id="wheel"></p>
+<p id="yanked" class="yanked"></p>
 <script>
 "use strict";
 const $ = (id) => document.getElementById(id);
 const canon = (name) => name.toLowerCase().replace(/[-_.]+/g, "-");
 const pyKey = (v) => v.split(".").map(Number);
 const pyCmp = (a, b) => { const x = pyKey(a), y = pyKey(b); return x[0] - y[0] || x[1] - y[1]; };
+const isYanked = (w) => typeof w.yanked === "string";  // packages.json: the reason, or null
 const join = (items) => items.length < 2 ? items.join("") : items.slice(0, -1).join(", ") + " and " + items[items.length - 1];
 const DIMS = {
   lane: { ok: (s, v) => s.lanes === null || s.lanes.includes(v), say: (v) => v,
@@ -662,24 +678,33 @@ function choose() {
   for (const id of ["package", "lane", "python", "cuda", "torch"]) pick[id] = $(id).value;
   const command = $("command"), result = $("result"), about = $("wheel");
   command.hidden = true;
-  about.textContent = "";
+  about.textContent = $("yanked").textContent = "";
   const mine = wheels.filter((w) => w.name === pick.package);
   const dims = Object.keys(DIMS);
   const fits = (w, skip) => dims.every((d) => d === skip || DIMS[d].ok(w.serves, pick[d]));
   const matches = mine.filter((w) => fits(w, null));
   if (matches.length) {
-    const w = matches[matches.length - 1];  // packages.json lists a package's wheels oldest version and build first
+    const live = matches.filter((x) => !isYanked(x));  // installers skip a yanked wheel unless pinned with ==
+    const offered = live.length ? live : matches;
+    const w = offered[offered.length - 1];  // packages.json lists a package's wheels oldest version and build first
     let channel = w.channel;
     const torchChannel = w.serves.torch === null && pick.torch !== "none"
       ? channel + "torch" + pick.torch + "/" : null;  // a torch-free wheel is listed under its line's torch channels too
     if (torchChannel && wheels.some((x) => x.channel === torchChannel)) channel = torchChannel;
     const base = new URL(".", window.location.href).href;
-    result.className = "built";
-    result.textContent = "built: " + w.name + " " + w.version + (w.build ? " (build " + w.build + ")" : "");
+    result.className = isYanked(w) ? "yanked" : "built";
+    result.textContent = (isYanked(w) ? "yanked: " : "built: ") + w.name + " " + w.version
+      + (w.build ? " (build " + w.build + ")" : "")
+      + (isYanked(w) ? " (" + w.yanked + "); installed only by this exact pin" : "");
     command.textContent = "pip install --index-url " + base + channel + " " + w.name + "==" + w.version;
     command.hidden = false;
     about.textContent = w.filename + " (" + w.size + " bytes, sha256 " + w.sha256 + ")"
       + (w.build_record ? "; build record: " + w.build_record.url : "");
+    const withdrawn = matches.filter((x) => isYanked(x) && x !== w);
+    if (withdrawn.length) {
+      $("yanked").textContent = "yanked, not offered: "
+        + withdrawn.map((x) => x.version + (x.build ? " (build " + x.build + ")" : "") + ": " + x.yanked).join("; ");
+    }
     return;
   }
   let reason;
