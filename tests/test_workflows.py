@@ -326,3 +326,68 @@ def test_the_compile_step_resumes_the_part_before_or_hands_a_finished_one_on(tmp
     ).read_bytes()
     missing, args = _compile_step(tmp_path / "missing", "cuw-part1-c-2of4", None)
     assert missing.returncode == 2 and args == [] and "holds 0 shard archives, not 1" in missing.stderr
+
+
+# -- ci.yml: what .ci/run runs, side by side ------------------------------------------------------
+
+
+def _ci_run_lines() -> list[str]:
+    """.ci/run's commands: its lines less comments."""
+    return [line.split(" #")[0] for line in (REPO / ".ci/run").read_text().splitlines() if not line.lstrip().startswith("#")]
+
+
+def _apt_packages(text: str) -> set[str]:
+    """Every package an ``apt-get install`` line names (continuation lines joined)."""
+    joined = text.replace("\\\n", " ")
+    return {
+        word
+        for line in re.findall(r"apt-get install ([^\n>|&;]*)", joined)
+        for word in line.split()
+        if not word.startswith("-") and "=" not in word
+    }
+
+
+def _ci_run_sessions() -> list[tuple[str, str]]:
+    """(session, $CUW_REQUIRE as .ci/run has it then) for each ``nox -s`` of .ci/run, in its order."""
+    require, found = "", []
+    for line in _ci_run_lines():
+        export = re.search(r"export CUW_REQUIRE=\"?([^\"\s]+)\"?", line)
+        if export:
+            require = export.group(1).replace("$CUW_REQUIRE", require)
+        found += [(session, require) for session in re.findall(r"\bnox -s (\w+)", line)]
+    return found
+
+
+def test_ci_workflow_runs_what_ci_run_runs_in_jobs_side_by_side():
+    """GitHub's ci.yml and .ci/run are the two CI front ends: the same nox sessions (lint, docs, the
+    image, the test tiers), each tier under the CUW_REQUIRE .ci/run sets for it, the same packages
+    installed; on GitHub each heavy step is a job of its own, none waiting on another, each with its
+    timeout and least privilege."""
+    path = REPO / ".github/workflows/ci.yml"
+    assert path in WORKFLOWS, "ci.yml is linted with the others (test_linters_pass)"
+    flow = yaml.safe_load(path.read_text())
+    jobs = flow["jobs"]
+    assert flow["permissions"] == {}
+    for name, job in jobs.items():
+        assert "needs" not in job, f"{name} waits on {job['needs']}: the jobs run side by side"
+        assert job.get("timeout-minutes", 0) <= 90 and job["permissions"] == {"contents": "read"}, name
+    runs = {name: "\n".join(str(s.get("run", "")) for s in job["steps"]) for name, job in jobs.items()}
+    sessions = {name: re.findall(r"\bnox -s (\w+)", text) for name, text in runs.items()}
+    ci_run = _ci_run_sessions()
+    assert sorted(s for found in sessions.values() for s in found) == sorted(s for s, _ in ci_run), (sessions, ci_run)
+    assert {name for name, found in sessions.items() if len(found) > 1} <= {"tests"}, "one heavy step a job"
+    assert sessions["tests"] == ["image", "tests"], "the stand-in image before the timed tests, as .ci/run has it"
+    required = dict(ci_run)
+    for name, job in jobs.items():
+        env = {**flow.get("env", {}), **job.get("env", {})}
+        for session in sessions[name]:
+            if required[session]:  # a test tier: what .ci/run requires when it runs it
+                assert env.get("CUW_REQUIRE") == required[session], f"{name}: nox -s {session}"
+    ci_run_packages = _apt_packages((REPO / ".ci/run").read_text())
+    for name in ("tests", "long"):
+        assert _apt_packages(runs[name]) == ci_run_packages - {"docker.io"}, f"{name}: docker is the runner's own"
+    for name, text in runs.items():
+        if any(required[s] for s in sessions[name]):
+            extras = re.search(r"pip install -e '\.\[([\w,]+)\]'", text)
+            assert extras and {"test", "torch"} <= set(extras.group(1).split(",")), f"{name}: {text}"
+            assert "install-cuda.sh 13.0" in text, name
