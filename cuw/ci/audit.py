@@ -111,6 +111,8 @@ def _download(url: str, target: Path, listed: Optional[int], limit: int, deadlin
         gone = exc.code in (404, 410)
         return _Read(problem=f"{'missing' if gone else 'unreadable'}: {url} answers HTTP {exc.code} {exc.reason}")
     except (OSError, ValueError, http.client.HTTPException) as exc:  # URLError, a timeout, a reset: all OSError
+        if time.monotonic() >= deadline:  # the last wait was cut to what was left of the deadline
+            return _Read(problem=f"{late} while {url} was read ({size} bytes in)")
         return _Read(problem=f"unreadable: {url} ({getattr(exc, 'reason', None) or exc or type(exc).__name__})")
     if listed is not None and size != listed:
         return _Read(problem=f"truncated: {url} served {size} bytes, the marker lists {listed}")
@@ -160,7 +162,7 @@ def audit(
 ) -> list[Finding]:
     """Every finding about the index at ``location`` for ``recipes`` (folder or URL); the wheels'
     reads end ``deadline_s`` seconds after they start."""
-    published = read_index(location, "--index")
+    published = read_index(location, "--index", lost_ok=True)  # a lost wheel file is a finding
     yanked = yanked_in(locate(location, "--index"), "--index")
     records = published.records
     by_key = {r.key: r for r in recipes}

@@ -29,7 +29,7 @@ from cuw.config.inputs import INPUTS_SCHEME, cell_inputs, changed_inputs, compar
 from cuw.config.policy import Policy
 from cuw.config.recipe import Recipe
 from cuw.config.lanes import LANE_NAMES
-from cuw.wheel.index import RECORD_SUFFIX, published_files, read_served, remote_files
+from cuw.wheel.index import MARKER, RECORD_SUFFIX, marker_lists, published_files, read_served, remote_files
 
 REBUILD = ("missing", "stale", "all")
 MAX_RECORD_BYTES = http.MAX_BYTES
@@ -82,19 +82,20 @@ class Published:
     digests: dict[str, str] = field(default_factory=dict)  # wheel name -> the sha256 the marker lists
 
 
-def read_index(location: str, option: str = "--published") -> Published:
+def read_index(location: str, option: str = "--published", lost_ok: bool = False) -> Published:
     """Every published wheel's build record, and where each wheel is: under ``files/``, or a
-    release asset at the URL the marker names."""
+    release asset at the URL the marker names. ``lost_ok``: a folder whose marker lists a wheel
+    missing from ``files/`` is read all the same (the audit reports the lost file)."""
     where = locate(location, option)
     if isinstance(where, str):
         served = read_served(where, option)
         remote = served.remote
         wheels = {name: _remote_url(remote.get(name)) or f"{where}/files/{quote(name)}" for name in sorted(served.files)}
         return Published([served.records[name] for name in sorted(served.files)], wheels, _sizes(remote), dict(served.files))
-    return _read_folder(where, location, option)
+    return _read_folder(where, location, option, lost_ok)
 
 
-def _read_folder(folder: Path, location: str, option: str) -> Published:
+def _read_folder(folder: Path, location: str, option: str, lost_ok: bool = False) -> Published:
     if not folder.is_dir():
         fix = (
             "make it empty for a first run, or leave out --published"
@@ -103,7 +104,11 @@ def _read_folder(folder: Path, location: str, option: str) -> Published:
         )
         what = "is a file, not an index folder" if folder.exists() else "no such index folder"
         raise InputError(f"{option} {location}: {what} ({fix})")
-    listed = published_files(folder)  # the marker checked, as read_served checks a served one
+    marker = folder / MARKER
+    if lost_ok and marker.is_file():  # the marker checked, a listed file that is gone left to the caller
+        listed = marker_lists(http.parse_json(marker.read_bytes(), str(marker), option), str(marker))[0]
+    else:
+        listed = published_files(folder)  # the marker checked, as read_served checks a served one
     names = sorted(listed)
     remote = remote_files(folder)
     records = []
