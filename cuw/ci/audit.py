@@ -32,6 +32,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import quote
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -196,6 +197,38 @@ def audit(
                     got.path.unlink()
                 for left in Path(tmp).iterdir():  # a download cut short
                     left.unlink()
+    return findings + gpu_report_findings(location)
+
+
+def gpu_report_findings(location: str) -> list[Finding]:
+    """Every GPU report the marker lists beside a wheel (``cuw gpu --into-index``), hashed against
+    the sha256 the marker lists: a missing, unreadable or changed one is a finding about its wheel."""
+    from cuw.base import http
+    from cuw.ci.published import locate
+    from cuw.wheel.index import MARKER, marker_gpu_reports, marker_lists, read_gpu_reports
+
+    where = locate(location, "--index")
+    if isinstance(where, Path):
+        listed = read_gpu_reports(where)
+    else:
+        data, said = http.fetch_json(f"{where}/{MARKER}", "--index"), f"--index: {where}/{MARKER}"
+        listed = marker_gpu_reports(data, marker_lists(data, said)[0], said)
+    findings = []
+    for wheel, reports in sorted(listed.items()):
+        for name, sha in sorted(reports.items()):
+            try:
+                if isinstance(where, Path):
+                    body = (where / "files" / name).read_bytes()
+                else:
+                    body = http.fetch(f"{where}/files/{quote(name)}", "--index")
+            except (OSError, CuwError) as exc:
+                findings.append(Finding("wheel", wheel, f"gpu report {name}: missing or unreadable ({exc})"))
+                continue
+            got = hashlib.sha256(body).hexdigest()
+            if got != sha:
+                findings.append(
+                    Finding("wheel", wheel, f"gpu report {name}: other bytes (sha256 {got}, the marker lists {sha}); restore it")
+                )
     return findings
 
 

@@ -212,6 +212,38 @@ def _verify_verb(sub: Subparsers) -> None:
     )
 
 
+def _gpu_verb(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "gpu",
+        help="each wheel's GPU smoke (verify.gpu) on this machine's GPU, its shipped SASS only; the builds compared bit for bit",
+    )
+    p.add_argument(
+        "wheels",
+        nargs="+",
+        help="wheels, folders (searched for *.whl; a subfolder per build: sharded/, unsharded/), "
+        "or an index folder or URL (its listed wheels)",
+    )
+    p.add_argument("--package", default=None, metavar="NAME", help="only this package's wheels")
+    p.add_argument("--recipe", default=None, help="recipe name (default: the recipe whose name matches each wheel)")
+    p.add_argument("--recipes", type=Path, default=None)
+    p.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="where <label>.gpu.json and .gpu.log go (default: beside the wheel)"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="every step but the launches, with the GPUs hidden (runs without a GPU; its reports are never published)",
+    )
+    p.add_argument(
+        "--into-index",
+        type=Path,
+        default=None,
+        metavar="SITE",
+        help="add each passing report to the index folder SITE beside its published wheel (append-only)",
+    )
+    p.add_argument("--timeout", type=float, default=240.0, metavar="S", help="one wheel's smoke at most (default: %(default)s s)")
+
+
 def _index_verb(sub: Subparsers) -> None:
     p = sub.add_parser("index", help="a PEP 503 index (flat root and per-CUDA/torch channels) from a folder of wheels")
     p.add_argument("wheel_dir", type=Path)
@@ -541,6 +573,7 @@ _VERBS = (
     _build_verb,
     _lint_guards_verb,
     _verify_verb,
+    _gpu_verb,
     _index_verb,
     _yank_verb,
     _matrix_verb,

@@ -111,6 +111,61 @@ def _verify(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
     return 0 if checked.ok else 1
 
 
+def _gpu(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
+    """docs/gpu.md: no GPU and no --dry-run, one line and exit 0; a failed smoke or builds that
+    disagree, exit 1."""
+    import tempfile
+
+    from cuw.wheel import gpu
+
+    if args.timeout <= 0:
+        raise InputError(f"gpu: --timeout {args.timeout:g}: give the seconds one wheel's smoke may take (over 0)")
+    if args.into_index is not None:
+        if args.dry_run:
+            raise InputError("gpu: --into-index with --dry-run: a dry run launches nothing, so its reports are never published")
+        from cuw.wheel.index import published_files
+
+        if not published_files(args.into_index):
+            raise InputError(f"gpu: --into-index {args.into_index}: not an index that publishes wheels (cuw index makes one)")
+    device, why = gpu.find_device()
+    if device is None and not args.dry_run:
+        report.say(f"gpu: {why}: nothing run (--dry-run runs every step but the launches)")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="cuw-gpu-get-") as download:
+        subjects = gpu.collect(args.wheels, args.package, Path(download))
+        recipes: dict[str, Recipe] = {}
+
+        def recipe_of(subject: gpu.Subject) -> tuple[str, Optional[str], str]:
+            from cuw.config.recipe import recipe_for_wheel
+
+            key = args.recipe or recipe_for_wheel(subject.path.name, recipes_dir)
+            if key not in recipes:
+                recipes[key] = load_recipe(key, recipes_dir)
+            return key, recipes[key].verify.gpu, f"{recipes_dir / key / 'recipe.yml'}: verify.gpu"
+
+        for subject in subjects:
+            recipe_of(subject)  # every recipe found and loaded before the first environment is made
+        where = "dry run: nothing launched, GPUs hidden" if device is None or args.dry_run else f"{device.name}, {device.sm}"
+        report.say(f"gpu: {len(subjects)} wheel(s) on {where}")
+        outcomes, findings, paths = gpu.run_tier(subjects, recipe_of, device, args.dry_run, args.out, report.say, args.timeout)
+    for finding in findings:
+        report.say(f"gpu: FAIL {finding}")
+    failed = [o for o in outcomes if not o.passed]
+    passed = len(outcomes) - len(failed)
+    compared = sum(1 for o in outcomes if o.report.get("compared"))
+    if args.into_index is not None and not failed and not findings:
+        from cuw.wheel.index import add_gpu_reports
+
+        added = add_gpu_reports(args.into_index, paths)
+        report.say(f"gpu: {len(added)} report(s) added to the index at {args.into_index}")
+    report.say(
+        f"gpu: {passed} of {len(outcomes)} wheel(s) passed, {compared} result(s) compared"
+        + (f", {len(findings)} disagreement(s)" if findings else "")
+        + f" (reports: {paths[0].parent if len(paths) == 1 else (args.out or 'beside each wheel')})"
+    )
+    return 1 if failed or findings else 0
+
+
 def _split(values: list[str], flag: str = "filter") -> tuple[str, ...]:
     """Repeated or comma-separated filter values; an empty one is refused (it would match everything)."""
     out = tuple(v.strip() for value in values for v in value.split(","))
@@ -535,6 +590,7 @@ def _verbs() -> dict[str, Verb]:
         "lint-guards": _lint_guards,
         "audit": _audit,
         "verify": _verify,
+        "gpu": _gpu,
         "recipes": _recipes,
         # The verbs that read a recipe or the grid and build nothing.
         "show": _show,

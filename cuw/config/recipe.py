@@ -101,6 +101,11 @@ class Verify:
     import_requires_cuda: dict[str, list[str]] = field(default_factory=dict)
     """Per CUDA line ('13.0'), pins added to ``import_requires`` for that line's cells: the NVIDIA
     runtime wheels (``nvidia-cuda-nvrtc``) whose libraries the wheel's RPATH finds."""
+    gpu: Optional[str] = None
+    """The GPU smoke ``cuw gpu`` runs on a machine with a GPU (docs/gpu.md): a short Python program,
+    run in the wheel's own environment with ``CUDA_DISABLE_PTX_JIT=1``, with ``gpu`` in its globals
+    (``gpu.dry_run``, ``gpu.device``, ``gpu.check(ok, why)``, ``gpu.skip(what)``, ``gpu.note(key,
+    value)``, ``gpu.result(data)``: the digest every build of the package must agree on bit for bit)."""
 
 
 @dataclass(frozen=True)
@@ -320,7 +325,20 @@ def _validate(recipe: Recipe, path: Path) -> None:
     for line, archs in recipe.archs.items():
         for arch in archs:
             check_arch(arch, f"{path}: archs.{line}")
+    _validate_gpu_smoke(recipe.verify.gpu, path)
     _require_readme(recipe, path)
+
+
+def _validate_gpu_smoke(snippet: Optional[str], path: Path) -> None:
+    """verify.gpu is Python: a syntax error is the recipe's, found where it is loaded, not on a GPU machine."""
+    if snippet is None:
+        return
+    if not snippet.strip():
+        raise InputError(f"{path}: verify.gpu is empty: give the smoke's Python program, or leave the key out")
+    try:
+        compile(snippet, f"{path}: verify.gpu", "exec")
+    except SyntaxError as exc:
+        raise InputError(f"{path}: verify.gpu line {exc.lineno}: {exc.msg}: fix the smoke's Python") from None
 
 
 def costs_path(recipe_folder: Path) -> Path:

@@ -337,7 +337,113 @@ def write_marker(
     kept = {name: about for name, about in sorted(details.items()) if name in published and about}
     if kept:
         body["details"] = kept
+    reports = {name: listed for name, listed in read_gpu_reports(out).items() if name in published}  # cuw gpu's, kept
+    if reports:
+        body[GPU_REPORTS] = reports
     write_text(out / MARKER, json.dumps(body, indent=2, sort_keys=True) + "\n", "index record")
+
+
+# Reports of runs on a GPU (cuw gpu, cuw/wheel/gpu.py): additions beside a published wheel, never a
+# change to it or its record. Each is files/<wheel>.gpu-<12 hex of its sha256>.json, listed in the
+# marker (wheel -> {file: sha256}) so the audit hashes it like every file, shown by choose.html.
+GPU_REPORTS = "gpu_reports"
+_GPU_REPORT = re.compile(r"^(?P<wheel>[^/\\]+\.whl)\.gpu-[0-9a-f]{12}\.json$")
+
+
+def marker_gpu_reports(data: Any, files: dict[str, str], where: str) -> dict[str, dict[str, str]]:
+    """An index marker's GPU reports (wheel -> {report file: sha256}), checked."""
+    reports = data.get(GPU_REPORTS, {}) if isinstance(data, dict) else None
+    if not isinstance(reports, dict) or not all(
+        wheel in files
+        and isinstance(listed, dict)
+        and all(
+            isinstance(name, str)
+            and isinstance(sha, str)
+            and _HEX64.match(sha)
+            and (m := _GPU_REPORT.match(name)) is not None
+            and m.group("wheel") == wheel
+            for name, sha in listed.items()
+        )
+        for wheel, listed in reports.items()
+    ):
+        raise InputError(
+            f"{where}: its {GPU_REPORTS} are not an index record's (per listed wheel: <wheel>.gpu-<hex>.json -> sha256); "
+            "restore the published index"
+        )
+    return {wheel: dict(listed) for wheel, listed in reports.items()}
+
+
+def read_gpu_reports(out: Path) -> dict[str, dict[str, str]]:
+    """The GPU reports the marker of the index at ``out`` lists; none without a marker."""
+    marker = out / MARKER
+    if not marker.is_file():
+        return {}
+    data = _marker_data(marker)
+    return marker_gpu_reports(data, marker_lists(data, str(marker))[0], str(marker))
+
+
+def gpu_report_name(wheel: str, data: bytes) -> str:
+    return f"{wheel}.gpu-{hashlib.sha256(data).hexdigest()[:12]}.json"
+
+
+def add_gpu_reports(out: Path, reports: list[Path]) -> list[str]:
+    """Adds each ``cuw gpu`` report beside the published wheel it names (append-only: the same
+    report again is already there; the wheel, its record and the other files stay as they are).
+    Every report is checked before anything is written: it ran on a GPU (not a dry run), passed, and
+    ran the published bytes. Returns the names of the files added."""
+    with index_lock(out):
+        published = published_files(out)
+        listed = read_gpu_reports(out)
+        new: dict[str, tuple[str, bytes]] = {}
+        for path in reports:
+            data = path.read_bytes()
+            try:
+                report = json.loads(data)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                raise InputError(f"{path}: not a GPU report (unreadable JSON); give the <wheel>.gpu.json cuw gpu wrote") from None
+            wheel = report.get("wheel") if isinstance(report, dict) else None
+            if not isinstance(wheel, str) or wheel not in published:
+                raise InputError(f"{path}: its wheel {wheel!r} is not published in the index at {out}; publish the wheel first")
+            if report.get("sha256") != published[wheel]:
+                raise InputError(f"{path}: ran other bytes than the published {wheel} (sha256 differs); run the published wheel")
+            device = report.get("device")
+            if report.get("dry_run") or not isinstance(device, dict) or not device.get("name") or not device.get("sm"):
+                raise InputError(f"{path}: a dry run (no device): only a run on a GPU goes into an index")
+            if report.get("result") != "pass":
+                raise InputError(f"{path}: the run failed ({report.get('result')}); only a passed run goes into an index")
+            name = gpu_report_name(wheel, data)
+            if name not in listed.get(wheel, {}):
+                new[name] = (wheel, data)
+        (out / "files").mkdir(parents=True, exist_ok=True)
+        for name, (wheel, data) in sorted(new.items()):
+            write_bytes(out / "files" / name, data, "index file")
+            listed.setdefault(wheel, {})[name] = hashlib.sha256(data).hexdigest()
+        if new:
+            _write_gpu_reports(out, published, listed)
+        return sorted(new)
+
+
+def _write_gpu_reports(out: Path, published: dict[str, str], listed: dict[str, dict[str, str]]) -> None:
+    """The marker with ``listed`` as its GPU reports (the rest of it as it is), then the pages."""
+    data = _marker_data(out / MARKER)
+    data[GPU_REPORTS] = {wheel: dict(sorted(files.items())) for wheel, files in sorted(listed.items()) if files}
+    write_text(out / MARKER, json.dumps(data, indent=2, sort_keys=True) + "\n", "index record")
+    write_pages(out, published)
+
+
+def _ran_on(out: Path, reports: dict[str, dict[str, str]]) -> dict[str, list[dict[str, Any]]]:
+    """Per wheel, where its listed GPU reports say it ran (for packages.json and choose.html)."""
+    ran: dict[str, list[dict[str, Any]]] = {}
+    for wheel, listed in reports.items():
+        for name, sha in sorted(listed.items()):
+            try:
+                report = json.loads((out / "files" / name).read_bytes())
+                device = report["device"]
+                entry = {"device": str(device["name"]), "sm": str(device["sm"]), "date": str(report.get("date", ""))}
+            except (OSError, ValueError, UnicodeDecodeError, RecursionError, KeyError, TypeError):
+                continue  # missing or unreadable: the audit names it
+            ran.setdefault(wheel, []).append({**entry, "url": f"files/{quote(name)}", "sha256": sha})
+    return ran
 
 
 @contextmanager
@@ -490,7 +596,8 @@ def write_pages(out: Path, published: dict[str, str], remote: Optional[dict[str,
         _write_channel(out / cuda, 1, [e for e in line if not e.torch], sizes, urls)
         for torch in sorted(torch_channels[cuda]):
             _write_channel(out / cuda / torch, 2, [e for e in line if e.torch in (None, torch)], sizes, urls)
-    write_text(out / PACKAGES, _json_text(packages_manifest(kept, sizes, urls)), "index page")
+    ran_on = _ran_on(out, read_gpu_reports(out))
+    write_text(out / PACKAGES, _json_text(packages_manifest(kept, sizes, urls, ran_on)), "index page")
     write_text(out / CHOOSER, CHOOSER_PAGE, "index page")
     return kept
 
@@ -557,7 +664,12 @@ def _cell(record: Any, serves: dict[str, Any]) -> tuple[dict[str, Any], str]:
     }, "file name"
 
 
-def packages_manifest(kept: list[Entry], sizes: dict[str, int], urls: Optional[dict[str, str]] = None) -> dict[str, Any]:
+def packages_manifest(
+    kept: list[Entry],
+    sizes: dict[str, int],
+    urls: Optional[dict[str, str]] = None,
+    ran_on: Optional[dict[str, list[dict[str, Any]]]] = None,
+) -> dict[str, Any]:
     """``packages.json``: every published wheel (sorted by name, version, build, file name), URLs
     relative to the index root; the build record's digest and cell when ``files/<wheel>.build.json`` is there."""
     wheels, urls = [], urls or {}
@@ -593,6 +705,7 @@ def packages_manifest(kept: list[Entry], sizes: dict[str, int], urls: Optional[d
                 "requires_python": e.details.get("requires_python"),
                 "upload_time": e.details.get("added"),
                 "yanked": e.details.get("yanked"),
+                "ran_on": (ran_on or {}).get(e.path.name, []),  # cuw gpu's reports: device, sm, date, url, sha256
             }
         )
     return {"format": 1, "lanes": list(LANE_NAMES), "pythons": list(CHOOSER_PYTHONS), "wheels": wheels}
@@ -699,7 +812,8 @@ function choose() {
     command.textContent = "pip install --index-url " + base + channel + " " + w.name + "==" + w.version;
     command.hidden = false;
     about.textContent = w.filename + " (" + w.size + " bytes, sha256 " + w.sha256 + ")"
-      + (w.build_record ? "; build record: " + w.build_record.url : "");
+      + (w.build_record ? "; build record: " + w.build_record.url : "")
+      + (w.ran_on && w.ran_on.length ? "; ran on: " + w.ran_on.map((r) => r.device + ", " + r.sm).join("; ") : "");
     const withdrawn = matches.filter((x) => isYanked(x) && x !== w);
     if (withdrawn.length) {
       $("yanked").textContent = "yanked, not offered: "
