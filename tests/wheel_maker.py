@@ -15,10 +15,11 @@ from cuw.wheel.index import RECORD_SUFFIX
 from cuw.base.files import sha256_of
 
 
-def make_wheel(folder: Path, filename: str, payload: bytes = b"", record: bool = True, **fields: Any) -> Path:
+def make_wheel(folder: Path, filename: str, payload: bytes = b"", record: bool = True, metadata: str = "", **fields: Any) -> Path:
     """``folder/filename``: a module named after the project holding ``payload`` (which makes the
-    bytes), its METADATA and WHEEL, RECORD by `wheel`; with ``record``, its build record saying
-    the link hit every compile and verify passed, updated by ``fields``."""
+    bytes), its METADATA (``metadata``: more of its lines, ``Requires-Dist: x\n``) and WHEEL, RECORD
+    by `wheel`; with ``record``, its build record saying the link hit every compile and verify
+    passed, updated by ``fields``."""
     name, version, _, tags = parse_wheel_filename(filename)
     module = name.replace("-", "_")
     tree = folder / f".tree-{filename}"
@@ -28,7 +29,7 @@ def make_wheel(folder: Path, filename: str, payload: bytes = b"", record: bool =
     (tree / module / "payload.bin").write_bytes(payload)
     info = tree / f"{module}-{version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{metadata}")
     (info / "WHEEL").write_text(
         "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n" + "".join(f"Tag: {t}\n" for t in sorted(map(str, tags)))
     )
