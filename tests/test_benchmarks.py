@@ -36,11 +36,20 @@ def _bench(
     return proc, json.loads(out.read_text())
 
 
+# Smoke runs kept beside the feature their script serves: the script, the test file and the test that runs it.
+ELSEWHERE = {"gpu_check.py": ("test_gpu.py", "test_the_prepared_gpu_check_dry_run")}
+
+
 def test_every_benchmark_has_a_smoke_run_here():
-    """A script added to benchmarks/ without a smoke run below fails this test (scaled_example.py is the
-    library shard_vs_whole.py and handoff.py copy the example with; tests/test_scaled_example.py holds it)."""
+    """A script added to benchmarks/ without a smoke run below (or in ELSEWHERE) fails this test
+    (scaled_example.py is the library shard_vs_whole.py and handoff.py copy the example with;
+    tests/test_scaled_example.py holds it)."""
     scripts = {p.name for p in BENCHMARKS.glob("*.py") if re.search(r'^if __name__ == "__main__":', p.read_text(), re.M)}
     smoked = set(re.findall(r'_bench\(\s*"(\w+\.py)"', Path(__file__).read_text()))
+    for script, (file, test) in ELSEWHERE.items():
+        text = (REPO / "tests" / file).read_text()
+        assert f"def {test}(" in text and f'"{script}"' in text, f"{file} has no {test} running {script}"
+    smoked |= set(ELSEWHERE)
     assert scripts == smoked, f"no smoke run: {sorted(scripts - smoked)}; not a script: {sorted(smoked - scripts)}"
     assert {p.name for p in BENCHMARKS.glob("*.py")} - scripts == {"scaled_example.py"}
 
