@@ -245,6 +245,24 @@ def test_a_py3_wheel_built_with_any_python_covers_the_collapsed_cell(tmp_path):
     assert _status(recipes, torch_index, "example_torch", Cell("example_torch", "linux", "3.11", "13.0", "2.14")).current
 
 
+def test_the_cell_is_judged_by_its_newest_build_which_is_what_installers_take(tmp_path):
+    """Build 0 (inputs A) and build 1 (inputs B, a rebuild after a patch.py fix) are both published.
+    Going back to A leaves the cell stale, named by build 1: pip and uv would install build 1. The
+    newest is the highest build number, not the last name (build 1's name sorts before build 0's)."""
+    recipes, index = _copy(tmp_path), tmp_path / "index"
+    cell = CELLS["example"]
+    first = _publish(recipes, index, "example", cell)
+    patch = recipes / "example" / "patch.py"
+    original = patch.read_text()
+    patch.write_text(original + "\n# a fix\n")
+    rebuilt = _publish(recipes, index, "example", cell, name=first.replace("-py3-", "-1-py3-"))
+    assert sorted([first, rebuilt])[-1] == first  # by name, build 0 would pass for the newest
+    assert _status(recipes, index, "example").current == [cell.id]
+    patch.write_text(original)  # back to build 0's inputs: a third build is due, as number 2
+    status = _status(recipes, index, "example")
+    assert status.current == [] and status.stale == {cell.id: f"{rebuilt}: patch changed"}
+
+
 def test_records_of_the_older_scheme_are_compared_where_they_can_be(tmp_path):
     recipes, index = _copy(tmp_path), tmp_path / "index"
     for key in ("example", "example_source", "lightgbm"):

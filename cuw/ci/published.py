@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 from urllib.parse import quote, unquote, urlsplit
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
 from cuw.base import http
 from cuw.base.errors import InputError
 from cuw.config.cell import Cell
@@ -214,9 +217,10 @@ def cell_status(
     records: list[dict[str, Any]],
     say: Callable[[str], None] = lambda _: None,
 ) -> CellStatus:
-    """Each planned cell (recipe, cell, its build image) against the published records: current when
-    one of its records is, else stale when one names a changed input, else not comparable (records
-    of an older inputs scheme that cannot tell), else missing."""
+    """Each planned cell (recipe, cell, its build image) against the published records, judged by its
+    newest wheel (highest version, then build number): current when that wheel's record names today's
+    inputs, stale when it names a changed input, not comparable when it is of an older inputs scheme
+    that cannot tell; missing without records."""
     cells = list(cells)
     recipes = {recipe.key: recipe for recipe, _, _ in cells}
     by_cell: dict[str, list[dict[str, Any]]] = {}
@@ -231,14 +235,25 @@ def cell_status(
         if not found:
             status.missing.append(cell.id)
             continue
-        verdicts: dict[str, tuple[str, str]] = {}  # kind -> (wheel, why), of its last record
-        for record in found:
-            kind, why = _judge(record, today, recipe, policy, cell)
-            verdicts[kind] = (str(record.get("wheel")), why)
-        if "current" in verdicts:
+        # What an installer takes is the newest wheel (highest version, then build number): the cell is
+        # current only when that one has today's inputs. An older build of today's inputs (a revert after
+        # a rebuild) does not count: pip and uv would install the newer build of the other inputs.
+        newest = max(enumerate(found), key=lambda pair: (_newness(pair[1]), pair[0]))[1]
+        kind, why = _judge(newest, today, recipe, policy, cell)
+        if kind == "current":
             status.current.append(cell.id)
-        elif "stale" in verdicts:
-            status.stale[cell.id] = "{}: {}".format(*verdicts["stale"])
+        elif kind == "stale":
+            status.stale[cell.id] = f"{newest.get('wheel')}: {why}"
         else:
-            status.not_comparable[cell.id] = "{}: {}".format(*verdicts["not comparable"])
+            status.not_comparable[cell.id] = f"{newest.get('wheel')}: {why}"
     return status
+
+
+def _newness(record: dict[str, Any]) -> tuple[Version, int]:
+    """Where a record's wheel stands among its cell's: its version, then its build number (a name
+    that is no wheel's comes first)."""
+    try:
+        _, version, build, _ = parse_wheel_filename(str(record.get("wheel")))
+    except (InvalidWheelFilename, InvalidVersion):
+        return Version("0"), -1
+    return version, build[0] if build else 0
