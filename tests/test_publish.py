@@ -329,6 +329,21 @@ def test_eight_publishes_at_once_into_one_index_lose_nothing(tmp_path):
     assert all((index / "files" / f"{name}{RECORD_SUFFIX}").is_file() for name in names)
 
 
+def test_a_first_publish_beside_another_runs_temporary_files_is_not_refused(tmp_path):
+    """Into a new index, a concurrent first publish leaves, for moments, its write probe and its
+    marker's temp at the top: they are no foreign files (they made one of eight runs refuse the folder)."""
+    index = tmp_path / "index"
+    index.mkdir()
+    (index / ".cuw-write-probe-x1y2").write_text("")
+    (index / f".{MARKER}.abc123.partial").write_text("{")
+    _wheel(tmp_path / "in", W311, b"one")
+    assert publish(tmp_path / "in", index).published == [W311]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not an index")
+    with pytest.raises(InputError, match="not an index made by `cuw index`"):
+        publish(tmp_path / "in", tmp_path / "other")
+
+
 def test_two_different_wheels_under_one_name_are_both_refused(tmp_path):
     _wheel(tmp_path / "in" / "link-a", W311, b"one")
     _wheel(tmp_path / "in" / "link-b", W311, b"another")

@@ -183,6 +183,11 @@ def _check_index_folder(out: Path) -> None:
         raise InputError(f"index folder {out} is a file; give a folder (new, or an index made by `cuw index`)")
 
 
+def _transient(name: str) -> bool:
+    """A file a run of the forge makes and removes within moments (cuw/base/files.py)."""
+    return name.startswith(".cuw-write-probe-") or (name.startswith(f".{MARKER}.") and name.endswith(".partial"))
+
+
 def published_files(out: Path) -> dict[str, str]:
     """The index already at ``out`` (file -> sha256); refuses a folder that is not one."""
     if not out.exists():
@@ -190,7 +195,9 @@ def published_files(out: Path) -> dict[str, str]:
     _check_index_folder(out)
     marker = out / MARKER
     if not marker.is_file():
-        if any(p.name not in ("files", LOCK) for p in out.iterdir()):  # files/ alone: a first run's staged files
+        # files/ alone: a first run's staged files; a concurrent first run's write probe or a temp of
+        # its marker (files.py's names) are no foreign files either.
+        if any(p.name not in ("files", LOCK) and not _transient(p.name) for p in out.iterdir()):
             raise InputError(
                 f"{out} holds files but no {MARKER}: it is not an index made by `cuw index`; "
                 "give a new folder or an existing index"
