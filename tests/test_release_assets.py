@@ -298,7 +298,9 @@ def test_each_publish_continues_from_the_online_index_and_pip_installs_through_t
     assert f'href="{standin.url}/{REPO_NAME}/releases/download/wheels-example/{quote(W010)}#sha256=' in page
     code, err, _ = run(2, W011, b"second")
     assert code == 0, err
-    assert sorted(standin.held("wheels-example")) == sorted([W010, f"{W010}.build.json", W011, f"{W011}.build.json"])
+    assert sorted(standin.held("wheels-example")) == sorted(  # each wheel's metadata file (PEP 658) an asset beside it
+        w + suffix for w in (W010, W011) for suffix in ("", ".build.json", ".metadata")
+    )
     listed = json.loads((pages_dir / MARKER).read_text())
     assert set(listed["files"]) == {W010, W011} and set(listed["remote"]) == {W010, W011}
 
