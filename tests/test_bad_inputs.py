@@ -1,7 +1,6 @@
 """Bad input over every verb: one table, each row a careless or hostile command line.
 
-Every row runs ``python -m cuw`` (or an invoke task / nox session calling it) as a
-subprocess in a scratch world and asserts
+Every row runs in a scratch world and asserts
 
 * the exit code (2 bad input, 1 a gate refused the result);
 * stderr: exactly one line ``cuw: error: ...`` (argparse's errors too: no usage
@@ -11,6 +10,13 @@ subprocess in a scratch world and asserts
 * nothing in the world changed outside the folders the row legitimately writes
   (a snapshot of path, size, mtime and mode before and after).
 
+Most rows call the one error boundary, ``cuw.cli.main.main(argv)``, in this process (its
+stdout and stderr captured at the file descriptors, the environment and working folder
+the subprocess had, both put back after the row; a row that leaves either changed fails).
+The rows marked ``@python`` (``python -m cuw``), ``@cuw`` (the console script pip
+installs), ``@nox`` and ``@invoke`` run as a process of their own, a few per front end:
+how each entry point frames the same one line.
+
 No row compiles: every error must be caught before a build starts.
 """
 
@@ -18,8 +24,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import traceback
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +207,7 @@ CASES: list[Case] = [
     # a device where a table was read back before it was written: /dev/full read forever
     C(
         "output/costs-into-dev-full",
+        "@python",
         "costs",
         "example",
         "--from",
@@ -320,7 +329,7 @@ CASES: list[Case] = [
         expect="seat_big.jsonl:1",
     ),
     # nested deeper than the JSON parser goes (it was an internal error: RecursionError)
-    C("junk/plan-deep-costs", "plan", "example", "--costs", "{W}/deep.json", *R, expect="deep.json"),
+    C("junk/plan-deep-costs", "@python", "plan", "example", "--costs", "{W}/deep.json", *R, expect="deep.json"),
     C(
         "junk/costs-from-deep-json",
         "costs",
@@ -501,7 +510,7 @@ CASES: list[Case] = [
     C("option/unknown-verb", "compile", "example", expect="invalid choice"),
     C("option/unknown-flag", "matrix", "--frobnicate", *R, expect="--frobnicate"),
     C("option/missing-arg", "shard", "example", expect="required"),
-    C("option/no-verb", expect="required: verb; `cuw --help` lists the verbs"),
+    C("option/no-verb", "@python", expect="required: verb; `cuw --help` lists the verbs"),
     C(
         "option/bad-choice-format",
         "audit",
@@ -638,7 +647,7 @@ CASES: list[Case] = [
     C("yaml/list", "show", "listyaml", *B, expect="expected a mapping"),
     C("yaml/scalar", "show", "scalaryaml", *B, expect="expected a mapping"),
     C("yaml/invalid", "show", "invalidyaml", *B, expect="not valid YAML"),
-    C("yaml/python-tag", "show", "pytagyaml", *B, expect="not valid YAML"),
+    C("yaml/python-tag", "@python", "show", "pytagyaml", *B, expect="not valid YAML"),
     C("yaml/unknown-key", "show", "unknownkey", *B, expect="unknown key 'bakend'"),
     C("yaml/duplicate-key", "show", "dupkey", *B, expect="the key 'backend' appears twice in one mapping (line 3 and line 6)"),
     C("yaml/alias-bomb", "show", "aliasbomb", *B, expect="anchors and aliases are not read here"),
@@ -902,6 +911,10 @@ def _changes(before: dict[str, tuple], after: dict[str, tuple], writes: tuple[st
     return changed
 
 
+FRONT_ENDS = ("@python", "@cuw", "@nox", "@invoke")
+"""A row whose argv starts with one of these runs as a process of its own; the others in this one."""
+
+
 def _command(case: Case, world: Path) -> list[str]:
     argv = [a.replace("{W}", str(world)) for a in case.argv]
     if argv[:1] == ["@invoke"]:
@@ -910,28 +923,82 @@ def _command(case: Case, world: Path) -> list[str]:
         return [str(Path(sys.executable).with_name("cuw")), *argv[1:]]
     if argv[:1] == ["@nox"]:
         return [sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "-s", *argv[1:]]
-    return [sys.executable, "-m", "cuw", *argv]
+    if argv[:1] == ["@python"]:
+        return [sys.executable, "-m", "cuw", *argv[1:]]
+    return argv  # main(argv), in this process
+
+
+def _row_env(logs: Path, world: Path) -> dict[str, str]:
+    """The environment a row runs in: this one without $CUW_* and $GITHUB_*, its own crash-log folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUW_", "GITHUB_"))}
+    env.update(CUW_LOG_DIR=str(logs), CUW_RECIPES=str(world / "recipes"), PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def _in_process(argv: list[str], env: dict[str, str], cwd: Path, capfd: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """``cuw.cli.main.main(argv)`` as ``python -m cuw`` would run it: ``env`` as the whole environment,
+    ``cwd`` as the working folder, no bytecode written (recipe code is imported), output read at the
+    file descriptors (a tool the verb starts writes there). The environment, the folder and the signal
+    handlers are put back afterwards; a verb that left one changed is reported in the output, and fails."""
+    from cuw.cli.main import main
+
+    saved_env, saved_cwd, saved_bytecode = dict(os.environ), os.getcwd(), sys.dont_write_bytecode
+    saved_signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    capfd.readouterr()  # what came before the row is not the row's
+    leaks: list[str] = []
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        os.chdir(cwd)
+        sys.dont_write_bytecode = True
+        try:
+            code = main(argv)
+        except Exception:  # noqa: BLE001 - what a process would have died of: its traceback is the output
+            code, died = 1, traceback.format_exc()
+        except SystemExit as exc:
+            code, died = (exc.code if isinstance(exc.code, int) else 1), traceback.format_exc()
+        else:
+            died = ""
+        if dict(os.environ) != env:
+            leaks.append(f"the verb changed the environment: {sorted(set(os.environ.items()) ^ set(env.items()))}")
+        if os.getcwd() != str(cwd):
+            leaks.append(f"the verb changed the working folder to {os.getcwd()}")
+        for sig, handler in saved_signals.items():
+            if signal.getsignal(sig) is not handler:
+                leaks.append(f"the verb left a handler for {sig.name}")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        sys.dont_write_bytecode = saved_bytecode
+        for sig, handler in saved_signals.items():
+            signal.signal(sig, handler)
+    out, err = capfd.readouterr()
+    return code, out, err + died + "".join(f"leak: {line}\n" for line in leaks)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, world: Path, tmp_path: Path) -> None:
+def test_bad_input(case: Case, world: Path, tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUW_", "GITHUB_"))}
-    env.update(CUW_LOG_DIR=str(logs), CUW_RECIPES=str(world / "recipes"), PYTHONDONTWRITEBYTECODE="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env = _row_env(logs, world)
+    command = _command(case, world)
     before = _snapshot(world)
-    proc = subprocess.run(
-        _command(case, world), cwd=world / "cwd", env=env, capture_output=True, text=True, errors="replace", timeout=120
-    )
+    if case.argv[:1] and case.argv[0] in FRONT_ENDS:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        proc = subprocess.run(command, cwd=world / "cwd", env=env, capture_output=True, text=True, errors="replace", timeout=120)
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    else:
+        code, out, err = _in_process(command, env, world / "cwd", capfd)
     after = _snapshot(world)
-    shown = f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-2000:]}\n--- stderr\n{proc.stderr[-4000:]}"
-    both = proc.stdout + proc.stderr
+    shown = f"exit {code}\n--- stdout\n{out[-2000:]}\n--- stderr\n{err[-4000:]}"
+    both = out + err
     assert "Traceback" not in both, shown
     assert "internal error" not in both, shown
+    assert "leak: " not in err, shown
     assert not list(logs.iterdir()), shown
-    assert proc.returncode == case.code, shown
-    lines = proc.stderr.splitlines()
+    assert code == case.code, shown
+    lines = err.splitlines()
     errors = [line for line in lines if line.startswith("cuw: error:")]
     assert not [line for line in both.splitlines() if line.lstrip().startswith("usage:")], shown
     if case.kind == "error":
@@ -945,3 +1012,10 @@ def test_bad_input(case: Case, world: Path, tmp_path: Path) -> None:
     if case.expect:
         assert case.expect in (errors[0] if errors else both), shown
     assert not _changes(before, after, case.writes), "\n".join(_changes(before, after, case.writes)) + "\n" + shown
+
+
+def test_every_front_end_keeps_rows_of_its_own() -> None:
+    """The in-process rows stand for ``python -m cuw``; each entry point still runs some rows as a process."""
+    counts = {front: sum(1 for c in CASES if c.argv[:1] == (front,)) for front in FRONT_ENDS}
+    assert all(n >= 3 for n in counts.values()), counts
+    assert sum(counts.values()) < len(CASES) // 4, counts
