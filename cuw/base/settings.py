@@ -82,7 +82,14 @@ OTHER: tuple[Variable, ...] = (
     Variable("GITHUB_ENV", "GitHub Actions: where `toolkit --github-env` writes `CUDA_HOME`"),
     Variable("GITHUB_OUTPUT", "GitHub Actions: where `toolkit --github-env` writes its outputs"),
     Variable("GITHUB_SHA", "GitHub Actions: the forge commit a build record names (else `git rev-parse HEAD`)"),
-    Variable("GITHUB_REPOSITORY", "GitHub Actions: the run a build record names, with `GITHUB_RUN_ID` and `GITHUB_RUN_ATTEMPT`"),
+    Variable(
+        "GITHUB_REPOSITORY",
+        "GitHub Actions: the run a build record names, with `GITHUB_RUN_ID` and `GITHUB_RUN_ATTEMPT`; `upload`'s repository",
+    ),
+    Variable("GITHUB_API_URL", "`upload`: GitHub's REST API (default `https://api.github.com`; GitHub Enterprise sets its own)"),
+    Variable("GITHUB_SERVER_URL", "`upload`: the host release downloads come from (default `https://github.com`)"),
+    Variable("GH_TOKEN", "`upload`: the token it uploads release assets with (`contents: write`); else `$GITHUB_TOKEN`"),
+    Variable("GITHUB_TOKEN", "`upload`: the token when `$GH_TOKEN` is not set"),
 )
 NAMES = frozenset(v.name for v in VARIABLES)
 MIRROR_VAR = "CUW_GIT_MIRROR"
