@@ -15,6 +15,7 @@ from cuw.jobs import archive
 from cuw.toolchain import cache
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError, InputError
+from cuw.base.files import sha256_of
 from conftest import run_settings
 
 CELL = Cell("example", "linux", "3.11", "13.0", None)
@@ -322,3 +323,93 @@ def test_a_manifest_or_report_nested_deeper_than_the_parser_goes_is_a_refusal(tm
 
 def test_the_manifest_schema_covers_every_field():
     assert set(archive._FIELDS) == set(archive.Manifest.__dataclass_fields__)
+
+
+def _recorded(path: Path, shard: str = "1/2") -> str:
+    """The report a shard writes beside its archive, with the archive's digest; returns the digest."""
+    digest = sha256_of(path)
+    archive.report_path(path).write_text(json.dumps({"shard": shard, "archive_sha256": digest}))
+    return digest
+
+
+def test_one_pass_restores_members_across_read_blocks_and_returns_the_digest_of_every_byte(tmp_path):
+    """Entries just under, at and over the reader's block size, an empty one, one whose name needs a
+    pax header: each restored byte for byte, and the digest taken while unpacking is the file's."""
+    block = archive.COPY_BUFSIZE
+    entries = {
+        "a/b/small": b"s" * 700,
+        "a/b/empty": b"",
+        "a/c/under": bytes(range(256)) * (block // 256 - 1) + b"u" * 255,
+        "a/c/exact": b"e" * block,
+        "d/e/over": b"o" * (2 * block + 513),
+        "d/f/" + "n" * 150: b"long name",
+    }
+    made = archive.pack(make_cache(tmp_path / "c", entries), manifest(), tmp_path / f"one{archive.SUFFIX}")
+    digest = _recorded(made)
+    (tmp_path / "staging").mkdir()
+    restored = archive.unpack(made, tmp_path / "staging", digest, "1/2")
+    assert restored.sha256 == digest and restored.manifest == manifest()
+    found = {p.relative_to(restored.staging).as_posix(): p.read_bytes() for p in restored.staging.rglob("*") if p.is_file()}
+    assert found == entries
+
+
+@pytest.mark.parametrize("where", ["data", "cut", "end"])
+def test_an_archive_that_is_not_the_one_its_shard_made_is_refused_in_one_pass_with_nothing_left(tmp_path, where):
+    """A byte flipped in an entry, an archive cut short, its end marker replaced: refused naming the
+    archive and its shard by the digest (what is wrong with its bytes comes second), nothing of it left
+    in staging, so nothing can be adopted."""
+    made = archive.pack(
+        make_cache(tmp_path / "c", {"a/1R": b"x" * 3000, "b/2R": b"y" * (archive.COPY_BUFSIZE + 99)}),
+        manifest(),
+        tmp_path / f"cuw-shard-x-1of2{archive.SUFFIX}",
+    )
+    digest = _recorded(made)
+    data = bytearray(made.read_bytes())
+    if where == "data":
+        data[len(data) // 2] ^= 0xFF
+    elif where == "cut":
+        data = data[: len(data) // 3]
+    else:  # the first block of the end-of-archive marker, right after the last entry
+        with tarfile.open(made, "r:") as tar:
+            last = tar.getmembers()[-1]
+        data[last.offset_data + -(-last.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE] = 1
+    made.write_bytes(bytes(data))
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    with pytest.raises(InputError) as err:
+        archive.unpack(made, staging, digest, "1/2")
+    line = str(err.value)
+    assert line.startswith(f"{made}: SHA-256 ") and "shard 1/2 recorded when it made the archive" in line and "\n" not in line
+    assert list(staging.iterdir()) == []
+    if where == "data":  # without the digest a flipped entry byte reads as a good archive: the digest is the check
+        assert archive.unpack(made, staging).sha256 != digest
+    else:
+        with pytest.raises(CuwError, match=r"corrupted or truncated"):
+            archive.unpack(made, staging)
+        assert list(staging.iterdir()) == []
+
+
+def test_the_link_restores_every_archive_or_adopts_nothing(tmp_path):
+    """Two shards' archives, the second altered after its shard recorded its digest: the link's restore
+    refuses it in one line naming it, and its staging folder (and the first archive's) is gone."""
+    from cuw.jobs.link import _unpack_all
+
+    folder = tmp_path / "artifacts"
+    folder.mkdir()
+    good = archive.pack(make_cache(tmp_path / "c1", {"a/1R": b"one"}), manifest(), folder / f"cuw-shard-x-1of2{archive.SUFFIX}")
+    bad = archive.pack(
+        make_cache(tmp_path / "c2", {"b/2R": b"two" * 1000}),
+        manifest(shard_index=2),
+        folder / f"cuw-shard-x-2of2{archive.SUFFIX}",
+    )
+    _recorded(good, "1/2")
+    _recorded(bad, "2/2")
+    data = bytearray(bad.read_bytes())
+    data[-3 * tarfile.BLOCKSIZE - 10] ^= 0xFF  # inside the last entry's bytes
+    bad.write_bytes(bytes(data))
+    staging = tmp_path / "work" / "link-staging"
+    with pytest.raises(InputError, match=rf"^{bad}: SHA-256 .* shard 2/2 recorded when it made the archive"):
+        _unpack_all([good, bad], staging)
+    assert not staging.exists()
+    restored = _unpack_all([good], staging)
+    assert archive.merge_into(restored, tmp_path / "cache") == 1 and (tmp_path / "cache" / "a" / "1R").read_bytes() == b"one"

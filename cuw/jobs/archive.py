@@ -11,6 +11,7 @@ An archive an older forge wrote (``.tar.gz``) is refused by name.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -18,6 +19,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Callable, Optional
@@ -170,10 +172,9 @@ def report_path(archive_path: Path) -> Path:
     return archive_path.with_name(archive_path.name.removesuffix(SUFFIX) + ".report.json")
 
 
-def check_digest(path: Path) -> None:
-    """The archive is the one its shard made: its SHA-256 is the one the shard recorded in its report
-    when it packed it. Corruption, a truncated copy, an archive swapped in from another run, or one
-    whose entries were replaced after the shard, are refused here, before anything is unpacked."""
+def recorded_digest(path: Path) -> tuple[str, str]:
+    """(the SHA-256 its shard recorded for the archive at ``path`` in its report, the shard ``i/N``):
+    a missing or unreadable report, or one that records no digest, is refused naming the fix."""
     recorded_in = report_path(path)
     try:
         body = json.loads(recorded_in.read_text(encoding="utf-8"))
@@ -186,17 +187,36 @@ def check_digest(path: Path) -> None:
         raise InputError(f"{recorded_in}: unreadable shard report ({exc}); run that shard again") from None
     recorded = body.get("archive_sha256") if isinstance(body, dict) else None
     shard = body.get("shard") if isinstance(body, dict) else None
-    if not (isinstance(recorded, str) and len(recorded) == 64 and all(c in "0123456789abcdef" for c in recorded)):
+    if not _is_sha256(recorded):
         raise InputError(
             f"{recorded_in}: records no archive_sha256 for {path.name} (a shard that did not finish, or an "
             f"older forge's): run shard {shard or 'i/N'} again"
         )
-    got = sha256_of(path)
+    assert isinstance(recorded, str)
+    return recorded, str(shard)
+
+
+def _is_sha256(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def _refuse_digest(path: Path, got: str, recorded: str, shard: str) -> None:
+    """The one wording of an archive that is not the one its shard made."""
     if got != recorded:
         raise InputError(
             f"{path}: SHA-256 {got[:16]}… is not the {recorded[:16]}… shard {shard} recorded when it made "
             "the archive: it was altered, cut short or replaced since; run that shard again"
         )
+
+
+def check_digest(path: Path) -> None:
+    """The archive is the one its shard made: its SHA-256 is the one the shard recorded in its report
+    when it packed it. Corruption, a truncated copy, an archive swapped in from another run, or one
+    whose entries were replaced after the shard, are refused here, before anything is unpacked. (The
+    link does not read an archive twice: :func:`unpack` given the recorded digest checks the bytes it
+    extracts.)"""
+    recorded, shard = recorded_digest(path)
+    _refuse_digest(path, sha256_of(path), recorded, shard)
 
 
 def _partial_prefix(dest: Path) -> str:
@@ -293,6 +313,8 @@ class Restored:
     path: Path
     manifest: Manifest
     staging: Path  # the unpacked cache folder
+    sha256: str = ""
+    """The digest of every byte of the archive, taken from the bytes that were unpacked."""
 
 
 def _check_member(member: tarfile.TarInfo, where: Path) -> None:
@@ -378,38 +400,176 @@ def _check_complete(tar: tarfile.TarFile, path: Path) -> None:
         raise InputError(f"{path}: corrupted or truncated archive (no end-of-archive marker after its last member)")
 
 
-def unpack(path: Path, staging_root: Path) -> Restored:
-    """Unpacks one archive into a fresh staging folder after checking every member."""
+MANIFEST_MOST = 256 << 20  # a manifest lists TUs and a timeline: a few MB for the largest shards
+HASH_AHEAD = 4  # read buffers in flight: the hashing thread works on one while the next is read and written
+
+
+class _OnePass:
+    """An archive read once, in order, in ``COPY_BUFSIZE`` blocks, every byte hashed exactly once as it
+    is read (on a thread of its own, so hashing overlaps the writes): the file object tarfile parses
+    headers from, and the source :meth:`copy_to` writes member data from, so the bytes extracted are
+    the bytes hashed. A seek forward reads (and hashes) what it skips; a read behind the current
+    block (tarfile's one-byte probe of the last member's padding) reads the file again, unhashed."""
+
+    def __init__(self, path: Path) -> None:
+        self._raw = open(path, "rb", buffering=0)
+        self._hash = hashlib.sha256()
+        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuw-archive-hash")
+        self._buffers = [bytearray(COPY_BUFSIZE) for _ in range(HASH_AHEAD)]
+        self._hashing: list[Optional[Future[None]]] = [None] * HASH_AHEAD
+        self._turn = 0
+        self._window = memoryview(b"")
+        self._start = 0  # the file offset of the window's first byte
+        self._read = 0  # bytes read from the file and handed to the hash: [0, _read)
+        self._pos = 0
+        self._eof = False
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence == os.SEEK_CUR:
+            offset += self._pos
+        elif whence != os.SEEK_SET:
+            raise OSError("a shard archive is read in order")
+        self._pos = offset
+        return offset
+
+    def read(self, size: int = -1) -> bytes:
+        if self._pos < self._start:  # behind the window: read again, outside the hash
+            self._raw.seek(self._pos)
+            try:
+                return self._raw.read(min(size if size >= 0 else self._start, self._start - self._pos)) or b""
+            finally:
+                self._raw.seek(self._read)
+        out = bytearray()
+        while size < 0 or len(out) < size:
+            piece = self._piece(COPY_BUFSIZE if size < 0 else size - len(out))
+            if not piece:
+                break
+            out += piece
+        return bytes(out)
+
+    def copy_to(self, fd: int, size: int, name: str) -> None:
+        """``size`` bytes from the position into ``fd``, straight from the hashed blocks."""
+        left = size
+        while left:
+            piece = self._piece(left)
+            if not piece:
+                raise EOFError(f"member {name!r} is cut short")
+            left -= len(piece)
+            while piece:
+                piece = piece[os.write(fd, piece) :]
+
+    def _piece(self, most: int) -> memoryview:
+        """Up to ``most`` bytes at the position, from the window (the next block read when it is spent)."""
+        while self._pos >= self._read:
+            if not self._advance():
+                return memoryview(b"")
+        at = self._pos - self._start
+        piece = self._window[at : at + most]
+        self._pos += len(piece)
+        return piece
+
+    def _advance(self) -> bool:
+        """The next block into the window and its hashing started; False at the end of the file."""
+        if self._eof:
+            return False
+        turn, self._turn = self._turn, (self._turn + 1) % HASH_AHEAD
+        pending = self._hashing[turn]
+        if pending is not None:
+            pending.result()  # its buffer is free once its bytes are hashed
+        buf = self._buffers[turn]
+        got = self._raw.readinto(buf) or 0
+        if not got:
+            self._eof = True
+            return False
+        self._window = memoryview(buf)[:got]
+        self._hashing[turn] = self._hasher.submit(self._hash.update, self._window)
+        self._start, self._read = self._read, self._read + got
+        return True
+
+    def hexdigest(self) -> str:
+        """Reads (and hashes) what is left of the file: the digest of all of it."""
+        while self._advance():
+            pass
+        self._pos = self._read
+        for pending in self._hashing:
+            if pending is not None:
+                pending.result()
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        self._hasher.shutdown(wait=True)
+        self._raw.close()
+
+
+def unpack(path: Path, staging_root: Path, sha256: Optional[str] = None, shard: str = "") -> Restored:
+    """One pass over the archive: every member checked (:func:`_check_member`) and written into a
+    fresh staging folder under ``staging_root`` as it is read, every byte hashed as it is read, the
+    end-of-archive marker checked, the manifest read. ``sha256`` (the digest shard ``shard`` recorded,
+    :func:`recorded_digest`): an archive whose bytes are not those is refused, and so is one that
+    fails a check; either way the staging folder is removed, nothing of it left to adopt. Only the
+    caller's :func:`merge_into` adopts a staging folder."""
+    refuse_legacy(path)
     staging = Path(tempfile.mkdtemp(prefix="restore-", dir=staging_root))
     try:
-        with _open(path) as tar:
-            members = tar.getmembers()
-            for member in members:
-                _check_member(member, path)
-            _check_complete(tar, path)
-            manifest = _manifest_in(tar, path)
-            _extract(tar, members, staging, path)
-    except CuwError:
+        source = _OnePass(path)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InputError(f"{path}: cannot read the archive ({exc.strerror or exc})") from None
+    try:
+        try:
+            manifest = _extract(source, staging, path)
+            refusal: Optional[BaseException] = None
+        except CuwError as exc:
+            refusal = exc
+        except _CORRUPT as exc:
+            refusal = InputError(f"{path}: corrupted or truncated archive ({exc})")
+        if sha256 is not None:
+            try:
+                got = source.hexdigest()
+            except OSError:
+                got = None  # the read error stands as the refusal
+            if got is not None:
+                _refuse_digest(path, got, sha256, shard)  # not the shard's bytes: that, before what is wrong in them
+        if refusal is not None:
+            raise refusal
+        digest = source.hexdigest()
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    except _CORRUPT as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise InputError(f"{path}: corrupted or truncated archive ({exc})") from None
-    return Restored(path, manifest, staging / CACHE_PREFIX)
+    finally:
+        source.close()
+    return Restored(path, manifest, staging / CACHE_PREFIX, digest)
 
 
-def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], staging: Path, where: Path) -> None:
-    """Writes the checked members (plain files and folders with safe relative names, see
-    :func:`_check_member`) into the fresh ``staging``: a file is created exclusively (a name twice
-    is refused, nothing is followed), its bytes copied straight from the archive. tarfile's
-    ``extractall`` with the "data" filter does the same checks again per member (a realpath,
-    about 16 lstat calls) and sets owner, mode and times: 3x tar's time on a cache of small files."""
-    assert tar.fileobj is not None
-    source = tar.fileobj
+def _extract(source: _OnePass, staging: Path, where: Path) -> Manifest:
+    """Reads the archive's members in order from ``source`` and writes each, checked first (plain files
+    and folders with safe relative names, see :func:`_check_member`), into the fresh ``staging``: a file
+    is created exclusively (a name twice is refused, nothing is followed), its bytes copied straight
+    from the hashed blocks, no per-file sync (the merge's rename is the step that counts). tarfile's
+    ``extractall`` with the "data" filter does the checks again per member (a realpath, about 16 lstat
+    calls) and sets owner, mode and times: 3x tar's time on a cache of small files. Returns the
+    manifest, once the end-of-archive marker is found after the last member."""
     made: set[str] = set()
     root = str(staging)
-    for member in members:
-        target = os.path.join(root, *member.name.replace("\\", "/").split("/"))
+    manifest: Optional[Manifest] = None
+    # TarFile itself over the one-pass reader: it parses the headers (pax and GNU names included)
+    tar = tarfile.TarFile(fileobj=source, mode="r", copybufsize=COPY_BUFSIZE)  # type: ignore[arg-type]
+    for member in tar:
+        _check_member(member, where)
+        name = member.name.replace("\\", "/")
+        if name == MANIFEST:
+            if manifest is not None or member.size > MANIFEST_MOST:
+                raise InputError(f"{where}: {MANIFEST} appears twice or is over {MANIFEST_MOST >> 20} MiB; refusing the archive")
+            source.seek(member.offset_data)
+            data = source.read(member.size)
+            if len(data) != member.size:
+                raise EOFError(f"member {name!r} is cut short")
+            manifest = Manifest.from_json(json.loads(data), str(where))
+            continue
+        target = os.path.join(root, *name.split("/"))
         if member.isdir():
             os.makedirs(target, exist_ok=True)
             made.add(target)
@@ -422,15 +582,15 @@ def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], staging: Path
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
         except FileExistsError:
             raise InputError(f"{where}: member {member.name!r} appears twice; refusing the archive") from None
-        with open(fd, "wb", buffering=0) as out:
+        try:
             source.seek(member.offset_data)
-            left = member.size
-            while left:
-                chunk = source.read(min(left, COPY_BUFSIZE))
-                if not chunk:
-                    raise EOFError(f"member {member.name!r} is cut short")
-                out.write(chunk)
-                left -= len(chunk)
+            source.copy_to(fd, member.size, member.name)
+        finally:
+            os.close(fd)
+    _check_complete(tar, where)
+    if manifest is None:
+        raise InputError(f"{where}: no {MANIFEST} inside: not a shard archive")
+    return manifest
 
 
 def merge_into(restored: list[Restored], cache_dir: Path) -> int:
@@ -499,11 +659,3 @@ def check_builder(manifest: Manifest, path: Path, here: Builder) -> None:
             f"{path}: shard {manifest.shard_index}/{manifest.shard_count} was compiled {theirs.describe()}; "
             f"this link runs {here.describe()}: run shards and link in one image (--image)"
         )
-
-
-def check_builders(folder: Path, here: Builder) -> None:
-    """Every archive in ``folder`` made by this builder, checked before the link prepares anything."""
-    for path in shard_archives(folder):
-        manifest = read_manifest(path)
-        if manifest.format == FORMAT:
-            check_builder(manifest, path, here)

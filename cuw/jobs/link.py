@@ -62,52 +62,45 @@ RESTORE_THREADS = 4
 
 
 def _checked_archives(  # type: ignore[no-untyped-def]
-    recipe: Recipe, cell: Cell, paths: Paths, job_cache: Cache, settings: Settings, whole: bool = False
+    restored: list[archive.Restored], cell: Cell, job_cache: Cache, settings: Settings
 ):
-    """Every archive's manifest read and held against this link (cell, tool, N, no shard twice):
-    (archives, manifests, N, shard index -> archive). Reads only: the link calls it (``whole``: every
-    member's name too) before it touches its folder, and again when it merges."""
-    folder = paths.cell_artifacts(cell)
-    archives = archive.shard_archives(folder)
-    if not archives:
-        raise InputError(
-            f"no shard archives for {cell.id} in {folder}: run the shards first (nox -s shard -- {recipe.key} 1/N, ... N/N)"
-        )
-    manifests = [archive.check_archive(a) if whole else archive.read_manifest(a) for a in archives]
-    count = manifests[0].shard_count
+    """Every restored archive's manifest held against this link (cell, tool, N, builder, no partial
+    part, no shard twice): (N, shard index -> archive)."""
+    count = restored[0].manifest.shard_count
     seen: dict[int, Path] = {}
-    for path, manifest in zip(archives, manifests):
+    for item in restored:
+        path, manifest = item.path, item.manifest
         archive.expect(manifest, path, cell, job_cache, count, current_builder(settings))
         continuation.refuse_partial(manifest, path)  # a shard's chain hands over its last part
         if manifest.shard_index in seen:
             raise InputError(f"{path} and {seen[manifest.shard_index]} are both shard {manifest.shard_index}/{count}")
         seen[manifest.shard_index] = path
-    return archives, manifests, count, seen
+    return count, seen
 
 
-def _restore(ws: Workspace, checked) -> tuple[int, list[int], set[str]]:  # type: ignore[no-untyped-def]
-    """Merges the archives :func:`_checked_archives` held against this link into its cache; returns
-    (N, missing shards, the TUs the arrived shards compiled: what the link will replay)."""
-    archives, manifests, count, seen = checked
-    staging = ws.root / "staging"
-    staging.mkdir()
+def _unpack_all(archives: list[Path], staging: Path) -> list[archive.Restored]:
+    """Each archive in one pass (:func:`cuw.jobs.archive.unpack`: hashed as it is extracted, against
+    the digest its shard recorded) into its own folder under ``staging``; any refusal removes
+    ``staging`` whole, so nothing of any archive is left to adopt. Every report is read first: a
+    missing digest is refused before a byte of an archive is read."""
+    recorded = [archive.recorded_digest(path) for path in archives]
+    if staging.exists():
+        shutil.rmtree(staging)  # a killed link's: this link holds the cell's lock
+    staging.mkdir(parents=True)
     try:
         meter = Meter("link: restored", len(archives), "archives", terminal=False, every_s=10.0)
-        # The archives unpack side by side (file I/O releases the GIL), each into its own staging
-        # folder; merging waits for all of them. Restore does not overlap the build's configure:
-        # CMake's try_compile probes and host compiles reach the cache through launchers nothing
-        # could hold back until the merge, and the stats are zeroed only after it.
+        # Side by side (file I/O and hashing release the GIL), each into its own staging folder.
         with ThreadPoolExecutor(max_workers=min(len(archives), RESTORE_THREADS)) as pool:
-            unpacking = [pool.submit(archive.unpack, path, staging) for path in archives]
+            unpacking = [
+                pool.submit(archive.unpack, path, staging, digest, shard) for path, (digest, shard) in zip(archives, recorded)
+            ]
             for done, _ in enumerate(as_completed(unpacking), 1):
                 meter.update(done)
         meter.close()
-        restored = [f.result() for f in unpacking]  # the first bad archive in name order raises
-        archive.merge_into(restored, ws.cache_dir)
-    finally:
+        return [f.result() for f in unpacking]  # the first bad archive in name order raises
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-    missing = [i for i in range(1, count + 1) if i not in seen]
-    return count, missing, {key for m in manifests for key in m.compiled}
+        raise
 
 
 @dataclass(kw_only=True)
@@ -122,6 +115,8 @@ class LinkJob(runner.Job[LinkReport]):
     """Where the link's time goes (the planner's link estimate reads it from the report)."""
     clock: float = field(init=False, default_factory=time.monotonic)
     job_cache: Cache = field(init=False)
+    restored: list[archive.Restored] = field(init=False)
+    """Every archive, unpacked into staging and checked: adopted into the cache once its fingerprint is this link's."""
     fingerprint: dict[str, str] = field(init=False)
     count: int = field(init=False)
     missing: list[int] = field(init=False)
@@ -183,16 +178,38 @@ def run_link(
 
 
 def _check_archives(job: LinkJob) -> None:
-    """Archives that are not the ones their shards made, or from another builder, are refused
-    before the link's folder is touched; then a killed link's build, still running there, is stopped."""
+    """Every archive read once: hashed as it is unpacked into staging beside the link's folder (not
+    yet its cache), refused with nothing adopted when it is not the one its shard made, is from
+    another builder or cell, or is damaged; then a killed link's build, still running there, is
+    stopped. The link's own folder is not touched before all of that."""
     folder = job.paths.cell_artifacts(job.cell)
-    for path in archive.shard_archives(folder):
-        archive.check_digest(path)
-    archive.check_builders(folder, current_builder(job.settings))
+    archives = archive.shard_archives(folder)
+    if not archives:
+        raise InputError(
+            f"no shard archives for {job.cell.id} in {folder}: "
+            f"run the shards first (nox -s shard -- {job.recipe.key} 1/N, ... N/N)"
+        )
     job.ws = Workspace.for_job(job.paths.cell_work(job.cell), "link", tool_class(job.choice.tool).shared_tree)
-    its_cache = open_cache(job.choice.tool, job.ws.cache_dir, job.ws.tree, job.choice.remote, settings=job.settings)  # read only
-    _checked_archives(job.recipe, job.cell, job.paths, its_cache, job.settings, whole=True)
+    started = time.monotonic()
+    job.restored = _unpack_all(archives, _staging(job))
+    try:
+        for item in job.restored:
+            archive.check_builder(item.manifest, item.path, current_builder(job.settings))
+        its_cache = open_cache(
+            job.choice.tool, job.ws.cache_dir, job.ws.tree, job.choice.remote, settings=job.settings
+        )  # read only
+        _checked_archives(job.restored, job.cell, its_cache, job.settings)
+    except BaseException:
+        shutil.rmtree(_staging(job), ignore_errors=True)
+        raise
+    job.phases["restore_s"] = round(time.monotonic() - started, 1)
     leftovers.stop_orphans(job.ws.cuda_home, "link")
+
+
+def _staging(job: LinkJob) -> Path:
+    """Where the archives are unpacked before they are adopted: beside the link's folder (which
+    :func:`prepare` makes afresh), on its filesystem, so adopting is a rename."""
+    return job.ws.root.with_name("link-staging")
 
 
 def _prepare(job: LinkJob) -> None:
@@ -207,15 +224,22 @@ def _prepare(job: LinkJob) -> None:
 
 def _restore_archives(job: LinkJob) -> None:
     """What every shard's cache is a function of, against this link's own, before anything is
-    built; then the archives merged into the link's cache."""
+    built; then the staged caches adopted into the link's cache (renamed in)."""
     recipe, cell, ws = job.recipe, job.cell, job.ws
-    checked = _checked_archives(recipe, cell, job.paths, job.job_cache, job.settings)
-    archives, manifests, count, _ = checked
-    job.fingerprint = handoff_fingerprint(recipe, ws.src, job.archs, job.toolkit, count, cell.lane)
-    for path, manifest in zip(archives, manifests):
-        check_fingerprint(manifest.fingerprint, job.fingerprint, path, f"{manifest.shard_index}/{manifest.shard_count}")
-    job.count, job.missing, job.replays = _restore(ws, checked)
+    try:
+        job.count, seen = _checked_archives(job.restored, cell, job.job_cache, job.settings)
+        job.fingerprint = handoff_fingerprint(recipe, ws.src, job.archs, job.toolkit, job.count, cell.lane)
+        for item in job.restored:
+            manifest = item.manifest
+            check_fingerprint(manifest.fingerprint, job.fingerprint, item.path, f"{manifest.shard_index}/{manifest.shard_count}")
+        archive.merge_into(job.restored, ws.cache_dir)
+    finally:
+        shutil.rmtree(_staging(job), ignore_errors=True)
+    job.missing = [i for i in range(1, job.count + 1) if i not in seen]
+    job.replays = {key for item in job.restored for key in item.manifest.compiled}
+    restore_s = job.phases.get("restore_s", 0.0)
     job.lap("restore_s")
+    job.phases["restore_s"] = round(job.phases["restore_s"] + restore_s, 1)
     job.merged_at = int(time.time())
     if job.progress:
         got = job.count - len(job.missing)
