@@ -12,6 +12,7 @@ shard's chain and refuses a partial one.
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -66,6 +67,10 @@ class Resumed:
 
     path: Path
     manifest: archive.Manifest
+    sha256: str = ""
+    """The digest its shard recorded: the restore checks the bytes it unpacks against it."""
+    kept: Optional[Path] = None
+    """The folder holding it aside (:func:`hold`) when the continuation resumes its own output."""
 
     @property
     def part(self) -> int:
@@ -78,11 +83,70 @@ class Resumed:
         return self.manifest.compiled
 
 
+def kept_folder(target: Path) -> Path:
+    """Where a continuation keeps the part it resumes when that part lies where the continuation writes
+    its own archive (``cuw shard R i/N --resume <its own archive>``, the command a partial part prints):
+    hidden beside it (no archive glob matches it), on its filesystem."""
+    return target.parent / f".{target.name}.resume"
+
+
 def resume_path(path: Path) -> Path:
-    """``--resume``'s archive, absolute; one that is not there is refused before anything is made."""
-    if not path.is_file():
+    """``--resume``'s archive, absolute; one that is not there (nor kept aside by an interrupted or
+    failed continuation of it, :func:`hold`) is refused before anything is made."""
+    if not path.is_file() and not (kept_folder(path) / path.name).is_file():
         raise InputError(f"--resume {path}: no such archive (the previous part's cuw-shard-*.tar, its report beside it)")
     return path.resolve()
+
+
+def hold(path: Path, target: Path) -> Path:
+    """The archive the continuation reads: ``path`` itself unless it is the job's own output
+    ``target``, which the job's report, archive and gate replace or remove. Then a finished part there
+    (its report records its digest) is linked (or copied) with its report into :func:`kept_folder`
+    first, the folder renamed into place whole, so a run killed at any point leaves that part where it
+    was or its copy there; and where ``target`` holds no finished part (a continuation of it was
+    interrupted or failed its gate), the copy kept there is the part it resumed. The caller holds the
+    shard's lock."""
+    if not _same(path, target):
+        return path
+    kept = kept_folder(target)
+    for leftover in target.parent.glob(f"{kept.name}.*"):  # a killed hold's: no other run holds the lock
+        shutil.rmtree(leftover, ignore_errors=True)
+    if target.is_file() and _records_digest(target):
+        fresh = kept.with_name(f"{kept.name}.{os.getpid()}.new")
+        fresh.mkdir()
+        copy = fresh / target.name
+        try:
+            os.link(target, copy)  # the archive is only ever replaced by a rename or removed: a link keeps it
+        except OSError:
+            shutil.copy2(target, copy)
+        shutil.copy2(archive.report_path(target), archive.report_path(copy))  # the report is rewritten in place: a copy
+        if kept.exists():
+            old = kept.with_name(f"{kept.name}.{os.getpid()}.old")
+            kept.rename(old)
+            fresh.rename(kept)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            fresh.rename(kept)
+    copy = kept / target.name
+    return copy if copy.is_file() else path
+
+
+def _same(path: Path, target: Path) -> bool:
+    return path.resolve() == target.resolve()
+
+
+def _records_digest(path: Path) -> bool:
+    try:
+        archive.recorded_digest(path)
+    except InputError:
+        return False
+    return True
+
+
+def release(resumed: Optional[Resumed]) -> None:
+    """Once the continuation's own archive and report are written: the part it kept aside is in it."""
+    if resumed is not None and resumed.kept is not None:
+        shutil.rmtree(resumed.kept, ignore_errors=True)
 
 
 def check_resume(path: Path, spec: ShardSpec, cell: Cell, job_cache: Cache, builder: Builder) -> Resumed:
@@ -91,6 +155,7 @@ def check_resume(path: Path, spec: ShardSpec, cell: Cell, job_cache: Cache, buil
     shard's and partial. Before the job writes anything: the digest is in the report beside it."""
     path = resume_path(path)
     archive.check_digest(path)
+    sha256, _ = archive.recorded_digest(path)
     manifest = archive.check_archive(path)
     archive.expect(manifest, path, cell, job_cache, spec.count, builder)
     if manifest.shard_index != spec.index:
@@ -103,7 +168,8 @@ def check_resume(path: Path, spec: ShardSpec, cell: Cell, job_cache: Cache, buil
             f"--resume {path}: shard {spec} part {manifest.part} finished with nothing left: "
             "hand that archive to the link; there is nothing to resume"
         )
-    return Resumed(path, manifest)
+    kept = path.parent if path.parent.name == kept_folder(path.parent.parent / path.name).name else None
+    return Resumed(path, manifest, sha256, kept)
 
 
 def restore(resumed: Resumed, ws: Workspace, fingerprint: dict[str, str], spec: ShardSpec) -> int:
@@ -113,7 +179,8 @@ def restore(resumed: Resumed, ws: Workspace, fingerprint: dict[str, str], spec: 
     staging = ws.root / "resume"
     staging.mkdir()
     try:
-        return archive.merge_into([archive.unpack(resumed.path, staging)], ws.cache_dir)
+        restored = archive.unpack(resumed.path, staging, resumed.sha256, f"{spec} part {resumed.manifest.part}")
+        return archive.merge_into([restored], ws.cache_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -134,6 +201,11 @@ def continue_line(label: str, part: int, left: int, owned: int, recipe_key: str,
         f"{label} part {part}: stopped at its deadline with {left} of {owned} TUs left; "
         f"continue with: cuw shard {recipe_key} {spec} --resume {written}"
     )
+
+
+def kept_line(label: str, resumed: Resumed) -> str:
+    """A continuation that failed: the part it resumed is still there, and the command runs again."""
+    return f"{label}: the part it resumed is kept at {resumed.path}; the same command resumes it again"
 
 
 def merged_compiled(resumed: Optional[Resumed], compiled: list[str]) -> list[str]:

@@ -175,10 +175,12 @@ def _begin(job: ShardJob) -> None:
     job.ws = Workspace.for_job(job.paths.cell_work(job.cell), job.folder, tool_class(job.choice.tool).shared_tree)
     # A run killed with SIGKILL leaves its build running in the job folder: stopped before the wipe.
     leftovers.stop_orphans(job.ws.cuda_home, job.label)
-    # Before this run's report replaces the one beside the archive that records its digest.
+    # Before this run's report replaces the one beside the archive that records its digest; a part that
+    # is this run's own output (the command a partial part prints) is kept aside first.
     if job.resume:
         its_cache = open_cache(job.choice.tool, job.ws.cache_dir, job.ws.tree, job.choice.remote, settings=job.settings)
-        job.resumed = continuation.check_resume(job.resume, job.spec, job.cell, its_cache, current_builder(job.settings))
+        resume = continuation.hold(job.resume, job.target)
+        job.resumed = continuation.check_resume(resume, job.spec, job.cell, its_cache, current_builder(job.settings))
     # The previous archive stays until this run's replaces it (or its gate fails); its
     # report says "running, not ok" until this run's verdict is written, after the archive.
     archive.remove_partials(job.target)
@@ -386,9 +388,13 @@ def _write_report(job: ShardJob) -> None:
     assert job.report_path is not None
     job.report = replace(job.report, resources=job.sampler.record())  # packing the archive counts: it can fill the disk too
     report.write(job.verdict, job.report_path, job.report)
+    if job.verdict.ok:
+        continuation.release(job.resumed)  # the part kept aside is in this run's archive
     runner.announce(job, job.verdict)
     if not job.verdict.ok:
         runner.show_failure(job, job.obs.log)
+        if job.resumed:
+            report.say(continuation.kept_line(job.label, job.resumed))
     elif job.obs.left and job.written and job.manifest:
         left, owned = len(job.obs.left), len(job.owned)
         report.say(continuation.continue_line(job.label, job.manifest.part, left, owned, job.recipe.key, job.spec, job.written))
