@@ -20,10 +20,13 @@ def _load(compile_s: float, longest_s: float, tus: int, beside_s: float = 0.0) -
     return ShardLoad(1, compile_s, longest_s, "csrc/a.cu", beside_s, tus)
 
 
-def test_a_shard_within_its_budget_is_one_job_with_its_deadline_at_the_budget():
+def test_a_shard_within_its_budget_is_one_job_whose_deadline_keeps_room_for_its_longest_tu():
+    """A chain of one part too: a compile started just before its deadline ends within the budget,
+    not past the job's limit by the longest TU."""
     assert CAP.budget_s == 4800 and CAP.limit_s == 6000
     c = chain(_load(4000.0, 3000.0, 3, beside_s=800.0), CAP)
-    assert (c.parts, c.deadline_s) == (1, 4800)
+    assert (c.parts, c.deadline_s) == (1, 4800 - 3000)
+    assert chain(_load(0.0, 0.0, 0), CAP).deadline_s == 4800  # an empty slice
 
 
 def test_a_shard_past_its_budget_is_a_chain_whose_parts_each_compile_at_least_a_window():

@@ -5,12 +5,15 @@ A job stops at its limit (``jobs.limit_minutes`` in ``recipes/defaults.yml``); o
 keeps ``jobs.margin_minutes`` for what is not its build (container, setup steps, packing and
 uploading its archive), so a shard's build has ``limit - margin`` seconds: its **budget**.
 
-A shard the cost table predicts within its budget is one job whose deadline is the budget. One
-predicted past it is a **chain** of parts: part 1 compiles until its deadline and packs its whole
-cache; part k restores part k-1's archive (every finished compile a hit) and goes on. The seat
-starts no compile past a deadline but lets the ones in flight finish, so a chained shard's
-deadline is its budget less its longest TU (no compile runs into the margin), and each part
-compiles for at least ``budget - beside - longest`` seconds (``beside``: what its build costs
+A shard's deadline counts from its job's start (the workflow records the job's first step's time,
+not the compile step's: setup is inside the budget) and is the budget less the shard's longest TU:
+the seat starts no compile past a deadline but lets the ones in flight finish, so a compile
+started just before it still ends within the budget, and the margin stays for packing and
+uploading the archive. That holds for a chain of one part as for a longer one. A shard the cost
+table predicts within its budget is one job. One predicted past it is a **chain** of parts: part
+1 compiles until its deadline and packs its whole cache; part k restores part k-1's archive (every
+finished compile a hit) and goes on; each part compiles for at least ``budget - beside - longest``
+seconds (``beside``: what its build costs
 beside the compiles, configure and probes, measured in the table's ``shard``). Its chain is
 ceil(compile seconds / that) parts, never more than its TUs (each part finishes one at least).
 A compile does not resume mid-TU: a TU that does not fit in that window is built by no N and
@@ -104,18 +107,19 @@ class Chain:
     parts: int
     """1: one job; k: a chain of k parts; 0: no chain builds it (a TU longer than a part's window)."""
     deadline_s: int
-    """Seconds after the shard starts at which it starts no more compiles."""
+    """Seconds after the shard's job starts at which it starts no more compiles: the budget less its longest TU."""
 
 
 def chain(load: ShardLoad, cap: JobCap) -> Chain:
     """The shard as one job, a chain, or unbuildable (parts 0) under ``cap``."""
+    deadline = int(cap.budget_s - load.longest_s)  # a compile started by then ends within the budget
     if load.total_s <= cap.budget_s:
-        return Chain(load, 1, int(cap.budget_s))
+        return Chain(load, 1, deadline)
     window = cap.budget_s - load.beside_s - load.longest_s
     if window <= 0:
         return Chain(load, 0, 0)
     parts = min(math.ceil(load.compile_s / window), load.tus)
-    return Chain(load, parts, int(cap.budget_s - load.longest_s))
+    return Chain(load, parts, deadline)
 
 
 def smallest_n_under(
