@@ -191,3 +191,25 @@ def test_the_printed_command_stopped_at_any_point_and_run_again_finishes_the_cha
     linked = run_link(recipe, paths, progress=None, settings=run_settings())
     assert linked.ok, linked.verdict.reasons
     assert linked.verdict.facts["misses"] == 0 and linked.verdict.facts["hits"] > 0
+
+
+def test_the_workflows_deadline_counts_from_the_jobs_start_not_the_compile_steps(tmp_path):
+    """build.yml's compile rungs record the job's start in their first step; the compile step's
+    deadline is that start plus deadline_s, so the setup before it comes off the build's time."""
+    import yaml
+
+    jobs = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())["jobs"]
+    rungs = [job for name, job in jobs.items() if name == "compile" or name.startswith("compile_")]
+    assert rungs and all("JOB_STARTED=$(date +%s)" in job["steps"][0]["run"] for job in rungs)
+    step = next(s for s in rungs[0]["steps"] if s.get("name") == "Compile shard")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nox").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$NOX_ARGS"\n')
+    (bin_dir / "nox").chmod(0o755)
+    started = int(time.time()) - 600  # ten minutes of setup steps before the compile step
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NOX_ARGS": str(tmp_path / "args"), "RECIPE": "example", "SHARD": "2/4"}
+    env |= {"CELL": "c", "FAIL_SHARD": "", "DEADLINE_S": "3885", "RESUME": "", "PART": "1", "JOB_STARTED": str(started)}
+    run = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, env=env)
+    assert run.returncode == 0
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[5] == "--deadline" and int(args[6]) == started + 3885
