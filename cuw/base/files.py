@@ -5,6 +5,14 @@
 * An output is written beside its destination and renamed into place
   (:func:`write_text`, :func:`copy_into`), so a reader never sees half a file and
   an interrupted write leaves the previous file as it was.
+* Two kinds of output: a file the user names (``--output``) is written through a link there,
+  into a device or a pipe, as a shell's redirection would (:func:`write_text`); a file the forge
+  names itself (a report beside a wheel, a file of an index or a work folder) is always a new
+  file renamed over whatever is at its name (:func:`place_text`, :func:`place_bytes`,
+  :func:`place_copy`): a link, FIFO or device someone planted there is replaced, never written
+  through, and the file a planted link points to stays as it was.
+* What the forge reads is opened in one place, :mod:`cuw.base.reading` (regular files only, each
+  kind of file bounded).
 * An output folder is probed before a long job starts (:func:`writable_dir`),
   so a read-only ``--dist`` fails in a second, not after the whole build.
 * Something made once per machine and shared (an environment, a toolkit) is made
@@ -20,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -27,6 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from cuw.base.errors import CuwError, InputError, OutputError
+from cuw.base.reading import open_file, read_bytes
 
 
 def contained(path: Path, root: Path, what: str) -> Path:
@@ -138,14 +148,18 @@ def _write_into(dest: Path, option: str, fill: Callable[[str], object], fd_numbe
             raise OutputError(f"{option} {dest}: cannot write ({why})") from None
 
 
-def _default_mode(dest: Path) -> int:
-    """The mode a plain ``open(dest, "w")`` would leave: the old file's, else 0666 less the umask."""
+def _default_mode(dest: Path, follow: bool = True) -> int:
+    """The mode a plain ``open(dest, "w")`` would leave: the old file's, else 0666 less the umask.
+    Without ``follow``, only a regular file at ``dest`` itself gives its mode (not a link's target)."""
     try:
-        return dest.stat().st_mode & 0o7777
+        info = os.stat(dest, follow_symlinks=follow)
+        if follow or stat.S_ISREG(info.st_mode):
+            return info.st_mode & 0o7777
     except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def write_text(dest: Path, text: str, option: str = "output") -> Path:
@@ -174,6 +188,59 @@ def write_bytes(dest: Path, data: bytes, option: str = "output") -> Path:
 def copy_into(src: Path, dest: Path, option: str = "output") -> Path:
     """Copies ``src`` to ``dest`` through a temp file beside it and a rename (no torn file)."""
     return _replace(dest, option, lambda tmp: shutil.copy2(src, tmp))
+
+
+def _place(dest: Path, what: str, fill: Callable[[str], object]) -> Path:
+    """``fill(temp path)`` writes a file the forge names itself beside ``dest``; a rename puts it
+    at ``dest`` whatever is there: a link is replaced (what it points to is never opened), so is a
+    FIFO or a device node. A folder there, or no folder for it, is an error; a failed write leaves
+    ``dest`` as it was and no temp."""
+    if os.path.isdir(dest) and not os.path.islink(dest):
+        raise OutputError(f"{what} {dest}: a folder is in the way; remove it or write elsewhere")
+    if not dest.parent.is_dir():
+        raise OutputError(f"{what} {dest}: the folder {dest.parent} does not exist")
+    fd, tmp = _temp_beside(dest, what)
+    os.close(fd)
+    try:
+        fill(tmp)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError(f"{what} {dest}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def place_text(dest: Path, text: str, what: str) -> Path:
+    """``text`` as the file the forge names ``dest`` (UTF-8): a new file renamed into place, never
+    written through a link or into a FIFO found there (:func:`_place`); an old regular file's mode
+    is kept, else a plain write's."""
+    return place_bytes(dest, text.encode("utf-8"), what)
+
+
+def place_bytes(dest: Path, data: bytes, what: str) -> Path:
+    """:func:`place_text` for bytes."""
+    mode = _default_mode(dest, follow=False)
+
+    def fill(tmp: str) -> None:
+        Path(tmp).write_bytes(data)
+        os.chmod(tmp, mode)
+
+    return _place(dest, what, fill)
+
+
+def place_copy(src: Path, dest: Path, what: str) -> Path:
+    """A copy of the regular file ``src`` (checked, never a FIFO waited on) as the file the forge
+    names ``dest`` (:func:`_place`), its mode and times kept as :func:`shutil.copy2` keeps them."""
+
+    def fill(tmp: str) -> None:
+        with open_file(src, what) as source, open(tmp, "wb") as sink:
+            shutil.copyfileobj(source, sink, 1 << 20)
+        shutil.copystat(src, tmp)
+
+    return _place(dest, what, fill)
 
 
 def writable_dir(folder: Path, option: str) -> Path:
@@ -225,9 +292,10 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def sha256_of(path: Path) -> str:
+def sha256_of(path: Path, what: str = "file") -> str:
+    """The sha256 of a regular file (a FIFO or a device is refused, never waited on or read forever)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_file(path, what) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -291,7 +359,7 @@ def json_record(line: bytes) -> Optional[dict]:
 def json_records(path: Path) -> list[dict]:
     """Every whole record of a JSON-lines log (none when it is missing); a line cut short is left out."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, "JSON-lines log", "log")
     except FileNotFoundError:
         return []
     return [e for e in map(json_record, (line for line in data.splitlines() if line.strip())) if e is not None]

@@ -14,16 +14,15 @@ file (and the line where YAML knows it):
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any, Hashable, Optional
 
 import yaml
 
 from cuw.base.errors import InputError
+from cuw.base.reading import LIMITS, read_bytes
 
-LIMIT = 1 << 20  # bytes: the largest recipe is a few kilobytes
+LIMIT = LIMITS["recipe"]  # bytes: the largest recipe is a few kilobytes
 DEPTH = 32
 
 
@@ -82,20 +81,11 @@ def problem(path: Path, exc: yaml.YAMLError) -> str:
 def read_yaml(path: Path, what: str) -> Any:
     """The parsed contents of ``path`` (``what``: the kind of file, for the messages)."""
     try:
-        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as fh:
-            info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
-                raise InputError(f"{path}: {kind}; give the {what}, a YAML file")
-            data = fh.read(LIMIT + 1)
+        data = read_bytes(path, what, "recipe")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file (the {what})") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: a folder; give the {what}, a YAML file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
-    if len(data) > LIMIT:
-        raise InputError(f"{path}: larger than {LIMIT // 1024} KiB; the {what} is a small hand-written file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
