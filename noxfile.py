@@ -142,9 +142,18 @@ def docs(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (real nvcc, real ccache): nox -s tests [-- pytest args].
 
-    A worker per core, each taking whole test files (their module-scoped builds are made once);
-    the slowest tests are listed at the end, and every skip with its reason (-rfEs). What a test
-    needs (torch, redis, mingw, ...) is declared in tests/conftest.py (NEEDS): a missing one skips,
-    unless $CUW_REQUIRE lists it (CUW_REQUIRE=torch,redis or all): then the test fails, saying why."""
-    args = session.posargs or ["-q", "-n", "auto", "--dist", "loadfile", "--durations=20"]
-    session.run(sys.executable, "-m", "pytest", "-rfEs", *args)
+    A worker per core, each taking the next free test (--dist loadgroup): the tests of a module that
+    share a module-scoped fixture are one group on one worker (tests/conftest.py), the rest spread
+    one by one. The ten slowest tests are listed at the end, every skip with its reason (-rfEs), and
+    the run's wall time. What a test needs (torch, redis, mingw, ...) is declared in tests/conftest.py
+    (NEEDS): a missing one skips, unless $CUW_REQUIRE lists it (CUW_REQUIRE=torch,redis or all): then
+    the test fails, saying why."""
+    import time
+
+    args = session.posargs or ["-q", "-n", "auto", "--dist", "loadgroup", "--durations=10"]
+    started = time.monotonic()
+    try:
+        session.run(sys.executable, "-m", "pytest", "-rfEs", *args)
+    finally:
+        minutes, seconds = divmod(round(time.monotonic() - started), 60)
+        session.log(f"nox -s tests: {minutes} min {seconds:02d} s wall")

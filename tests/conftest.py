@@ -529,6 +529,24 @@ def example_cell(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
     return BuiltCell(root, EXAMPLE_CELL_SHARDS, tuple(json.loads(done.read_text())["outcomes"]))
 
 
+# -- workers balanced: nox -s tests hands out single tests (--dist loadgroup) ------------------------
+#
+# A module whose tests share a module- or class-scoped fixture (an image build, a published index, an
+# unpacked sdist) is one xdist_group: its tests run on one worker, so the fixture is made once. Every
+# other test goes to whichever worker is free, so the long example builds spread over the workers
+# instead of queuing behind their file. The suite's one cold build (example_cell) is session-scoped
+# and shared by all workers under a lock.
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None or item.get_closest_marker("xdist_group") is not None:
+        return
+    scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs}
+    if scopes & {"module", "class", "package"}:
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
 def recipe(key: str, recipes_dir: Path) -> Recipe:
     return load_recipe(key, recipes_dir)
 
