@@ -59,7 +59,7 @@ def what_it_is(mode: int) -> str:
 
 def not_a_file(path: PathLike, mode: int, what: str) -> InputError:
     """The one line for something that is not the regular file expected."""
-    return InputError(f"{path} is {what_it_is(mode)}, not a regular file; give the {what} (a file)")
+    return InputError(f"{path} is {what_it_is(mode)}, not a regular file; give the {what} as a regular file")
 
 
 def _size(limit: int) -> str:
@@ -81,6 +81,25 @@ def regular_file(path: PathLike, what: str) -> os.stat_result:
     if not stat.S_ISREG(info.st_mode):
         raise not_a_file(path, info.st_mode, what)
     return info
+
+
+def is_regular(path: PathLike, what: str) -> bool:
+    """True for a regular file (a link to one counts), False where nothing is (a link to nowhere
+    too); anything else there (a FIFO, a device, a folder) is refused in one line naming it."""
+    try:
+        regular_file(path, what)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def optional_folder(path: PathLike, what: str) -> bool:
+    """True for a folder, False where nothing is (an optional folder not made yet); a file, FIFO or
+    device there is refused in one line: what the user named is not silently passed over."""
+    if not os.path.lexists(path) or (os.path.islink(path) and not os.path.exists(path)):
+        return False
+    folder(path, what)
+    return True
 
 
 def folder(path: PathLike, what: str) -> Path:
@@ -105,7 +124,7 @@ def open_file(path: PathLike, what: str, limit: Optional[int] = None) -> BinaryI
     try:
         fd = os.open(path, flags)
     except IsADirectoryError:  # where a folder cannot be opened at all
-        raise InputError(f"{path} is a folder, not a regular file; give the {what} (a file)") from None
+        raise InputError(f"{path} is a folder, not a regular file; give the {what} as a regular file") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

@@ -22,6 +22,7 @@ from typing import Any, Callable, ClassVar, Optional, Union
 
 from cuw.base.shard_spec import spec_numbers
 from cuw.base.errors import InputError, OutputError
+from cuw.base.reading import read_bytes, read_text
 
 SHARD_REPORT_SCHEMA = 1
 LINK_REPORT_SCHEMA = 1
@@ -127,7 +128,7 @@ def _parts(kind: type, data: dict[str, Any]) -> dict[str, Any]:
 def _write_json(path: Path, body: dict[str, Any], read_back: Callable[[Any, str], Any], what: str) -> Path:
     """A record's one way to disk: its JSON checked by its reader first (never a file the next job
     would refuse), written beside ``path`` and renamed into place (no reader sees half of it)."""
-    from cuw.base.files import write_text
+    from cuw.base.files import place_text
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,7 +136,7 @@ def _write_json(path: Path, body: dict[str, Any], read_back: Callable[[Any, str]
         raise OutputError(f"{what} {path}: cannot create {path.parent} ({exc.strerror or exc})") from None
     text = json.dumps(body, indent=2, sort_keys=True, default=str) + "\n"
     read_back(json.loads(text), str(path))
-    written = write_text(path, text, option=what)
+    written = place_text(path, text, what)
     try:
         written.chmod(0o644)  # the temp file it was renamed from was made private (0600)
     except OSError:
@@ -306,7 +307,7 @@ def write_report(path: Path, report: JobReport) -> Path:
 def load_json(path: Path, what: str) -> Any:
     """A JSON file's value; one that cannot be read or parsed is refused in one line."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text(path, what, "report"))
     except FileNotFoundError:
         raise InputError(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -338,7 +339,7 @@ def gate_of(path: Path) -> Optional[str]:
     """The gate a JSON file's ``gate`` field names, or None when it is no job report (a log, another
     JSON file): how a reader given either tells them apart before it reads one."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, "JSON report", "report"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     gate = data.get("gate") if isinstance(data, dict) else None
@@ -593,7 +594,7 @@ def seat_entries(path: Path) -> list[SeatLogEntry]:
     """Every whole entry of a seat log (none when it is missing). A line that is not a JSON object
     (cut short by a killed job) is left out; a whole one that cannot be read is refused, by line number."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, "seat log", "log")
     except FileNotFoundError:
         return []
     except OSError as exc:

@@ -605,6 +605,16 @@ class OptionSpec:
     repeat: bool = False
     """May be given several times (``--from``): a wrapper passes comma-separated values one by one."""
     required: bool = True
+    path: bool = False
+    """Names a file or folder (its type is a path, or its metavar says PATH, DIR, FOLDER, SITE,
+    YML or ARCHIVE): what the tests of special files (a FIFO, a device, a link) walk."""
+
+
+_PATH_METAVARS = ("PATH", "DIR", "FOLDER", "SITE", "YML", "ARCHIVE")
+
+
+def _names_a_path(action: argparse.Action) -> bool:
+    return action.type is Path or any(word in str(action.metavar or "") for word in _PATH_METAVARS)
 
 
 @dataclass(frozen=True)
@@ -636,6 +646,7 @@ def verb_specs() -> list[VerbSpec]:
                     switch=isinstance(action, argparse._StoreTrueAction),
                     repeat=isinstance(action, argparse._AppendAction),
                     required=positional and action.nargs not in ("?", "*"),
+                    path=_names_a_path(action),
                 )
             )
         specs.append(VerbSpec(name, helps.get(name, ""), tuple(options)))

@@ -46,6 +46,7 @@ from typing import Callable, Iterable, Optional, TypeGuard
 from cuw.base.errors import InputError
 from cuw.toolchain import ninja
 from cuw.base.files import same_file, write_text
+from cuw.base.reading import is_regular, open_file, read_text
 from cuw.base.records import SeatLogEntry, gate_of, is_number, read_link_report, read_shard_report, seat_entries, seat_entry
 from cuw.partition.rules import tu_key, unseen_cost
 from cuw.config.recipe import Recipe, costs_path
@@ -121,10 +122,8 @@ class CostTable:
 def load(path: Path) -> CostTable:
     """Reads a cost table; a malformed one is an error naming the file and the fix."""
     fix = "record it again with `cuw costs <recipe> --from <seat log or .ninja_log>`"
-    if path.is_dir():
-        raise InputError(f"cost table {path} is a folder; give the costs.json file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        data = json.loads(read_text(path, "cost table", "cost table"), parse_constant=_no_constant)
     except FileNotFoundError:
         raise InputError(f"no cost table at {path}: check the path, or {fix}") from None
     except UnicodeDecodeError:
@@ -241,7 +240,7 @@ def _cold_compiles(path: Path) -> list[SeatLogEntry]:
     to carry a key and seconds; an error when there is none."""
     out: list[SeatLogEntry] = []
     hits = 0
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(read_text(path, "seat log", "log").splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -273,7 +272,7 @@ def _job_seat(start: Path) -> Optional[dict]:
         config = folder / "seat" / "seat.json"
         if config.is_file():
             try:
-                return json.loads(config.read_text())
+                return json.loads(read_text(config, "seat configuration", "report"))
             except (OSError, ValueError):
                 raise InputError(f"{config}: unreadable seat configuration of the job folder above the log") from None
     return None
@@ -299,7 +298,7 @@ def from_ninja_log(path: Path, source_root: Optional[Path] = None) -> dict[str, 
 
 def ninja_log_times(path: Path, source_root: Optional[Path] = None) -> tuple[dict[str, float], set[str]]:
     """Every compile's seconds per key in ``.ninja_log``, and the keys that were stubs or hits."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text(path, "ninja log", "log").splitlines()
     if not lines or not lines[0].startswith("# ninja log v"):
         raise InputError(f"{path}: not a ninja log (its first line is not '# ninja log vN')")
     build_dir = path.parent
@@ -385,12 +384,10 @@ def shard_report(path: Path) -> Optional[tuple[float, Path, Optional[float]]]:
 
 
 def read_log(path: Path, source_root: Optional[Path] = None) -> dict[str, float]:
-    if not path.is_file():
-        what = "is a folder" if path.is_dir() else "no such file"
-        raise InputError(f"--from {path}: {what} (a seat log, logs/seat.jsonl, or a build's .ninja_log)")
+    if not is_regular(path, "--from log (a seat log, logs/seat.jsonl, or a build's .ninja_log)"):
+        raise InputError(f"--from {path}: no such file (a seat log, logs/seat.jsonl, or a build's .ninja_log)")
     try:
-        with open(path, encoding="utf-8") as fh:
-            first = fh.readline()
+        first = _first_line(path)
         return from_ninja_log(path, source_root) if first.startswith("# ninja log") else from_seat_log(path)
     except UnicodeDecodeError:
         raise InputError(f"--from {path}: not a text file (a seat log, logs/seat.jsonl, or a build's .ninja_log)") from None
@@ -439,9 +436,13 @@ class _Measured:
 
 def _read_usage(log: Path) -> tuple[dict[str, float], dict[str, float]]:
     """A seat log's CPU seconds and peaks per key (:func:`read_log` has checked it); none from a ninja log."""
-    with open(log, encoding="utf-8") as fh:
-        first = fh.readline()
-    return ({}, {}) if first.startswith("# ninja log") else usage_from_seat_log(log)
+    return ({}, {}) if _first_line(log).startswith("# ninja log") else usage_from_seat_log(log)
+
+
+def _first_line(log: Path) -> str:
+    """A log's first line (at most 4 KiB of it): a ninja log says ``# ninja log vN`` there."""
+    with open_file(log, "log") as fh:
+        return fh.readline(4096).decode("utf-8", "replace")
 
 
 def record(

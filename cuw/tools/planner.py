@@ -24,6 +24,7 @@ from cuw.partition.coverage import REST_FAMILY, covered_keys, rest_keys
 from cuw.partition.costs import CostTable, recipe_costs
 from cuw.partition import job_cap
 from cuw.base.errors import CuwError, InputError
+from cuw.base.reading import is_regular, open_file
 from cuw.base.settings import Settings
 from cuw.config.grid import cells
 from cuw.ci.matrix import MAX_JOBS, RUNGS, jobs_for_cell
@@ -164,12 +165,11 @@ def seat_log_keys(path: Path) -> list[str]:
     """The TUs (CUDA and host) a recorded seat log saw, compiled or stubbed."""
     from cuw.seat.seat_log import read_entries
 
-    if not path.is_file():
-        what = "is a folder" if path.is_dir() else "no such file"
-        raise InputError(f"--from-log {path}: {what} (a job's logs/seat.jsonl, or its build's .ninja_log)")
+    if not is_regular(path, "--from-log (a job's logs/seat.jsonl, or its build's .ninja_log)"):
+        raise InputError(f"--from-log {path}: no such file (a job's logs/seat.jsonl, or its build's .ninja_log)")
     try:
-        with open(path, encoding="utf-8") as fh:
-            ninja = fh.readline().startswith("# ninja log")
+        with open_file(path, "--from-log") as fh:
+            ninja = fh.readline(4096).startswith(b"# ninja log")
         if ninja:  # every compile the build ran, stubs included: the TUs of the partition
             from cuw.partition.costs import ninja_log_times
 
