@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from cuw.base.errors import CuwError, InputError, OutputError
-from cuw.base.reading import open_file, read_bytes
+from cuw.base.reading import open_file, read_bytes, what_it_is
 
 
 def contained(path: Path, root: Path, what: str) -> Path:
@@ -246,7 +246,7 @@ def place_copy(src: Path, dest: Path, what: str) -> Path:
 def writable_dir(folder: Path, option: str) -> Path:
     """Creates ``folder`` if needed and proves a file can be written in it; a clear error otherwise."""
     if folder.exists() and not folder.is_dir():
-        raise InputError(f"{option} {folder} is a file, not a folder")
+        raise InputError(f"{option} {folder} is {_what_is(folder)}, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".cuw-write-probe-", dir=folder)
@@ -255,6 +255,12 @@ def writable_dir(folder: Path, option: str) -> Path:
     except OSError as exc:
         raise OutputError(f"{option} {folder}: cannot write there ({exc.strerror or exc}); pick a writable folder") from None
     return folder
+
+
+def _what_is(path: Path) -> str:
+    """What ``path`` is, in words (``a file``, ``a FIFO``): for the line that refuses it as a folder."""
+    mode = os.stat(path).st_mode
+    return "a file" if stat.S_ISREG(mode) else what_it_is(mode)
 
 
 def check_apart(folders: list[tuple[str, Path]], context: str = "") -> None:

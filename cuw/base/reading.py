@@ -107,12 +107,12 @@ def folder(path: PathLike, what: str) -> Path:
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise InputError(f"{path}: no such folder (the {what})") from None
+        raise InputError(f"{what} {path}: no such folder") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+        raise InputError(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
     if not stat.S_ISDIR(info.st_mode):
         kind = "a file" if stat.S_ISREG(info.st_mode) else what_it_is(info.st_mode)
-        raise InputError(f"{path} is {kind}, not a folder; give the {what} (a folder)")
+        raise InputError(f"{what} {path} is {kind}, not a folder; give a folder")
     return Path(path)
 
 

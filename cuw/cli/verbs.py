@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from cuw.base.errors import CuwError, InputError, OutputError, ToolError
-from cuw.base.files import check_destination, writable_dir, write_text
+from cuw.base.files import check_destination, place_text, writable_dir, write_text
+from cuw.base.reading import is_regular, optional_folder
 from cuw.base.settings import MIRROR_VAR, Settings
 from cuw.cli.parser import parse
 from cuw.config.grid import cell_archs
@@ -72,7 +73,7 @@ def _verify(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
     from cuw.toolchain.toolkit import find_toolkit
     from cuw.wheel.verify import verify, write_verify_reports
 
-    if not args.wheel.is_file():
+    if not is_regular(args.wheel, "wheel"):
         raise InputError(f"no such wheel: {args.wheel}")
     recipe = load_recipe(args.recipe or recipe_for_wheel(args.wheel.name, recipes_dir), recipes_dir)
     settings = _use_toolkit(args, recipes_dir, settings)  # $CUW_TOOLKIT and the policy's toolkits, as the build had them
@@ -1038,8 +1039,12 @@ def write_timeline(cell_dir: Path, paths: Paths, output: Optional[Path] = None) 
 
     if output is not None:
         check_destination(output, "--output")
+    for option, folder in (("--artifacts", paths.artifacts), ("--dist", paths.dist)):
+        optional_folder(folder, option)  # absent: no reports; a file or a FIFO there: refused, not passed over
     drawn = timeline.load(cell_dir, [paths.artifacts / cell_dir.name, paths.dist])
-    return write_text(output or cell_dir / "report.html", timeline.html(drawn), "report")
+    if output is not None:
+        return write_text(output, timeline.html(drawn), "--output")
+    return place_text(cell_dir / "report.html", timeline.html(drawn), "report")
 
 
 def _cell_report(recipe: Recipe, paths: Paths, settings: Settings) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
@@ -110,6 +111,10 @@ class Policy:
 def load_policy(recipes_dir: Path) -> Policy:
     path = recipes_dir / "defaults.yml"
     if not path.exists() and not path.is_symlink():
+        if os.path.lexists(recipes_dir):  # a FIFO or a file where the folder belongs: refused, not read as empty
+            from cuw.config.recipe import check_recipes_dir
+
+            check_recipes_dir(recipes_dir)
         return Policy()
     data = read_yaml(path, "farm policy") or {}
     policy = load_dataclass(Policy, data, str(path))

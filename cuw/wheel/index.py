@@ -55,7 +55,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from cuw.base.errors import InputError
-from cuw.base.files import copy_into, held, sha256_of, write_bytes, write_text
+from cuw.base.files import held, place_bytes, place_copy, place_text, sha256_of
+from cuw.base.reading import read_bytes, read_text
 from cuw.config.lanes import LANE_NAMES, LANES
 from cuw.wheel.finish import highest_build
 from cuw.wheel.verify import integrity
@@ -167,15 +168,15 @@ def _write_channel(root: Path, depth: int, entries: list[Entry], sizes: dict[str
     for project, items in by_project.items():
         links = [(f"{_url(e, up, urls)}#sha256={e.sha256}", e.path.name, _attributes(e)) for e in items]
         (root / project).mkdir(parents=True, exist_ok=True)
-        write_text(root / project / "index.html", _page(f"Links for {project}", links), "index page")
+        place_text(root / project / "index.html", _page(f"Links for {project}", links), "index page")
         files = [_file_json(e, _url(e, up, urls), sizes[e.path.name]) for e in items]
         versions = [str(v) for v in sorted({e.version for e in items})]
         detail = {"meta": {"api-version": API_VERSION}, "name": project, "files": files, "versions": versions}
-        write_text(root / project / "index.json", _json_text(detail), "index page")
+        place_text(root / project / "index.json", _json_text(detail), "index page")
     root.mkdir(parents=True, exist_ok=True)
-    write_text(root / "index.html", _page("Simple index", [(f"{p}/", p, {}) for p in sorted(by_project)]), "index page")
+    place_text(root / "index.html", _page("Simple index", [(f"{p}/", p, {}) for p in sorted(by_project)]), "index page")
     projects = {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in sorted(by_project)]}
-    write_text(root / "index.json", _json_text(projects), "index page")
+    place_text(root / "index.json", _json_text(projects), "index page")
 
 
 def _check_index_folder(out: Path) -> None:
@@ -265,7 +266,7 @@ def marker_details(data: Any, files: dict[str, str], where: str) -> dict[str, di
 
 def _marker_data(marker: Path) -> Any:
     try:
-        return json.loads(marker.read_text(encoding="utf-8"))
+        return json.loads(read_text(marker, "index record", "index"))
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise InputError(f"{marker}: unreadable index record; restore it from the published copy") from None
 
@@ -347,7 +348,7 @@ def write_marker(
     reports = {name: listed for name, listed in read_gpu_reports(out).items() if name in published}  # cuw gpu's, kept
     if reports:
         body[GPU_REPORTS] = reports
-    write_text(out / MARKER, json.dumps(body, indent=2, sort_keys=True) + "\n", "index record")
+    place_text(out / MARKER, json.dumps(body, indent=2, sort_keys=True) + "\n", "index record")
 
 
 # Reports of runs on a GPU (cuw gpu, cuw/wheel/gpu.py): additions beside a published wheel, never a
@@ -403,7 +404,7 @@ def add_gpu_reports(out: Path, reports: list[Path]) -> list[str]:
         listed = read_gpu_reports(out)
         new: dict[str, tuple[str, bytes]] = {}
         for path in reports:
-            data = path.read_bytes()
+            data = read_bytes(path, "GPU report", "report")
             try:
                 report = json.loads(data)
             except (ValueError, UnicodeDecodeError, RecursionError):
@@ -423,7 +424,7 @@ def add_gpu_reports(out: Path, reports: list[Path]) -> list[str]:
                 new[name] = (wheel, data)
         (out / "files").mkdir(parents=True, exist_ok=True)
         for name, (wheel, data) in sorted(new.items()):
-            write_bytes(out / "files" / name, data, "index file")
+            place_bytes(out / "files" / name, data, "index file")
             listed.setdefault(wheel, {})[name] = hashlib.sha256(data).hexdigest()
         if new:
             _write_gpu_reports(out, published, listed)
@@ -434,7 +435,7 @@ def _write_gpu_reports(out: Path, published: dict[str, str], listed: dict[str, d
     """The marker with ``listed`` as its GPU reports (the rest of it as it is), then the pages."""
     data = _marker_data(out / MARKER)
     data[GPU_REPORTS] = {wheel: dict(sorted(files.items())) for wheel, files in sorted(listed.items()) if files}
-    write_text(out / MARKER, json.dumps(data, indent=2, sort_keys=True) + "\n", "index record")
+    place_text(out / MARKER, json.dumps(data, indent=2, sort_keys=True) + "\n", "index record")
     write_pages(out, published)
 
 
@@ -444,7 +445,7 @@ def _ran_on(out: Path, reports: dict[str, dict[str, str]]) -> dict[str, list[dic
     for wheel, listed in reports.items():
         for name, sha in sorted(listed.items()):
             try:
-                report = json.loads((out / "files" / name).read_bytes())
+                report = json.loads(read_bytes(out / "files" / name, "GPU report", "report"))
                 device = report["device"]
                 entry = {"device": str(device["name"]), "sm": str(device["sm"]), "date": str(report.get("date", ""))}
             except (OSError, ValueError, UnicodeDecodeError, RecursionError, KeyError, TypeError):
@@ -507,7 +508,7 @@ def stage_metadata(wheel: Path, folder: Path, details: dict[str, dict[str, str]]
         about["requires_python"] = requires
     if added is not None:
         about["added"] = added
-    write_bytes(folder / (wheel.name + METADATA_SUFFIX), data, "index file")
+    place_bytes(folder / (wheel.name + METADATA_SUFFIX), data, "index file")
     details[wheel.name] = {**details.get(wheel.name, {}), **about}
 
 
@@ -563,7 +564,7 @@ def add_to_index(wheel_dir: Path, out: Path) -> list[Entry]:
     details, added = read_details(out), upload_time()
     for e in new:
         if e.path.name not in published:
-            copy_into(e.path, out / "files" / e.path.name, "index file")
+            place_copy(e.path, out / "files" / e.path.name, "index file")
             stage_metadata(out / "files" / e.path.name, out / "files", details, added)
             published[e.path.name] = e.sha256
     remote = remote_files(out)
@@ -604,8 +605,8 @@ def write_pages(out: Path, published: dict[str, str], remote: Optional[dict[str,
         for torch in sorted(torch_channels[cuda]):
             _write_channel(out / cuda / torch, 2, [e for e in line if e.torch in (None, torch)], sizes, urls)
     ran_on = _ran_on(out, read_gpu_reports(out))
-    write_text(out / PACKAGES, _json_text(packages_manifest(kept, sizes, urls, ran_on)), "index page")
-    write_text(out / CHOOSER, CHOOSER_PAGE, "index page")
+    place_text(out / PACKAGES, _json_text(packages_manifest(kept, sizes, urls, ran_on)), "index page")
+    place_text(out / CHOOSER, CHOOSER_PAGE, "index page")
     return kept
 
 
@@ -682,7 +683,7 @@ def packages_manifest(
     wheels, urls = [], urls or {}
     for e in sorted(kept, key=lambda e: (e.project, e.version, e.build, e.path.name)):
         record_path = e.path.with_name(e.path.name + RECORD_SUFFIX)
-        record_data = record_path.read_bytes() if record_path.is_file() else None
+        record_data = read_bytes(record_path, "build record", "report") if record_path.is_file() else None
         try:
             record = json.loads(record_data) if record_data is not None else None
         except (ValueError, UnicodeDecodeError, RecursionError):

@@ -47,8 +47,9 @@ from cuw.base.records import (
     write_build_record,
 )
 from cuw.base.settings import GitHub, Settings
-from cuw.base.files import check_apart, copy_into, writable_dir
+from cuw.base.files import check_apart, place_copy, writable_dir
 from cuw.base.files import sha256_of as sha256_file, tree_digest
+from cuw.base import reading
 from cuw.config.inputs import cell_inputs, changed_inputs, inputs_digest
 from cuw.wheel.finish import build_of, highest_build, wheel_key
 from cuw.wheel.index import RECORD_SUFFIX  # one name for the record beside each wheel
@@ -149,6 +150,8 @@ def record(recipe: Any, dist: Path, artifacts: Path, settings: Settings) -> Path
 
     toolkit = find_toolkit(homes=settings.homes)
     cell = local_cell(recipe, toolkit)
+    reading.folder(dist, "--dist")
+    reading.optional_folder(artifacts, "--artifacts")
     links = []
     for path in sorted(dist.glob("*.whl.link.json")):
         rep = read_link_report(path)
@@ -197,7 +200,7 @@ class Outcome:
 def _failed_cells(reports: Optional[Path]) -> dict[str, str]:
     """Cells whose link report says it failed: cell id -> the gate's reasons (missing shards named)."""
     out: dict[str, str] = {}
-    if reports is None or not reports.is_dir():
+    if reports is None or not reading.optional_folder(reports, "--reports"):  # a FIFO or a file there: refused
         return out
     for path in sorted(reports.rglob("link.report.json")):
         try:
@@ -341,9 +344,9 @@ def publish(
                 remote, details, added = remote_files(index), read_details(index), upload_time()
                 store.upload.mkdir(parents=True, exist_ok=True)
                 for wheel, rec_path in accepted:
-                    copy_into(wheel, store.upload / wheel.name, "wheel to upload")
+                    place_copy(wheel, store.upload / wheel.name, "wheel to upload")
                     stage_metadata(wheel, store.upload, details, added)  # <wheel>.metadata: an asset beside it
-                    copy_into(index / "files" / rec_path.name, store.upload / rec_path.name, "build record to upload")
+                    place_copy(index / "files" / rec_path.name, store.upload / rec_path.name, "build record to upload")
                     recipe = read_build_record(rec_path).recipe or canonicalize_name(wheel.name.split("-")[0])
                     published[wheel.name] = sha256_file(wheel)
                     remote[wheel.name] = {"url": store.url_of(recipe, wheel.name), "size": wheel.stat().st_size}
@@ -442,7 +445,7 @@ def _publish_record(rec_path: Path, dest: Path, published: dict[str, str], index
     older = _newest(published, rec.wheel, below=build_of(rec.wheel))
     theirs = _published_record(index, older) if older is not None else None
     if theirs is None:
-        copy_into(rec_path, dest, "build record")
+        place_copy(rec_path, dest, "build record")
         return
     changed = changed_inputs(theirs.inputs, rec.inputs) if theirs.inputs and rec.inputs else "not recorded"
     write_build_record(dest, replace(rec, supersedes={"wheel": theirs.wheel, "changed": changed}))

@@ -29,7 +29,7 @@ from wheel.wheelfile import WheelError, WheelFile
 from cuw.config.cell import Cell
 from cuw.base.errors import CuwError, ToolError
 from cuw.base.records import VerifyCheck, VerifyReport, write_verify_report
-from cuw.base.files import write_text
+from cuw.base.files import place_text
 from cuw.base.settings import Settings, process_environ
 from cuw.base.versions import version_key
 from cuw.config import lanes
@@ -660,5 +660,5 @@ def write_verify_reports(checked: Report, wheel_path: Path) -> tuple[Path, Path]
     as_md = wheel_path.with_name(wheel_path.name + ".verify.md")
     # Through a temp file and a rename, as every report: a reader (or a second verify) never sees half.
     write_verify_report(as_json, checked)
-    write_text(as_md, checked.to_markdown(), "verify report")
+    place_text(as_md, checked.to_markdown(), "verify report")
     return as_json, as_md
