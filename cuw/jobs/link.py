@@ -338,13 +338,13 @@ def _finish(job: LinkJob) -> None:
         return
     # Into dist/ through temp files renamed into place, wheel first, reports after it: two
     # links of one cell writing at once, or a reader (pip, an upload) never see a torn file.
-    from cuw.base.files import copy_into, writable_dir
+    from cuw.base.files import place_copy, writable_dir
 
     writable_dir(job.paths.dist, "--dist")
     beside = write_verify_reports(job.verified, final)
-    job.shipped = copy_into(final, job.paths.dist / final.name, "--dist")
+    job.shipped = place_copy(final, job.paths.dist / final.name, "--dist")
     for made in beside:
-        copy_into(made, job.paths.dist / made.name, "--dist")
+        place_copy(made, job.paths.dist / made.name, "--dist")
     job.report = replace(job.report, wheel=str(job.shipped))
 
 
