@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 from urllib.parse import quote, unquote, urlsplit
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename
 from packaging.version import InvalidVersion, Version
 
 from cuw.base import http
@@ -33,6 +33,7 @@ from cuw.config.policy import Policy
 from cuw.config.recipe import Recipe
 from cuw.config.lanes import LANE_NAMES
 from cuw.wheel.index import MARKER, RECORD_SUFFIX, marker_lists, published_files, read_served, remote_files
+from cuw.wheel.variants import parse_wheel_name
 
 REBUILD = ("missing", "stale", "all")
 MAX_RECORD_BYTES = http.MAX_BYTES
@@ -253,7 +254,7 @@ def _newness(record: dict[str, Any]) -> tuple[Version, int]:
     """Where a record's wheel stands among its cell's: its version, then its build number (a name
     that is no wheel's comes first)."""
     try:
-        _, version, build, _ = parse_wheel_filename(str(record.get("wheel")))
-    except (InvalidWheelFilename, InvalidVersion):
+        _, version, build, _ = parse_wheel_name(str(record.get("wheel")))
+    except (InvalidWheelFilename, InvalidVersion, InputError):
         return Version("0"), -1
     return version, build[0] if build else 0

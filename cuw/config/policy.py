@@ -71,6 +71,12 @@ class WheelPolicy:
     CUDA libraries (``nvidia/cu13/lib``). A torch-free wheel's ELF files that need one of the excluded
     CUDA libraries get an ``$ORIGIN``-relative RPATH to each, so pip-installed nvidia-* wheels are
     found without LD_LIBRARY_PATH (a torch-linked wheel gets them through torch, which loads them)."""
+    variants: bool = False
+    """Wheel variants (PEP 825, a draft; opt-in): each wheel gets ``*.dist-info/variant.json`` naming its
+    CUDA line (``nvidia :: cuda_version_lower_bound``) and the SASS/PTX the verify gate lists (``nvidia ::
+    sm_arch``), a variant label in its file name (``-cu130_<hash>.whl``), and the index a
+    ``{name}-{version}-variants.json``. Only an installer that reads variants (uv with ``--preview-features
+    wheel-variants``) installs such a wheel; pip skips it (docs/finish-verify-publish.md)."""
 
 
 @dataclass(frozen=True)

@@ -400,6 +400,9 @@ def recipe_for_wheel(filename: str, recipes_dir: Path) -> str:
     """The key of the recipe that builds the distribution a wheel filename names."""
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
+    parts = filename[: -len(".whl")].split("-")
+    if len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit()):  # a PEP 825 variant label last
+        filename = "-".join(parts[:-1]) + ".whl"  # (cuw.wheel.variants.split_label, a layer above)
     try:
         dist = canonicalize_name(parse_wheel_filename(filename)[0])
     except Exception:

@@ -36,7 +36,8 @@ from cuw.wheel.finish import FIRST_BUILD, BuildNumber, CudaRuntime, build_of, ch
 from cuw.toolchain.toolkit import Toolkit
 from cuw.toolchain.builder import current_builder
 from cuw.config import lanes
-from cuw.wheel.verify import Check, verify, write_verify_reports
+from cuw.wheel.variants import make_variant
+from cuw.wheel.verify import Check, GateCannotRun, device_code, verify, write_verify_reports
 from cuw.wheel.verify import Report as VerifyReport
 from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare
 
@@ -390,6 +391,10 @@ def _finish_and_verify(
         )
         final = repair(retagged, cell.lane, policy, recipe, out / "repaired", current_builder(settings).floor)
         check_build(final, build_of(retagged.name))  # the bytes verified and recorded carry the number
+        if policy.variants:  # after finish, before verify and the record: the bytes verified are the bytes published
+            final = make_variant(final, cell.cuda, *device_code(final, toolkit, settings.cuobjdump), out / "variant")
+    except GateCannotRun:
+        raise  # no cuobjdump to list the variant's archs: the gate cannot run here (exit 2), as in verify
     except CuwError as exc:
         failed = VerifyReport(str(wheel), [Check("finish", False, [str(exc)])])
         report.say(f"verify gate FAIL: finish: {exc}")

@@ -36,6 +36,7 @@ from cuw.config import lanes
 from cuw.config.policy import WheelPolicy
 from cuw.config.recipe import Recipe
 from cuw.wheel.binaries import Binary, read_elf_file
+from cuw.wheel.variants import parse_wheel_name
 
 
 def local_label(cell: Cell) -> str:
@@ -108,7 +109,7 @@ def _number(text: str, bad: str) -> int:
 
 def build_of(filename: str) -> int:
     """The build number a wheel's file name carries (0: untagged)."""
-    build = parse_wheel_filename(filename)[2]
+    build = parse_wheel_name(filename)[2]
     return build[0] if build else 0
 
 
@@ -119,8 +120,8 @@ WheelKey = tuple[NormalizedName, Version, frozenset[Tag]]
 def wheel_key(filename: str) -> Optional[tuple[WheelKey, int]]:
     """A wheel file name's (name, version, tags) and build number; None for a name that is no wheel's."""
     try:
-        name, version, build, tags = parse_wheel_filename(filename)
-    except InvalidWheelFilename:
+        name, version, build, tags = parse_wheel_name(filename)
+    except (InvalidWheelFilename, CuwError):
         return None
     return (name, version, tags), build[0] if build else 0
 
@@ -187,7 +188,7 @@ def dist_versions(dist: Path, cell: Cell, recipes_dir: Path) -> SiblingVersion:
         wanted = canonicalize_name(load_recipe(key, recipes_dir).name)
         best: Optional[Version] = None
         for wheel in dist.glob("*.whl"):
-            name, version, _, _ = parse_wheel_filename(wheel.name)
+            name, version, _, _ = parse_wheel_name(wheel.name)
             if canonicalize_name(name) == wanted and version.local == local_label(cell):
                 best = version if best is None or version > best else best
         return str(best) if best else None

@@ -31,7 +31,8 @@ from typing import Any, Callable, Optional
 from urllib.parse import quote
 
 from cuw.base.errors import InputError, ToolError
-from cuw.base.files import sha256_of, write_text
+from cuw.base.files import place_text, sha256_of
+from cuw.base.reading import read_text
 
 REPORT_SUFFIX = ".gpu.json"
 LOG_SUFFIX = ".gpu.log"
@@ -169,7 +170,7 @@ def _marker_files(data: Any, where: str) -> tuple[dict[str, str], dict[str, Any]
 def _from_index_folder(folder: Path, download: Path) -> list[Subject]:
     marker = folder / "cuw-index.json"
     try:
-        files, remote = _marker_files(json.loads(marker.read_text(encoding="utf-8")), str(marker))
+        files, remote = _marker_files(json.loads(read_text(marker, "index marker", "index")), str(marker))
     except ValueError:
         raise InputError(f"gpu: {marker}: unreadable index marker") from None
     out = []
@@ -377,9 +378,9 @@ def report_path(subject: Subject, out: Optional[Path]) -> Path:
 def write_report(outcome: Outcome, out: Optional[Path]) -> Path:
     path = report_path(outcome.subject, out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps(outcome.report, indent=2, sort_keys=True) + "\n", "gpu report")
+    place_text(path, json.dumps(outcome.report, indent=2, sort_keys=True) + "\n", "gpu report")
     if outcome.log:
-        write_text(path.with_name(path.name[: -len(REPORT_SUFFIX)] + LOG_SUFFIX), "\n".join(outcome.log), "gpu log")
+        place_text(path.with_name(path.name[: -len(REPORT_SUFFIX)] + LOG_SUFFIX), "\n".join(outcome.log), "gpu log")
     return path
 
 

@@ -51,13 +51,14 @@ from urllib.parse import quote
 
 from packaging.metadata import parse_email
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from cuw.base.errors import InputError
 from cuw.base.files import held, place_bytes, place_copy, place_text, sha256_of
 from cuw.base.reading import read_bytes, read_text
 from cuw.config.lanes import LANE_NAMES, LANES
+from cuw.wheel import variants
 from cuw.wheel.finish import highest_build
 from cuw.wheel.verify import integrity
 
@@ -67,7 +68,7 @@ PACKAGES = "packages.json"
 CHOOSER = "choose.html"
 RECORD_SUFFIX = ".build.json"  # the build record beside each wheel (cuw/wheel/publish.py writes it)
 METADATA_SUFFIX = ".metadata"  # PEP 658: the wheel's METADATA beside it, at its URL + ".metadata"
-DETAIL_KEYS = ("added", "metadata", "requires_python", "yanked")  # the marker's details of a wheel
+DETAIL_KEYS = ("added", "metadata", "requires_python", "yanked", "variant")  # the marker's details of a wheel
 API_VERSION = "1.1"  # PEP 691's JSON with PEP 700's versions and size
 CHOOSER_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # offered even before a wheel names them
 _LABEL = re.compile(r"^(cu\d+)(?:(torch\d+\.\d+))?$")
@@ -91,7 +92,7 @@ def _entry(path: Path, sha256: Optional[str] = None, details: Optional[dict[str,
     file (pip checks it against the file on every download), so a publish hashes only what is new;
     ``details``: the marker's about it (:data:`DETAIL_KEYS`)."""
     try:
-        name, version, build, tags = parse_wheel_filename(path.name)
+        name, version, build, tags = variants.parse_wheel_name(path.name)
     except Exception as exc:
         raise InputError(f"{path}: not a wheel filename ({exc})") from None
     match = _LABEL.match(version.local or "")
@@ -99,7 +100,7 @@ def _entry(path: Path, sha256: Optional[str] = None, details: Optional[dict[str,
         raise InputError(f"{path.name}: no cell label like +cu130torch2.14 (finish the wheel first)")
     if sha256 is None and not zipfile.is_zipfile(path):
         raise InputError(f"{path}: not a wheel (not a zip archive); only finished wheels go into an index")
-    tag_text = path.name[: -len(".whl")].split("-", 3 if build else 2)[-1]
+    tag_text = variants.split_label(path.name)[0][: -len(".whl")].split("-", 3 if build else 2)[-1]
     digest = sha256 or sha256_of(path)
     number = build[0] if build else 0
     project = canonicalize_name(name)
@@ -158,18 +159,31 @@ def _file_json(e: Entry, url: str, size: int) -> dict[str, Any]:
     return item
 
 
-def _write_channel(root: Path, depth: int, entries: list[Entry], sizes: dict[str, int], urls: dict[str, str]) -> None:
+def _write_channel(
+    root: Path,
+    depth: int,
+    entries: list[Entry],
+    sizes: dict[str, int],
+    urls: dict[str, str],
+    variant_files: Optional[dict[str, tuple[str, int]]] = None,
+) -> None:
     """A channel's pages: per project ``index.html`` (PEP 503) and ``index.json`` (PEP 691/700, the
-    same files, URLs, digests and attributes), and the root's project list in both forms."""
+    same files, URLs, digests and attributes), and the root's project list in both forms.
+    ``variant_files``: ``files/{name}-{version}-variants.json`` (sha256, size), linked on each page
+    that links a wheel of that version (PEP 825)."""
     by_project: dict[str, list[Entry]] = defaultdict(list)
     for e in entries:
         by_project[e.project].append(e)
     up = "../" * (depth + 1)
     for project, items in by_project.items():
         links = [(f"{_url(e, up, urls)}#sha256={e.sha256}", e.path.name, _attributes(e)) for e in items]
+        files = [_file_json(e, _url(e, up, urls), sizes[e.path.name]) for e in items]
+        for name in sorted({variants.index_name(e.path.name) for e in items} & set(variant_files or {})):
+            sha, size = (variant_files or {})[name]
+            links.append((f"{up}files/{quote(name)}#sha256={sha}", name, {}))
+            files.append({"filename": name, "url": f"{up}files/{quote(name)}", "hashes": {"sha256": sha}, "size": size})
         (root / project).mkdir(parents=True, exist_ok=True)
         place_text(root / project / "index.html", _page(f"Links for {project}", links), "index page")
-        files = [_file_json(e, _url(e, up, urls), sizes[e.path.name]) for e in items]
         versions = [str(v) for v in sorted({e.version for e in items})]
         detail = {"meta": {"api-version": API_VERSION}, "name": project, "files": files, "versions": versions}
         place_text(root / project / "index.json", _json_text(detail), "index page")
@@ -472,7 +486,7 @@ def upload_time() -> str:
 
 def read_metadata(wheel: Path) -> bytes:
     """The wheel's ``<name>-<version>.dist-info/METADATA``, byte for byte: what an installer reads."""
-    name = canonicalize_name(parse_wheel_filename(wheel.name)[0])
+    name = canonicalize_name(variants.parse_wheel_name(wheel.name)[0])
     try:
         with zipfile.ZipFile(wheel) as zf:
             found = [
@@ -508,6 +522,9 @@ def stage_metadata(wheel: Path, folder: Path, details: dict[str, dict[str, str]]
         about["requires_python"] = requires
     if added is not None:
         about["added"] = added
+    variant = variants.kept_variant(wheel)  # its variant.json's variant: the version's -variants.json merges them
+    if variant is not None:
+        about["variant"] = variant
     place_bytes(folder / (wheel.name + METADATA_SUFFIX), data, "index file")
     details[wheel.name] = {**details.get(wheel.name, {}), **about}
 
@@ -594,20 +611,36 @@ def write_pages(out: Path, published: dict[str, str], remote: Optional[dict[str,
     kept = ordered([_entry(out / "files" / name, sha, details.get(name)) for name, sha in sorted(published.items())])
     sizes = {e.path.name: remote[e.path.name]["size"] if e.path.name in remote else e.path.stat().st_size for e in kept}
     urls = {name: r["url"] for name, r in remote.items()}
-    _write_channel(out / "simple", 1, kept, sizes, urls)
+    vfiles = _write_variant_files(out, kept)
+    _write_channel(out / "simple", 1, kept, sizes, urls, vfiles)
     torch_channels: dict[str, set[str]] = defaultdict(set)
     for e in kept:
         if e.torch:
             torch_channels[e.cuda].add(e.torch)
     for cuda in sorted({e.cuda for e in kept}):
         line = [e for e in kept if e.cuda == cuda]
-        _write_channel(out / cuda, 1, [e for e in line if not e.torch], sizes, urls)
+        _write_channel(out / cuda, 1, [e for e in line if not e.torch], sizes, urls, vfiles)
         for torch in sorted(torch_channels[cuda]):
-            _write_channel(out / cuda / torch, 2, [e for e in line if e.torch in (None, torch)], sizes, urls)
+            _write_channel(out / cuda / torch, 2, [e for e in line if e.torch in (None, torch)], sizes, urls, vfiles)
     ran_on = _ran_on(out, read_gpu_reports(out))
     place_text(out / PACKAGES, _json_text(packages_manifest(kept, sizes, urls, ran_on)), "index page")
     place_text(out / CHOOSER, CHOOSER_PAGE, "index page")
     return kept
+
+
+def _write_variant_files(out: Path, kept: list[Entry]) -> dict[str, tuple[str, int]]:
+    """``files/{name}-{version}-variants.json`` for each version with variant wheels (PEP 825): the
+    merge of the variants the marker keeps of them; returns each file's (sha256, size)."""
+    found: dict[str, dict[str, str]] = defaultdict(dict)
+    for e in kept:
+        if "variant" in e.details:
+            found[variants.index_name(e.path.name)][e.path.name] = e.details["variant"]
+    made = {}
+    for name, of_version in sorted(found.items()):
+        data = variants.text(variants.document(variants.merge(of_version, str(out / MARKER)))).encode()
+        place_bytes(out / "files" / name, data, "index file")
+        made[name] = (hashlib.sha256(data).hexdigest(), len(data))
+    return made
 
 
 # packages.json: the published wheels for tools and people (and choose.html).
@@ -628,7 +661,7 @@ def _on_lane(platform: str, lane: Any) -> bool:
 def _serves(e: Entry) -> dict[str, Any]:
     """Where pip installs the wheel, read from its file name: lanes (None: any platform), the Python
     range (None: unbounded), the CUDA line and torch line of its local label."""
-    _, _, _, tags = parse_wheel_filename(e.path.name)
+    _, _, _, tags = variants.parse_wheel_name(e.path.name)
     lanes: set[str] | None = set()
     lows: list[str | None] = []
     highs: list[str | None] = []

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Collection, Optional
 
 from packaging.tags import Tag
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.metadata import parse_email
 from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelError, WheelFile
@@ -35,6 +35,7 @@ from cuw.base.versions import version_key
 from cuw.config import lanes
 from cuw.wheel.binaries import Binary, read_binary
 from cuw.wheel.finish import local_label
+from cuw.wheel.variants import parse_wheel_name, properties, read_variant
 from cuw.config.grid import parse_arch
 from cuw.config.policy import WheelPolicy
 from cuw.config.recipe import Recipe
@@ -306,8 +307,8 @@ def integrity(wheel: Path) -> list[str]:
     RECORD whose every line parses and whose hashes match every member (read in full), no member
     outside the install tree, METADATA naming the file's name and version. Empty: sound."""
     try:
-        name, version, _, _ = parse_wheel_filename(wheel.name)
-    except ValueError as exc:
+        name, version, _, _ = parse_wheel_name(wheel.name)
+    except (ValueError, CuwError) as exc:
         return [f"not a wheel filename: {exc}"]
     try:
         problems = _record_lines(wheel)
@@ -320,6 +321,10 @@ def integrity(wheel: Path) -> list[str]:
     unsafe = sorted(n for n in members if _unsafe_member(n))
     if unsafe:
         return [f"member {unsafe[0]!r} would be installed outside site-packages"]
+    try:
+        read_variant(wheel)  # a label names its variant.json and that file only it
+    except CuwError as exc:
+        return [str(exc)]
     return _metadata_problems(members, name, version)
 
 
@@ -340,7 +345,7 @@ def verify(
     the wheel's tag must be it. Without one, the wheel's own tag is what its symbols are held to.
     ``cuobjdump``: the run's ``$CUW_CUOBJDUMP``, the arch check's reader instead of the toolkit's."""
     try:
-        name, version, _, tags = parse_wheel_filename(wheel.name)
+        name, version, _, tags = parse_wheel_name(wheel.name)
     except Exception as exc:  # packaging raises several types for a bad name
         return Report(str(wheel), [Check("filename", False, [f"not a wheel filename: {exc}"])])
     checks = [_filename_check(name, version, tags, recipe, cell), python_tag_check(recipe, cell, tags)]
@@ -363,6 +368,7 @@ def verify(
         checks.append(_links_torch_check(elves, recipe))
         checks.append(_pyinit_check(elves, recipe.verify.load_libraries))
         checks.append(_arch_check(elves, scratch, archs, toolkit, recipe.device_code, cuobjdump))
+        checks += _variant_check(wheel, elves, scratch, cell, toolkit, cuobjdump)
     if import_check:
         checks.append(_import_check(wheel, members, elves, recipe, requires=import_requirements(recipe, cell)))
     if torch_patches is not None:
@@ -518,6 +524,51 @@ def _size_check(wheel: Path, members: dict[str, bytes], limit_mb: Optional[float
     )
 
 
+def _variant_check(
+    wheel: Path, elves: list[Binary], scratch: Path, cell: Cell, toolkit: Toolkit, named_cuobjdump: Optional[str]
+) -> list[Check]:
+    """A variant wheel (``wheel.variants``) says what it is: its ``variant.json`` names its label and
+    exactly the cell's CUDA line and the device code cuobjdump lists. Nothing for another wheel."""
+    try:
+        found = read_variant(wheel)
+    except CuwError as exc:
+        return [Check("variant", False, [str(exc)])]
+    if found is None:
+        return []
+    label, props = found
+    sass, ptx = _listed_device_code(elves, scratch, str(find_cuobjdump(toolkit, named_cuobjdump)))
+    listed = properties(cell.cuda, sass, ptx)
+    if props != listed:
+        return [Check("variant", False, [f"variant {label} says {props}, the wheel holds {listed}"])]
+    return [Check("variant", True, [f"variant {label}: {props}"])]
+
+
+def _listed_device_code(elves: list[Binary], scratch: Path, cuobjdump: str) -> tuple[set[str], set[str]]:
+    """The arch numbers (``"90"``) of the SASS and the PTX that cuobjdump lists in the compiled files."""
+    sass: set[str] = set()
+    ptx: set[str] = set()
+    for elf in elves:
+        lib = scratch / Path(elf.path).name
+        for flag, into in (("--list-elf", sass), ("--list-ptx", ptx)):
+            out = subprocess.run([cuobjdump, flag, str(lib)], capture_output=True, text=True).stdout
+            into.update(re.findall(r"\bsm_(\d+)", out))
+    return sass, ptx
+
+
+def device_code(wheel: Path, toolkit: Toolkit, named_cuobjdump: Optional[str] = None) -> tuple[set[str], set[str]]:
+    """The SASS and PTX arch numbers the arch check lists in ``wheel``, read the same way (the
+    variant step names them in the wheel before verify reads it)."""
+    try:
+        cuobjdump = find_cuobjdump(toolkit, named_cuobjdump)
+    except CuwError as exc:
+        raise GateCannotRun(f"{exc}: the variant's archs cannot be listed") from None
+    with WheelFile(wheel) as wf:
+        members = {i.filename: wf.read(i) for i in wf.infolist() if not i.is_dir()}
+    with tempfile.TemporaryDirectory(prefix="cuw-archs-") as tmp:
+        elves = [e for e in (read_binary(n, d, Path(tmp)) for n, d in members.items()) if e]
+        return _listed_device_code(elves, Path(tmp), str(cuobjdump))
+
+
 def _arch_check(
     elves: list[Binary],
     scratch: Path,
@@ -530,13 +581,7 @@ def _arch_check(
         cuobjdump = find_cuobjdump(toolkit, named_cuobjdump)
     except CuwError as exc:
         raise GateCannotRun(f"{exc}: the arch check cannot run") from None
-    sass: set[str] = set()
-    ptx: set[str] = set()
-    for elf in elves:
-        lib = scratch / Path(elf.path).name
-        for flag, into in (("--list-elf", sass), ("--list-ptx", ptx)):
-            out = subprocess.run([str(cuobjdump), flag, str(lib)], capture_output=True, text=True).stdout
-            into.update(re.findall(r"\bsm_(\d+)", out))
+    sass, ptx = _listed_device_code(elves, scratch, str(cuobjdump))
     if not device_code:  # kernels compiled at run time: device code in the wheel means the recipe is wrong
         found = [f"sm_{n}" for n in sorted(sass)] + [f"compute_{n}" for n in sorted(ptx)]
         if found:
