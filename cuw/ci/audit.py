@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from cuw.base.errors import CuwError
+from cuw.base.reading import open_file, read_bytes
 from cuw.ci.matrix import UNVERIFIED_LANES
 from cuw.ci.published import Published, cell_status, locate, read_index, record_cell, record_cell_of
 from cuw.config.grid import cell_archs, cells
@@ -75,13 +76,15 @@ class _Read:
 def _read_file(path: Path) -> _Read:
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
+        with open_file(path, "published wheel") as fh:  # a FIFO or a device there is a finding, not a hang
             while block := fh.read(BLOCK):
                 digest.update(block)
     except FileNotFoundError:
         return _Read(problem=f"missing: {path} is not there (the marker lists it)")
     except OSError as exc:
         return _Read(problem=f"unreadable: {path} ({exc.strerror or exc})")
+    except CuwError as exc:
+        return _Read(problem=f"unreadable: {exc}")
     return _Read(path, digest.hexdigest())
 
 
@@ -218,7 +221,7 @@ def gpu_report_findings(location: str) -> list[Finding]:
         for name, sha in sorted(reports.items()):
             try:
                 if isinstance(where, Path):
-                    body = (where / "files" / name).read_bytes()
+                    body = read_bytes(where / "files" / name, "GPU report", "report")
                 else:
                     body = http.fetch(f"{where}/files/{quote(name)}", "--index")
             except (OSError, CuwError) as exc:

@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from cuw.base import http
 from cuw.base.errors import InputError
+from cuw.base.reading import read_bytes
 from cuw.config.cell import Cell
 from cuw.config.inputs import INPUTS_SCHEME, cell_inputs, changed_inputs, compare_inputs, input_cell, inputs_digest
 from cuw.config.policy import Policy
@@ -110,7 +111,7 @@ def _read_folder(folder: Path, location: str, option: str, lost_ok: bool = False
         raise InputError(f"{option} {location}: {what} ({fix})")
     marker = folder / MARKER
     if lost_ok and marker.is_file():  # the marker checked, a listed file that is gone left to the caller
-        listed = marker_lists(http.parse_json(marker.read_bytes(), str(marker), option), str(marker))[0]
+        listed = marker_lists(http.parse_json(read_bytes(marker, "index record", "index"), str(marker), option), str(marker))[0]
     else:
         listed = published_files(folder)  # the marker checked, as read_served checks a served one
     names = sorted(listed)
@@ -119,7 +120,7 @@ def _read_folder(folder: Path, location: str, option: str, lost_ok: bool = False
     for name in names:
         path = folder / "files" / f"{name}{RECORD_SUFFIX}"
         try:
-            record = http.parse_json(path.read_bytes(), str(path), option)
+            record = http.parse_json(read_bytes(path, "build record", "report"), str(path), option)
         except OSError as exc:
             raise InputError(f"{option}: {path}: {exc.strerror or exc}; a published wheel lacks its record") from None
         if not isinstance(record, dict) or record.get("wheel") != name:

@@ -11,7 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from cuw.base.errors import InputError, ToolError
+from cuw.base.errors import CuwError, InputError, ToolError
+from cuw.base.reading import open_file
 from cuw.base.settings import ToolkitHomes
 
 DEFAULT_CUDA_HOME = "/usr/local/cuda-13.0"
@@ -97,8 +98,9 @@ def _home_of_nvcc(nvcc: Path) -> str:
     # /usr/local/bin/nvcc may be a small wrapper script that execs the real one.
     real = nvcc.resolve()
     try:
-        head = real.read_bytes()[:4096]
-    except OSError:
+        with open_file(real, "nvcc") as fh:  # its first block only: never a FIFO waited on, nor /dev/zero read whole
+            head = fh.read(4096)
+    except (OSError, CuwError):
         head = b""
     if head.startswith(b"#!"):
         match = re.search(rb"(/\S+)/bin/nvcc\b", head)
