@@ -391,3 +391,54 @@ def test_ci_workflow_runs_what_ci_run_runs_in_jobs_side_by_side():
             extras = re.search(r"pip install -e '\.\[([\w,]+)\]'", text)
             assert extras and {"test", "torch"} <= set(extras.group(1).split(",")), f"{name}: {text}"
             assert "install-cuda.sh 13.0" in text, name
+
+
+def test_pages_yanks_by_hand_through_the_forge_verb_and_deploys_in_the_publish_group(tmp_path):
+    """workflow_dispatch (wheel, reason, undo) runs `nox -s yank` continued from the site and the
+    publish job's own deploy steps, in the publish-index group; the inputs reach the shell through
+    env only, and the arguments the step builds are the verb's, checked by running it with a nox stand-in."""
+    flow = yaml.safe_load((REPO / ".github/workflows/pages.yml").read_text())
+    dispatch = flow[True]["workflow_dispatch"]["inputs"]  # YAML 1.1 reads the key `on` as True
+    assert set(dispatch) == {"wheel", "reason", "undo"} and dispatch["undo"]["type"] == "boolean"
+    [job] = flow["jobs"].values()  # one job: a publish and a yank share every step but their own
+    assert job["concurrency"]["group"] == "publish-index" and job["concurrency"]["cancel-in-progress"] is False
+    assert "github.event_name == 'workflow_dispatch'" in job["if"]
+    steps = job["steps"]
+    [yank] = [i for i, s in enumerate(steps) if "nox -s yank" in s.get("run", "")]
+    assert steps[yank]["if"] == "github.event_name == 'workflow_dispatch'"
+    assert set(steps[yank]["env"]) == {"PAGES_URL", "WHEEL", "REASON", "UNDO"}
+    assert all("${{" not in s.get("run", "") for s in steps), "an input or expression reaches the shell outside env:"
+    artifact = next(i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("actions/upload-pages-artifact@"))
+    deploy = next(i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("actions/deploy-pages@"))
+    assert yank < artifact < deploy and steps[artifact]["with"]["path"] == "site"
+    # What runs on a dispatch: every step not kept to workflow_run (the build run's artifacts, publish, upload).
+    ran = [i for i, s in enumerate(steps) if "workflow_run" not in s.get("if", "")]
+    assert ran == [0, 1, 2, yank, artifact, deploy], [steps[i].get("name", steps[i].get("uses")) for i in ran]
+    assert [steps[i].get("uses", steps[i].get("run", "")).split("@")[0] for i in ran[:3]] == [
+        "actions/checkout",
+        "actions/setup-python",
+        ".github/scripts/install-forge.sh",
+    ]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nox").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$NOX_ARGS"\n')
+    (fake / "nox").chmod(0o755)
+    for undo, reason, expected in (
+        ("false", "broken on sm_90 (issue 12)", ["--reason", "broken on sm_90 (issue 12)"]),
+        ("true", "", ["--undo"]),
+    ):
+        env = {"PATH": f"{fake}:/usr/bin:/bin", "NOX_ARGS": str(tmp_path / "args"), "PAGES_URL": "https://o.github.io/farm"}
+        env |= {"WHEEL": "x-1.0+cu130-py3-none-any.whl", "REASON": reason, "UNDO": undo}
+        subprocess.run(["bash", "-e", "-c", steps[yank]["run"]], env=env, check=True, timeout=30)
+        said = (tmp_path / "args").read_text().splitlines()
+        assert said == [
+            "-s",
+            "yank",
+            "--",
+            "x-1.0+cu130-py3-none-any.whl",
+            "--index",
+            "site",
+            "--from-url",
+            env["PAGES_URL"],
+            *expected,
+        ]
