@@ -56,7 +56,7 @@ from packaging.version import Version
 
 from cuw.base.errors import InputError
 from cuw.base.files import held, place_bytes, place_copy, place_text, sha256_of
-from cuw.base.reading import read_bytes, read_text
+from cuw.base.reading import LIMITS, read_bytes, read_text
 from cuw.config.lanes import LANE_NAMES, LANES
 from cuw.wheel import variants
 from cuw.wheel.finish import highest_build
@@ -496,6 +496,8 @@ def read_metadata(wheel: Path) -> bytes:
                 and member.endswith(".dist-info/METADATA")
                 and canonicalize_name(member.split("/")[0][: -len(".dist-info")].rsplit("-", 1)[0]) == name
             ]
+            if len(found) == 1 and zf.getinfo(found[0]).file_size > LIMITS["member"]:
+                raise InputError(f"{wheel}: its {found[0]} is larger than any METADATA; only finished wheels go into an index")
             data = zf.read(found[0]) if len(found) == 1 else None
     except (OSError, zipfile.BadZipFile) as exc:
         raise InputError(f"{wheel}: cannot read its METADATA ({exc}); only finished wheels go into an index") from None
