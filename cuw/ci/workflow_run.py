@@ -47,6 +47,7 @@ from cuw.base.errors import InputError, ToolError
 from cuw.base.settings import Settings
 from cuw.toolchain.pythons import Interpreter, find_python
 from cuw.base.files import writable_dir
+from cuw.base.reading import optional_folder
 
 if TYPE_CHECKING:
     from cuw.config.recipe import Recipe
@@ -457,8 +458,7 @@ def _prepare_run(
     then the run's folder, the tool cache's Pythons and the offline actions."""
     farm = repo / ".cuw" / "farm"
     index = (index_option or farm / "index").resolve()
-    if index.exists() and not index.is_dir():
-        raise InputError(f"--index {index} is a file, not a folder")
+    optional_folder(index, "--index")  # a file, FIFO or device there: refused, naming what it is
     _act_binary()
     if engine:
         _docker_tools()
