@@ -183,7 +183,9 @@ FLIPS = {
     "another line's extra deps": Flip(
         "example", lambda r: _append(r / "example/recipe.yml", "extra_deps_cuda: {'12.8': [nvidia-curand-cu12==10.3.9.90]}\n"), ""
     ),
-    "verify": Flip("example", lambda r: _append(r / "example/recipe.yml", "verify: {import_requires: [numpy==2.2.6]}\n"), ""),
+    "verify": Flip(
+        "example", lambda r: _edit(r / "example/recipe.yml", "verify:\n", "verify:\n  import_requires: [numpy==2.2.6]\n"), ""
+    ),
     "a lane's size limit": Flip("example", lambda r: _edit(r / "defaults.yml", "{linux: 2000,", "{linux: 100,"), ""),
     "another line's RPATH": Flip("example", lambda r: _edit(r / "defaults.yml", '"nvidia/cuda_runtime/lib", ', ""), ""),
     "another line's toolkit": Flip(

@@ -485,6 +485,22 @@ def build_record(data: Any, where: str) -> BuildRecord:
     return BuildRecord(**{**_parts(BuildRecord, data), "format": version})
 
 
+def published_record(data: Any, wheel: str, where: str, lenient: bool = False) -> dict[str, Any]:
+    """A published wheel's build record, read from an index (a folder's ``files/`` or the URL it is
+    served at): checked by :func:`build_record` like every record the forge reads, and refused when it
+    is another wheel's. The plan, the audit and publish read an index's records through this one reader.
+    ``lenient`` (the audit): a record of the right wheel whose fields do not check is returned as it
+    is, for the audit to report as its wheel's finding instead of ending the whole report."""
+    if isinstance(data, dict) and data.get("wheel") != wheel:
+        raise InputError(f"{where} is not the build record of {wheel}; restore the index")
+    try:
+        return build_record(data, where).to_json()
+    except InputError as exc:
+        if lenient and isinstance(data, dict):
+            return data
+        raise InputError(f"{exc}; a published record is what `cuw record` wrote: restore the index") from None
+
+
 def write_build_record(path: Path, record: BuildRecord) -> Path:
     """The one writer of build records (its reader, :func:`build_record`, checks it first)."""
     return _write_json(path, record.to_json(), build_record, "build record")

@@ -28,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 from cuw.base import http
 from cuw.base.errors import InputError
 from cuw.base.reading import read_bytes
+from cuw.base.records import published_record
 from cuw.config.cell import Cell
 from cuw.config.inputs import INPUTS_SCHEME, cell_inputs, changed_inputs, compare_inputs, input_cell, inputs_digest
 from cuw.config.policy import Policy
@@ -89,11 +90,12 @@ class Published:
 
 def read_index(location: str, option: str = "--published", lost_ok: bool = False) -> Published:
     """Every published wheel's build record, and where each wheel is: under ``files/``, or a
-    release asset at the URL the marker names. ``lost_ok``: a folder whose marker lists a wheel
-    missing from ``files/`` is read all the same (the audit reports the lost file)."""
+    release asset at the URL the marker names. ``lost_ok`` (the audit): a folder whose marker lists a
+    wheel missing from ``files/``, or a record whose fields do not check, is read all the same (the
+    audit reports the lost file or the junk record as its wheel's finding)."""
     where = locate(location, option)
     if isinstance(where, str):
-        served = read_served(where, option)
+        served = read_served(where, option, lenient=lost_ok)
         remote = served.remote
         wheels = {name: _remote_url(remote.get(name)) or f"{where}/files/{quote(name)}" for name in sorted(served.files)}
         return Published([served.records[name] for name in sorted(served.files)], wheels, _sizes(remote), dict(served.files))
@@ -120,12 +122,10 @@ def _read_folder(folder: Path, location: str, option: str, lost_ok: bool = False
     for name in names:
         path = folder / "files" / f"{name}{RECORD_SUFFIX}"
         try:
-            record = http.parse_json(read_bytes(path, "build record", "report"), str(path), option)
+            data = http.parse_json(read_bytes(path, "build record", "report"), str(path), option)
         except OSError as exc:
             raise InputError(f"{option}: {path}: {exc.strerror or exc}; a published wheel lacks its record") from None
-        if not isinstance(record, dict) or record.get("wheel") != name:
-            raise InputError(f"{option}: the record of {name} names another wheel; restore the index")
-        records.append(record)
+        records.append(published_record(data, name, f"{option}: {path}", lenient=lost_ok))
     wheels = {name: _remote_url(remote.get(name)) or str(folder / "files" / name) for name in names}
     return Published(records, wheels, _sizes(remote), listed)
 

@@ -57,6 +57,7 @@ from packaging.version import Version
 from cuw.base.errors import InputError
 from cuw.base.files import held, place_bytes, place_copy, place_text, sha256_of
 from cuw.base.reading import LIMITS, read_bytes, read_text
+from cuw.base.records import published_record
 from cuw.config.lanes import LANE_NAMES, LANES
 from cuw.wheel import variants
 from cuw.wheel.finish import highest_build
@@ -321,9 +322,10 @@ class ServedIndex:
     details: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def read_served(base: str, option: str) -> ServedIndex:
+def read_served(base: str, option: str, lenient: bool = False) -> ServedIndex:
     """The marker and every wheel's build record of the index served at ``base`` (no trailing
-    ``/``), each checked: the one reader of an online index (the plan's, the audit's, publish's)."""
+    ``/``), each checked: the one reader of an online index (the plan's, the audit's, publish's).
+    ``lenient``: a record that does not check is kept for the audit to report (records.published_record)."""
     from cuw.base import http
 
     deadline = http.Deadline()  # one for the whole read, the marker and every record (a few at a time)
@@ -334,10 +336,7 @@ def read_served(base: str, option: str) -> ServedIndex:
     urls = [f"{base}/files/{quote(name + RECORD_SUFFIX)}" for name in names]
     records = {}
     for name, url, data in zip(names, urls, http.fetch_all(urls, option, deadline=deadline)):
-        record = http.parse_json(data, url, option)
-        if not isinstance(record, dict) or record.get("wheel") != name:
-            raise InputError(f"{option}: {url} is not the build record of {name}; restore the index")
-        records[name] = record
+        records[name] = published_record(http.parse_json(data, url, option), name, f"{option}: {url}", lenient)
     return ServedIndex(files, remote, records, details)
 
 
