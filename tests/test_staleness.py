@@ -173,6 +173,9 @@ FLIPS = {
         lambda r: _edit(r / "defaults.yml", '"13.0": ["nvidia/cu13/lib", "nvidia/nccl/lib"]', '"13.0": ["nvidia/cu13/lib"]'),
         "wheel_policy.cuda_runtime_rpath",
     ),
+    "wheel variants turned on": Flip(
+        "example", lambda r: _edit(r / "defaults.yml", "variants: false", "variants: true"), "wheel_policy.variants"
+    ),
     # What the planner alone reads, or the checks: still current.
     "costs.json by cuw costs": Flip("example", _costs, ""),
     "README.md": Flip("example", lambda r: _append(r / "example/README.md", "\nAnother line.\n"), ""),

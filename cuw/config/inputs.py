@@ -152,7 +152,10 @@ def _wheel_policy(wheel: Any, cuda: str) -> Any:
     stored one of another shape is returned as it is, to compare unequal)."""
     if not isinstance(wheel, dict) or not isinstance(wheel.get("cuda_runtime_rpath", {}), dict):
         return wheel
-    return {"exclude": wheel.get("exclude", []), "cuda_runtime_rpath": wheel.get("cuda_runtime_rpath", {}).get(cuda, [])}
+    reaches = {"exclude": wheel.get("exclude", []), "cuda_runtime_rpath": wheel.get("cuda_runtime_rpath", {}).get(cuda, [])}
+    if wheel.get("variants"):  # a variant label and variant.json: other bytes (named only when on, so no record goes stale)
+        reaches["variants"] = True
+    return reaches
 
 
 def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
