@@ -276,3 +276,77 @@ def test_the_workflow_in_docker_mode_runs_each_job_in_a_container_of_its_own(tmp
 
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected_tu_values()
     print(f"farm: docker mode: {wall:.0f} s wall (plan, 4 shards, link, publish, each in its own container)")
+
+
+def _serve(index: Path) -> tuple[subprocess.Popen, str]:
+    """The index folder served over HTTP on 127.0.0.1 (``python -m http.server``): the server and its URL."""
+    server = subprocess.Popen(
+        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", str(index)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    line = server.stdout.readline() if server.stdout else ""  # "Serving HTTP on 127.0.0.1 port 43517 (http://...)"
+    return server, f"http://127.0.0.1:{line.split(' port ')[1].split()[0]}"
+
+
+def _installed_build(installer: list[str], url: str, target: Path) -> str:
+    """The ``Build:`` of the WHEEL that ``installer`` (pip or uv) installs from the served index ("" for none)."""
+    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": os.devnull, "UV_NO_CONFIG": "1", "HOME": str(target.parent)}
+    proc = subprocess.run(
+        [*installer, "--no-deps", "--target", str(target), "--index-url", f"{url}/cu130/", "cuw-example"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel_file,) = target.glob("cuw_example-*.dist-info/WHEEL")
+    said = [line.split(":", 1)[1].strip() for line in wheel_file.read_text().splitlines() if line.startswith("Build:")]
+    return said[0] if said else ""
+
+
+def test_a_fixed_recipe_rebuilds_its_one_cell_as_build_1_which_pip_and_uv_install(tmp_path):
+    """Publish the cell; fix the recipe's patch.py (the same upstream version, other inputs): the next
+    run plans that cell alone, its link stamps build 1 and publish puts it beside build 0; pip and uv,
+    from the index over HTTP, install build 1. A third run builds nothing."""
+    need("act")
+    uv = need("uv")
+    repo = _copy_repo(tmp_path / "repo")
+    index = tmp_path / "index"
+
+    first, wall1 = _workflow(repo, index, "--python", "3.11")
+    assert first.returncode == 0, "the first run must pass end to end"
+    [build0] = sorted(p.name for p in (index / "files").glob("*.whl"))
+
+    patch = repo / "recipes/example/patch.py"
+    patch.write_text(patch.read_text() + "\n# a fix of the recipe: the same upstream version, another wheel\n")
+    _commit(repo, "example: a fix of its patch")
+    second, wall2 = _workflow(repo, index, "--python", "3.11")
+    assert second.returncode == 0, "the rebuild passes"
+    assert "0 cell(s) up to date, 1 stale, 0 missing" in second.stdout + second.stderr, second.stdout[-3000:]
+    names = sorted(p.name for p in (index / "files").glob("*.whl"))
+    build1 = build0.replace("+cu130-", "+cu130-1-")
+    assert names == sorted([build0, build1]), names
+    record = json.loads((index / "files" / f"{build1}.build.json").read_text())
+    assert record["supersedes"] == {"wheel": build0, "changed": "patch"} and record["link"]["misses"] == 0
+
+    server, url = _serve(index)
+    try:
+        venv = tmp_path / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-cache-dir"]
+        assert _installed_build(pip, url, tmp_path / "pip") == "1"
+        uv_pip = [uv, "pip", "install", "--no-cache", "--python", str(venv / "bin" / "python")]
+        assert _installed_build(uv_pip, url, tmp_path / "uv") == "1"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    marker = (index / "cuw-index.json").read_bytes()
+    third, wall3 = _workflow(repo, index, "--python", "3.11")
+    assert third.returncode == 0
+    ran = [name for name, line in _verdicts(third.stdout).items() if " skipped " not in line]
+    assert ran == ["build/plan"], third.stdout[-3000:]
+    assert (index / "cuw-index.json").read_bytes() == marker, "nothing new published"
+    print(f"farm: wall times: first run {wall1:.0f} s, the rebuild {wall2:.0f} s, nothing to build {wall3:.0f} s")
