@@ -98,3 +98,19 @@ def test_the_lint_can_fail(tmp_path):
         [str(ruff), "check", "--no-cache", "--config", str(REPO / "pyproject.toml"), str(bad)], capture_output=True, text=True
     )
     assert proc.returncode == 1 and all(code in proc.stdout for code in ("F401", "B006", "F821")), proc.stdout
+
+
+def test_the_layout_page_names_every_module_in_its_layers_row():
+    """docs/layout.md's map names each module of cuw/ in the row of its folder, and no module that is
+    not there (it once missed 27 of 92, the newest first)."""
+    import re
+
+    text = (REPO / "docs" / "layout.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `cuw/(\w+)/` \| (.*?) \| .*? \|$", text, re.M))
+    layers = {p.name for p in (REPO / "cuw").iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert set(rows) == layers, (sorted(rows), sorted(layers))
+    for layer, owns in rows.items():
+        named = set(re.findall(r"`(\w+\.(?:py|c))`", owns))
+        actual = {p.name for p in (REPO / "cuw" / layer).iterdir() if p.suffix in (".py", ".c") and p.name != "__init__.py"}
+        assert named == actual, f"cuw/{layer}/: the page lacks {sorted(actual - named)}, names {sorted(named - actual)} not there"
+    assert "`cuw/__main__.py`" in text
