@@ -151,3 +151,36 @@ def test_invoke_refuses_an_unknown_flag_or_task_with_exit_2_in_one_line(argv, sa
     done = subprocess.run([str(invoke), *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and done.stderr.startswith(said), done.stderr
+
+
+def test_a_refusing_gate_raises_gate_failure_and_the_boundary_adds_no_line(tmp_path, capsys):
+    """Every verb that ends in a refusal raises GateFailure (exit 1), as docs/verbs.md says; its verdict is
+    already said, so the boundary adds no ``cuw: error:`` line."""
+    from cuw.base.errors import GateFailure
+    from cuw.base.settings import Settings
+    from cuw.cli import main as cli_main, verbs
+
+    (tmp_path / "CMakeLists.txt").write_text(
+        "file(GLOB S *.cu)\nif(S)\n  add_library(f OBJECT ${S})\nendif()\nadd_dependencies(app f)\n"
+    )
+    with pytest.raises(GateFailure) as refused:
+        verbs.run(["lint-guards", str(tmp_path)], Settings.from_env({}))
+    assert refused.value.exit_code == 1 and refused.value.said
+    capsys.readouterr()
+    assert cli_main.main(["lint-guards", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "1 unguarded consumer(s)" in err and "cuw: error" not in err, err
+    # A refusal not said before is said once, without "error".
+    verbs_run = verbs.run
+    try:
+        verbs.run = lambda argv, settings: (_ for _ in ()).throw(GateFailure("the shard gate refused it"))
+        assert cli_main.main(["recipes"]) == 1
+    finally:
+        verbs.run = verbs_run
+    assert capsys.readouterr().err == "cuw: the shard gate refused it\n"
+
+
+def test_no_verb_returns_a_bare_1():
+    """A verb's refusal goes through refused_unless (GateFailure), never a bare ``return 1``."""
+    text = (REPO / "cuw" / "cli" / "verbs.py").read_text()
+    assert not re.search(r"return 1\b|else 1\b", text), re.findall(r".*(?:return 1\b|else 1\b).*", text)

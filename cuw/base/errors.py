@@ -38,9 +38,22 @@ class OutputError(CuwError, OSError):
 
 
 class GateFailure(CuwError):
-    """A build ran but a gate refused its result: exit 1."""
+    """A build ran but a gate refused its result (or a check found what it looks for): exit 1. Every
+    verb that ends in such a refusal raises it. ``said``: the verdict is already on the terminal (a
+    gate's FAIL line, the findings), so the boundary adds no line of its own."""
 
     exit_code = 1
+
+    def __init__(self, message: str, said: bool = False) -> None:
+        super().__init__(message)
+        self.said = said
+
+
+def refused_unless(ok: bool, what: str) -> int:
+    """0 when ``ok``; else :class:`GateFailure` for ``what``, whose verdict the verb has said."""
+    if not ok:
+        raise GateFailure(what, said=True)
+    return 0
 
 
 class Terminated(SystemExit):

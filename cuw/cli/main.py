@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional, TextIO, TypeVar
 
-from cuw.base.errors import INTERNAL_ERROR_EXIT, CuwError, OutputError, Terminated, raise_terminated
+from cuw.base.errors import INTERNAL_ERROR_EXIT, CuwError, GateFailure, OutputError, Terminated, raise_terminated
 from cuw.base.settings import Settings
 
 
@@ -109,6 +109,10 @@ def _run_once(argv: Optional[list[str]]) -> int:
         if failed is not None:
             raise failed
         return code
+    except GateFailure as exc:  # a refusal, not an error: its verdict says why (once)
+        if not exc.said:
+            print(f"cuw: {_one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
     except CuwError as exc:
         print(f"cuw: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code

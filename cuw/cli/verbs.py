@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from cuw.base.errors import CuwError, InputError, OutputError, ToolError
+from cuw.base.errors import CuwError, InputError, OutputError, ToolError, refused_unless
 from cuw.base.files import check_destination, place_text, writable_dir, write_text
 from cuw.base.reading import is_regular, optional_folder
 from cuw.base.settings import MIRROR_VAR, Settings
@@ -62,7 +62,7 @@ def _lint_guards(args: argparse.Namespace, recipes_dir: Path, settings: Settings
         print(finding)
     if findings:
         report.say(f"lint-guards: {len(findings)} unguarded consumer(s) in {where}")
-        return 1
+        return refused_unless(False, "lint-guards: unguarded consumers")
     report.say(f"lint-guards: every consumer of a source-dependent target in {where} is under if(TARGET ...)")
     return 0
 
@@ -109,7 +109,7 @@ def _verify(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
     as_json, as_md = write_verify_reports(checked, args.wheel)
     report.append_summary(checked.to_markdown(), settings.github.step_summary)
     report.say(f"{checked.line} (reports: {as_json}, {as_md})")
-    return 0 if checked.ok else 1
+    return refused_unless(checked.ok, "the verify gate")
 
 
 def _gpu(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
@@ -164,7 +164,7 @@ def _gpu(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int
         + (f", {len(findings)} disagreement(s)" if findings else "")
         + f" (reports: {paths[0].parent if len(paths) == 1 else (args.out or 'beside each wheel')})"
     )
-    return 1 if failed or findings else 0
+    return refused_unless(not failed and not findings, "gpu: a smoke failed or builds disagree")
 
 
 def _split(values: list[str], flag: str = "filter") -> tuple[str, ...]:
@@ -239,7 +239,7 @@ def _build_matrix(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, s
     built = [r for r in rows if r.status == "built"]
     attempted = [r for r in rows if r.status != "skipped" or r.wall]
     report.say(f"matrix: {len(built)}/{len(attempted)} built cells passed, {len(rows) - len(attempted)} skipped")
-    return 0 if len(built) == len(attempted) and built else 1
+    return refused_unless(len(built) == len(attempted) and bool(built), "build --matrix: a cell did not pass")
 
 
 def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, settings: Settings) -> int:
@@ -254,7 +254,7 @@ def _cibuildwheel(args: argparse.Namespace, recipe: Recipe, recipes_dir: Path, s
     choice = cache_choice(load_policy(recipes_dir), cell.lane, settings, args.cache_tool, args.cache_remote)
     specs = cibw.job_specs(recipe, args.verb, getattr(args, "shard", None), getattr(args, "shards", None))
     ok = cibw.run_jobs(recipe, recipes_dir, cell, specs, _paths(args), choice, args.jobs, settings, args.toolkit)
-    return 0 if ok else 1
+    return refused_unless(ok, "a cibuildwheel job's gate")
 
 
 def _matrix(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
@@ -313,7 +313,7 @@ def _audit(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> i
         sys.stdout.write(text)
     report.append_summary(audit.markdown(args.index, findings), settings.github.step_summary)
     report.say(f"audit: {len(findings)} finding(s) in {args.index}")
-    return 1 if audit.failing(findings) else 0
+    return refused_unless(not audit.failing(findings), "audit: findings")
 
 
 def _outside_index(output: Path, location: Optional[str], option: str) -> None:
@@ -527,7 +527,7 @@ def _plan(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
         "text": lambda: planner.render(result) + "\n",
     }
     _emit_plan(views[fmt](), args.output)
-    return 0 if result.ok else 1
+    return refused_unless(result.ok, "plan: the checklist")
 
 
 def _costs(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
@@ -852,19 +852,19 @@ def _run_job(
         result = run_shard(
             recipe, spec, _paths(args), args.jobs, progress, cache, settings=settings, deadline=deadline, resume=args.resume
         )
-        return 0 if result.verdict.ok else 1
+        return refused_unless(result.verdict.ok, "the shard gate")
     from cuw.wheel.finish import FIRST_BUILD, BuildNumber
 
     build = BuildNumber.parse(args.build_number) if args.build_number else FIRST_BUILD
     if args.verb == "link":
         linked = run_link(recipe, _paths(args), args.jobs, cache=cache, settings=settings, build=build)
         _cell_report(recipe, _paths(args), settings)
-        return 0 if linked.ok else 1
+        return refused_unless(linked.ok, "the link or verify gate")
     if args.matrix:
         return _build_matrix(args, recipe, recipes_dir, settings)
     outcomes, link = run_build(recipe, _paths(args), args.shards, args.recipes, cache=cache, settings=settings, build=build)
     _cell_report(recipe, _paths(args), settings)
-    return 0 if getattr(link, "ok", link) and all(outcomes) else 1
+    return refused_unless(bool(getattr(link, "ok", link)) and all(outcomes), "a shard, link or verify gate")
 
 
 def _image(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
@@ -956,7 +956,7 @@ def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes
     outcomes, linked = run_build(
         recipe, _paths(args), args.shards, recipes_dir, shard_args=shard_args, link=link, lane=job.lane, settings=settings
     )
-    return 0 if linked and all(outcomes) else 1
+    return refused_unless(bool(linked) and all(outcomes), "a shard, link or verify gate")
 
 
 def _use_toolkit(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> Settings:
@@ -1027,7 +1027,7 @@ def _grid(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> in
     result = grid_check.check(policy.grid, indexes)
     print(grid_check.render(result, policy.grid))
     if not result.ok:
-        return 1
+        return refused_unless(False, "grid --check: the grid lacks releases")
     if result.unreachable and not result.seen:
         raise CuwError(f"no torch index answered ({', '.join(result.unreachable)}): nothing was checked")
     return 0
