@@ -213,3 +213,21 @@ def test_the_workflows_deadline_counts_from_the_jobs_start_not_the_compile_steps
     assert run.returncode == 0
     args = (tmp_path / "args").read_text().splitlines()
     assert args[5] == "--deadline" and int(args[6]) == started + 3885
+
+
+def test_in_an_image_the_printed_resume_of_the_jobs_own_archive_is_not_mounted_read_only(tmp_path):
+    """``--image``: a --resume archive in the artifacts folder the job writes (the printed command's) is
+    not mounted read-only over it (the shard could not write its own archive, nor keep the part aside);
+    one elsewhere (the workflow's resume/) is read-only."""
+    import argparse
+
+    from cuw.base.settings import Settings
+    from cuw.cli.verbs import _image_mounts
+
+    artifacts, recipes = tmp_path / "artifacts", tmp_path / "recipes"
+    own = artifacts / "cell" / "cuw-shard-cell-1of2.tar"
+    args = argparse.Namespace(verb="shard", work=tmp_path / "work", artifacts=artifacts, dist=tmp_path / "dist", resume=own)
+    folders, read_only = _image_mounts(args, recipes, Settings.from_env({}))
+    assert folders == [tmp_path / "work", artifacts] and read_only == [recipes]
+    args.resume = tmp_path / "resume" / "cuw-shard-cell-1of2.tar"
+    assert _image_mounts(args, recipes, Settings.from_env({}))[1] == [recipes, tmp_path / "resume"]

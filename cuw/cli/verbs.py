@@ -919,6 +919,18 @@ def _inner_argv(args: argparse.Namespace, verb: str, recipes_dir: Path, spec: Op
     return argv
 
 
+def _image_mounts(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> tuple[list[Path], list[Path]]:
+    """The folders a job in an image writes, and those it only reads. A ``--resume`` archive is read
+    where it is: read-only unless it lies in a folder the job writes (the command a partial part
+    prints resumes the job's own output, which the continuation keeps aside there first)."""
+    folders = [args.work, args.artifacts] + ([args.dist] if args.verb != "shard" else [])
+    read_only = [recipes_dir] + ([settings.git_mirror] if settings.git_mirror is not None else [])
+    resume = getattr(args, "resume", None)
+    if resume is not None and not any(resume.resolve().is_relative_to(Path(f).resolve()) for f in folders):
+        read_only.append(resume.parent)  # the archive and its report
+    return folders, read_only
+
+
 def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes_dir: Path, spec: Optional[ShardSpec]) -> int:
     """shard, link or build with ``--image``: each job in a container of the build image (with the
     run's settings, ``job.settings``)."""
@@ -929,9 +941,7 @@ def _in_image(args: argparse.Namespace, job: "ImageJob", recipe: Recipe, recipes
     from cuw.jobs.container import run_verb
 
     settings = job.settings
-    folders = [args.work, args.artifacts] + ([args.dist] if args.verb != "shard" else [])
-    read_only = [recipes_dir] + ([settings.git_mirror] if settings.git_mirror is not None else [])
-    read_only += [args.resume.parent] if getattr(args, "resume", None) is not None else []  # the archive and its report
+    folders, read_only = _image_mounts(args, recipes_dir, settings)
     from cuw.config.cell import local_cell
     from cuw.toolchain.toolkit import find_toolkit
 
