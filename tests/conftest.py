@@ -529,6 +529,88 @@ def example_cell(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
     return BuiltCell(root, EXAMPLE_CELL_SHARDS, tuple(json.loads(done.read_text())["outcomes"]))
 
 
+# -- a warm compiler cache: the example's compiled TUs, for the tests that do not test a cold build --
+#
+# Every shard job starts from an empty cache (cuw.jobs.workspace.prepare): that isolation stays. A test
+# whose subject is not the cold compile (a pre_build step, the source filter's partition, a lock, a
+# full disk while packing) asks for ``warm_cache`` (in-process jobs) or runs ``warm_cuw`` (a verb
+# in a child): right after the job prepared its empty local ccache, the example's entries from the
+# suite's one cold build are copied into it, so its compiles of the example's unchanged TUs are hits.
+# Tests of cold behaviour (misses, self-heal, a real compile error, an empty or read-only cache, a
+# shard killed mid-compile) do not ask for it. The archive a warm shard hands over holds the seeded
+# entries too: a link from it hits for every TU whichever shard was run.
+
+_NOT_SEEDED = ("stats", "stats.lock", "CACHEDIR.TAG", "tmp", "lock")  # ccache's counters and markers: the job's own
+
+
+def seed_job_cache(seed: Path, cache_dir: Path) -> None:
+    """The entries under ``seed`` copied into a job's freshly prepared ccache folder."""
+    shutil.copytree(seed, cache_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*_NOT_SEEDED))
+
+
+@pytest.fixture(scope="session")
+def example_cache(example_cell: BuiltCell, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example's ccache entries from the suite's one cold build: its shard archives unpacked and
+    merged into one folder (per worker, read only: jobs get copies)."""
+    from cuw.jobs import archive
+
+    root = tmp_path_factory.mktemp("example-cache")
+    restored = [archive.unpack(path, root) for path in archive.shard_archives(example_cell.cell_artifacts)]
+    assert len(restored) == example_cell.count
+    cache = root / "cache"
+    archive.merge_into(restored, cache)
+    assert any(p.is_file() and p.name not in _NOT_SEEDED for p in cache.rglob("*")), f"no entry in {cache}"
+    return cache
+
+
+@dataclass
+class WarmCache:
+    seed: Path
+    seeded: list[Path]
+    """The job cache folders seeded so far in this test."""
+
+
+@pytest.fixture
+def warm_cache(example_cache: Path, monkeypatch: pytest.MonkeyPatch) -> WarmCache:
+    """Every shard job this test runs in this process starts with the example's entries in its local
+    ccache (a remote or sccache job is left as it is)."""
+    import cuw.jobs.shard
+    from cuw.jobs import workspace
+
+    warm = WarmCache(example_cache, [])
+
+    def prepare_seeded(*args: Any, **kwargs: Any) -> Any:
+        job_cache = workspace.prepare(*args, **kwargs)
+        if job_cache.tool == "ccache" and not job_cache.remote:
+            seed_job_cache(example_cache, job_cache.cache_dir)
+            warm.seeded.append(job_cache.cache_dir)
+        return job_cache
+
+    monkeypatch.setattr(cuw.jobs.shard, "prepare", prepare_seeded)
+    return warm
+
+
+_WARM_MAIN = f"""
+import shutil, sys
+import cuw.jobs.shard as shard
+from cuw.jobs import workspace
+seed = sys.argv[1]
+def prepare_seeded(*args, **kwargs):
+    job_cache = workspace.prepare(*args, **kwargs)
+    if job_cache.tool == "ccache" and not job_cache.remote:
+        shutil.copytree(seed, job_cache.cache_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*{_NOT_SEEDED!r}))
+    return job_cache
+shard.prepare = prepare_seeded
+from cuw.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def warm_cuw(seed: Path, *args: str) -> list[str]:
+    """The command line of ``python -m cuw <args>`` whose shard jobs start warm (see ``warm_cache``)."""
+    return [sys.executable, "-c", _WARM_MAIN, str(seed), *args]
+
+
 # -- workers balanced: nox -s tests hands out single tests (--dist loadgroup) ------------------------
 #
 # A module whose tests share a module- or class-scoped fixture (an image build, a published index, an

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLE_CELL_SHARDS, run_settings
+from conftest import EXAMPLE_CELL_SHARDS, run_settings, warm_cuw
 from cuw.base.ports import free_port
 from cuw.jobs import archive
 from cuw.jobs import leftovers
@@ -119,7 +119,7 @@ def error_lines(stderr: str) -> list[str]:
 # -- 1. kill -9 of a shard mid-compile, then a re-run -------------------------------------------
 
 
-def test_killed_shard_keeps_the_previous_archive_and_a_rerun_recovers(built, tmp_path):
+def test_killed_shard_keeps_the_previous_archive_and_a_rerun_recovers(built, tmp_path, example_cache):
     artifacts = built.copy_artifacts(tmp_path / "artifacts")
     work = tmp_path / "work"
     job = Workspace.for_job(work / built.cell.id, f"shard-1of{N}", False)
@@ -153,8 +153,12 @@ def test_killed_shard_keeps_the_previous_archive_and_a_rerun_recovers(built, tmp
     after_kill = json.loads(report.read_text())
     assert after_kill["ok"] is False and after_kill["state"] == "running", "a killed run never leaves an ok report"
 
+    # The killed run was cold (it had to be mid-compile); the re-run starts warm (conftest.warm_cuw).
     rerun = subprocess.run(
-        built.cuw("shard", "example", f"1/{N}", "--quiet", "--work", str(work), "--artifacts", str(artifacts)),
+        warm_cuw(
+            example_cache,
+            *built.cuw("shard", "example", f"1/{N}", "--quiet", "--work", str(work), "--artifacts", str(artifacts))[3:],
+        ),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -198,9 +202,14 @@ def _holding(lock: Path) -> subprocess.Popen:
     return holder
 
 
-def _cuw(*args: str) -> subprocess.Popen:
+def _cuw(*args: str, seed: Path | None = None) -> subprocess.Popen:
+    """``python -m cuw <args>``; with ``seed``, its shard jobs start warm (conftest.warm_cuw)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "cuw", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+        warm_cuw(seed, *args) if seed else [sys.executable, "-m", "cuw", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -244,10 +253,10 @@ def test_runs_of_a_running_shard_or_link_are_refused_and_touch_nothing(built, tm
     assert not any((tmp_path / "dist").glob("*"))
 
 
-def test_two_shards_started_together_one_builds_and_one_is_refused(built, tmp_path):
+def test_two_shards_started_together_one_builds_and_one_is_refused(built, tmp_path, example_cache):
     artifacts = built.copy_artifacts(tmp_path / "artifacts")
     folders = ["--work", str(tmp_path / "work"), "--artifacts", str(artifacts)]
-    runs = [_cuw("shard", "example", f"2/{N}", *folders, "--jobs", "1") for _ in range(2)]
+    runs = [_cuw("shard", "example", f"2/{N}", *folders, "--jobs", "1", seed=example_cache) for _ in range(2)]
     results = [(run.communicate(timeout=900), run.returncode) for run in runs]
     codes = sorted(rc for _, rc in results)
     assert codes == [0, 2], [err[-1500:] for (_, err), _ in results]
@@ -432,8 +441,14 @@ def test_redis_stopped_mid_shard_fails_clearly_and_hands_nothing_over(built, tmp
 # against a 130 kB archive), so the size limit is set in the shard's own process once its build
 # has finished, just before the archive is written: the disk fills up exactly while packing.
 FULL_DISK = """
-import resource, signal, sys
+import resource, shutil, signal, sys
 import cuw.jobs.shard as p
+from cuw.jobs import workspace
+def prepare_seeded(*args, **kwargs):  # the job starts warm: the full disk is the subject, not the compile
+    job_cache = workspace.prepare(*args, **kwargs)
+    shutil.copytree(sys.argv[1], job_cache.cache_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("stats", "CACHEDIR.TAG"))
+    return job_cache
+p.prepare = prepare_seeded
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as ENOSPC would
 gate = p.shard_gate
 def full_after_gate(obs):
@@ -442,11 +457,11 @@ def full_after_gate(obs):
     return verdict
 p.shard_gate = full_after_gate
 from cuw.cli.main import main
-sys.exit(main(sys.argv[1:]))
+sys.exit(main(sys.argv[2:]))
 """
 
 
-def test_no_space_left_while_packing_leaves_no_partial_archive(built, tmp_path):
+def test_no_space_left_while_packing_leaves_no_partial_archive(built, tmp_path, example_cache):
     artifacts = built.copy_artifacts(tmp_path / "artifacts")
     good = built.archive(artifacts, 1)
     before = sha(good)
@@ -456,6 +471,7 @@ def test_no_space_left_while_packing_leaves_no_partial_archive(built, tmp_path):
             sys.executable,
             "-c",
             FULL_DISK,
+            str(example_cache),
             "shard",
             "example",
             f"1/{N}",

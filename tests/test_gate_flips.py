@@ -242,7 +242,7 @@ def _craft_escape(path: Path, manifest: archive.Manifest) -> None:
         tar.addfile(evil, io.BytesIO(b"evil"))
 
 
-def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_through(recipes_dir, paths, tmp_path):
+def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_through(recipes_dir, paths, tmp_path, warm_cache):
     """``seat_rest: false``: the seat partitions nothing, every shard compiles the rest (the host TUs).
     With the default, the seat partitions the rest: tests/test_source_filter_rest.py."""
     path = recipes_dir / "example" / "recipe.yml"
@@ -277,9 +277,10 @@ def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_throu
     assert wheel_tu_values(link.wheel, "cuw_example", tmp_path) == expected_tu_values()
 
 
-def test_pre_build_runs_inside_the_seat_and_cache_environment(recipes_dir, paths):
+def test_pre_build_runs_inside_the_seat_and_cache_environment(recipes_dir, paths, warm_cache):
     """A pre_build compile goes through the seat (and so the cache), not around it;
-    extra_deps are importable from the job's own folder."""
+    extra_deps are importable from the job's own folder. The job starts warm (conftest.warm_cache):
+    the pre_build's TU is the one miss."""
     path = recipes_dir / "example" / "recipe.yml"
     data = yaml.safe_load(path.read_text())
     data["pre_build"] = (
@@ -294,6 +295,7 @@ def test_pre_build_runs_inside_the_seat_and_cache_environment(recipes_dir, paths
     (seat_log,) = paths.work.glob("*/shard-1of1/logs/seat.jsonl")
     entries = [json.loads(line) for line in seat_log.read_text().splitlines()]
     assert any(e.get("key") == "gen/pre.cu" and e["action"] == "compiled" for e in entries)
+    assert warm_cache.seeded and json.loads(result.report.read_text())["counters"]["misses"] == 1
 
 
 def test_no_real_objects_fires_for_a_real_cmake_tree_that_compiled_nothing_of_its_own(tmp_path):
