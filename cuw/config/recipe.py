@@ -83,6 +83,27 @@ class Sharding:
 
 
 @dataclass(frozen=True)
+class UpstreamTests:
+    """The package's own test suite, run by the verify gate against the installed wheel."""
+
+    paths: list[str] = field(default_factory=list)
+    """Files or folders of the tests' source that pytest runs (``test``, ``tests/test_ops.py``),
+    relative to its root; empty: no upstream tests."""
+    source: Source = field(default_factory=Source)
+    """Where the tests come from, pinned like the recipe's source (the same keys: a git tag with
+    its commit and ``archive_sha256``, through ``--git-mirror``; an sdist; a folder); unset: the
+    recipe's own source."""
+    requires: list[str] = field(default_factory=list)
+    """Pinned pip requirements (``name==version``) the tests need beyond the wheel, its
+    ``import_requires`` and what the forge's environment has (pytest, and torch where the recipe
+    links it)."""
+    deselect: list[str] = field(default_factory=list)
+    """pytest node ids left out (``test/test_x.py::test_net``), each with a README line saying why."""
+    timeout_s: int = 1800
+    """The seconds the whole run may take (environment, install and pytest); past it verify fails."""
+
+
+@dataclass(frozen=True)
 class Verify:
     allowed_needed: list[str] = field(default_factory=list)
     """Extra DT_NEEDED sonames (globs) the wheel may depend on."""
@@ -101,6 +122,11 @@ class Verify:
     import_requires_cuda: dict[str, list[str]] = field(default_factory=dict)
     """Per CUDA line ('13.0'), pins added to ``import_requires`` for that line's cells: the NVIDIA
     runtime wheels (``nvidia-cuda-nvrtc``) whose libraries the wheel's RPATH finds."""
+    tests: UpstreamTests = field(default_factory=UpstreamTests)
+    """The package's own tests, run with pytest on CPU (``CUDA_VISIBLE_DEVICES=""``) against the
+    installed wheel after the import check, in a venv that sees the forge's environment (its
+    torch, its pytest); a failure fails verify naming the tests, the counts go into the verify
+    report and the build record (docs/finish-verify-publish.md)."""
     gpu: Optional[str] = None
     """The GPU smoke ``cuw gpu`` runs on a machine with a GPU (docs/gpu.md): a short Python program,
     run in the wheel's own environment with ``CUDA_DISABLE_PTX_JIT=1``, with ``gpu`` in its globals
@@ -326,6 +352,7 @@ def _validate(recipe: Recipe, path: Path) -> None:
         for arch in archs:
             check_arch(arch, f"{path}: archs.{line}")
     _validate_gpu_smoke(recipe.verify.gpu, path)
+    _validate_tests(recipe, path)
     _require_readme(recipe, path)
 
 
@@ -339,6 +366,64 @@ def _validate_gpu_smoke(snippet: Optional[str], path: Path) -> None:
         compile(snippet, f"{path}: verify.gpu", "exec")
     except SyntaxError as exc:
         raise InputError(f"{path}: verify.gpu line {exc.lineno}: {exc.msg}: fix the smoke's Python") from None
+
+
+TESTS_MAX_TIMEOUT_S = 6 * 3600  # a GitHub-hosted job's own limit
+
+
+def tests_recipe(recipe: Recipe) -> Recipe:
+    """The recipe as the tests' source sees it: its ``source`` replaced by ``verify.tests.source``
+    when that is set (the jobs' source fetcher then brings the tests' tree)."""
+    if recipe.verify.tests.source == Source():
+        return recipe
+    return replace(recipe, source=recipe.verify.tests.source)
+
+
+def _validate_tests(recipe: Recipe, path: Path) -> None:
+    """verify.tests: paths inside the tests' source, a pinned source, pinned requirements, a sane time limit."""
+    tests = recipe.verify.tests
+    if tests == UpstreamTests():
+        return
+    if not tests.paths:
+        raise InputError(f"{path}: verify.tests.paths names no tests: list the test folders or files (test, tests/test_x.py)")
+    if tests.source != Source():
+        try:
+            _validate_source(tests.source, path)
+        except InputError as exc:
+            # The source's own messages, about the key they are under here.
+            said = str(exc).removeprefix(f"{path}: ")
+            raise InputError(f"{path}: " + re.sub(r"(?<![\w/.-])source(?=[. ])", "verify.tests.source", said)) from None
+    for where in tests.paths:
+        _relative_inside(where, f"{path}: verify.tests.paths")
+    for node in tests.deselect:
+        _relative_inside(node.split("::", 1)[0], f"{path}: verify.tests.deselect")
+    for requirement in tests.requires:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!*-]+", requirement.strip()):
+            raise InputError(
+                f"{path}: verify.tests.requires {requirement!r} is not pinned: write name==version (what the tests "
+                "ran with is then the same on every machine)"
+            )
+    if not 1 <= tests.timeout_s <= TESTS_MAX_TIMEOUT_S:
+        raise InputError(f"{path}: verify.tests.timeout_s must be from 1 to {TESTS_MAX_TIMEOUT_S} seconds, got {tests.timeout_s}")
+    seen = tests_recipe(recipe)
+    if seen.source.path is not None:  # a folder: its tests are there now, or the recipe is wrong
+        root = path.parent.parent.resolve()
+        if Path(seen.source.path).is_absolute() or not seen.source_dir.is_relative_to(root):
+            raise InputError(
+                f"{path}: verify.tests.source.path {seen.source.path!r} leads outside the recipes folder {root}: give a "
+                "folder relative to the recipe folder"
+            )
+        for where in tests.paths:
+            if not (seen.source_dir / where).exists():
+                raise InputError(
+                    f"{path}: verify.tests.paths: {where!r} is not in {seen.source_dir}: name a test folder or file there"
+                )
+
+
+def _relative_inside(where: str, key: str) -> None:
+    given = where.replace("\\", "/")
+    if not given.strip() or given.startswith("/") or re.match(r"[A-Za-z]:", given) or ".." in given.split("/"):
+        raise InputError(f"{key}: {where!r} is not a path inside the tests' source: give one relative to its root")
 
 
 def costs_path(recipe_folder: Path) -> Path:
