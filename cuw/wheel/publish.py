@@ -136,10 +136,17 @@ def build_record(
         shards=[_shard_row(rep) for rep in sorted(shard_reports, key=_shard_order)],
         link={k: facts.get(k) for k in ("total", "hits", "misses", "uncacheable", "cuda_tus")}
         | {"seconds": link_report.build_s, "shard_count": link_report.shard_count},
-        verify={"ok": verify_report.ok if verify_report else None, "checks": [{"name": c.name, "ok": c.ok} for c in checks]},
+        verify={"ok": verify_report.ok if verify_report else None, "checks": [{"name": c.name, "ok": c.ok} for c in checks]}
+        | _tests_counts(verify_report),
         run=dict(github.run),
         nulls=frozenset({"policy_digest", "cache", "builder"}),  # said as null when there is none
     )
+
+
+def _tests_counts(verify_report: Optional[VerifyReport]) -> dict[str, Any]:
+    """The upstream tests' counts the verify report holds (``verify.tests``), for the record's ``verify.tests``."""
+    counts = verify_report.extra.get("tests") if verify_report else None
+    return {"tests": counts} if isinstance(counts, dict) else {}
 
 
 def record(recipe: Any, dist: Path, artifacts: Path, settings: Settings) -> Path:

@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Collection, Optional
+from typing import Any, Callable, Collection, Optional
 
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name
@@ -33,6 +33,7 @@ from cuw.base.files import place_text
 from cuw.base.settings import Settings, process_environ
 from cuw.base.versions import version_key
 from cuw.config import lanes
+from cuw.wheel import upstream_tests
 from cuw.wheel.binaries import Binary, read_binary
 from cuw.wheel.finish import local_label
 from cuw.wheel.variants import parse_wheel_name, properties, read_variant
@@ -339,8 +340,11 @@ def verify(
     torch_patches: Optional[TorchPatches] = None,
     floor: Optional[str] = None,
     cuobjdump: Optional[str] = None,
+    tests: Optional[upstream_tests.Fetch] = None,
 ) -> Report:
     """``torch_patches``: also import the wheel under every patch release of the cell's torch line.
+    ``tests``: brings the tests' source tree (the jobs layer's fetcher): with an import check, the
+    recipe's ``verify.tests`` run against the wheel after it (:mod:`cuw.wheel.upstream_tests`).
     ``floor``: the manylinux tag of the builder that made the wheel (the link job passes its own);
     the wheel's tag must be it. Without one, the wheel's own tag is what its symbols are held to.
     ``cuobjdump``: the run's ``$CUW_CUOBJDUMP``, the arch check's reader instead of the toolkit's."""
@@ -369,11 +373,41 @@ def verify(
         checks.append(_pyinit_check(elves, recipe.verify.load_libraries))
         checks.append(_arch_check(elves, scratch, archs, toolkit, recipe.device_code, cuobjdump))
         checks += _variant_check(wheel, elves, scratch, cell, toolkit, cuobjdump)
+    extra: dict[str, Any] = {}
     if import_check:
         checks.append(_import_check(wheel, members, elves, recipe, requires=import_requirements(recipe, cell)))
+        if recipe.verify.tests.paths and tests is not None:
+            checks.append(_tests_check(wheel, list(members), recipe, cell, tests, imported=checks[-1].ok, extra=extra))
     if torch_patches is not None:
         checks.append(_torch_patch_check(wheel, members, elves, recipe, cell, torch_patches))
-    return Report(str(wheel), checks)
+    return Report(str(wheel), checks, extra)
+
+
+def _tests_check(
+    wheel: Path,
+    members: list[str],
+    recipe: Recipe,
+    cell: Cell,
+    fetch: upstream_tests.Fetch,
+    imported: bool,
+    extra: dict[str, Any],
+) -> Check:
+    """The recipe's upstream tests after the import check; their counts into ``extra["tests"]``
+    (the verify report's ``tests`` field, which the build record carries)."""
+    if not imported:
+        return Check(upstream_tests.CHECK, False, ["upstream tests not run: the import check failed"])
+    from cuw.gates import report
+
+    tests = recipe.verify.tests
+    report.say(
+        f"verify: upstream tests {', '.join(tests.paths)} of {recipe.key} against {wheel.name} (at most {tests.timeout_s} s)"
+    )
+    log: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="cuw-tests-") as tmp:
+        check, counts = upstream_tests.run_tests(wheel, members, recipe, import_requirements(recipe, cell), fetch, Path(tmp), log)
+    if counts is not None:
+        extra["tests"] = counts
+    return check
 
 
 def _filename_check(name: str, version: Version, tags: frozenset[Tag], recipe: Recipe, cell: Cell) -> Check:
