@@ -129,9 +129,9 @@ def test_the_workflow_runs_each_lane_on_the_runner_the_lanes_name():
     lane's runner, and no other lane or runner."""
     from cuw.config.lanes import LANES
 
-    text = (REPO / ".github" / "workflows" / "build.yml").read_text()
-    expressions = re.findall(r"runs-on: (\$\{\{ matrix\.lane .*\}\})", text)
-    assert len(expressions) == len(MATRICES), expressions
+    jobs = _build_jobs()  # a rung's runs-on is an alias of the first rung's: read as GitHub reads it
+    expressions = [jobs[name]["runs-on"] for name in MATRICES]
+    assert all(expr.startswith("${{ matrix.lane ") for expr in expressions), expressions
     for expr in expressions:
         named = dict(re.findall(r"matrix\.lane == '([a-z0-9_]+)' && '([a-z0-9.-]+)'", expr))
         default = re.findall(r"\|\| '([a-z0-9.-]+)'\)? \}\}$", expr)
@@ -195,13 +195,41 @@ def _build_jobs() -> dict:
     return yaml.safe_load((REPO / ".github/workflows/build.yml").read_text())["jobs"]
 
 
+RUNG_OWN = ("needs", "if", "name", "strategy")
+"""What a rung has of its own; the rest of its job is the one body the first rung writes."""
+
+
+def _job_nodes(path: Path) -> dict[str, dict[str, yaml.Node]]:
+    """Each job's keys as composed YAML nodes: an alias is its anchor's node (the same object)."""
+    root = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
+    jobs = next(value for key, value in root.value if key.value == "jobs")
+    return {job.value: {key.value: value for key, value in body.value} for job, body in jobs.value}
+
+
+def test_the_rungs_are_one_job_body_written_once():
+    """build.yml writes the rungs' body once: rung `compile` anchors each key of it and every later
+    rung names those anchors, so a change to the body (a step, the env, the container) is a change
+    to every rung and no rung's copy can drift; a rung writes only its own keys."""
+    nodes = _job_nodes(REPO / ".github/workflows/build.yml")
+    first = nodes[rung_key(1)]
+    body = [key for key in first if key not in RUNG_OWN]
+    assert {"runs-on", "container", "timeout-minutes", "permissions", "defaults", "env", "steps"} <= set(body)
+    for k in range(2, RUNGS + 1):
+        rung = nodes[rung_key(k)]
+        assert set(rung) == set(RUNG_OWN) | set(body), rung_key(k)
+        for key in body:
+            assert rung[key] is first[key], f"{rung_key(k)}.{key} is written again, not an alias of {rung_key(1)}'s"
+    text = (REPO / ".github/workflows/build.yml").read_text()
+    assert text.count("- name: Compile shard") == 1 and text.count("install-forge.sh") == 4  # plan, the rungs, link, publish
+
+
 def test_the_rungs_are_one_job_body_each_after_the_one_before():
     """cuw/ci/matrix.py RUNGS is the workflow's rungs: compile, compile_2, ...; each the compile job
     but for what orders it (needs, if), its name and the matrix it reads."""
     jobs = _build_jobs()
     rungs = [name for name in jobs if re.fullmatch(r"compile(_\d+)?", name)]
     assert rungs == [rung_key(k) for k in range(1, RUNGS + 1)]
-    own = ("needs", "if", "name", "strategy")
+    own = RUNG_OWN
     body = {k: v for k, v in jobs["compile"].items() if k not in own}
     outputs = jobs["plan"]["outputs"]
     for k in range(1, RUNGS + 1):
