@@ -70,7 +70,7 @@ def _lint_guards(args: argparse.Namespace, recipes_dir: Path, settings: Settings
 def _verify(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int:
     from cuw.config.cell import local_cell
     from cuw.config.recipe import recipe_for_wheel
-    from cuw.jobs.tests_source import tests_fetcher
+    from cuw.jobs.tests_source import upstream_fetch
     from cuw.toolchain.toolkit import find_toolkit
     from cuw.wheel.verify import verify, write_verify_reports
 
@@ -104,7 +104,7 @@ def _verify(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> 
         import_check=not args.no_import,
         torch_patches=patches,
         cuobjdump=settings.cuobjdump,
-        tests=tests_fetcher(recipe, settings),
+        tests=upstream_fetch(recipe, settings),
     )
     for check in checked.checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:12} {'; '.join(check.details)}")

@@ -371,7 +371,7 @@ def _validate_gpu_smoke(snippet: Optional[str], path: Path) -> None:
 TESTS_MAX_TIMEOUT_S = 6 * 3600  # a GitHub-hosted job's own limit
 
 
-def tests_recipe(recipe: Recipe) -> Recipe:
+def recipe_of_tests(recipe: Recipe) -> Recipe:
     """The recipe as the tests' source sees it: its ``source`` replaced by ``verify.tests.source``
     when that is set (the jobs' source fetcher then brings the tests' tree)."""
     if recipe.verify.tests.source == Source():
@@ -405,7 +405,7 @@ def _validate_tests(recipe: Recipe, path: Path) -> None:
             )
     if not 1 <= tests.timeout_s <= TESTS_MAX_TIMEOUT_S:
         raise InputError(f"{path}: verify.tests.timeout_s must be from 1 to {TESTS_MAX_TIMEOUT_S} seconds, got {tests.timeout_s}")
-    seen = tests_recipe(recipe)
+    seen = recipe_of_tests(recipe)
     if seen.source.path is not None:  # a folder: its tests are there now, or the recipe is wrong
         root = path.parent.parent.resolve()
         if Path(seen.source.path).is_absolute() or not seen.source_dir.is_relative_to(root):

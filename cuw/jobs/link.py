@@ -40,7 +40,7 @@ from cuw.wheel.variants import make_variant
 from cuw.wheel.verify import Check, GateCannotRun, device_code, verify, write_verify_reports
 from cuw.wheel.verify import Report as VerifyReport
 from cuw.jobs.workspace import Workspace, default_jobs, install_extra_deps, prepare
-from cuw.jobs.tests_source import tests_fetcher
+from cuw.jobs.tests_source import upstream_fetch
 
 
 from cuw.jobs import runner
@@ -409,7 +409,7 @@ def _finish_and_verify(
         archs,
         floor=current_builder(settings).floor if lanes.lane(cell.lane).os == "linux" else None,
         cuobjdump=settings.cuobjdump,
-        tests=tests_fetcher(recipe, settings),
+        tests=upstream_fetch(recipe, settings),
     )
     report.say(checked.line)
     report.append_summary(checked.to_markdown(), settings.github.step_summary)

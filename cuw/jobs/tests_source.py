@@ -8,23 +8,32 @@ run's ``--git-mirror`` / ``$CUW_GIT_MIRROR`` when set, a tarball checked against
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
+from cuw.base.errors import CuwError
 from cuw.base.settings import Settings
-from cuw.config.recipe import Recipe, tests_recipe
+from cuw.config.recipe import Recipe, Source, recipe_of_tests
 from cuw.jobs.sources import materialize
 from cuw.wheel.upstream_tests import Fetch
 
 
-def tests_fetcher(recipe: Recipe, settings: Settings) -> Optional[Fetch]:
+def upstream_fetch(recipe: Recipe, settings: Settings) -> Optional[Fetch]:
     """The verify gate's fetcher of ``recipe``'s tests (with the run's ``settings``: its source
     cache and git mirror), or None when it declares none."""
     if not recipe.verify.tests.paths:
         return None
-    source = tests_recipe(recipe)
+    source = recipe_of_tests(recipe)
+    own = recipe.verify.tests.source == Source()
 
     def fetch(dest: Path) -> Path:
-        return materialize(source, dest, settings=settings)
+        try:
+            return materialize(source, dest, settings=settings)
+        except CuwError as exc:
+            if own:
+                raise
+            # The fetcher's messages name source.<key>: here that is verify.tests.source.<key>.
+            raise type(exc)(re.sub(r"(?<![\w/.-])source\.(?=\w)", "verify.tests.source.", str(exc))) from None
 
     return fetch

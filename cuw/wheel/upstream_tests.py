@@ -140,7 +140,7 @@ def _run(cmd: list[str], what: str, log: list[str], timeout: float, **kwargs: An
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout, 1.0), **kwargs)
     except subprocess.TimeoutExpired:
-        raise _Refused(f"{what} ran past the tests' time limit") from None
+        raise _Refused(f"{what} ran past verify.tests.timeout_s, the time the whole run may take") from None
     log.append(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
     if proc.returncode != 0:
         tail = " ".join((proc.stderr or proc.stdout).split())[-300:]
@@ -271,7 +271,7 @@ def run_tests(
         extra = [*requires, *tests.requires]
         if extra:
             _run([*pip, *extra], f"installing {' '.join(extra)}", log, deadline - time.monotonic(), env=_pip_env())
-        probe = subprocess.run([str(python), "-c", "import pytest"], capture_output=True, text=True, env=_pip_env())
+        probe = _probe(python)
         if probe.returncode != 0:
             raise _Refused("pytest is not in the forge's environment: add a pinned pytest to verify.tests.requires")
         rc, junit = _pytest(python, tree, tests, work, deadline, log)
@@ -299,6 +299,10 @@ def run_tests(
     elif not counts.passed and not counts.failures:
         why.append("no test passed: a suite that runs nothing proves nothing (check verify.tests.paths and deselect)")
     return VerifyCheck(CHECK, False, why), summary
+
+
+def _probe(python: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(python), "-c", "import pytest"], capture_output=True, text=True, env=_pip_env(), timeout=120)
 
 
 def _tail(log: list[str], lines: int = 6) -> list[str]:
