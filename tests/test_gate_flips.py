@@ -7,7 +7,7 @@ import io
 import json
 import shutil
 import tarfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from cuw.jobs.link import run_link
 from cuw.jobs.shard import run_shard
 from cuw.config.recipe import load_recipe
 from cuw.toolchain.toolkit import find_toolkit
+from cuw.gates.conditions import ShardObservation, shard_gate
 
 N = 3
 
@@ -117,31 +118,37 @@ def test_seat_bypassed_by_an_absolute_nvcc_path_fails_the_link(shards, tmp_path,
     assert f"the cache saw {EXAMPLE_HOST_TUS['example']} calls for 9 CUDA TUs" in line
 
 
-def test_seat_bypassed_fails_the_shard(recipes_dir, paths):
+def test_seat_bypassed_fails_the_shard(recipes_dir, paths, monkeypatch):
+    """nvcc named by absolute path: the seat saw no CUDA compile. The same build's observations judged
+    with device_code: false (kernels compiled at run time; the recipe key changes nothing else in a
+    shard whose slice holds a host TU): the host seat's compiles show the build compiled from source."""
+    observed: list[ShardObservation] = []
+    monkeypatch.setattr("cuw.jobs.shard.shard_gate", lambda obs: observed.append(obs) or shard_gate(obs))
     _bypass(recipes_dir)
     result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, N), paths, progress=None, settings=run_settings())
     assert not result.verdict.ok and result.archive is None
     assert any("seat saw no CUDA compile" in r for r in result.verdict.reasons)
+    (obs,) = observed
+    assert obs.device_code and obs.seat_compiles_seen == 0 and obs.host_compiles_seen > 0
+    host_only = shard_gate(replace(obs, device_code=False))
+    assert not any("the seat saw no" in r for r in host_only.reasons), host_only.reasons
+    assert host_only.facts["compiled"] > 0  # host TUs of its slice, through the host seat
 
 
-def test_without_device_code_a_host_compile_counts_and_none_at_all_fails_the_shard(recipes_dir, paths, tmp_path):
-    """device_code: false (kernels compiled at run time): the host seat's compiles show the build
-    compiled from source; with the host compiler named by absolute path as well, the seat saw
-    nothing and the shard fails, naming the key."""
+def test_without_device_code_a_compile_around_both_seats_fails_the_shard(recipes_dir, paths, tmp_path):
+    """device_code: false (kernels compiled at run time) with nvcc and the host compiler both named by
+    absolute path: the seat saw nothing and the shard fails, naming the key. (A host compile through
+    the host seat counting for such a recipe: test_seat_bypassed_fails_the_shard, on that build's
+    observations.)"""
     path = recipes_dir / "example" / "recipe.yml"
     data = yaml.safe_load(path.read_text())
     data["device_code"] = False
     nvcc_only = f"CMAKE_CUDA_COMPILER={find_toolkit(homes=run_settings().homes).nvcc}"
-    data["env"] = {"SKBUILD_CMAKE_DEFINE": nvcc_only}
-    path.write_text(yaml.safe_dump(data))
-    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, N), paths, progress=None, settings=run_settings())
-    assert not any("the seat saw no" in r for r in result.verdict.reasons), result.verdict.reasons
-    assert result.verdict.facts["compiled"] > 0  # host TUs of its slice, through the host seat
     data["env"] = {"SKBUILD_CMAKE_DEFINE": f"{nvcc_only};CMAKE_CXX_COMPILER={shutil.which('g++')}"}
     path.write_text(yaml.safe_dump(data))
-    again = run_shard(load_recipe("example", recipes_dir), ShardSpec(2, N), paths, progress=None, settings=run_settings())
-    assert not again.verdict.ok and again.archive is None
-    assert any("the seat saw no compile (the recipe has device_code: false" in r for r in again.verdict.reasons)
+    result = run_shard(load_recipe("example", recipes_dir), ShardSpec(2, N), paths, progress=None, settings=run_settings())
+    assert not result.verdict.ok and result.archive is None
+    assert any("the seat saw no compile (the recipe has device_code: false" in r for r in result.verdict.reasons)
 
 
 def test_a_real_compile_error_fails_the_shard_that_owns_the_tu(recipes_dir, paths):
@@ -303,7 +310,6 @@ def test_no_real_objects_fires_for_a_real_cmake_tree_that_compiled_nothing_of_it
     that stopped there has compiled none of the project's TUs, and the gate must say so."""
     import subprocess
 
-    from cuw.gates.conditions import ShardObservation, shard_gate
     from cuw.jobs.workspace import Workspace, real_objects
 
     ws = Workspace(tmp_path / "conftest-named-job", tmp_path / "conftest-named-job")  # a probe marker in the job path
