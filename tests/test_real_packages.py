@@ -33,12 +33,15 @@ class Case:
     archs: tuple[str, ...] = ("9.0",)
     max_jobs: Optional[int] = None
     """Caps the recipe's parallel compiles (the two cores here are shared)."""
+    tests_passed_over: Optional[int] = None
+    """The recipe's upstream tests (verify.tests) that must pass in its verify gate: more than this many."""
 
 
 # recipe -> how the end-to-end build runs it. Each wheel gets its builder's floor: this machine's
 # glibc on the host, the image's with --e2e-image (nox -s e2e -- lightgbm --e2e-image <ref>).
 E2E: dict[str, Case] = {
-    "torch_scatter": Case(shards=3, needs_torch=True),
+    # Its test/ folder (from the pinned snapshot of tag 2.1.2 in ../shared/sources): 1,300+ tests on CPU.
+    "torch_scatter": Case(shards=3, needs_torch=True, tests_passed_over=1300),
     "torchsort": Case(shards=2, needs_torch=True),
     # gcc 12 (Debian 12) gives lightgbm's library GLIBCXX_3.4.30: manylinux_2_35 or higher; the
     # stand-in image's gcc 10 keeps it at its floor, manylinux_2_31.
@@ -69,10 +72,12 @@ def _one_arch(recipes_dir: Path, name: str, archs: tuple[str, ...]) -> None:
 
 
 @pytest.mark.e2e
-def test_real_package_sharded_build(case_name, recipes_dir, paths, request):
+def test_real_package_sharded_build(case_name, recipes_dir, paths, request, monkeypatch):
     case = E2E[case_name]
     if case.needs_torch:
         need("torch")
+    if load_recipe(case_name, recipes_dir).verify.tests.source.git:  # its tests' snapshot, offline
+        monkeypatch.setenv("CUW_GIT_MIRROR", str(need("shared-sources")))
     _one_arch(recipes_dir, case_name, case.archs)
     if case.max_jobs:
         with open(recipes_dir / case_name / "recipe.yml", "a") as fh:
@@ -141,6 +146,9 @@ def test_real_package_sharded_build(case_name, recipes_dir, paths, request):
     (wheel,) = paths.dist.glob("*.whl")
     verified = json.loads(wheel.with_name(wheel.name + ".verify.json").read_text())
     assert verified["ok"], [c for c in verified["checks"] if not c["ok"]]
+    if case.tests_passed_over is not None:  # the package's own tests ran against the wheel, and all passed
+        tests = verified["tests"]
+        assert tests["passed"] > case.tests_passed_over and tests["failed"] == tests["errors"] == 0, tests
     assert wheel.name[:-4].rsplit("-", 1)[1].split(".")[-1] == link_report["builder"]["floor"]
     # Work conservation: every TU the link replayed was compiled by exactly one shard.
     assert len(link_logs) == 1 and timings["work_conservation"] == 1.0
