@@ -22,6 +22,7 @@ import pytest
 
 from conftest import BuiltCell, run_cuw, run_settings, shared_sources
 from cuw.base.errors import InputError
+from cuw.base.records import VerifyCheck
 from cuw.config.recipe import Recipe, load_recipe
 from cuw.jobs.tests_source import upstream_fetch
 from cuw.wheel import upstream_tests
@@ -94,7 +95,7 @@ def _recipes_with(example_cell: BuiltCell, tmp_path: Path, tests: dict[str, str]
     return recipes
 
 
-def _run(example_cell: BuiltCell, recipe: Recipe, tmp_path: Path) -> tuple[upstream_tests.VerifyCheck, dict | None]:
+def _run(example_cell: BuiltCell, recipe: Recipe, tmp_path: Path) -> tuple[VerifyCheck, dict | None]:
     fetch = upstream_fetch(recipe, run_settings())
     assert fetch is not None
     work = tmp_path / "work"
