@@ -173,3 +173,99 @@ def test_a_destination_name_at_the_file_systems_limit_still_gets_its_temp(tmp_pa
     dest = tmp_path / ("a" * 250)
     write_text(dest, "x", "--output")
     assert dest.read_text() == "x"
+
+
+# -- what the forge names itself, and what it reads --------------------------------------------
+
+
+def test_a_file_the_forge_names_replaces_a_link_planted_there(tmp_path):
+    """``<wheel>.verify.json`` and its kind: the link is replaced, the file it points to keeps its bytes."""
+    from cuw.base.files import place_bytes, place_copy, place_text
+
+    victim = tmp_path / "elsewhere" / "victim.txt"
+    victim.parent.mkdir()
+    victim.write_text("precious\n")
+    victim.chmod(0o600)
+    folder = tmp_path / "dist"
+    folder.mkdir()
+    source = tmp_path / "made.whl"
+    source.write_bytes(b"wheel")
+    for name, place in (
+        ("a.verify.json", lambda dest: place_text(dest, "{}\n", "verify report")),
+        ("b.index", lambda dest: place_bytes(dest, b"page", "index page")),
+        ("c.whl", lambda dest: place_copy(source, dest, "--dist")),
+    ):
+        link = folder / name
+        link.symlink_to(victim)
+        assert place(link) == link
+        assert not link.is_symlink() and link.is_file() and link.stat().st_mode & 0o777 != 0o600
+        assert victim.read_text() == "precious\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert sorted(p.name for p in folder.iterdir()) == ["a.verify.json", "b.index", "c.whl"]  # no temp left
+
+
+def test_a_file_the_forge_names_replaces_a_fifo_and_keeps_a_regular_files_mode(tmp_path):
+    from cuw.base.files import place_text
+
+    fifo = tmp_path / "report.json"
+    os.mkfifo(fifo)
+    place_text(fifo, "x", "report")  # a FIFO nobody reads: replaced at once, not waited on
+    assert fifo.is_file() and fifo.read_text() == "x"
+    fifo.chmod(0o640)
+    place_text(fifo, "y", "report")
+    assert stat.S_IMODE(fifo.stat().st_mode) == 0o640 and fifo.read_text() == "y"
+    (tmp_path / "a-folder").mkdir()
+    with pytest.raises(OutputError, match="a folder is in the way"):
+        place_text(tmp_path / "a-folder", "x", "report")
+
+
+def test_a_fifo_is_refused_at_once_never_waited_on(tmp_path):
+    from cuw.base.reading import open_file, read_text
+
+    fifo = tmp_path / "costs.json"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(InputError, match=r"costs.json is a FIFO, not a regular file; give the cost table"):
+        read_text(fifo, "cost table", "cost table")
+    with pytest.raises(InputError, match="is a FIFO"):
+        open_file(fifo, "wheel")
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.skipif(not Path("/dev/zero").is_char_device(), reason="needs /dev/zero")
+def test_a_device_is_refused_never_read_until_memory_runs_out():
+    from cuw.base.files import sha256_of
+    from cuw.base.reading import read_bytes
+
+    with pytest.raises(InputError, match=r"^/dev/zero is a character device, not a regular file"):
+        read_bytes("/dev/zero", "cost table", "cost table")
+    with pytest.raises(InputError, match="character device"):
+        sha256_of(Path("/dev/zero"), "wheel")
+
+
+def test_each_kind_of_file_is_read_to_its_bound(tmp_path, monkeypatch):
+    from cuw.base import reading
+
+    monkeypatch.setitem(reading.LIMITS, "report", 10)
+    path = tmp_path / "x.json"
+    path.write_bytes(b"0123456789")
+    assert reading.read_bytes(path, "report", "report") == b"0123456789"
+    path.write_bytes(b"01234567890")
+    with pytest.raises(InputError, match=r"x.json is larger than 10 bytes, more than any report holds"):
+        reading.read_bytes(path, "report", "report")
+    with pytest.raises(FileNotFoundError):  # each caller keeps its own line for a missing file
+        reading.read_bytes(tmp_path / "none.json", "report", "report")
+
+
+def test_what_is_expected_a_folder_names_what_is_there(tmp_path):
+    from cuw.base.reading import folder, is_regular, optional_folder
+
+    fifo = tmp_path / "reports"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"^--reports .*reports is a FIFO, not a folder"):
+        optional_folder(fifo, "--reports")
+    assert optional_folder(tmp_path / "none", "--reports") is False and optional_folder(tmp_path, "--reports") is True
+    with pytest.raises(InputError, match="no such folder"):
+        folder(tmp_path / "none", "--dist")
+    with pytest.raises(InputError, match="is a FIFO, not a regular file"):
+        is_regular(fifo, "wheel")
+    assert is_regular(tmp_path / "none", "wheel") is False
