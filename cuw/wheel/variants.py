@@ -35,7 +35,7 @@ from packaging.tags import Tag
 from packaging.utils import BuildTag, NormalizedName, parse_wheel_filename
 from packaging.version import Version
 
-from cuw.base.errors import CuwError, InputError
+from cuw.base.errors import InputError
 
 SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
 NAMESPACE = "nvidia"
@@ -154,16 +154,16 @@ def apply(wheel: Path, props: Properties, label: str, out_dir: Path) -> Path:
     """Writes the variant of ``wheel`` into ``out_dir``: every member as it was, ``variant.json``
     added before RECORD and listed in it, the label appended to the file name. Returns its path."""
     if split_label(wheel.name)[1] is not None:
-        raise CuwError(f"{wheel.name} already carries a variant label")
+        raise InputError(f"{wheel.name} already carries a variant label")
     if not LABEL.fullmatch(label):
-        raise CuwError(f"variant label {label!r} is not 1-16 of a-z 0-9 _ . (PEP 825)")
+        raise InputError(f"variant label {label!r} is not 1-16 of a-z 0-9 _ . (PEP 825)")
     out_dir.mkdir(parents=True, exist_ok=True)
     dest = out_dir / f"{wheel.name[: -len('.whl')]}-{label}.whl"
     data = text(document({label: props})).encode()
     with zipfile.ZipFile(wheel) as src, tempfile.NamedTemporaryFile(dir=out_dir, suffix=".part", delete=False) as tmp:
         records = [i for i in src.infolist() if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/RECORD")]
         if len(records) != 1:
-            raise CuwError(f"{wheel.name}: {len(records)} *.dist-info/RECORD, not 1")
+            raise InputError(f"{wheel.name}: {len(records)} *.dist-info/RECORD, not 1")
         record = records[0]
         path = record.filename.rsplit("/", 1)[0] + "/" + DIST_INFO_FILE
         with zipfile.ZipFile(tmp, "w") as dst:
