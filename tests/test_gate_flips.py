@@ -49,16 +49,6 @@ def archive_of(folder: Path, index: int) -> Path:
     return path
 
 
-def test_the_links_progress_counts_every_tu_the_shards_compiled(shards, tmp_path):
-    recipes, paths, _ = fresh(shards, tmp_path)
-    said: list[str] = []
-    result = run_link(load_recipe("example", recipes), paths, progress=said.append, settings=run_settings())
-    assert result.verdict.ok, result.verdict.line
-    tus = EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"]
-    last = [line for line in said if line.startswith("link: compiled ")][-1]
-    assert last.startswith(f"link: compiled {tus}/{tus} TUs"), last
-
-
 def test_missing_shard_self_heals_and_is_reported_as_its_misses(shards, tmp_path):
     recipes, paths, folder = fresh(shards, tmp_path)
     archive_of(folder, 2).unlink()
@@ -80,11 +70,17 @@ def test_missing_shard_self_heals_and_is_reported_as_its_misses(shards, tmp_path
     assert wheel_tu_values(Path(rejected), "cuw_example", tmp_path) == expected_tu_values()
 
 
-def test_counters_left_unzeroed_fail_the_link(shards, tmp_path, monkeypatch):
+def test_counters_left_unzeroed_fail_the_link_whose_progress_counts_every_tu(shards, tmp_path, monkeypatch):
+    """One link from the shards' archives, its counters not zeroed after the merge: its progress counts
+    every TU the shards compiled (the seat's log, not the counters), and the gate refuses the counters."""
     recipes, paths, _ = fresh(shards, tmp_path)
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    result = run_link(load_recipe("example", recipes), paths, progress=None, zero_stats=False, settings=run_settings())
+    said: list[str] = []
+    result = run_link(load_recipe("example", recipes), paths, progress=said.append, zero_stats=False, settings=run_settings())
+    tus = EXAMPLE_CUDA_TUS + EXAMPLE_HOST_TUS["example"]
+    last = [line for line in said if line.startswith("link: compiled ")][-1]
+    assert last.startswith(f"link: compiled {tus}/{tus} TUs"), last
     assert not result.verdict.ok
     assert any("not zeroed after the merge" in r for r in result.verdict.reasons)
     # The verdict also reaches the JSON report and the GitHub step summary.
