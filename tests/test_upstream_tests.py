@@ -14,9 +14,11 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,6 +198,29 @@ def test_a_suite_that_collects_nothing_fails(example_cell: BuiltCell, tmp_path: 
     assert not check.ok
     assert counts is not None and counts["passed"] == 0
     assert any("collected no tests" in d for d in check.details), check.details
+
+
+def test_an_environment_without_pytest_gets_the_forges_pin(
+    example_cell: BuiltCell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A per-cell environment holds the forge without its test extra. Here the venv is told it has
+    # no pytest (this interpreter's own site has one): the forge's pin is installed into the venv
+    # itself, from the index, and the tests run with it.
+    probes: list[Path] = []
+    real = upstream_tests._probe
+
+    def no_pytest_at_first(python: Path) -> Any:
+        probes.append(python)
+        if len(probes) == 1:
+            return subprocess.CompletedProcess([str(python)], 1, "", "ModuleNotFoundError: No module named 'pytest'")
+        return real(python)
+
+    monkeypatch.setattr(upstream_tests, "_probe", no_pytest_at_first)
+    check, counts = _run(example_cell, load_recipe("example", example_cell.recipes), tmp_path)
+    assert check.ok, check.details
+    assert counts is not None and counts["pytest"] == upstream_tests.PYTEST and counts["passed"] == 12
+    version = upstream_tests.PYTEST.split("==")[1]
+    assert list((tmp_path / "work" / "venv").glob(f"lib/python3*/site-packages/pytest-{version}.dist-info")), "not in the venv"
 
 
 def test_tests_whose_source_cannot_be_had_fail_the_check_naming_why(example_cell: BuiltCell, tmp_path: Path) -> None:
