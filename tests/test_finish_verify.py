@@ -386,7 +386,11 @@ def test_index_adds_to_an_existing_index_and_never_replaces_or_deletes(tmp_path)
     assert (out / "files" / old.name).read_bytes() == old.read_bytes()
     flat = (out / "simple" / "torchy" / "index.html").read_text()
     assert "1.0+" in flat and "1.1+" in flat
-    assert build_index(first, out) and len(list((out / "files").iterdir())) == 2  # re-adding is a no-op
+    before = sorted(p.name for p in (out / "files").iterdir())
+    assert before == sorted(
+        f"{w}{suffix}" for w in (old.name, old.name.replace("-1.0+", "-1.1+")) for suffix in ("", ".metadata")
+    )
+    assert build_index(first, out) and sorted(p.name for p in (out / "files").iterdir()) == before  # re-adding is a no-op
 
     rebuilt = tmp_path / "rebuilt"
     rebuilt.mkdir()
