@@ -13,7 +13,9 @@ link job's seat (no partition: every TU compiled through the cache).
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -598,3 +600,81 @@ def test_an_owned_compile_hashes_the_same_through_either_seat_in_any_locale(tmp_
         assert subprocess.run([str(first), *argv], cwd=job.src, env={**env, **NO_FALLBACK}, check=False).returncode == 0
         assert subprocess.run([str(second), *argv], cwd=job.src, env={**env, **NO_FALLBACK}, check=False).returncode == 0
         assert job.entries()[-1]["outcome"] == "hit", f"{locale_env}: the second seat missed what the first compiled"
+
+
+def _static_c_library() -> bool:
+    """Whether this machine's C compiler links a static program (its C library's static archive installed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "t.c").write_text("int main(void) { return 0; }\n")
+        cmd = [install.c_compiler(run_settings().cc), "-static", "t.c", "-o", "t"]
+        return subprocess.run(cmd, cwd=tmp, capture_output=True, check=False).returncode == 0
+
+
+def _has_interpreter(path: Path) -> bool:
+    """Whether an ELF64 little-endian executable names a dynamic loader (a PT_INTERP program header)."""
+    data = path.read_bytes()
+    assert data[:6] == b"\x7fELF\x02\x01", path
+    phoff, phentsize, phnum = struct.unpack_from("<Q", data, 32)[0], *struct.unpack_from("<HH", data, 54)
+    return any(struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 3 for i in range(phnum))
+
+
+def test_the_stub_starts_without_the_dynamic_loader_where_it_can_and_leaves_no_stats_log(tmp_path):
+    """Each call starts the stub: it is linked statically where the C library allows it, and an
+    owned compile's stats log is a memory file, so the seat folder and the logs keep no file of it."""
+    job = Job(tmp_path / "j", native=True)
+    static = _static_c_library()
+    for name in ("nvcc", runtime.HOST_SCRIPT):
+        assert _has_interpreter(job.root / "seat" / name) != static, f"{name}: static C library here: {static}"
+    assert job.run(Case("own", ["-c", O_CPP, "-o", "own.o"], True, tool="g++"), NO_FALLBACK) == 0
+    assert job.entries()[-1]["outcome"] == "miss"
+    assert job.run(Case("own", ["-c", O_CPP, "-o", "own.o"], True, tool="g++"), NO_FALLBACK) == 0
+    assert job.entries()[-1]["outcome"] == "hit"
+    leftovers = [p.name for folder in (job.root / "seat", job.log.parent) for p in folder.iterdir() if "statslog" in p.name]
+    assert leftovers == []
+
+
+def test_the_locale_coercion_is_the_tables_answer_asked_at_install(tmp_path):
+    """Which LC_CTYPE the Python seat's interpreter coerces a C locale to, and whether the job's own
+    locale loads, is asked of the C library once at install (native.py _locale_lines): the table
+    holds the interpreter's answers, and the stub hands the cache the table's, not the library's;
+    with a LOCPATH, or a name the table does not hold, it asks the library per call."""
+    job = Job(tmp_path / "j", native=True)
+    table_path = job.root / "seat" / seat_native.NATIVE_TABLE
+    table = table_path.read_text(encoding="utf-8")
+    answers = dict(line.split("\t", 1) for line in table.splitlines() if line.startswith("ctype_"))
+    python = (job.root / "seat" / "python" / "nvcc").read_text().splitlines()[0][2:].split()[0]
+    base = {k: v for k, v in os.environ.items() if k not in ("LC_ALL", "LC_CTYPE", "LANG", "LOCPATH")}
+    base = {k: v for k, v in base.items() if k not in runtime.SOURCE_FILTER_VARS}
+
+    def interpreter(env: dict[str, str]) -> str:
+        """The LC_CTYPE the Python seat's interpreter runs its compile with ("unset": none)."""
+        code = "import os; print(os.environ.get('LC_CTYPE', 'unset'))"
+        return subprocess.run([python, "-IS", "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert answers["ctype_c"] == interpreter(base) != "unset"
+    name = os.environ.get("LC_CTYPE") or os.environ.get("LANG")
+    loads = name if name and name not in ("C", "POSIX") and interpreter({**base, "LC_CTYPE": name}) == name else None
+    assert answers.get("ctype_loads") == loads
+
+    # The cache as the stub runs it, through a wrapper that writes down the LC_CTYPE it got.
+    seen = tmp_path / "seen.txt"
+    wrapper = tmp_path / "cache-wrapper"
+    wrapper.write_text(f"#!/bin/sh\nprintf '%s\\n' \"${{LC_CTYPE-unset}}\" >> '{seen}'\nexec '{job.config.cache_cmd}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    lines = [line for line in table.splitlines(keepends=True) if not line.startswith("ctype_")]
+    head = lines.index("owned\n")
+    lines[head:head] = ["ctype_c\tfrom-the-table\n", "ctype_loads\tno_such_locale.but-the-table-says-so\n"]
+    table_path.write_text("".join(lines).replace(f"cache\t{job.config.cache_cmd}\n", f"cache\t{wrapper}\n"), encoding="utf-8")
+    calls = [
+        ({}, "from-the-table"),
+        ({"LC_CTYPE": "POSIX"}, "from-the-table"),
+        ({"LANG": "C"}, "from-the-table"),
+        ({"LC_CTYPE": "no_such_locale.but-the-table-says-so"}, "no_such_locale.but-the-table-says-so"),
+        ({"LC_CTYPE": "another_missing_locale"}, interpreter({**base, "LC_CTYPE": "another_missing_locale"})),
+        ({"LOCPATH": str(tmp_path)}, interpreter({**base, "LOCPATH": str(tmp_path)})),
+        ({"LC_ALL": "C"}, "unset"),
+    ]
+    for i, (locale_env, _) in enumerate(calls):
+        argv = [str(job.bin / "g++"), "-c", O_CPP, "-o", f"loc{i}.o"]
+        assert subprocess.run(argv, cwd=job.src, env={**base, **locale_env, **NO_FALLBACK}, check=False).returncode == 0
+    assert seen.read_text().splitlines() == [expected for _, expected in calls]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
@@ -29,6 +30,11 @@ NATIVE_TABLE = "seat-stub.tsv"
 PYTHON_SEAT_DIR = "python"
 _TABLE_MAGIC = "cuw-seat-stub 2"
 TABLES_HEADER = "seat_tables.h"
+# The stub's one argument that is not a compiler's: print the LC_CTYPE it would coerce to here
+# (_locale_lines), then exit.
+LOCALE_PROBE_ARG = "--cuw-seat-locale-probe"
+_LOCALE_VARS = ("LC_ALL", "LC_CTYPE", "LANG", "LOCPATH")
+_COERCION_TARGETS = ("C.UTF-8", "C.utf8", "UTF-8")  # PEP 538's, in the interpreter's order
 
 
 def _compile_lines(config: SeatConfig) -> list[str]:
@@ -59,11 +65,12 @@ def _compile_lines(config: SeatConfig) -> list[str]:
     ]
 
 
-def seat_table(config: SeatConfig) -> Optional[str]:
+def seat_table(config: SeatConfig, locale_lines: Sequence[str] = ()) -> Optional[str]:
     """The native stub's table: header lines (the job's paths; with :func:`_compile_lines`, how an
-    owned TU is compiled), then ``owned`` and ``key, owner or null, key as JSON`` for every source
-    file under the source root this seat compiles (its own slice; beside the source filter, the
-    filter's files, owner null), then ``keys`` and the same for every one another shard owns.
+    owned TU is compiled; ``locale_lines``: :func:`_locale_lines`), then ``owned`` and ``key,
+    owner or null, key as JSON`` for every source file under the source root this seat compiles
+    (its own slice; beside the source filter, the filter's files, owner null), then ``keys`` and
+    the same for every one another shard owns.
     None when there is nothing for the stub to do: no partition and no native compile."""
     part = config.partition
     compile_lines = _compile_lines(config)
@@ -83,6 +90,7 @@ def seat_table(config: SeatConfig) -> Optional[str]:
         # the rest while CUDA_WHEELS_SHARD_* name this shard (any other value: the Python seat).
         *([f"source_filter\t{part.index}/{part.count}"] if part and part.beside_filter else []),
         *compile_lines,
+        *locale_lines,
         # Past it, an owned compile goes to the Python seat, which defers it (runtime.past_deadline).
         *([f"deadline\t{config.deadline!r}"] if config.deadline is not None else []),
     ]
@@ -136,6 +144,7 @@ def tables_header() -> str:
     out.append(f"#define FILTER_INDEX_VAR {_c_literal(index_var)}")
     out.append(f"#define FILTER_COUNT_VAR {_c_literal(count_var)}")
     out.append(f"#define DEADLINE_AFTER_VAR {_c_literal(DEADLINE_AFTER_VAR)}")
+    out.append(f"#define LOCALE_PROBE_ARG {_c_literal(LOCALE_PROBE_ARG)}")
     return "\n".join(out) + "\n"
 
 
@@ -150,6 +159,39 @@ def _c_literal(text: str) -> str:
     """A C string literal for a path: octal escapes for everything but plain path characters."""
     plain = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/_.-+"
     return '"' + "".join(chr(b) if b in plain else f"\\{b:03o}" for b in os.fsencode(text)) + '"'
+
+
+def _locale_lines(stub: Path) -> list[str]:
+    """The table's answers to what the stub's coerced_ctype() would otherwise ask the C library on
+    every owned compile, asked of the stub itself once here: ``ctype_c``, the LC_CTYPE a C locale
+    is coerced to (empty: none loads), and ``ctype_loads``, this job's own LC_CTYPE name when the
+    answer for it is no coercion. Asked without LOCPATH: a call with one asks per call. None of
+    them where the stub gives no plain answer."""
+    import subprocess
+
+    base = {k: v for k, v in os.environ.items() if k not in _LOCALE_VARS}
+
+    def probe(env: dict[str, str]) -> Optional[str]:
+        try:
+            proc = subprocess.run(
+                [str(stub), LOCALE_PROBE_ARG], env=env, capture_output=True, stdin=subprocess.DEVNULL, check=False, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        text = proc.stdout.decode("ascii", "replace")
+        if proc.returncode != 0 or text.count("\n") != 1 or not text.endswith("\n"):
+            return None
+        answer = text[:-1]
+        return answer if answer in ("", *_COERCION_TARGETS) else None
+
+    coerced = probe(base)  # no locale variable at all: the C locale
+    if coerced is None:
+        return []
+    lines = [f"ctype_c\t{coerced}"]
+    name = os.environ.get("LC_CTYPE") or os.environ.get("LANG")
+    if name and name not in ("C", "POSIX") and not any(c in name for c in "\t\n\r") and probe({**base, "LC_CTYPE": name}) == "":
+        lines.append(f"ctype_loads\t{name}")
+    return lines
 
 
 def _native_unfit(config: SeatConfig) -> Optional[str]:
@@ -172,14 +214,12 @@ def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None
     so in ``note`` (the job's build log), or on stderr."""
     import subprocess
 
-    table = seat_table(config)
-    if table is None:
-        return False
+    if config.partition is None and not _compile_lines(config):
+        return False  # seat_table's None: nothing for the stub to do
     reason = _native_unfit(config)
     binaries = {"nvcc": folder / "seat-stub-nvcc", HOST_SCRIPT: folder / "seat-stub-host"}
     if reason is None:
         compiler = c_compiler(cc)
-        (folder / NATIVE_TABLE).write_text(table, encoding="utf-8")
         write_tables_header(folder)
         # Linked statically where the C library allows it (its static archive installed): every
         # call starts this program, and a static one starts without the dynamic loader (here
@@ -207,6 +247,9 @@ def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None
             if proc.returncode != 0:
                 reason = f"{compiler} exited {proc.returncode} on {NATIVE_SOURCE}"
                 break
+        table = seat_table(config, _locale_lines(binaries[HOST_SCRIPT])) if reason is None else None
+        if table is not None:
+            (folder / NATIVE_TABLE).write_text(table, encoding="utf-8")
     if reason is not None:
         line = f"cuw seat: native stub not built ({reason}); foreign TUs go through the Python seat (same result, slower)\n"
         if note is not None:

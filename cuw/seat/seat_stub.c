@@ -6,7 +6,8 @@
  * rule stays in Python: at install the seat writes a table (seat-stub.tsv) of the source files
  * under the source root that this shard owns (section "owned": key, owner or null, key as JSON)
  * and that it does NOT own (section "keys"), and everything an owned compile needs beyond the
- * argv: the cache tool, its environment, the real nvcc and host compilers, the extra args.
+ * argv: the cache tool, its environment, the real nvcc and host compilers, the extra args, and
+ * the LC_CTYPE coercion this program found for a C locale and the job's own locale at install.
  * This program handles two cases of a compile of exactly one source under the source root,
  * not a probe:
  * - its key is a foreign one: it writes what the Python seat's stub writes (the empty object,
@@ -284,6 +285,10 @@ struct table {
     /* The owned compile ("compile" line present): everything but the argv. */
     int compile;
     const char *cache, *nvcc, *statslog_var;
+    /* The LC_CTYPE coercion as the stub found it on this machine at install (native.py
+       _locale_lines): for a C locale ("ctype_c": the target, or empty for none), and the one
+       locale name known to load ("ctype_loads"); NULL when not found out. */
+    const char *ctype_c, *ctype_loads;
     const char *env[MAX_LIST];
     int n_env;
     const char *extra[MAX_LIST];
@@ -344,6 +349,8 @@ static int read_table(struct table *t) {
         else if (strcmp(p, "cache") == 0) t->cache = value;
         else if (strcmp(p, "nvcc") == 0) t->nvcc = value;
         else if (strcmp(p, "statslog_var") == 0) t->statslog_var = value;
+        else if (strcmp(p, "ctype_c") == 0) t->ctype_c = value;
+        else if (strcmp(p, "ctype_loads") == 0) t->ctype_loads = value;
         else if (strcmp(p, "env") == 0) {
             if (!strchr(value, '=') || add_item(t->env, &t->n_env, value) != 0) return -1;
         } else if (strcmp(p, "extra") == 0) {
@@ -499,10 +506,25 @@ static void build_command(const struct table *t, int argc, char **argv) {
 
 /* The LC_CTYPE the Python seat's interpreter puts in its own environment at start (PEP 538: a C or
    POSIX LC_CTYPE, LC_ALL unset, is coerced to the first UTF-8 locale that loads), or NULL. The
-   cache hashes LC_CTYPE: a compile through either seat must hash the same. */
-static const char *coerced_ctype(void) {
+   cache hashes LC_CTYPE: a compile through either seat must hash the same.
+   Loading a locale reads the C library's alias file and maps the locale's files (here about
+   0.1 ms a call, a seventh of the stub's own cost on a cache hit), so the table carries what the C library answered
+   at install (t, NULL in the probe) for a C locale and for the job's own locale name; any other
+   name, or a LOCPATH (which moves where locales are found), is asked here. */
+static const char *coerced_ctype(const struct table *t) {
     const char *all = getenv("LC_ALL");
     if (all && *all) return NULL;
+    const char *locpath = getenv("LOCPATH");
+    if (t && !(locpath && *locpath)) {
+        /* The name setlocale(LC_CTYPE, "") loads: LC_CTYPE, else LANG (empty ones skipped), else C. */
+        const char *name = getenv("LC_CTYPE");
+        if (!name || !*name) name = getenv("LANG");
+        if (!name || !*name || strcmp(name, "C") == 0 || strcmp(name, "POSIX") == 0) {
+            if (t->ctype_c) return *t->ctype_c ? t->ctype_c : NULL;
+        } else if (t->ctype_loads && strcmp(name, t->ctype_loads) == 0) {
+            return NULL;
+        }
+    }
     setlocale(LC_CTYPE, "");
     const char *ctype = setlocale(LC_CTYPE, NULL);
     if (!ctype || (strcmp(ctype, "C") != 0 && strcmp(ctype, "POSIX") != 0)) return NULL;
@@ -523,7 +545,7 @@ static char **build_env(const struct table *t, const char *statslog) {
     char **env = calloc(n + (size_t)t->n_env + 3, sizeof(char *));
     if (!env) fallback();
     size_t k = 0;
-    const char *ctype = coerced_ctype();
+    const char *ctype = coerced_ctype(t);
     if (ctype) env[k++] = concat("LC_CTYPE=", ctype);
     for (char **e = environ; *e; ++e) {
         if (strncmp(*e, "CCACHE_", 7) == 0 || strncmp(*e, "SCCACHE_", 8) == 0) continue;
@@ -721,6 +743,11 @@ static int compile_cached(const struct table *t, int argc, char **argv, const ch
 
 int main(int argc, char **argv) {
     g_argv = argv;
+    if (argc == 2 && strcmp(argv[1], LOCALE_PROBE_ARG) == 0) { /* native.py _locale_lines, at install */
+        const char *ctype = coerced_ctype(NULL);
+        printf("%s\n", ctype ? ctype : "");
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
     struct table t = {0};
     if (read_table(&t) != 0) fallback();
     /* Whether this seat partitions this tool's TUs (runtime.py: the link job's seat has no
