@@ -562,8 +562,8 @@ CASES: list[Case] = [
     C("output/index-equal-input", "index", "{W}/wheels", "{W}/wheels", expect="wheel folder"),
     C("output/index-contains-input", "index", "{W}/wheels", "{W}", expect="wheel folder"),
     C("output/index-non-index", "index", "{W}/wheels", "{W}/notindex", expect="not an index"),
-    C("output/index-proc", "index", "{W}/wheels", "/proc/cuw-index", expect="/proc/cuw-index"),
-    C("output/index-under-file", "index", "{W}/wheels", "{W}/afile/sub", expect="afile"),
+    C("output/index-proc", "index", "{W}/soundwheels", "/proc/cuw-index", expect="/proc/cuw-index"),
+    C("output/index-under-file", "index", "{W}/soundwheels", "{W}/afile/sub", expect="afile"),
     # -- unwritable --work / --artifacts / --dist --------------------------------------------
     C(
         "unwritable/shard-work",
@@ -765,6 +765,22 @@ def _wheel(path: Path, record: bytes) -> None:
         zf.writestr(f"{dist}/RECORD", record)
 
 
+def _sound_wheel(path: Path) -> None:
+    """The same wheel with a RECORD that lists each member's hash: one cuw index takes."""
+    import base64
+    import hashlib
+
+    _wheel(path, b"")
+    with zipfile.ZipFile(path) as zf:
+        members = {n: zf.read(n) for n in zf.namelist() if not n.endswith("RECORD")}
+    lines = []
+    for name, data in members.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{name},sha256={digest},{len(data)}")
+    lines.append("cuw_example-0.1.0+cu130.dist-info/RECORD,,")
+    _wheel(path, ("\n".join(lines) + "\n").encode())
+
+
 def _recipe(bad: Path, name: str, text: str | bytes, example: bool = False, patch: str | bytes | None = None) -> None:
     folder = bad / name
     if example:
@@ -814,6 +830,7 @@ def build_world(W: Path) -> Path:
         '{"action": "compiled", "key": "csrc/kernels/k00_saxpy.cu", "seconds": ' + big + ', "rc": 0}\n'
     )
     _wheel(W / "wheels" / WHEEL, b"")
+    _sound_wheel(W / "soundwheels" / WHEEL)  # one an index takes: its rows are about where the index goes
     (W / "junkwheels").mkdir()
     (W / "junkwheels" / WHEEL).write_bytes(JUNK)
     (W / "v_junk").mkdir()
