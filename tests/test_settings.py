@@ -125,9 +125,17 @@ def test_a_run_s_choices_are_new_settings_handed_to_its_children(tmp_path):
     assert "PATH" not in chosen.child_env(drop=("PATH",))
 
 
-CHILD_ENV = {"cuw/toolchain/cache.py", "cuw/wheel/finish.py", "cuw/wheel/verify.py"}
+CHILD_ENV = {
+    "cuw/toolchain/cache.py",
+    "cuw/wheel/finish.py",
+    "cuw/wheel/verify.py",
+    "cuw/wheel/upstream_tests.py",
+    "cuw/wheel/gpu.py",
+    "cuw/seat/native.py",
+}
 """Where a child's environment starts from this process's (process_environ): a tool's --version, a
-cache tool's own command, auditwheel, the import check's SYSTEMROOT; never configuration."""
+cache tool's own command, auditwheel, the import check's SYSTEMROOT, a package's own tests, a GPU
+smoke, the native stub's locale probe; never configuration."""
 
 
 def _process_reads(source: str) -> tuple[int, int]:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
+from cuw.base.settings import process_environ
 from cuw.toolchain.nvcc_args import SOURCE_SUFFIXES
 from cuw.partition.rules import tu_key
 from cuw.seat.install import c_compiler
@@ -169,7 +170,8 @@ def _locale_lines(stub: Path) -> list[str]:
     them where the stub gives no plain answer."""
     import subprocess
 
-    base = {k: v for k, v in os.environ.items() if k not in _LOCALE_VARS}
+    environ = process_environ()  # the job's own locale: the one the stub's calls inherit
+    base = {k: v for k, v in environ.items() if k not in _LOCALE_VARS}
 
     def probe(env: dict[str, str]) -> Optional[str]:
         try:
@@ -188,7 +190,7 @@ def _locale_lines(stub: Path) -> list[str]:
     if coerced is None:
         return []
     lines = [f"ctype_c\t{coerced}"]
-    name = os.environ.get("LC_CTYPE") or os.environ.get("LANG")
+    name = environ.get("LC_CTYPE") or environ.get("LANG")
     if name and name not in ("C", "POSIX") and not any(c in name for c in "\t\n\r") and probe({**base, "LC_CTYPE": name}) == "":
         lines.append(f"ctype_loads\t{name}")
     return lines

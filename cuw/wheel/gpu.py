@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import os
 import shutil
 import site
 import subprocess
@@ -33,6 +32,7 @@ from urllib.parse import quote
 from cuw.base.errors import InputError, ToolError
 from cuw.base.files import place_text, sha256_of
 from cuw.base.reading import read_text
+from cuw.base.settings import process_environ
 
 REPORT_SUFFIX = ".gpu.json"
 LOG_SUFFIX = ".gpu.log"
@@ -245,7 +245,8 @@ def make_env(folder: Path) -> Path:
 
 
 def _child_env(dry_run: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")}
+    drop = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
+    env = {k: v for k, v in process_environ().items() if k not in drop}
     env["CUDA_DISABLE_PTX_JIT"] = "1"  # only the SASS the wheel ships may run
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
