@@ -206,6 +206,38 @@ def _native_unfit(config: SeatConfig) -> Optional[str]:
     return None
 
 
+def _compile_stubs(folder: Path, binaries: dict[str, Path], compiler: str) -> Optional[str]:
+    """Compiles the stub into each of ``binaries`` (the nvcc seat, the host seat); why not, or None.
+
+    Linked statically where the C library allows it (its static archive installed): every call
+    starts this program, and a static one starts without the dynamic loader (here about a quarter
+    of the stub's own cost on a cache hit). Else dynamically, the same program."""
+    import subprocess
+
+    static = ["-static"]
+    for host, out in enumerate(binaries.values()):
+        cmd = [
+            compiler,
+            "-O2",
+            f"-DSEAT_DIR={_c_literal(os.path.abspath(folder))}",
+            f"-DSEAT_HOST={host}",
+            f"-I{folder}",
+            NATIVE_SOURCE,
+            "-o",
+            str(out),
+        ]
+        try:
+            proc = subprocess.run([*cmd, *static], capture_output=True, stdin=subprocess.DEVNULL, check=False)
+            if proc.returncode != 0 and static:
+                static = []  # no static C library: the second binary is not tried static either
+                proc = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+        except OSError as exc:
+            return f"{compiler} could not run: {exc.strerror}"
+        if proc.returncode != 0:
+            return f"{compiler} exited {proc.returncode} on {NATIVE_SOURCE}"
+    return None
+
+
 def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None, *, cc: str) -> bool:
     """Compiles cuw/seat/seat_stub.c into the seat folder written by :func:`install`, in place of the
     ``nvcc`` and host scripts (which move to ``python/`` and stay the fallback).
@@ -214,41 +246,13 @@ def install_native(folder: Path, config: SeatConfig, note: Optional[Path] = None
     without a partition and without a native compile (:func:`_compile_lines`) the scripts stay. When the stub cannot
     be built (no C compiler), the scripts stay too -- same result, slower -- and one line says
     so in ``note`` (the job's build log), or on stderr."""
-    import subprocess
-
     if config.partition is None and not _compile_lines(config):
         return False  # seat_table's None: nothing for the stub to do
     reason = _native_unfit(config)
     binaries = {"nvcc": folder / "seat-stub-nvcc", HOST_SCRIPT: folder / "seat-stub-host"}
     if reason is None:
-        compiler = c_compiler(cc)
         write_tables_header(folder)
-        # Linked statically where the C library allows it (its static archive installed): every
-        # call starts this program, and a static one starts without the dynamic loader (here
-        # about a quarter of the stub's own cost on a cache hit). Else dynamically, same program.
-        static = ["-static"]
-        for host, out in enumerate(binaries.values()):
-            cmd = [
-                compiler,
-                "-O2",
-                f"-DSEAT_DIR={_c_literal(os.path.abspath(folder))}",
-                f"-DSEAT_HOST={host}",
-                f"-I{folder}",
-                NATIVE_SOURCE,
-                "-o",
-                str(out),
-            ]
-            try:
-                proc = subprocess.run([*cmd, *static], capture_output=True, stdin=subprocess.DEVNULL, check=False)
-                if proc.returncode != 0 and static:
-                    static = []  # no static C library: the second binary is not tried static either
-                    proc = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL, check=False)
-            except OSError as exc:
-                reason = f"{compiler} could not run: {exc.strerror}"
-                break
-            if proc.returncode != 0:
-                reason = f"{compiler} exited {proc.returncode} on {NATIVE_SOURCE}"
-                break
+        reason = _compile_stubs(folder, binaries, c_compiler(cc))
         table = seat_table(config, _locale_lines(binaries[HOST_SCRIPT])) if reason is None else None
         if table is not None:
             (folder / NATIVE_TABLE).write_text(table, encoding="utf-8")

@@ -278,6 +278,25 @@ class Outcome:
         return self.report["result"] in ("pass", "no smoke")
 
 
+def _run_harness(
+    python: Path, spec: Path, outcome_path: Path, outcome: Outcome, dry_run: bool, work: Path, timeout_s: float
+) -> dict[str, Any]:
+    """The harness run in the wheel's environment on ``spec``: the smoke's outcome, or why it has none."""
+    harness = work / "cuw_gpu_harness.py"
+    shutil.copyfile(_HARNESS, harness)
+    cmd = [str(python), str(harness), str(spec)]
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=_child_env(dry_run), cwd=work)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"the smoke ran over {timeout_s:g} s and was stopped"}
+    outcome.log.append(f"$ {' '.join(cmd)}\n{run.stdout}{run.stderr}")
+    if outcome_path.is_file():
+        found: dict[str, Any] = json.loads(outcome_path.read_text())
+        return found
+    tail = " ".join(run.stderr.split())[-300:]
+    return {"ok": False, "error": f"the smoke's process ended with exit {run.returncode} and no outcome: {tail}"}
+
+
 def run_smoke(
     subject: Subject,
     recipe_key: str,
@@ -326,18 +345,7 @@ def run_smoke(
             }
         )
     )
-    harness = work / "cuw_gpu_harness.py"
-    shutil.copyfile(_HARNESS, harness)
-    cmd = [str(python), str(harness), str(spec)]
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=_child_env(dry_run), cwd=work)
-        outcome.log.append(f"$ {' '.join(cmd)}\n{run.stdout}{run.stderr}")
-        smoke_out = json.loads(outcome_path.read_text()) if outcome_path.is_file() else None
-        if smoke_out is None:
-            tail = " ".join(run.stderr.split())[-300:]
-            smoke_out = {"ok": False, "error": f"the smoke's process ended with exit {run.returncode} and no outcome: {tail}"}
-    except subprocess.TimeoutExpired:
-        smoke_out = {"ok": False, "error": f"the smoke ran over {timeout_s:g} s and was stopped"}
+    smoke_out = _run_harness(python, spec, outcome_path, outcome, dry_run, work, timeout_s)
     report["smoke"] = smoke_out
     report["python"] = smoke_out.get("python")
     report["torch"] = smoke_out.get("torch")

@@ -240,6 +240,22 @@ def _pytest(
     return proc.returncode, junit if junit.is_file() else None
 
 
+def _test_env(wheel: Path, extra: list[str], work: Path, deadline: float, log: list[str], summary: dict[str, Any]) -> Path:
+    """A venv under ``work`` with ``wheel`` installed, then ``extra``, and pytest (the forge's pin, from
+    the index, where the environment has none); its Python."""
+    python = make_env(work / "venv", log, deadline - time.monotonic())
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-compile"]
+    wheel_cmd = [*pip, "--no-deps", "--no-index", "--ignore-installed", str(wheel)]
+    _run(wheel_cmd, f"installing {wheel.name}", log, deadline - time.monotonic(), env=_pip_env())
+    if extra:
+        _run([*pip, *extra], f"installing {' '.join(extra)}", log, deadline - time.monotonic(), env=_pip_env())
+    if _probe(python).returncode != 0:  # the environment has no pytest: the forge's pin, from the index
+        said = f"installing {PYTEST} (the environment has no pytest)"
+        _run([*pip, "--ignore-installed", PYTEST], said, log, deadline - time.monotonic(), env=_pip_env())
+        summary["pytest"] = PYTEST
+    return python
+
+
 def run_tests(
     wheel: Path,
     members: list[str],
@@ -267,22 +283,7 @@ def run_tests(
             raise _Refused(f"verify.tests.paths {', '.join(missing)} not in {source_label(recipe)}: name what is there")
         for entry in _shadowing(tree, wheel_top_levels(members)):  # tests import the wheel, never the source
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        python = make_env(work / "venv", log, deadline - time.monotonic())
-        pip = [str(python), "-m", "pip", "install", "-q", "--no-compile"]
-        wheel_cmd = [*pip, "--no-deps", "--no-index", "--ignore-installed", str(wheel)]
-        _run(wheel_cmd, f"installing {wheel.name}", log, deadline - time.monotonic(), env=_pip_env())
-        extra = [*requires, *tests.requires]
-        if extra:
-            _run([*pip, *extra], f"installing {' '.join(extra)}", log, deadline - time.monotonic(), env=_pip_env())
-        if _probe(python).returncode != 0:  # the environment has no pytest: the forge's pin, from the index
-            _run(
-                [*pip, "--ignore-installed", PYTEST],
-                f"installing {PYTEST} (the environment has no pytest)",
-                log,
-                deadline - time.monotonic(),
-                env=_pip_env(),
-            )
-            summary["pytest"] = PYTEST
+        python = _test_env(wheel, [*requires, *tests.requires], work, deadline, log, summary)
         rc, junit = _pytest(python, tree, tests, work, deadline, log)
     except _Refused as exc:
         return VerifyCheck(CHECK, False, [f"upstream tests ({where}) not run: {exc}"]), None
