@@ -40,7 +40,14 @@ from wheel_maker import make_wheel
 WHEEL = "cuw_example-0.1.0+cu130-py3-none-linux_x86_64.whl"
 RECIPES = str(REPO / "recipes")
 TIMEOUT_S = 30.0
-MEMORY = 4 << 30  # the address space a row may take: /dev/zero read whole ends here, not in the machine's swap
+MEMORY = 4 << 30  # the address space a row may add: /dev/zero read whole ends here, not in the machine's swap
+
+
+def _mapped() -> int:
+    """The address space this process maps now (an xdist worker that imported torch maps gigabytes)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
 
 KINDS = ("fifo", "device", "folder", "dangling", "planted")
 """What each path option is given: a FIFO, /dev/zero, an empty folder (file options only), a link
@@ -259,7 +266,8 @@ def run_forked(argv: list[str], cwd: Path, env: dict[str, str], timeout: float =
         code = 99
         try:
             os.setsid()
-            resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+            limit = _mapped() + MEMORY
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             null = os.open(os.devnull, os.O_RDWR)
             os.dup2(null, 0)
