@@ -170,14 +170,14 @@ def test_a_refusing_gate_raises_gate_failure_and_the_boundary_adds_no_line(tmp_p
     assert cli_main.main(["lint-guards", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "1 unguarded consumer(s)" in err and "cuw: error" not in err, err
-    # A refusal not said before is said once, without "error".
+    # A refusal not said before is said once, in the one error line.
     verbs_run = verbs.run
     try:
         verbs.run = lambda argv, settings: (_ for _ in ()).throw(GateFailure("the shard gate refused it"))
         assert cli_main.main(["recipes"]) == 1
     finally:
         verbs.run = verbs_run
-    assert capsys.readouterr().err == "cuw: the shard gate refused it\n"
+    assert capsys.readouterr().err == "cuw: error: the shard gate refused it\n"
 
 
 def test_no_verb_returns_a_bare_1():

@@ -109,9 +109,9 @@ def _run_once(argv: Optional[list[str]]) -> int:
         if failed is not None:
             raise failed
         return code
-    except GateFailure as exc:  # a refusal, not an error: its verdict says why (once)
+    except GateFailure as exc:  # a refusal: said once, by its verdict or here
         if not exc.said:
-            print(f"cuw: {_one_line(str(exc))}", file=sys.stderr)
+            print(f"cuw: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except CuwError as exc:
         print(f"cuw: error: {_one_line(str(exc))}", file=sys.stderr)
