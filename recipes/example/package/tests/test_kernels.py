@@ -28,7 +28,7 @@ def _declared() -> dict[str, int]:
 
 def test_every_tu_is_linked_in_dispatch_order():
     declared = _declared()
-    assert len(declared) == 9
+    assert declared, f"no k*.cu in {KERNELS}"  # however many the build has (a benchmark trims or scales them)
     assert list(cuw_example.tu_values()) == sorted(declared)
 
 
