@@ -39,7 +39,7 @@ from wheel_maker import make_wheel
 
 WHEEL = "cuw_example-0.1.0+cu130-py3-none-linux_x86_64.whl"
 RECIPES = str(REPO / "recipes")
-TIMEOUT_S = 30.0
+TIMEOUT_S = 90.0  # a hang fails its row; a loaded machine still finishes a refusal well within it
 MEMORY = 4 << 30  # the address space a row may add: /dev/zero read whole ends here, not in the machine's swap
 
 
