@@ -142,15 +142,15 @@ def docs(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (real nvcc, real ccache): nox -s tests [-- pytest args].
 
-    A worker per core, each taking the next free test (--dist loadgroup): the tests of a module that
-    share a module-scoped fixture are one group on one worker (tests/conftest.py), the rest spread
-    one by one. The ten slowest tests are listed at the end, every skip with its reason (-rfEs), and
+    A worker per core, each taking whole test files (--dist loadfile): a file's tests share its
+    fixtures and its machine state (the seat-stub comparisons read hits as misses when two of them ran
+    on two workers at once). The ten slowest tests are listed at the end, every skip with its reason (-rfEs), and
     the run's wall time. What a test needs (torch, redis, mingw, ...) is declared in tests/conftest.py
     (NEEDS): a missing one skips, unless $CUW_REQUIRE lists it (CUW_REQUIRE=torch,redis or all): then
     the test fails, saying why."""
     import time
 
-    args = session.posargs or ["-q", "-n", "auto", "--dist", "loadgroup", "--durations=10"]
+    args = session.posargs or ["-q", "-n", "auto", "--dist", "loadfile", "--durations=10"]
     started = time.monotonic()
     try:
         session.run(sys.executable, "-m", "pytest", "-rfEs", *args)
