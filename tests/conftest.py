@@ -611,7 +611,7 @@ def warm_cuw(seed: Path, *args: str) -> list[str]:
     return [sys.executable, "-c", _WARM_MAIN, str(seed), *args]
 
 
-# -- workers balanced: nox -s tests hands out single tests (--dist loadgroup) ------------------------
+# -- groups for --dist loadgroup (nox -s tests hands out whole files with --dist loadfile) ---------------
 #
 # A module whose tests share a module- or class-scoped fixture (an image build, a published index, an
 # unpacked sdist) is one xdist_group: its tests run on one worker, so the fixture is made once. Every

@@ -28,7 +28,7 @@ from cuw.jobs import archive
 from cuw.jobs.container import open_image
 from cuw.toolchain.image_build import default_recipe, dockerfile, load_image_recipe
 
-# Under nox -s tests (--dist loadgroup) the whole file runs on one worker: the stand-in image is asked
+# Under nox -s tests (--dist loadfile) the whole file runs on one worker: the stand-in image is asked
 # for once per run (the session fixture below), the example built in it once (the module fixture).
 pytestmark = pytest.mark.xdist_group("build-image")
 
