@@ -67,6 +67,23 @@ def _temp_beside(dest: Path, option: str) -> tuple[int, str]:
         ) from None
 
 
+def _fill_and_rename(dest: Path, what: str, fill: Callable[[str], object]) -> Path:
+    """``fill(temp)`` writes a temp beside ``dest``, a rename puts it in place; on any failure the temp
+    goes and ``dest`` is as it was (``what``: the option or kind of file the error line names)."""
+    fd, tmp = _temp_beside(dest, what)
+    os.close(fd)
+    try:
+        fill(tmp)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError(f"{what} {dest}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
 def _replace(dest: Path, option: str, fill: Callable[[str], object]) -> Path:
     """``fill(temp path)`` writes the new content beside ``dest``; a rename then puts it in place.
     Whatever goes wrong, the temp file goes and ``dest`` is as it was. A link is written through,
@@ -80,18 +97,7 @@ def _replace(dest: Path, option: str, fill: Callable[[str], object]) -> Path:
     if dest.is_symlink():
         dest = _link_target(dest, option)
         check_destination(dest, option)
-    fd, tmp = _temp_beside(dest, option)
-    os.close(fd)
-    try:
-        fill(tmp)
-        os.replace(tmp, dest)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise OutputError(f"{option} {dest}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return dest
+    return _fill_and_rename(dest, option, fill)
 
 
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/self/fd|proc/(\d+)/fd)/(\d+)")
@@ -199,18 +205,7 @@ def _place(dest: Path, what: str, fill: Callable[[str], object]) -> Path:
         raise OutputError(f"{what} {dest}: a folder is in the way; remove it or write elsewhere")
     if not dest.parent.is_dir():
         raise OutputError(f"{what} {dest}: the folder {dest.parent} does not exist")
-    fd, tmp = _temp_beside(dest, what)
-    os.close(fd)
-    try:
-        fill(tmp)
-        os.replace(tmp, dest)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise OutputError(f"{what} {dest}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return dest
+    return _fill_and_rename(dest, what, fill)
 
 
 def place_text(dest: Path, text: str, what: str) -> Path:
