@@ -645,3 +645,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--e2e-image", default=None, help="end-to-end tier: every job in a container of this build image (cuw image)"
     )
+
+
+def installed_build(installer: list[str], url: str, target: Path) -> str:
+    """What ``installer`` (pip or uv, told to install into ``target``) takes from the index at
+    ``url``: the ``Build:`` of the installed WHEEL ("" for none)."""
+    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "UV_NO_CONFIG": "1", "HOME": str(target.parent)}
+    proc = subprocess.run(
+        [*installer, "--no-deps", "--target", str(target), "--index-url", f"{url}/cu130/", "cuw-example"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel_file,) = target.glob("cuw_example-*.dist-info/WHEEL")
+    said = [line.split(":", 1)[1].strip() for line in wheel_file.read_text().splitlines() if line.startswith("Build:")]
+    return said[0] if said else ""

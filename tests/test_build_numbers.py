@@ -19,7 +19,7 @@ import pytest
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-from conftest import REPO, need, run_cuw
+from conftest import REPO, installed_build, need, run_cuw
 from wheel_maker import make_wheel
 from cuw.base.errors import CuwError, InputError
 from cuw.ci.build_numbers import next_build
@@ -247,23 +247,6 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
         server.wait(timeout=30)
 
 
-def _installed_build(installer: list[str], url: str, target: Path) -> str:
-    """What ``installer`` (pip or uv, told to install into ``target``) takes from the index at
-    ``url``: the ``Build:`` of the installed WHEEL ("" for none)."""
-    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "UV_NO_CONFIG": "1", "HOME": str(target.parent)}
-    proc = subprocess.run(
-        [*installer, "--no-deps", "--target", str(target), "--index-url", f"{url}/cu130/", "cuw-example"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (wheel_file,) = target.glob("cuw_example-*.dist-info/WHEEL")
-    said = [line.split(":", 1)[1].strip() for line in wheel_file.read_text().splitlines() if line.startswith("Build:")]
-    return said[0] if said else ""
-
-
 @pytest.mark.long
 @pytest.mark.needs("nvcc", "cmake")
 def test_a_changed_patch_is_published_as_build_1_beside_build_0_and_pip_and_uv_pick_it(recipes_dir, served, tmp_path):
@@ -306,8 +289,8 @@ def test_a_changed_patch_is_published_as_build_1_beside_build_0_and_pip_and_uv_p
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-cache-dir"]
-    assert _installed_build(pip, url, tmp_path / "pip") == "1"
+    assert installed_build(pip, url, tmp_path / "pip") == "1"
     assert (
-        _installed_build([uv, "pip", "install", "--no-cache", "--python", str(venv / "bin" / "python")], url, tmp_path / "uv")
+        installed_build([uv, "pip", "install", "--no-cache", "--python", str(venv / "bin" / "python")], url, tmp_path / "uv")
         == "1"
     )

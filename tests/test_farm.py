@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, have, need, run_in_container, run_settings
+from conftest import REPO, have, installed_build, need, run_in_container, run_settings
 from cuw.ci.workflow_run import find_interpreter
 
 pytestmark = pytest.mark.farm
@@ -290,22 +290,6 @@ def _serve(index: Path) -> tuple[subprocess.Popen, str]:
     return server, f"http://127.0.0.1:{line.split(' port ')[1].split()[0]}"
 
 
-def _installed_build(installer: list[str], url: str, target: Path) -> str:
-    """The ``Build:`` of the WHEEL that ``installer`` (pip or uv) installs from the served index ("" for none)."""
-    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": os.devnull, "UV_NO_CONFIG": "1", "HOME": str(target.parent)}
-    proc = subprocess.run(
-        [*installer, "--no-deps", "--target", str(target), "--index-url", f"{url}/cu130/", "cuw-example"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (wheel_file,) = target.glob("cuw_example-*.dist-info/WHEEL")
-    said = [line.split(":", 1)[1].strip() for line in wheel_file.read_text().splitlines() if line.startswith("Build:")]
-    return said[0] if said else ""
-
-
 def test_a_fixed_recipe_rebuilds_its_one_cell_as_build_1_which_pip_and_uv_install(tmp_path):
     """Publish the cell; fix the recipe's patch.py (the same upstream version, other inputs): the next
     run plans that cell alone, its link stamps build 1 and publish puts it beside build 0; pip and uv,
@@ -336,9 +320,9 @@ def test_a_fixed_recipe_rebuilds_its_one_cell_as_build_1_which_pip_and_uv_instal
         venv = tmp_path / "venv"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-cache-dir"]
-        assert _installed_build(pip, url, tmp_path / "pip") == "1"
+        assert installed_build(pip, url, tmp_path / "pip") == "1"
         uv_pip = [uv, "pip", "install", "--no-cache", "--python", str(venv / "bin" / "python")]
-        assert _installed_build(uv_pip, url, tmp_path / "uv") == "1"
+        assert installed_build(uv_pip, url, tmp_path / "uv") == "1"
     finally:
         server.terminate()
         server.wait(timeout=30)
