@@ -343,3 +343,25 @@ def test_the_free_disk_step_empties_the_runners_folders_mounted_into_a_job_in_th
     assert keep.read_text() == "not the forge's to free"
     # The engine made the mount's source for the folder the runner lacked: empty, as it was.
     assert missing.is_dir() and not any(missing.iterdir())
+
+
+def test_the_image_env_script_hands_pip_every_requirement_word_for_word(tmp_path):
+    """Run by a real shell with a stand-in Python that records the words pip would get: a marker's own
+    quotes (``python_version < '3.11'``) reach pip intact, as do the forge's pinned requirements."""
+    from cuw.jobs.cell_env import forge_requirements
+    from cuw.jobs.container import env_script
+
+    words = tmp_path / "words.json"
+    pip = f"#!{sys.executable}\nimport json, sys\nopen({str(words)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+    python = tmp_path / "opt python" / "python"  # a space in the path as well
+    python.parent.mkdir()
+    python.write_text(
+        f"#!{sys.executable}\nimport os, sys\nassert sys.argv[1:3] == ['-m', 'venv'], sys.argv\n"
+        f"os.makedirs(sys.argv[3] + '/bin')\nopen(sys.argv[3] + '/bin/python', 'w').write({pip!r})\n"
+        "os.chmod(sys.argv[3] + '/bin/python', 0o755)\n"
+    )
+    python.chmod(0o755)
+    requirements = [*forge_requirements(), "tomli>=2; python_version < '3.11'", 'x; sys_platform == "linux"']
+    proc = subprocess.run(["sh", "-c", env_script(str(python), tmp_path / "env it's", requirements)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(words.read_text()) == ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", *requirements]

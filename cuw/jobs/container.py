@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import signal
 import ssl
 import subprocess
@@ -164,12 +165,7 @@ def image_env(job: ImageJob, say: Say) -> Path:
             return venv
         say(f"image: making the forge's environment for {job.ref} ({abi}, {len(requirements)} requirements) in {venv}")
         log = venv.parent / f"{venv.name}.log"
-        python = f"/opt/python/{abi}/bin/python"
-        script = (
-            f'test -x {python} || {{ echo "no {python} in the image; it has: $(ls /opt/python 2>/dev/null)"; exit 3; }}; '
-            f"rm -rf {venv} && {python} -m venv {venv} && {venv}/bin/python -m pip install --quiet "
-            "--disable-pip-version-check " + " ".join(f"'{r}'" for r in requirements)
-        )
+        script = env_script(f"/opt/python/{abi}/bin/python", venv, requirements)
         env = {"HOME": str(_home(job)), "PIP_NO_INPUT": "1"}
         mounts = {venv.parent: True, _home(job): True}
         _home(job).mkdir(parents=True, exist_ok=True)
@@ -181,6 +177,17 @@ def image_env(job: ImageJob, say: Say) -> Path:
             raise ToolError(f"image {job.ref}: the forge's environment could not be made (exit {rc}): {tail}; log {log}")
         (venv / READY).write_text(json.dumps({"image": job.identity, "abi": abi, "requirements": requirements}, indent=2))
     return venv
+
+
+def env_script(python: str, venv: Path, requirements: Sequence[str]) -> str:
+    """The shell line that makes the forge's venv inside the image. Every word is quoted by shlex:
+    a requirement's marker carries quotes of its own (``tomli>=2; python_version < '3.11'``)."""
+    py, where = shlex.quote(python), shlex.quote(str(venv))
+    return (
+        f'test -x {py} || {{ echo "no {py} in the image; it has: $(ls /opt/python 2>/dev/null)"; exit 3; }}; '
+        f"rm -rf {where} && {py} -m venv {where} && {where}/bin/python -m pip install --quiet "
+        "--disable-pip-version-check " + " ".join(shlex.quote(r) for r in requirements)
+    )
 
 
 def _home(job: ImageJob) -> Path:
