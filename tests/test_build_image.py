@@ -362,6 +362,8 @@ def test_the_image_env_script_hands_pip_every_requirement_word_for_word(tmp_path
     )
     python.chmod(0o755)
     requirements = [*forge_requirements(), "tomli>=2; python_version < '3.11'", 'x; sys_platform == "linux"']
-    proc = subprocess.run(["sh", "-c", env_script(str(python), tmp_path / "env it's", requirements)], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["sh", "-c", env_script(str(python), tmp_path / "env it's", requirements)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(words.read_text()) == ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", *requirements]
