@@ -23,6 +23,7 @@ import pytest
 
 from conftest import need, run_settings
 from cuw.config.recipe import load_recipe
+from cuw.config.paths import Paths
 from cuw.jobs.local import run_build
 
 
@@ -35,13 +36,27 @@ class Case:
     """Caps the recipe's parallel compiles (the two cores here are shared)."""
     tests_passed_over: Optional[int] = None
     """The recipe's upstream tests (verify.tests) that must pass in its verify gate: more than this many."""
+    broken: Optional[tuple[str, str, str, str]] = None
+    """(file, anchor, replacement, a test file that must fail): after the build, a patch breaks one kernel
+    and the cell is linked again from the same cache (only that TU recompiles); verify must fail naming tests."""
 
 
 # recipe -> how the end-to-end build runs it. Each wheel gets its builder's floor: this machine's
 # glibc on the host, the image's with --e2e-image (nox -s e2e -- lightgbm --e2e-image <ref>).
 E2E: dict[str, Case] = {
     # Its test/ folder (from the pinned snapshot of tag 2.1.2 in ../shared/sources): 1,300+ tests on CPU.
-    "torch_scatter": Case(shards=3, needs_torch=True, tests_passed_over=1300),
+    "torch_scatter": Case(
+        shards=3,
+        needs_torch=True,
+        tests_passed_over=1300,
+        # segment_csr's CPU kernel divides each segment's sum by one more than its length: mean is wrong.
+        broken=(
+            "csrc/cpu/segment_csr_cpu.cpp",
+            "arg_out_data + n * K + k, args[k],\n                                           row_end - row_start);",
+            "arg_out_data + n * K + k, args[k],\n                                           row_end - row_start + 1);",
+            "test_segment.py",
+        ),
+    ),
     "torchsort": Case(shards=2, needs_torch=True),
     # gcc 12 (Debian 12) gives lightgbm's library GLIBCXX_3.4.30: manylinux_2_35 or higher; the
     # stand-in image's gcc 10 keeps it at its floor, manylinux_2_31.
@@ -152,3 +167,48 @@ def test_real_package_sharded_build(case_name, recipes_dir, paths, request, monk
     assert wheel.name[:-4].rsplit("-", 1)[1].split(".")[-1] == link_report["builder"]["floor"]
     # Work conservation: every TU the link replayed was compiled by exactly one shard.
     assert len(link_logs) == 1 and timings["work_conservation"] == 1.0
+    if case.broken is not None:
+        _broken_kernel_fails_verify(case, case_name, recipes_dir, paths)
+
+
+def _broken_kernel_fails_verify(case: Case, case_name: str, recipes_dir: Path, paths: Paths) -> None:
+    """The same cell with one kernel broken by a patch, linked as one shard from the first build's cache
+    (every other TU a hit): the link gate passes and verify fails, naming the upstream tests that caught it."""
+    from conftest import seed_job_cache
+    from cuw.jobs import archive, workspace
+    import cuw.jobs.shard
+
+    path, anchor, replacement, failing = case.broken
+    (recipes_dir / case_name / "patch.py").write_text(
+        "from cuw.jobs.patching import PatchContext\n\n\n"
+        f"def patch(ctx: PatchContext) -> None:\n    ctx.replace({path!r}, {anchor!r}, {replacement!r})\n"
+    )
+    seed = paths.work.parent / "seed"
+    restored = [archive.unpack(p, seed) for p in archive.shard_archives(next(paths.artifacts.iterdir()))]
+    archive.merge_into(restored, seed / "cache")
+    broken = Paths(paths.work.parent / "broken-work", paths.work.parent / "broken-artifacts", paths.work.parent / "broken-dist")
+
+    def prepare_seeded(*args, **kwargs):
+        job_cache = workspace.prepare(*args, **kwargs)
+        seed_job_cache(seed / "cache", job_cache.cache_dir)
+        return job_cache
+
+    original = cuw.jobs.shard.prepare
+    cuw.jobs.shard.prepare = prepare_seeded
+    try:
+        outcomes, link = run_build(
+            load_recipe(case_name, recipes_dir), broken, count=1, recipes_dir=recipes_dir, settings=run_settings()
+        )
+    finally:
+        cuw.jobs.shard.prepare = original
+    (report,) = broken.artifacts.glob("*/cuw-shard-*.report.json")
+    counters = json.loads(report.read_text())["counters"]
+    print(json.dumps({"broken": path, "shard_counters": counters, "verify": link.verify.line if link.verify else None}))
+    assert outcomes == [True] and link.verdict.ok, link.verdict.line
+    assert counters["misses"] == 1 and counters["hits"] == counters["total"] - 1, (
+        "only the patched TU misses the first build's cache"
+    )
+    assert link.verify is not None and not link.verify.ok, "a broken kernel passed verify"
+    (tests,) = [c for c in link.verify.checks if not c.ok]
+    assert tests.name == "tests" and any(failing in d for d in tests.details), tests.details
+    assert not list(broken.dist.glob("*.whl")), "a wheel that failed verify reached dist/"
