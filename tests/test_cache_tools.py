@@ -33,6 +33,7 @@ from cuw.config.recipe import load_recipe
 N = 3
 
 
+@pytest.mark.long  # sccache's handoff, three cold shards and two links (~110 s): nox -s long
 def test_sccache_handoff_passes_every_gate_and_attributes_a_missing_shard(recipes_dir, paths, tmp_path):
     # Per-job paths on every CUDA compile line, as torch extensions (-I$CUDA_HOME/include) and recipes
     # with ${CUW_EXTRA_DEPS} have them: each job's shadow CUDA_HOME and deps folder are its own.
@@ -148,6 +149,9 @@ def _contents(wheel: Path, where: Path) -> dict[str, object]:
     return out
 
 
+# A second cold build of the cell through redis (~60 s): nox -s long. A redis remote still fires the
+# shard gate in the default tier (test_gate_notes, test_gate_loopholes, test_faults).
+@pytest.mark.long
 def test_redis_remote_handoff_matches_the_archive_handoff(recipes_dir, tmp_path, redis_url, example_cell):
     recipe = load_recipe("example", recipes_dir)
     remote = Paths(work=tmp_path / "r" / "work", artifacts=tmp_path / "r" / "artifacts", dist=tmp_path / "r" / "dist")

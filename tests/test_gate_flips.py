@@ -131,6 +131,9 @@ def test_seat_bypassed_fails_the_shard(recipes_dir, paths, monkeypatch):
     assert host_only.facts["compiled"] > 0  # host TUs of its slice, through the host seat
 
 
+# A second cold shard around the seats (~30 s): nox -s long. The seat-bypassed condition still fires in
+# the default tier (test_seat_bypassed_fails_the_shard).
+@pytest.mark.long
 def test_without_device_code_a_compile_around_both_seats_fails_the_shard(recipes_dir, paths, tmp_path):
     """device_code: false (kernels compiled at run time) with nvcc and the host compiler both named by
     absolute path: the seat saw nothing and the shard fails, naming the key. (A host compile through

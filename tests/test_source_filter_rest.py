@@ -246,6 +246,7 @@ def test_plan_counts_the_rest_in_every_shard(recipes_dir):
     assert all(c.ok for c in p.checks), [c for c in p.checks if not c.ok]
 
 
+@pytest.mark.long  # a cold 3-shard build and its link (~55 s); the source filter's own gate case stays in test_gate_flips
 def test_source_filter_with_seat_rest_compiles_every_tu_exactly_once(recipes_dir, paths):
     """The example in source-filter mode (recipes/example_source), 3 shards + link, Makefiles."""
     recipe = load_recipe("example_source", recipes_dir)

@@ -174,7 +174,7 @@ def test_that_never_ends():
 def test_a_run_over_its_time_is_stopped_with_its_children(example_cell: BuiltCell, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     sleeper = SLEEPER.replace('os.environ["CUW_TEST_PIDS"]', repr(str(pids)))  # pytest's environment is its own
-    block = "  tests:\n    paths: [tests/test_sleeper.py]\n    timeout_s: 40\n"
+    block = "  tests:\n    paths: [tests/test_sleeper.py]\n    timeout_s: 15\n"
     recipes = _recipes_with(example_cell, tmp_path, {"test_sleeper.py": sleeper}, block)
     started = time.monotonic()
     check, counts = _run(example_cell, load_recipe("example", recipes), tmp_path)
