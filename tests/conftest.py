@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import http.server
 import importlib.util
 import json
 import os
@@ -11,10 +13,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
@@ -416,6 +419,41 @@ def run_child(cmd: list[str], *, timeout: float, **popen: Any) -> subprocess.Com
 def run_cuw(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess:
     """``python -m cuw <args>`` as a user runs it: its own process, no stdin, output captured."""
     return run_child([sys.executable, "-m", "cuw", *args], cwd=cwd, timeout=timeout)
+
+
+@contextlib.contextmanager
+def serving(folder: Path, quiet: bool = True) -> Iterator[str]:
+    """``folder`` served over HTTP on 127.0.0.1 while the block runs: its base URL."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    if quiet:
+        handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def recorded_example(cell: "BuiltCell", dist: Path, recipes: Optional[Path] = None) -> Path:
+    """The suite's built example (its wheel, link and verify reports) copied into ``dist`` with the build
+    record ``cuw record`` writes beside it, as the link job leaves it for publish: the wheel's path."""
+    dist.mkdir(parents=True, exist_ok=True)
+    for made in cell.paths.dist.glob(cell.wheel.name + "*"):
+        shutil.copy2(made, dist)
+    proc = run_cuw(
+        "record",
+        "example",
+        "--dist",
+        str(dist),
+        "--artifacts",
+        str(cell.paths.artifacts),
+        "--recipes",
+        str(recipes or cell.recipes),
+    )
+    assert proc.returncode == 0, proc.stderr
+    return dist / cell.wheel.name
 
 
 def expected_tu_values() -> dict[str, int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cuw, run_settings
+from conftest import recorded_example, run_cuw, run_settings, serving
 from cuw.ci import audit
 from cuw.cli.main import main
 from cuw.config.policy import load_policy
@@ -40,14 +40,7 @@ def published(example_cell, tmp_path) -> tuple[Path, Path]:
     text = re.sub(r'(?m)^  python: \["3.10", .*$', '  python: ["3.11"]', text, count=1)
     text = re.sub(r'(?m)^  cuda: \["12.8", "13.0"\]$', '  cuda: ["13.0"]', text, count=1)
     policy.write_text(text)
-    dist = tmp_path / "dist"
-    dist.mkdir()
-    for made in example_cell.paths.dist.glob(example_cell.wheel.name + "*"):  # the wheel, its link and verify reports
-        shutil.copy2(made, dist)
-    proc = run_cuw(
-        "record", "example", "--dist", str(dist), "--artifacts", str(example_cell.paths.artifacts), "--recipes", str(recipes)
-    )
-    assert proc.returncode == 0, proc.stderr
+    dist = recorded_example(example_cell, tmp_path / "dist", recipes).parent
     index = tmp_path / "index"
     assert publish(dist, index).published == [example_cell.wheel.name]
     return recipes, index
@@ -81,11 +74,7 @@ def test_a_fresh_index_has_nothing_to_report_and_each_planted_fault_is_found(pub
 
 def test_the_cli_reads_the_index_over_http_and_exits_by_its_findings(published, tmp_path):
     recipes, index = published
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(index))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(index) as url:
         clean = run_cuw("audit", "--index", url, "--package", "example", "--on-host", "--recipes", str(recipes))
         assert clean.returncode == 0, clean.stderr
         assert clean.stdout.startswith(f"### audit of {url}: 0 gap(s), 0 stale, 0 wheel finding(s)")
@@ -108,8 +97,6 @@ def test_the_cli_reads_the_index_over_http_and_exits_by_its_findings(published, 
         )
         assert stale.returncode == 1, stale.stderr
         assert "<tr class='stale'><td>stale</td><td>example-linux-py3.11-cu13.0-notorch</td>" in out.read_text()
-    finally:
-        server.shutdown()
     gone = run_cuw("audit", "--index", f"{url}/nothing-here", "--package", "example", "--recipes", str(recipes))
     assert gone.returncode == 2 and gone.stderr.strip().splitlines()[-1].startswith("cuw: error: --index: cannot read")
 

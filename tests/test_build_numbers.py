@@ -19,7 +19,7 @@ import pytest
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-from conftest import REPO, installed_build, need, run_cuw
+from conftest import REPO, installed_build, need, run_cuw, serving
 from wheel_maker import make_wheel
 from cuw.base.errors import CuwError, InputError
 from cuw.ci.build_numbers import next_build
@@ -229,22 +229,11 @@ def test_a_bad_build_number_option_is_one_line_before_any_folder(tmp_path, argv,
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """An index folder served by ``python -m http.server`` on 127.0.0.1: (the folder, its URL)."""
+    """An index folder served over HTTP on 127.0.0.1 (conftest.serving): (the folder, its URL)."""
     index = tmp_path / "index"
     index.mkdir()
-    server = subprocess.Popen(
-        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", str(index)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        line = server.stdout.readline() if server.stdout else ""  # "Serving HTTP on 127.0.0.1 port 43517 (http://...)"
-        port = line.split(" port ")[1].split()[0]
-        yield index, f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with serving(index) as url:
+        yield index, url
 
 
 @pytest.mark.long

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
+
+from conftest import serving
 
 PAGE = "<!DOCTYPE html><html><body>\n{links}\n</body></html>\n"
 
@@ -37,12 +36,8 @@ def index_server(tmp_path):
     json_page.mkdir(parents=True)
     files = [{"filename": n, "url": f"../../f/{n}", "hashes": {}} for n in _names("2.14.0", ["3.10", "3.11", "3.12", "3.13"])]
     json_page.joinpath("index.html").write_text(json.dumps({"meta": {"api-version": "1.0"}, "name": "torch", "files": files}))
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(root) as url:
+        yield url
 
 
 def _check(recipes: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -94,12 +89,8 @@ def test_a_lane_hole_is_found_and_the_printed_edit_lists_it(recipes_dir, tmp_pat
     names = _names("2.13.0", ["3.10", "3.11", "3.12", "3.13"]) + _names("2.14.1", ["3.10", "3.11", "3.12", "3.13"])
     names += [n.replace("manylinux_2_28_x86_64", "win_amd64") for n in _names("2.14.1", ["3.10", "3.11", "3.12", "3.13"])]
     root.joinpath("index.html").write_text(PAGE.format(links="\n".join(f'<a href="../../f/{n}">{n}</a><br/>' for n in names)))
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "www"))
-    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        proc = _check(recipes_dir, "--index", f"13.0=http://127.0.0.1:{server.server_address[1]}/cu130")
+    with serving(tmp_path / "www") as url:
+        proc = _check(recipes_dir, "--index", f"13.0={url}/cu130")
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert "HOLE torch 2.13 ships no windows wheel for CUDA 13.0" in proc.stdout
         assert "HOLE torch 2.14" not in proc.stdout and "linux_aarch64" not in proc.stdout  # served, or served for no line
@@ -110,7 +101,5 @@ def test_a_lane_hole_is_found_and_the_printed_edit_lists_it(recipes_dir, tmp_pat
         block = re.search(r"(?m)^  torch:\n(?:    .*\n)+", text)
         assert block is not None
         policy.write_text(text.replace(block.group(0), fix.rstrip("\n") + "\n"))
-        again = _check(recipes_dir, "--index", f"13.0=http://127.0.0.1:{server.server_address[1]}/cu130")
+        again = _check(recipes_dir, "--index", f"13.0={url}/cu130")
         assert again.returncode == 0, again.stdout + again.stderr
-    finally:
-        server.shutdown()

@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-from conftest import need
+from conftest import need, serving
 from cuw.cli.main import main
 from cuw.wheel import publish as publish_module
 from cuw.wheel.index import CHOOSER, MARKER, PACKAGES, RECORD_SUFFIX, build_index, published_files, write_pages
@@ -375,21 +375,9 @@ def test_files_a_killed_run_left_behind_are_rewritten_from_the_marker(index, tmp
 
 @pytest.fixture(scope="module")
 def served(index):
-    """``python -m http.server`` on a free port of 127.0.0.1, serving the index folder."""
-    proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", str(index)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline()  # "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
-        match = re.search(r"port (\d+)", line)
-        assert match, f"http.server said {line!r}"
-        yield f"http://127.0.0.1:{match.group(1)}/"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    """The index folder served over HTTP on 127.0.0.1 (conftest.serving): its URL."""
+    with serving(index) as url:
+        yield url + "/"
 
 
 def _chromium() -> str:

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from conftest import REPO, run_cuw
+from conftest import REPO, recorded_example, run_cuw
 from wheel_maker import make_wheel
 from cuw.base.files import tree_digest
 from cuw.ci import matrix
@@ -358,21 +358,7 @@ def published_build(example_cell, tmp_path_factory) -> tuple[Path, Path]:
     record written by ``cuw record`` and published; the real recipes, nothing narrowed."""
     assert example_cell.outcomes == (True,) * example_cell.count
     root = tmp_path_factory.mktemp("published-build")
-    dist = root / "dist"
-    dist.mkdir()
-    for made in example_cell.paths.dist.glob(example_cell.wheel.name + "*"):  # the wheel, its link and verify reports
-        shutil.copy2(made, dist)
-    proc = run_cuw(
-        "record",
-        "example",
-        "--dist",
-        str(dist),
-        "--artifacts",
-        str(example_cell.paths.artifacts),
-        "--recipes",
-        str(example_cell.recipes),
-    )
-    assert proc.returncode == 0, proc.stderr
+    dist = recorded_example(example_cell, root / "dist").parent
     index = root / "index"
     proc = run_cuw("publish", str(dist), str(index))
     assert proc.returncode == 0, proc.stderr

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BuiltCell, run_cuw, run_settings, shared_sources
+from conftest import BuiltCell, recorded_example, run_cuw, run_settings, shared_sources
 from cuw.base.errors import InputError
 from cuw.base.records import VerifyCheck
 from cuw.config.recipe import Recipe, load_recipe
@@ -57,22 +57,8 @@ def test_the_example_link_ran_its_own_tests_and_the_record_carries_the_counts(ex
     }
     assert "12 passed, 0 failed, 0 errors, 1 skipped" in check["details"][0]
     # The build record carries them.
-    dist = tmp_path / "dist"
-    dist.mkdir()
-    for made in example_cell.paths.dist.glob(wheel.name + "*"):
-        shutil.copy2(made, dist)
-    proc = run_cuw(
-        "record",
-        "example",
-        "--dist",
-        str(dist),
-        "--artifacts",
-        str(example_cell.paths.artifacts),
-        "--recipes",
-        str(example_cell.recipes),
-    )
-    assert proc.returncode == 0, proc.stderr
-    record = json.loads((dist / (wheel.name + ".build.json")).read_text())
+    recorded = recorded_example(example_cell, tmp_path / "dist")
+    record = json.loads(recorded.with_name(recorded.name + ".build.json").read_text())
     assert record["verify"]["tests"] == report["tests"]
     assert {"name": "tests", "ok": True} in record["verify"]["checks"]
 
