@@ -123,6 +123,8 @@ def _gpu(args: argparse.Namespace, recipes_dir: Path, settings: Settings) -> int
 
     if args.timeout <= 0:
         raise InputError(f"gpu: --timeout {args.timeout:g}: give the seconds one wheel's smoke may take (over 0)")
+    if args.out is not None:  # before the environments and smokes: a folder the reports can be written in
+        writable_dir(args.out, "--out")
     if args.into_index is not None:
         if args.dry_run:
             raise InputError("gpu: --into-index with --dry-run: a dry run launches nothing, so its reports are never published")
