@@ -184,6 +184,7 @@ def _broken_kernel_fails_verify(case: Case, case_name: str, recipes_dir: Path, p
         f"def patch(ctx: PatchContext) -> None:\n    ctx.replace({path!r}, {anchor!r}, {replacement!r})\n"
     )
     seed = paths.work.parent / "seed"
+    seed.mkdir()
     restored = [archive.unpack(p, seed) for p in archive.shard_archives(next(paths.artifacts.iterdir()))]
     archive.merge_into(restored, seed / "cache")
     broken = Paths(paths.work.parent / "broken-work", paths.work.parent / "broken-artifacts", paths.work.parent / "broken-dist")
