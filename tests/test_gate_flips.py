@@ -117,7 +117,8 @@ def test_seat_bypassed_by_an_absolute_nvcc_path_fails_the_link(shards, tmp_path,
 def test_seat_bypassed_fails_the_shard(recipes_dir, paths, monkeypatch):
     """nvcc named by absolute path: the seat saw no CUDA compile. The same build's observations judged
     with device_code: false (kernels compiled at run time; the recipe key changes nothing else in a
-    shard whose slice holds a host TU): the host seat's compiles show the build compiled from source."""
+    shard whose slice holds a host TU): the host seat's compiles show the build compiled from source;
+    without them, the shard fails."""
     observed: list[ShardObservation] = []
     monkeypatch.setattr("cuw.jobs.shard.shard_gate", lambda obs: observed.append(obs) or shard_gate(obs))
     _bypass(recipes_dir)
@@ -129,6 +130,11 @@ def test_seat_bypassed_fails_the_shard(recipes_dir, paths, monkeypatch):
     host_only = shard_gate(replace(obs, device_code=False))
     assert not any("the seat saw no" in r for r in host_only.reasons), host_only.reasons
     assert host_only.facts["compiled"] > 0  # host TUs of its slice, through the host seat
+    # The same build with its host compiles gone around the host seat too (the long tier's
+    # test_without_device_code_a_compile_around_both_seats_fails_the_shard makes it happen for real).
+    around_both = shard_gate(replace(obs, device_code=False, host_compiles_seen=0))
+    assert not around_both.ok
+    assert any("the seat saw no compile (the recipe has device_code: false" in r for r in around_both.reasons)
 
 
 # A second cold shard around the seats (~30 s): nox -s long. The seat-bypassed condition still fires in
