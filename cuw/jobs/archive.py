@@ -236,9 +236,11 @@ def pack(job_cache: Cache, manifest: Manifest, dest: Path) -> Path:
     fd, name = tempfile.mkstemp(prefix=f"{_partial_prefix(dest)}{os.getpid()}.", suffix=".partial", dir=dest.parent)
     tmp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as raw:
-            # TarFile itself: what tarfile.open(mode="w") makes, with copybufsize in its typed signature
-            with tarfile.TarFile(fileobj=raw, mode="w", copybufsize=COPY_BUFSIZE) as tar:
+        with os.fdopen(fd, "wb", buffering=COPY_BUFSIZE) as raw:  # a cache of small files: few large writes
+            # TarFile itself: what tarfile.open(mode="w") makes, with copybufsize in its typed signature. GNU
+            # headers: a pax header's checks cost more than the copy of a small entry, and entry names are
+            # ASCII (a long one gets GNU's long-name record, which every reader of the archive parses).
+            with tarfile.TarFile(fileobj=raw, mode="w", copybufsize=COPY_BUFSIZE, format=tarfile.GNU_FORMAT) as tar:
                 data = json.dumps(asdict(manifest), indent=2, sort_keys=True).encode()
                 info = tarfile.TarInfo(MANIFEST)
                 info.size = len(data)
