@@ -586,19 +586,27 @@ def seed_job_cache(seed: Path, cache_dir: Path) -> None:
     shutil.copytree(seed, cache_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*_NOT_SEEDED))
 
 
+def cache_of_archives(archives: list[Path], root: Path) -> Path:
+    """The ccache entries of shard ``archives`` unpacked under ``root`` and merged into one folder
+    (``root/cache``), to seed jobs with (read only: jobs get copies)."""
+    from cuw.jobs import archive
+
+    restored = [archive.unpack(path, root) for path in archives]
+    cache = root / "cache"
+    archive.merge_into(restored, cache)
+    assert any(p.is_file() and p.name not in _NOT_SEEDED for p in cache.rglob("*")), f"no entry in {cache}"
+    return cache
+
+
 @pytest.fixture(scope="session")
 def example_cache(example_cell: BuiltCell, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example's ccache entries from the suite's one cold build: its shard archives unpacked and
     merged into one folder (per worker, read only: jobs get copies)."""
     from cuw.jobs import archive
 
-    root = tmp_path_factory.mktemp("example-cache")
-    restored = [archive.unpack(path, root) for path in archive.shard_archives(example_cell.cell_artifacts)]
-    assert len(restored) == example_cell.count
-    cache = root / "cache"
-    archive.merge_into(restored, cache)
-    assert any(p.is_file() and p.name not in _NOT_SEEDED for p in cache.rglob("*")), f"no entry in {cache}"
-    return cache
+    archives = archive.shard_archives(example_cell.cell_artifacts)
+    assert len(archives) == example_cell.count
+    return cache_of_archives(archives, tmp_path_factory.mktemp("example-cache"))
 
 
 @dataclass
@@ -608,24 +616,30 @@ class WarmCache:
     """The job cache folders seeded so far in this test."""
 
 
-@pytest.fixture
-def warm_cache(example_cache: Path, monkeypatch: pytest.MonkeyPatch) -> WarmCache:
-    """Every shard job this test runs in this process starts with the example's entries in its local
-    ccache (a remote or sccache job is left as it is)."""
+def start_warm(seed: Path, monkeypatch: pytest.MonkeyPatch) -> WarmCache:
+    """Every local ccache shard job run in this process from here on starts with ``seed``'s entries
+    in its freshly prepared cache (a remote or sccache job is left as it is)."""
     import cuw.jobs.shard
     from cuw.jobs import workspace
 
-    warm = WarmCache(example_cache, [])
+    warm = WarmCache(seed, [])
 
     def prepare_seeded(*args: Any, **kwargs: Any) -> Any:
         job_cache = workspace.prepare(*args, **kwargs)
         if job_cache.tool == "ccache" and not job_cache.remote:
-            seed_job_cache(example_cache, job_cache.cache_dir)
+            seed_job_cache(seed, job_cache.cache_dir)
             warm.seeded.append(job_cache.cache_dir)
         return job_cache
 
     monkeypatch.setattr(cuw.jobs.shard, "prepare", prepare_seeded)
     return warm
+
+
+@pytest.fixture
+def warm_cache(example_cache: Path, monkeypatch: pytest.MonkeyPatch) -> WarmCache:
+    """Every shard job this test runs in this process starts with the example's entries in its local
+    ccache (a remote or sccache job is left as it is)."""
+    return start_warm(example_cache, monkeypatch)
 
 
 _WARM_MAIN = f"""

@@ -168,18 +168,17 @@ def test_real_package_sharded_build(case_name, recipes_dir, paths, request, monk
     # Work conservation: every TU the link replayed was compiled by exactly one shard.
     assert len(link_logs) == 1 and timings["work_conservation"] == 1.0
     if case.broken is not None:
-        _broken_kernel_fails_verify(case, case_name, recipes_dir, paths)
+        _broken_kernel_fails_verify(case, case_name, recipes_dir, paths, monkeypatch)
 
 
-def _broken_kernel_fails_verify(case: Case, case_name: str, recipes_dir: Path, paths: Paths) -> None:
+def _broken_kernel_fails_verify(case: Case, case_name: str, recipes_dir: Path, paths: Paths, monkeypatch) -> None:
     """The same cell with one kernel broken by a patch, linked as one shard from the first build's cache
     (every other TU a hit): the link gate passes and verify fails, naming the upstream tests that caught it."""
-    from conftest import seed_job_cache
-    from cuw.jobs import archive, workspace
+    from conftest import cache_of_archives, start_warm
+    from cuw.jobs import archive
     from cuw.jobs.link import run_link
     from cuw.jobs.shard import run_shard
     from cuw.partition.rules import ShardSpec
-    import cuw.jobs.shard
 
     path, anchor, replacement, failing = case.broken
     (recipes_dir / case_name / "patch.py").write_text(
@@ -189,22 +188,10 @@ def _broken_kernel_fails_verify(case: Case, case_name: str, recipes_dir: Path, p
     recipe = load_recipe(case_name, recipes_dir)
     seed = paths.work.parent / "seed"
     seed.mkdir()
-    restored = [archive.unpack(p, seed) for p in archive.shard_archives(next(paths.artifacts.iterdir()))]
-    archive.merge_into(restored, seed / "cache")
     broken = Paths(paths.work.parent / "broken-work", paths.work.parent / "broken-artifacts", paths.work.parent / "broken-dist")
-
-    def prepare_seeded(*args, **kwargs):
-        job_cache = workspace.prepare(*args, **kwargs)
-        seed_job_cache(seed / "cache", job_cache.cache_dir)
-        return job_cache
-
-    # In this process (run_build's shards are processes of their own, which a patched prepare would not reach).
-    original = cuw.jobs.shard.prepare
-    cuw.jobs.shard.prepare = prepare_seeded
-    try:
-        shard = run_shard(recipe, ShardSpec(1, 1), broken, progress=None, settings=run_settings())
-    finally:
-        cuw.jobs.shard.prepare = original
+    # In this process: run_build's shards are processes of their own, which the seeded prepare would not reach.
+    start_warm(cache_of_archives(archive.shard_archives(next(paths.artifacts.iterdir())), seed), monkeypatch)
+    shard = run_shard(recipe, ShardSpec(1, 1), broken, progress=None, settings=run_settings())
     assert shard.verdict.ok, shard.verdict.line
     link = run_link(recipe, broken, progress=None, settings=run_settings())
     (report,) = broken.artifacts.glob("*/cuw-shard-*.report.json")
