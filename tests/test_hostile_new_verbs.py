@@ -9,7 +9,7 @@ on 127.0.0.1, the CLI called in-process (``cuw.cli.main.main``).
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import http.server
 import json
 import os
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, need, path_without
+from conftest import REPO, need, path_without, serving
 from wheel_maker import make_wheel
 from cuw.base.errors import CuwError
 from cuw.ci import audit
@@ -78,13 +78,6 @@ def _one_error(err: str, *words: str) -> str:
     return lines[0]
 
 
-def _serve(folder: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
-
-
 def _files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
 
@@ -106,11 +99,8 @@ def test_an_index_location_is_a_folder_or_an_http_url_and_anything_else_says_whi
     with pytest.raises(CuwError, match=r"--index .*: no such index folder") as exc:
         read_records(str(tmp_path / "nowhere"), "--index")
     assert "--published" not in str(exc.value), "audit's error names audit's option"
-    server, url = _serve(index)
-    try:
+    with serving(index) as url:
         assert read_records("HTTP" + url[4:] + "/") == folder, "a scheme is case-blind, a trailing / is no matter"
-    finally:
-        server.shutdown()
     code, err = _cuw(capsys, "matrix", "--package", "example", "--on-host", "--published", "   ")
     assert code == 2
     _one_error(err, "--published", "empty")
@@ -248,27 +238,22 @@ def test_audit_names_a_wheel_of_a_cuda_line_the_policy_dropped_instead_of_failin
 
 def test_audit_reads_the_wheels_of_a_release_asset_index_from_their_urls(tmp_path):
     assets, site = tmp_path / "assets", tmp_path / "site"
-    a_server, a_url = _serve(assets.mkdir() or assets)
-    try:
+    assets.mkdir()
+    with serving(assets) as a_url:
         store = AssetStore(a_url + "/{recipe}/{wheel}", tmp_path / "upload")
         assert publish(_incoming(tmp_path / "incoming"), site, store=store).published == [WHEEL]
         (assets / "example").mkdir()
         shutil.copy2(tmp_path / "upload" / WHEEL, assets / "example" / WHEEL)
         assert not (site / "files" / WHEEL).exists(), "the wheel is an asset, not a file of the site"
-        s_server, s_url = _serve(site)
-        try:
+        with serving(site) as s_url:
             for location in (str(site), s_url):
                 details = [f.detail for f in _audit(location) if f.subject == WHEEL]
                 # Before: "cannot read <site>/files/<wheel> (404)" over HTTP, "No such file" from the folder.
                 assert details and all(d.startswith(("compiled:", "arch:")) for d in details), (location, details)
-        finally:
-            s_server.shutdown()
         (assets / "example" / WHEEL).write_bytes(b"not a zip")  # an asset replaced by junk: a finding, not a crash
         # The audit checks the size and sha256 of what it reads before it opens it: not checked further.
         details = [f.detail for f in _audit(str(site)) if f.subject == WHEEL]
         assert len(details) == 1 and details[0].startswith(("truncated:", "other bytes:")), details
-    finally:
-        a_server.shutdown()
 
 
 def test_audit_never_writes_its_report_into_the_index_it_reads(index, capsys):
@@ -374,19 +359,16 @@ def _site(tmp_path: Path, edit=None) -> str:
         marker = json.loads((site / MARKER).read_text())
         edit(marker)
         (site / MARKER).write_text(json.dumps(marker))
-    server, url = _serve(site)
-    _site.servers.append(server)  # type: ignore[attr-defined]
-    return url
+    return _site.servers.enter_context(serving(site))  # type: ignore[attr-defined]
 
 
-_site.servers = []  # type: ignore[attr-defined]
+_site.servers = contextlib.ExitStack()  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)
 def _stop_sites():
     yield
-    while _site.servers:  # type: ignore[attr-defined]
-        _site.servers.pop().shutdown()  # type: ignore[attr-defined]
+    _site.servers.close()  # type: ignore[attr-defined]
 
 
 def test_continuing_an_online_index_needs_an_empty_folder(tmp_path):
