@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, wheel_tu_values, run_settings
+from conftest import EXAMPLE_CUDA_TUS, EXAMPLE_HOST_TUS, expected_tu_values, trim_example, wheel_tu_values, run_settings
 from cuw.jobs import archive
 from cuw.toolchain.cache import Ccache
 from cuw.base.errors import CuwError
@@ -27,6 +27,7 @@ from cuw.toolchain.toolkit import find_toolkit
 from cuw.gates.conditions import ShardObservation, shard_gate
 
 N = 3
+KEPT = 3  # kernel TUs of the trimmed example (conftest.trim_example) a cold gate-condition build compiles
 
 
 @pytest.fixture
@@ -97,12 +98,15 @@ def _bypass(recipes: Path) -> None:
 
 
 def test_seat_bypassed_by_an_absolute_nvcc_path_fails_the_link(shards, tmp_path, monkeypatch):
+    """The example cut to three kernel TUs (conftest.trim_example): every TU the link compiles around
+    the seat is a real nvcc compile, and its two conditions need three (more than the host TUs), not nine."""
     recipes, paths, _ = fresh(shards, tmp_path)
     private = tmp_path / "recipes"
     shutil.copytree(recipes, private, symlinks=True)
+    trim_example(private, KEPT)
     _bypass(private)
-    # The shards were built from the recipe before the change: the fingerprint refuses first...
-    with pytest.raises(CuwError, match=r"shard 1/3 was built with another recipe \("):
+    # The shards were built from the untrimmed source before the change: the fingerprint refuses first...
+    with pytest.raises(CuwError, match=r"shard 1/3 was built with another source \("):
         run_link(load_recipe("example", private), paths, progress=None, settings=run_settings())
     # ...and behind it the link gate holds on its own (a handoff whose fingerprints agree).
     monkeypatch.setattr("cuw.jobs.link.check_fingerprint", lambda *args: None)
@@ -110,8 +114,8 @@ def test_seat_bypassed_by_an_absolute_nvcc_path_fails_the_link(shards, tmp_path,
     assert not result.verdict.ok
     line = result.verdict.line
     # Only the host TUs reached the cache (through the host seat); every CUDA TU went around it.
-    assert "9 of 9 CUDA TUs bypassed the seat" in line
-    assert f"the cache saw {EXAMPLE_HOST_TUS['example']} calls for 9 CUDA TUs" in line
+    assert f"{KEPT} of {KEPT} CUDA TUs bypassed the seat" in line
+    assert f"the cache saw {EXAMPLE_HOST_TUS['example']} calls for {KEPT} CUDA TUs" in line
 
 
 def test_seat_bypassed_fails_the_shard(recipes_dir, paths, monkeypatch):
@@ -121,6 +125,7 @@ def test_seat_bypassed_fails_the_shard(recipes_dir, paths, monkeypatch):
     without them, the shard fails."""
     observed: list[ShardObservation] = []
     monkeypatch.setattr("cuw.jobs.shard.shard_gate", lambda obs: observed.append(obs) or shard_gate(obs))
+    trim_example(recipes_dir, KEPT)  # every TU of the build compiles around the seat: three, not nine
     _bypass(recipes_dir)
     result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, N), paths, progress=None, settings=run_settings())
     assert not result.verdict.ok and result.archive is None
@@ -157,7 +162,8 @@ def test_without_device_code_a_compile_around_both_seats_fails_the_shard(recipes
 
 
 def test_a_real_compile_error_fails_the_shard_that_owns_the_tu(recipes_dir, paths):
-    key = "csrc/kernels/k04_scan.cu"
+    trim_example(recipes_dir, KEPT)  # a cold shard: its slice of three kernel TUs, not of nine
+    key = "csrc/kernels/k01_scale.cu"
     path = recipes_dir / "example" / "package" / key
     path.write_text(path.read_text() + "\nstatic int broken = cuw_no_such_symbol;\n")
     spec = ShardSpec(owner(key, N), N)
@@ -171,10 +177,11 @@ def test_an_owned_compile_the_cache_cannot_store_fails_the_shard_and_the_link(re
     """nvcc's --save-temps compiles fine, but ccache refuses to cache a call that carries it
     (unsupported_compiler_option): the shard fails at once instead of a link miss hours later,
     and a link whose replays carry it fails on its uncacheable count."""
+    trim_example(recipes_dir, KEPT)  # nothing of it can be a hit: three kernel TUs compile for real, not nine
     with open(recipes_dir / "example" / "recipe.yml", "a") as fh:
         fh.write('nvcc_flags: ["--save-temps"]\n')
     recipe = load_recipe("example", recipes_dir)
-    key = "csrc/kernels/k04_scan.cu"
+    key = "csrc/kernels/k01_scale.cu"
     result = run_shard(recipe, ShardSpec(owner(key, N), N), paths, progress=None, settings=run_settings())
     assert not result.verdict.ok and result.archive is None
     (reason,) = [r for r in result.verdict.reasons if "the cache could not store them" in r]
@@ -182,12 +189,12 @@ def test_an_owned_compile_the_cache_cannot_store_fails_the_shard_and_the_link(re
     assert "a real compile error" not in result.verdict.line  # the compiles themselves succeeded
 
     _, link_paths, _ = fresh(shards, tmp_path / "link")
-    with pytest.raises(CuwError, match=r"was built with another recipe \("):  # the shards had no --save-temps
+    with pytest.raises(CuwError, match=r"was built with another source \("):  # the shards': untrimmed, no --save-temps
         run_link(recipe, link_paths, progress=None, settings=run_settings())
     monkeypatch.setattr("cuw.jobs.link.check_fingerprint", lambda *args: None)  # the link gate's own count, behind it
     linked = run_link(recipe, link_paths, progress=None, settings=run_settings())
-    assert not linked.verdict.ok and linked.verdict.facts["uncacheable"] == EXAMPLE_CUDA_TUS
-    assert any(r.startswith(f"uncacheable compiles: {EXAMPLE_CUDA_TUS}") for r in linked.verdict.reasons), linked.verdict.reasons
+    assert not linked.verdict.ok and linked.verdict.facts["uncacheable"] == KEPT
+    assert any(r.startswith(f"uncacheable compiles: {KEPT}") for r in linked.verdict.reasons), linked.verdict.reasons
 
 
 def _rewrite_manifest(path: Path, **changes) -> None:
