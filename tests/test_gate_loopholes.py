@@ -98,12 +98,17 @@ def test_make_keeps_going_in_a_shard_only(recipes_dir, tmp_path):
 # Shard 1/2 owns early2.cpp but not dep2.cu, so the "early" library's link fails at once,
 # while every kernel TU waits for a slow custom target: without keep-going ninja stops
 # scheduling and shard 1's kernels are never compiled.
+# The kernels wait (cuw_slow) until the early library's link has run and failed: its link launcher
+# leaves a marker after the link, whatever the link's exit, so no compile of the slice starts before.
 _EARLY_CMAKE = """
-add_custom_target(cuw_slow COMMAND ${CMAKE_COMMAND} -E sleep 8)
+add_custom_target(cuw_slow COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/csrc/early/wait.sh ${CMAKE_BINARY_DIR}/early-linked)
 add_dependencies(_kernels cuw_slow)
 add_library(early SHARED csrc/early/early2.cpp csrc/early/dep2.cu)
 target_link_options(early PRIVATE -Wl,--no-undefined)
+set_target_properties(early PROPERTIES RULE_LAUNCH_LINK "sh ${CMAKE_CURRENT_SOURCE_DIR}/csrc/early/linked.sh ${CMAKE_BINARY_DIR}/early-linked")
 """
+_LINKED = 'marker=$1; shift; "$@"; rc=$?; touch "$marker"; exit $rc\n'
+_WAIT = 'i=0; while [ ! -e "$1" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done\n'  # at most a minute
 
 
 def _early_link_failure(recipes: Path) -> None:
@@ -113,6 +118,8 @@ def _early_link_failure(recipes: Path) -> None:
     (package / "csrc" / "early" / "early2.cpp").write_text(
         'extern "C" int cuw_dep2(void);\nextern "C" int cuw_early(void) { return cuw_dep2(); }\n'
     )
+    (package / "csrc" / "early" / "linked.sh").write_text(_LINKED)
+    (package / "csrc" / "early" / "wait.sh").write_text(_WAIT)
     cmake = package / "CMakeLists.txt"
     cmake.write_text(cmake.read_text() + _EARLY_CMAKE)
     rule = recipe_assignment(load_recipe("example", recipes), 2)
