@@ -684,19 +684,13 @@ def warm_cuw(seed: Path, *args: str) -> list[str]:
 # and shared by all workers under a lock.
 
 
-# Whole files on one worker whatever their fixtures: the seat-stub comparisons time each seat's ccache
-# hits, and two of them at once on two workers read hits as misses.
-WHOLE_FILES = {"tests/test_seat_stub.py"}
-
-
 def pytest_itemcollected(item: pytest.Item) -> None:
     info = getattr(item, "_fixtureinfo", None)
     if info is None or item.get_closest_marker("xdist_group") is not None:
         return
-    module = item.nodeid.split("::", 1)[0]
     scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs}
-    if module in WHOLE_FILES or scopes & {"module", "class", "package"}:
-        item.add_marker(pytest.mark.xdist_group(module))
+    if scopes & {"module", "class", "package"}:
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 def recipe(key: str, recipes_dir: Path) -> Recipe:

@@ -105,7 +105,8 @@ add_custom_target(cuw_slow COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/csrc/early/wai
 add_dependencies(_kernels cuw_slow)
 add_library(early SHARED csrc/early/early2.cpp csrc/early/dep2.cu)
 target_link_options(early PRIVATE -Wl,--no-undefined)
-set_target_properties(early PROPERTIES RULE_LAUNCH_LINK "sh ${CMAKE_CURRENT_SOURCE_DIR}/csrc/early/linked.sh ${CMAKE_BINARY_DIR}/early-linked")
+set_target_properties(early PROPERTIES
+  RULE_LAUNCH_LINK "sh ${CMAKE_CURRENT_SOURCE_DIR}/csrc/early/linked.sh ${CMAKE_BINARY_DIR}/early-linked")
 """
 _LINKED = 'marker=$1; shift; "$@"; rc=$?; touch "$marker"; exit $rc\n'
 _WAIT = 'i=0; while [ ! -e "$1" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done\n'  # at most a minute
