@@ -244,6 +244,23 @@ def test_a_served_index_is_read_a_few_records_at_a_time(tmp_path):
     assert took < 4.5, took
 
 
+def test_a_file_whose_wait_the_deadline_cut_short_is_late_not_a_server_timeout(tmp_path):
+    """A read whose socket wait was cut to what was left of the deadline, and ran out, is the deadline's
+    error (so a loaded machine cannot turn the deadline's one line into "timed out")."""
+    from cuw.base import http as cuw_http
+
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "late.json").write_text("{}")
+    server, url = _slow_server(tmp_path, 2.0)
+    try:
+        with pytest.raises(cuw_http._Late):
+            cuw_http._read(f"{url}/files/late.json", 1 << 10, cuw_http.Deadline(0.3))
+        with pytest.raises(CuwError, match=r"no whole answer in 0\.3 s, the deadline of one read of the index: 0 of 1"):
+            cuw_http.fetch_all([f"{url}/files/late.json"], "--published", deadline=cuw_http.Deadline(0.3))
+    finally:
+        server.shutdown()
+
+
 def test_a_slow_index_ends_the_plan_at_one_deadline_for_the_whole_read(tmp_path, monkeypatch, capsys):
     from cuw.base import http as cuw_http
     from cuw.cli.main import main

@@ -41,14 +41,22 @@ class _Late(Exception):
 
 def _read(url: str, limit: int, deadline: Deadline) -> bytes:
     data = bytearray()
-    with urllib.request.urlopen(url, timeout=max(0.01, min(TIMEOUT_S, deadline.left()))) as response:
-        while len(data) <= limit:
-            if deadline.left() <= 0:
-                raise _Late()
-            block = response.read1(min(1 << 16, limit + 1 - len(data)))
-            if not block:
-                break
-            data += block
+    wait = max(0.01, min(TIMEOUT_S, deadline.left()))
+    try:
+        with urllib.request.urlopen(url, timeout=wait) as response:
+            while len(data) <= limit:
+                if deadline.left() <= 0:
+                    raise _Late()
+                block = response.read1(min(1 << 16, limit + 1 - len(data)))
+                if not block:
+                    break
+                data += block
+    except (TimeoutError, urllib.error.URLError) as exc:
+        # A wait cut short to the deadline's share that runs out is the deadline, not the server's own timeout.
+        timed_out = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
+        if timed_out and wait < TIMEOUT_S:
+            raise _Late() from None
+        raise
     return bytes(data)
 
 
