@@ -630,11 +630,21 @@ class WarmCache:
 
 def start_warm(seed: Path, monkeypatch: pytest.MonkeyPatch) -> WarmCache:
     """Every local ccache shard job run in this process from here on starts with ``seed``'s entries
-    in its freshly prepared cache (a remote or sccache job is left as it is)."""
+    in its freshly prepared cache (a remote or sccache job is left as it is), and so does every shard
+    process a local build (``run_build``) starts: its command becomes ``warm_cuw``'s."""
+    import cuw.jobs.local
     import cuw.jobs.shard
     from cuw.jobs import workspace
 
     warm = WarmCache(seed, [])
+    command = cuw.jobs.local._Launcher.command
+
+    def warm_command(launcher: Any, spec: Any) -> list[str]:
+        cmd = command(launcher, spec)
+        assert cmd[:3] == [sys.executable, "-m", "cuw"], cmd
+        return warm_cuw(seed, *cmd[3:])
+
+    monkeypatch.setattr(cuw.jobs.local._Launcher, "command", warm_command)
 
     def prepare_seeded(*args: Any, **kwargs: Any) -> Any:
         job_cache = workspace.prepare(*args, **kwargs)
@@ -649,8 +659,8 @@ def start_warm(seed: Path, monkeypatch: pytest.MonkeyPatch) -> WarmCache:
 
 @pytest.fixture
 def warm_cache(example_cache: Path, monkeypatch: pytest.MonkeyPatch) -> WarmCache:
-    """Every shard job this test runs in this process starts with the example's entries in its local
-    ccache (a remote or sccache job is left as it is)."""
+    """Every shard job this test runs in this process, and every shard process a ``run_build`` of it
+    starts, begins with the example's entries in its local ccache (a remote or sccache job is left as it is)."""
     return start_warm(example_cache, monkeypatch)
 
 

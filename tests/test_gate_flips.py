@@ -285,6 +285,8 @@ def test_source_filter_partitions_before_the_build_and_the_seat_stays_pass_throu
         assert manifest.filter == "source" and sorted(manifest.owned) == cuda
         assert sorted(set(manifest.compiled) - set(cuda)) == ["csrc/dispatch.cpp", "csrc/registry.cpp"]
         owned += manifest.owned
+        assert archive.report_path(tarball).is_file()
+        assert json.loads(archive.report_path(tarball).read_text())["counters"]["misses"] == 0, "the shards start warm"
     assert sorted(owned) == sorted(f"csrc/kernels/{p.name}" for p in (recipes_dir / "example/package/csrc/kernels").glob("*.cu"))
     for shard_dir in paths.work.glob("*/shard-*"):
         entries = [json.loads(line) for line in (shard_dir / "logs" / "seat.jsonl").read_text().splitlines()]

@@ -31,7 +31,7 @@ from cuw.jobs.shard import run_shard
 from cuw.config.recipe import load_recipe
 from cuw.toolchain.toolkit import find_toolkit
 from cuw.jobs.workspace import Workspace, install_ninja_wrapper, prepare
-from conftest import run_settings
+from conftest import run_settings, trim_example
 
 # -- keep-going builds ----------------------------------------------------------------------
 
@@ -177,6 +177,7 @@ def test_a_cache_left_without_entries_fails_the_shard(recipes_dir, paths, monkey
     env = Ccache.env
 
     monkeypatch.setattr(Ccache, "env", property(lambda self: {**env.fget(self), "CCACHE_READONLY": "1"}))
+    trim_example(recipes_dir, 3)  # a cold shard: its slice of three kernel TUs, not of nine
     result = run_shard(load_recipe("example", recipes_dir), ShardSpec(1, 3), paths, progress=None, settings=run_settings())
     assert not result.verdict.ok and result.archive is None
     assert any(r.startswith("the cache is empty after compiling") for r in result.verdict.reasons), result.verdict.line

@@ -189,7 +189,7 @@ def _broken_kernel_fails_verify(case: Case, case_name: str, recipes_dir: Path, p
     seed = paths.work.parent / "seed"
     seed.mkdir()
     broken = Paths(paths.work.parent / "broken-work", paths.work.parent / "broken-artifacts", paths.work.parent / "broken-dist")
-    # In this process: run_build's shards are processes of their own, which the seeded prepare would not reach.
+    # One shard job for the whole cell (ShardSpec(1, 1)) in this process, seeded, then the link.
     start_warm(cache_of_archives(archive.shard_archives(next(paths.artifacts.iterdir())), seed), monkeypatch)
     shard = run_shard(recipe, ShardSpec(1, 1), broken, progress=None, settings=run_settings())
     assert shard.verdict.ok, shard.verdict.line
