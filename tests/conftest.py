@@ -331,6 +331,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             _need(name)  # a misspelt need fails the collection
         if "torch" in names and item.get_closest_marker("torch") is None:
             item.add_marker("torch")  # -m torch / -m 'not torch' select every test that needs it
+    longest_files_first(items)
+
+
+# -- the order workers take files in ------------------------------------------------------------------
+#
+# nox -s tests hands out whole files (--dist loadfile) in collection order, each worker taking the next
+# file as it finishes one. The longest files go first, so the run does not end with one worker on a long
+# file while the others are done: the files over 40 s of test time on 2 cores (2026-12-05), longest
+# first. Every other file keeps its place after them.
+LONGEST_FILES = (
+    "test_gate_flips.py",
+    "test_faults.py",
+    "test_build_image.py",
+    "test_seat_stub.py",
+    "test_gate_loopholes.py",
+    "test_gate_notes.py",
+    "test_e2e.py",
+    "test_staleness.py",
+    "test_benchmarks.py",
+)
+
+
+def longest_files_first(items: list[pytest.Item]) -> None:
+    gone = [name for name in LONGEST_FILES if not (REPO / "tests" / name).is_file()]
+    assert not gone, f"tests/conftest.py LONGEST_FILES names files that are not there: {gone}"
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept
 
 
 @pytest.hookimpl(tryfirst=True)
