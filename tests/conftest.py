@@ -342,13 +342,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # first. Every other file keeps its place after them.
 LONGEST_FILES = (
     "test_gate_flips.py",
-    "test_faults.py",
+    "test_seat_stub.py",  # second: it needs no built example, so its worker never waits on the first's build
     "test_build_image.py",
-    "test_seat_stub.py",
+    "test_faults.py",
     "test_gate_loopholes.py",
     "test_gate_notes.py",
-    "test_e2e.py",
     "test_staleness.py",
+    "test_e2e.py",
     "test_benchmarks.py",
 )
 

@@ -12,17 +12,24 @@ from cuw.config.cell import installed_torch
 from cuw.jobs.local import run_build
 from cuw.config.recipe import load_recipe
 
-FLAVOURS = [
-    pytest.param(("example", "cuw_example"), id="cmake"),
-    pytest.param(("example_torch", "cuw_example_torch"), id="torch", marks=pytest.mark.needs("torch")),
-]
+CMAKE, TORCH = ("example", "cuw_example"), ("example_torch", "cuw_example_torch")  # (recipe, module)
 TU_COUNT = EXAMPLE_CUDA_TUS
 
 
-# N=3 runs in the default tests; the single shard and one shard per CUDA TU are the slow tier's
-# (nox -s e2e): each is a whole sharded build, and together they were a third of the default run.
-@pytest.mark.parametrize("n", [pytest.param(1, marks=pytest.mark.e2e), 3, pytest.param(12, marks=pytest.mark.e2e)])
-@pytest.mark.parametrize("flavour", FLAVOURS)
+# The default tests build the CMake flavour as 3 shards (the suite's one cold build) and the torch flavour
+# as 1 shard and its link; the torch flavour's 3 shards are the long tier's (nox -s long, in CI), and the
+# single CMake shard and one shard per CUDA TU the slow tier's (nox -s e2e): each is a whole sharded build.
+CASES = [
+    pytest.param(CMAKE, 1, marks=pytest.mark.e2e, id="cmake-1"),
+    pytest.param(CMAKE, 3, id="cmake-3"),
+    pytest.param(CMAKE, 12, marks=pytest.mark.e2e, id="cmake-12"),
+    pytest.param(TORCH, 1, marks=pytest.mark.needs("torch"), id="torch-1"),
+    pytest.param(TORCH, 3, marks=[pytest.mark.needs("torch"), pytest.mark.long], id="torch-3"),
+    pytest.param(TORCH, 12, marks=[pytest.mark.needs("torch"), pytest.mark.e2e], id="torch-12"),
+]
+
+
+@pytest.mark.parametrize(("flavour", "n"), CASES)
 def test_sharded_build_links_every_tu_from_the_cache(flavour, n, recipes_dir, paths, tmp_path, request):
     key, module = flavour
     if (key, n) == ("example", EXAMPLE_CELL_SHARDS):
