@@ -295,8 +295,10 @@ def test_a_local_image_is_pinned_by_digest_through_the_local_registry(tmp_path):
     tar = subprocess.run(["tar", "-C", str(root), "-c", "."], capture_output=True, check=True).stdout
     subprocess.run([engine.path, "import", "-", ref], input=tar, capture_output=True, check=True)
     said: list[str] = []
+    pushed: list[str] = []  # the tag pin pushed from: the engine's store keeps it, and the test removes it
     try:
         with local_registry(tmp_path / "registry", said.append) as registry:
+            pushed.append(f"{registry.host}/{ref}")
             pinned = pin(engine, registry, ref, said.append)
             port = int(registry.host.rsplit(":", 1)[1])
         assert re.fullmatch(rf"127\.0\.0\.1:{port}/cuw-registry-probe@sha256:[0-9a-f]{{64}}", pinned), pinned
@@ -309,7 +311,7 @@ def test_a_local_image_is_pinned_by_digest_through_the_local_registry(tmp_path):
         with pytest.raises(OSError):  # the registry is stopped with the block
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
     finally:
-        subprocess.run([engine.path, "rmi", "-f", ref], capture_output=True)
+        subprocess.run([engine.path, "rmi", "-f", ref, *pushed], capture_output=True)
     with pytest.raises(ToolError, match="cannot push"):
         with local_registry(tmp_path / "registry", said.append) as registry:
             pin(engine, registry, "cuw-no-such-image:absent", said.append)
