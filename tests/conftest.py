@@ -483,14 +483,20 @@ def recorded_example(cell: "BuiltCell", dist: Path, recipes: Optional[Path] = No
     return dist / cell.wheel.name
 
 
-def trim_example(recipes: Path, keep: int) -> list[str]:
-    """The example in a private ``recipes`` copy cut to its first ``keep`` kernel TUs (the .cu files,
-    their tus.def lines and costs; benchmarks/scaled_example.py's trim): a real build of the same
-    shape for a test whose subject is a gate condition, not the number of TUs. The kept TUs' keys."""
+def scaled_example() -> Any:
+    """benchmarks/scaled_example.py, the library the benchmarks copy and cut the example with."""
     spec = importlib.util.spec_from_file_location("scaled_example", REPO / "benchmarks" / "scaled_example.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def trim_example(recipes: Path, keep: int) -> list[str]:
+    """The example in a private ``recipes`` copy cut to its first ``keep`` kernel TUs (the .cu files,
+    their tus.def lines and costs; benchmarks/scaled_example.py's trim): a real build of the same
+    shape for a test whose subject is a gate condition, not the number of TUs. The kept TUs' keys."""
+    module = scaled_example()
     module.trim_example(recipes / "example", keep, REPO / "recipes")
     return sorted(f"csrc/kernels/{p.name}" for p in module.kernel_dir(recipes / "example").glob("*.cu"))
 

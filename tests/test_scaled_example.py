@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, expected_tu_values
+from conftest import REPO, expected_tu_values, scaled_example
 from cuw.config.recipe import load_recipe
-
-SCRIPT = REPO / "benchmarks" / "scaled_example.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("scaled_example", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_scale_multiplies_weights_and_costs_of_the_copy(tmp_path: Path):
-    bench = _module()
+    bench = scaled_example()
     recipes = tmp_path / "recipes"
     shutil.copytree(REPO / "recipes", recipes, symlinks=True)
     before = (REPO / "recipes" / "example" / "package" / "csrc" / "kernels" / "k08_gemm.cu").read_text()
@@ -42,7 +32,7 @@ def test_scale_multiplies_weights_and_costs_of_the_copy(tmp_path: Path):
 
 
 def test_scale_refuses_the_committed_recipe_and_overflowing_weights(tmp_path: Path):
-    bench = _module()
+    bench = scaled_example()
     with pytest.raises(ValueError, match="scale a copy"):
         bench.scale_example(REPO / "recipes" / "example", 2, REPO / "recipes")
     recipes = tmp_path / "recipes"
