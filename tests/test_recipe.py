@@ -1,6 +1,6 @@
 import pytest
 
-from cuw.base.errors import CuwError
+from cuw.base.errors import CuwError, InputError
 from cuw.config.recipe import load_recipe
 
 
@@ -111,3 +111,22 @@ def test_wheel_python_abi3_needs_its_minimum_and_only_it_takes_one(recipes_dir):
         load_recipe("example", recipes_dir)
     _write(recipes_dir, base.replace("wheel_python: py3", 'wheel_python: abi3\nabi3_min_python: "3.11"'))
     assert load_recipe("example", recipes_dir).abi3_min_python == "3.11"
+
+
+def test_a_yaml_file_read_again_is_parsed_from_its_bytes_and_each_caller_owns_its_copy(tmp_path):
+    """read_yaml keeps what a file's bytes parsed to (a job reads the policy about eight times):
+    a change to the file is read, a caller's change to its result reaches no other caller, and a
+    file refused once is refused again."""
+    from cuw.base.yamlfile import read_yaml
+
+    path = tmp_path / "policy.yml"
+    path.write_text("a: {b: [1]}\n")
+    first = read_yaml(path, "farm policy")
+    first["a"]["b"].append(2)
+    assert read_yaml(path, "farm policy") == {"a": {"b": [1]}}
+    path.write_text("a: {b: [3]}\n")
+    assert read_yaml(path, "farm policy") == {"a": {"b": [3]}}
+    path.write_text("a: 1\na: 2\n")
+    for _ in range(2):
+        with pytest.raises(InputError, match="appears twice"):
+            read_yaml(path, "farm policy")

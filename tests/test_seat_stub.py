@@ -27,6 +27,7 @@ from cuw.toolchain import cache
 from cuw.seat import install, runtime, seat_log
 from cuw.seat import native as seat_native
 from cuw.partition.rules import owner, tu_key
+from cuw.toolchain.nvcc_args import SOURCE_SUFFIXES
 from cuw.toolchain.toolkit import find_toolkit
 from conftest import run_settings
 
@@ -52,6 +53,9 @@ F_UNICODE = _named("csrc/\u00fcn{}.cu", 2)
 F_TMPXFT_CU = _named("csrc/tmpxft_{}.cu", 2)
 F_TMPXFT_CPP = _named("csrc/tmpxft_00_{}.cudafe1.cpp", 2)
 F_PROBE_CPP = _named("CMakeFiles/CMakeScratch/TryCompile-x/src{}.cxx", 2)
+F_PROBE_CU = _named("CMakeFiles/CMakeScratch/TryCompile-y/k{}.cu", 2)
+HOST_OUTSIDE = "gen/host_outside.cpp"  # below the job, outside the source root
+HOST_BAD = "gen/host_bad.cpp"
 F_SECOND = _named("csrc/s{}.cu", 2)
 F_OUTSIDE = _named("../gen/x{}.cu", 2)  # a key outside the source root, still foreign by the hash
 F_GENERATED = _named("csrc/generated{}.cu", 2)  # written after the seat was installed
@@ -70,6 +74,9 @@ SOURCES = {
     O_CPP: HOST_SRC,
     F_TMPXFT_CPP: HOST_SRC,
     F_PROBE_CPP: HOST_SRC,
+    F_PROBE_CU: KERNEL,
+    ".c": "int answer(void) { return 42; }\n",
+    ".hidden.c": "int answer(void) { return 42; }\n",
     O_BAD: "this is not CUDA\n",
     O_DC: KERNEL,
 }
@@ -88,7 +95,7 @@ class Case:
     argv0: str = ""
     """argv[0] when it is not the path run (the tool is the name run, as for the Python script)."""
     action: str = "stubbed"
-    """The seat log's last action after a call the native stub handled."""
+    """The seat log's last action after a call the native stub handled; empty: the call logs nothing."""
     outcome: str = ""
     """For a compile: the cache outcome both seats must log."""
 
@@ -152,7 +159,7 @@ NVCC_CASES = [
     Case("quote in the key", ["-c", F_QUOTE, "-o", "quote.o"], True),
     Case("tmpxft name: nvcc partitions it", ["-c", F_TMPXFT_CU, "-o", "tmpxft.o"], True),
     Case("non-ASCII output: Python writes it", ["-c", F_UNICODE], False),
-    Case("nvcc's -Werror takes a value: not a compile", ["-Werror", "-c", F_CU, "-o", "w.o"], False),
+    Case("nvcc's -Werror takes a value: not a compile", ["-Werror", "-c", F_CU, "-o", "w.o"], True, action="passthrough"),
     Case("two sources", ["-c", F_SECOND, F_CU, "-o", "two.o"], False),
     Case("outside the source root", ["-c", "{root}/" + F_OUTSIDE.removeprefix("../"), "-o", "outside.o"], False),
     Case("'..' out of the root", ["-c", F_OUTSIDE, "-o", "up.o"], False),
@@ -160,8 +167,16 @@ NVCC_CASES = [
     Case("a source right after an unknown option", ["-c", "--some-new-option", F_CU, "-o", "amb.o"], False),
     Case("options file", ["-optf", "opts.txt", "-c", F_CU, "-o", "optf.o"], False),
     Case("source filter active", ["-c", F_CU, "-o", "filter.o"], False, env={"CUDA_WHEELS_SHARD_COUNT": "2"}),
-    Case("not a compile", ["--version"], False),
-    Case("probe by output name", ["-c", F_CU, "-o", "cmTC_1.o", *ARCH], False),
+    Case("not a compile", ["--version"], True, action="passthrough"),
+    Case(
+        "preprocessing, a quote, over six arguments: six logged",
+        ["-E", '-DQ="a b"', "-DW=1", "-I", "inc", "-x", "cu", F_CU, "-o", "pp.ii"],
+        True,
+        action="passthrough",
+    ),
+    Case("not a compile, non-ASCII: Python logs it", ["-E", F_UNICODE, "-o", "pp-u.ii"], False),
+    Case("probe by output name", ["-c", F_CU, "-o", "cmTC_1.o", *ARCH], True, action="probe"),
+    Case("probe by source", ["-c", F_PROBE_CU, "-o", "probe.o", *ARCH], True, action="probe"),
     Case("owned TU: a miss", ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH], True, action="compiled", outcome="miss"),
     Case("owned TU again: a hit", ["-MD", "-c", O_CU, "-o", "own_o.o", *ARCH], True, action="compiled", outcome="hit"),
     # The host seat as -ccbin (CMake passes its CXX) is the real g++ to the cache: the same command as above, a hit.
@@ -234,11 +249,18 @@ HOST_CASES = [
     Case("host -oFILE, default depfile", ["-MMD", "-c", F_CPP, "-obuild/g.o"], True, tool="c++"),
     Case("host default output, -x", ["-x", "c++", "-c", F_CPP], True, tool="gcc"),
     Case("host -o= (gcc reads it as the output too)", ["-c", F_CPP, "-o=eq.o"], True, tool="cc"),
-    Case("host tmpxft", ["-c", F_TMPXFT_CPP, "-o", "tmpxft_host.o"], False, tool="g++"),
-    Case("host probe", ["-c", F_PROBE_CPP, "-o", "probe.o"], False, tool="g++"),
-    Case("host probe by cwd", ["-c", "{src}/" + F_CPP, "-o", "p.o"], False, tool="g++", cwd="build/CMakeFiles/CMakeTmp"),
+    # The host compiler's calls that are not the build's TUs run untouched and are not logged.
+    Case("host tmpxft", ["-c", F_TMPXFT_CPP, "-o", "tmpxft_host.o"], True, tool="g++", action=""),
+    Case("host tmpxft output", ["-c", F_CPP, "-o", "tmpxft_0a.cudafe1.o"], True, tool="g++", action=""),
+    Case("host probe", ["-c", F_PROBE_CPP, "-o", "probe.o"], True, tool="g++", action=""),
+    Case("host probe by cwd", ["-c", "{src}/" + F_CPP, "-o", "p.o"], True, tool="g++", cwd="build/CMakeFiles/CMakeTmp", action=""),
+    Case("host source outside the source root", ["-c", "{root}/" + HOST_OUTSIDE, "-o", "out.o"], True, tool="g++", action=""),
+    Case("host source named only by its suffix", ["-c", ".c", "-o", "nameless.o"], True, tool="gcc", action=""),
+    Case("host hidden source: Python decides", ["-c", ".hidden.c", "-o", "hidden.o"], False, tool="gcc"),
     Case("host response file", ["@opts.rsp", "-c", F_CPP, "-o", "rsp.o"], False, tool="g++"),
-    Case("host preprocess", ["-E", F_CPP], False, tool="g++"),
+    Case("host preprocess", ["-E", F_CPP], True, tool="g++", action=""),
+    Case("host version", ["--version"], True, tool="cc", action=""),
+    Case("host compile error outside the source root: its code", ["-c", "{root}/" + HOST_BAD, "-o", "bad.o"], True, tool="g++", action=""),
     Case("host owned TU: a miss", ["-MD", "-c", O_CPP, "-o", "own.o"], True, tool="g++", action="compiled", outcome="miss"),
     Case("host owned TU again: a hit", ["-MD", "-c", O_CPP, "-o", "own.o"], True, tool="g++", action="compiled", outcome="hit"),
     Case(
@@ -259,7 +281,7 @@ HOST_CASES = [
     ),
     Case("host argv[0] is not the name run", ["-c", F_CPP, "-o", "argv0.o"], True, tool="g++", argv0="cc-wrapper"),
     Case("host seat run by its own name", ["-c", F_CPP, "-o", "own-name.o"], False, tool="seat/host-cc"),
-    Case("host link", ["-shared", "{root}/seat/empty.o", "-o", "liblink.so"], False, tool="g++"),
+    Case("host link", ["-shared", "{root}/seat/empty.o", "-o", "liblink.so"], True, tool="g++", action=""),
 ]
 
 
@@ -291,6 +313,8 @@ class Job:
         outside = root / F_OUTSIDE.removeprefix("../")
         outside.parent.mkdir(parents=True)
         outside.write_text(KERNEL)
+        (root / HOST_OUTSIDE).write_text(HOST_SRC)
+        (root / HOST_BAD).write_text("this is not C++\n")
         ws = _workspace(root)
         self.cache = cache.open_cache("ccache", ws.cache_dir, ws.tree, settings=run_settings())
         self.cache.prepare()
@@ -365,6 +389,7 @@ def link_jobs(tmp_path_factory) -> tuple[Job, Job]:
 
 
 def _compare(native_job: Job, python_job: Job, case: Case) -> None:
+    logged = len(python_job.entries())
     rc_python = python_job.run(case)
     before = native_job.snapshot(), native_job.entries()
     rc_native = native_job.run(case, NO_FALLBACK)
@@ -376,8 +401,10 @@ def _compare(native_job: Job, python_job: Job, case: Case) -> None:
     assert rc_native == rc_python
     assert native_job.snapshot() == python_job.snapshot()
     assert native_job.entries() == python_job.entries()
-    if handled:
-        assert python_job.entries()[-1]["action"] == case.action
+    if handled and case.action:
+        assert len(python_job.entries()) == logged + 1 and python_job.entries()[-1]["action"] == case.action
+    elif handled:
+        assert len(python_job.entries()) == logged, "a call that is not the build's TU is not logged"
     if case.outcome:
         assert python_job.entries()[-1]["outcome"] == case.outcome
         raw = seat_log.read_log(native_job.log)[-1]
@@ -417,11 +444,12 @@ LINK_CASES = [
     ),
     Case("link: non-ASCII key", ["-c", F_UNICODE, "-o", "l_u.o"], False),
     Case("link: outside the source root", ["-c", F_OUTSIDE, "-o", "l_up.o"], False),
-    Case("link: probe", ["-c", F_CU, "-o", "cmTC_2.o"], False),
-    Case("link: not a compile", ["--version"], False),
+    Case("link: probe", ["-c", F_CU, "-o", "cmTC_2.o"], True, action="probe"),
+    Case("link: not a compile", ["--version"], True, action="passthrough"),
+    Case("link: host link", ["-shared", "{root}/seat/empty.o", "-o", "liblink.so"], True, tool="g++", action=""),
     Case("link: host TU", ["-MD", "-c", F_CPP, "-o", "l_h.o"], True, tool="g++", action="compiled", outcome="miss"),
     Case("link: host TU again", ["-MD", "-c", F_CPP, "-o", "l_h.o"], True, tool="g++", action="compiled", outcome="hit"),
-    Case("link: host tmpxft", ["-c", F_TMPXFT_CPP, "-o", "l_tmpxft.o"], False, tool="g++"),
+    Case("link: host tmpxft", ["-c", F_TMPXFT_CPP, "-o", "l_tmpxft.o"], True, tool="g++", action=""),
 ]
 
 
@@ -447,7 +475,7 @@ PAST_DEADLINE_CASES = [
     Case("past the deadline: an owned TU is deferred", ["-MD", "-c", O_CU, "-o", "p_o.o", *ARCH], False, action="deferred"),
     Case("past the deadline: an owned host TU is deferred", ["-c", O_CPP, "-o", "p_h.o"], False, tool="g++", action="deferred"),
     Case("past the deadline: a foreign TU is stubbed natively", ["-c", F_CU, "-o", "p_f.o", *ARCH], True),
-    Case("past the deadline: a probe still compiles", ["-c", O_CU, "-o", "cmTC_9.o"], False, action="probe"),
+    Case("past the deadline: a probe still compiles", ["-c", O_CU, "-o", "cmTC_9.o"], True, action="probe"),
 ]
 
 
@@ -485,7 +513,7 @@ def test_a_deadline_passed_defers_every_owned_compile_and_nothing_else(past_dead
 CONFTEST_CASES = [
     Case("foreign TU, the job below a folder named conftest", ["-c", F_CU, "-o", "c_f.o", *ARCH], True),
     Case("owned TU there: compiled, cached", ["-c", O_CU, "-o", "c_o.o", *ARCH], True, action="compiled", outcome="miss"),
-    Case("a probe inside the tree is still one", ["-c", F_CU, "-o", "cmTC_3.o"], False),
+    Case("a probe inside the tree is still one", ["-c", F_CU, "-o", "cmTC_3.o"], True, action="probe"),
 ]
 
 
@@ -505,7 +533,11 @@ def test_the_foreign_table_is_the_partition_rule(jobs):
     native_job, _ = jobs
     table = (native_job.root / "seat" / seat_native.NATIVE_TABLE).read_text(encoding="utf-8")
     keys = {line.split("\t")[0]: int(line.split("\t")[1]) for line in table.split("keys\n", 1)[1].splitlines()}
-    every = [tu_key(str(p), str(native_job.src)) for p in native_job.src.rglob("*") if p.suffix in (".cu", ".cpp", ".cxx")]
+    every = [
+        tu_key(str(p), str(native_job.src))
+        for p in native_job.src.rglob("*")
+        if p.name.endswith(SOURCE_SUFFIXES) and p.name not in SOURCE_SUFFIXES  # ".c" alone names no TU
+    ]
     assert F_CU in keys and O_CU not in keys and F_GENERATED not in keys
     generated = (F_GENERATED, O_GENERATED)
     assert keys == {k: owner(k, COUNT) for k in every if owner(k, COUNT) != INDEX and k not in generated}
@@ -678,3 +710,16 @@ def test_the_locale_coercion_is_the_tables_answer_asked_at_install(tmp_path):
         argv = [str(job.bin / "g++"), "-c", O_CPP, "-o", f"loc{i}.o"]
         assert subprocess.run(argv, cwd=job.src, env={**base, **locale_env, **NO_FALLBACK}, check=False).returncode == 0
     assert seen.read_text().splitlines() == [expected for _, expected in calls]
+
+    # A call that is not one of the build's TUs (preprocessing) runs the real compiler with the same LC_CTYPE.
+    real = job.config.real_compilers["g++"]
+    seen_real = tmp_path / "seen-real.txt"
+    real_wrapper = tmp_path / "g++-wrapper"
+    real_wrapper.write_text(f"#!/bin/sh\nprintf '%s\\n' \"${{LC_CTYPE-unset}}\" >> '{seen_real}'\nexec '{real}' \"$@\"\n")
+    real_wrapper.chmod(0o755)
+    table = table_path.read_text(encoding="utf-8")
+    table_path.write_text(table.replace(f"real\tg++\t{real}\n", f"real\tg++\t{real_wrapper}\n"), encoding="utf-8")
+    for i, (locale_env, _) in enumerate(calls):
+        argv = [str(job.bin / "g++"), "-E", O_CPP, "-o", f"pre{i}.ii"]
+        assert subprocess.run(argv, cwd=job.src, env={**base, **locale_env, **NO_FALLBACK}, check=False).returncode == 0
+    assert seen_real.read_text().splitlines() == [expected for _, expected in calls]

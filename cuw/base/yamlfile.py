@@ -14,6 +14,7 @@ file (and the line where YAML knows it):
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Hashable, Optional
 
@@ -24,6 +25,10 @@ from cuw.base.reading import LIMITS, read_bytes
 
 LIMIT = LIMITS["recipe"]  # bytes: the largest recipe is a few kilobytes
 DEPTH = 32
+# What a file's bytes parsed to: one job reads the farm policy about eight times, and the
+# pure-Python parser the strict rules need takes some 30 ms a read. Keyed by the bytes read (so
+# never stale); each caller gets its own copy.
+_PARSED: dict[bytes, Any] = {}
 
 
 def _where(node: yaml.Node) -> str:
@@ -90,9 +95,13 @@ def read_yaml(path: Path, what: str) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text file (the {what}, UTF-8 YAML, expected)") from None
+    if data in _PARSED:
+        return copy.deepcopy(_PARSED[data])
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader with stricter rules
+        parsed = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader with stricter rules
     except yaml.YAMLError as exc:
         raise InputError(problem(path, exc)) from None
     except RecursionError:
         raise InputError(f"{path}: nested too deeply to read") from None
+    _PARSED[data] = parsed
+    return copy.deepcopy(parsed)

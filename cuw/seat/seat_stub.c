@@ -9,7 +9,7 @@
  * argv: the cache tool, its environment, the real nvcc and host compilers, the extra args, and
  * the LC_CTYPE coercion this program found for a C locale and the job's own locale at install.
  * This program handles two cases of a compile of exactly one source under the source root,
- * not a probe:
+ * not a probe, itself:
  * - its key is a foreign one: it writes what the Python seat's stub writes (the empty object,
  *   the depfile, the same JSON log line);
  * - its key is owned (or the seat partitions nothing: the link job): it runs the command the
@@ -19,6 +19,11 @@
  *   same "compiled" log line (cuw/seat/runtime.py _stub_or_compile, _compile_cached).
  * An owned compile past the job's deadline ("deadline" line: a Unix time) is the Python seat's: it
  * defers it (cuw/seat/runtime.py past_deadline).
+ * A call that is not one of the build's TUs (not a compile of one source, a build-system probe; for
+ * a host compiler also nvcc's intermediates and sources outside the source root) runs the real tool
+ * untouched, as the Python seat runs it, and for nvcc with the same "passthrough" or "probe" log
+ * line: a configure makes dozens of these calls (CMake's compiler identification alone about
+ * twenty), and an interpreter start costs each about 90 ms.
  * Every other call, and any doubt or error before the compile starts, execs the Python seat with
  * the same argv. The argv reading below mirrors cuw/toolchain/nvcc_args.py parse() line by line;
  * tests/test_seat_stub.py runs both on the same argv shapes and compares the results.
@@ -538,8 +543,9 @@ static const char *coerced_ctype(const struct table *t) {
     return NULL;
 }
 
-/* cache.scrub(os.environ) updated with the cache's environment, then the stats log variable. */
-static char **build_env(const struct table *t, const char *statslog) {
+/* The child's environment: the Python seat's own (with its LC_CTYPE coercion); for the cache
+   (``cached``), cache.scrub() of it updated with the cache's environment, then the stats log variable. */
+static char **build_env(const struct table *t, const char *statslog, int cached) {
     size_t n = 0;
     for (char **e = environ; *e; ++e) ++n;
     char **env = calloc(n + (size_t)t->n_env + 3, sizeof(char *));
@@ -548,16 +554,16 @@ static char **build_env(const struct table *t, const char *statslog) {
     const char *ctype = coerced_ctype(t);
     if (ctype) env[k++] = concat("LC_CTYPE=", ctype);
     for (char **e = environ; *e; ++e) {
-        if (strncmp(*e, "CCACHE_", 7) == 0 || strncmp(*e, "SCCACHE_", 8) == 0) continue;
+        if (cached && (strncmp(*e, "CCACHE_", 7) == 0 || strncmp(*e, "SCCACHE_", 8) == 0)) continue;
         if (ctype && strncmp(*e, "LC_CTYPE=", 9) == 0) continue;
         int replaced = 0; /* dict.update: a key of the cache's environment replaces the inherited one */
-        for (int i = 0; i < t->n_env && !replaced; ++i) {
+        for (int i = 0; cached && i < t->n_env && !replaced; ++i) {
             size_t len = (size_t)(strchr(t->env[i], '=') - t->env[i]);
             replaced = strncmp(*e, t->env[i], len + 1) == 0;
         }
         if (!replaced) env[k++] = *e;
     }
-    for (int i = 0; i < t->n_env; ++i) env[k++] = (char *)t->env[i];
+    for (int i = 0; cached && i < t->n_env; ++i) env[k++] = (char *)t->env[i];
     if (statslog) env[k++] = concat(concat(t->statslog_var, "="), statslog);
     env[k] = NULL;
     return env;
@@ -571,6 +577,47 @@ static void close_inherited(void) {
     long max = sysconf(_SC_OPEN_MAX);
     if (max < 0 || max > 65536) max = 65536;
     for (int fd = 3; fd < max; ++fd) close(fd);
+}
+
+/* One line at the end of the seat log (runtime.py _log); 0, or -1 with errno set. */
+static int append_log(const struct table *t, const char *line, size_t n) {
+    int fd = open(t->log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return -1;
+    if (write_all(fd, line, n) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return close(fd);
+}
+
+/* subprocess.call(argv, env=env) as the Python seat runs it: SIGPIPE and SIGXFSZ at their defaults
+   (restore_signals), every descriptor above stderr closed (close_fds); its code, or minus the
+   signal that ended it. vfork: nothing of this process is copied for a child that only execs (the
+   child touches no memory but its own stack). wait4: the rusage of the child's whole tree (the
+   cache, nvcc, cicc, ...: runtime.py _measured reads the same from RUSAGE_CHILDREN). SPAWN_FAILED
+   when no child could be started (the caller hands over before anything ran). */
+#define SPAWN_FAILED (-1000)
+static int spawn_wait(const char *path, char **argv, char **env, struct rusage *usage) {
+    pid_t pid = vfork();
+    if (pid < 0) return SPAWN_FAILED;
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGXFSZ, SIG_DFL);
+        close_inherited();
+        execve(path, argv, env);
+        _exit(127);
+    }
+    int status = 0;
+    memset(usage, 0, sizeof *usage);
+    while (wait4(pid, &status, 0, usage) < 0) {
+        if (errno != EINTR) {
+            status = 127 << 8;
+            break;
+        }
+    }
+    return WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
 }
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
@@ -676,33 +723,14 @@ static int compile_cached(const struct table *t, int argc, char **argv, const ch
             close(fd);
         }
     }
-    char **env = build_env(t, statslog);
-    /* From here on the compile has started: no more handing over. vfork: nothing of this process
-       is copied for a child that only execs (the child touches no memory but its own stack). */
-    pid_t pid = vfork();
-    if (pid < 0) {
+    char **env = build_env(t, statslog, 1);
+    /* From here on the compile has started: no more handing over. */
+    struct rusage usage;
+    int rc = spawn_wait(t->cache, spawn_argv, env, &usage);
+    if (rc == SPAWN_FAILED) {
         if (statslog && statslog_fd < 0) unlink(statslog);
         fallback();
     }
-    if (pid == 0) {
-        signal(SIGPIPE, SIG_DFL); /* subprocess's restore_signals */
-        signal(SIGXFSZ, SIG_DFL);
-        close_inherited();
-        execve(t->cache, spawn_argv, env);
-        _exit(127);
-    }
-    int status = 0;
-    /* wait4: the rusage of the compile's whole tree (the cache, nvcc, cicc, ...: runtime.py
-       _measured reads the same from RUSAGE_CHILDREN). */
-    struct rusage usage;
-    memset(&usage, 0, sizeof usage);
-    while (wait4(pid, &status, 0, &usage) < 0) {
-        if (errno != EINTR) {
-            status = 127 << 8;
-            break;
-        }
-    }
-    int rc = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
     const char *outcome = "unknown";
     if (statslog_fd >= 0) {
         char *text = read_fd(statslog_fd);
@@ -733,9 +761,54 @@ static int compile_cached(const struct table *t, int argc, char **argv, const ch
                             at, measured, SEAT_HOST ? "\"kind\": \"host\", " : "", json_key, outcome, json_output, owner,
                             (long)getpid(), rc, seconds)
                  : -1;
-    int fd = open(t->log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
-    if (n < 0 || (size_t)n >= line_size || fd < 0 || write_all(fd, line, (size_t)n) != 0 || close(fd) != 0) {
+    if (n < 0 || (size_t)n >= line_size || append_log(t, line, (size_t)n) != 0) {
         fprintf(stderr, "cuw seat: cannot write the seat log %s: %s\n", t->log, strerror(errno));
+        return 1;
+    }
+    return rc;
+}
+
+/* A call that is not one of the build's TUs (runtime.py run(), run_host()): the real tool with the
+   same argv, untouched and uncached, in the Python seat's environment; for nvcc, logged first:
+   "passthrough" with the first six arguments, or, with ``probe_source``, "probe". Returns its code. */
+static int untouched(const struct table *t, int argc, char **argv, const char *probe_source) {
+#if SEAT_HOST
+    const char *real = real_compiler(t, tool_name());
+#else
+    const char *real = t->nvcc;
+#endif
+    if (!real || access(real, X_OK) != 0) fallback(); /* the Python seat says why */
+    char **cmd = calloc((size_t)argc + 1, sizeof(char *));
+    if (!cmd) fallback();
+    cmd[0] = (char *)real;
+    for (int i = 1; i < argc; ++i) cmd[i] = argv[i];
+#if !SEAT_HOST
+    size_t line_size = 128;
+    char *what;
+    if (probe_source) {
+        what = json_string(probe_source);
+        line_size += strlen(what);
+    } else {
+        what = dup_n("[", 1);
+        for (int i = 1; i < argc && i <= 6; ++i) {
+            char *item = json_string(argv[i]);
+            what = concat(concat(what, i > 1 ? ", " : ""), item);
+        }
+        what = concat(what, "]");
+        line_size += strlen(what);
+    }
+    char *line = malloc(line_size);
+    if (!line) fallback();
+    int n = probe_source ? snprintf(line, line_size, "{\"action\": \"probe\", \"pid\": %ld, \"source\": %s}\n", (long)getpid(), what)
+                         : snprintf(line, line_size, "{\"action\": \"passthrough\", \"argv\": %s, \"pid\": %ld}\n", what, (long)getpid());
+    if (n < 0 || (size_t)n >= line_size || append_log(t, line, (size_t)n) != 0) fallback();
+#else
+    (void)probe_source;
+#endif
+    struct rusage usage;
+    int rc = spawn_wait(real, cmd, build_env(t, NULL, 0), &usage);
+    if (rc == SPAWN_FAILED) {
+        fprintf(stderr, "cuw seat: cannot start %s: %s\n", real, strerror(errno));
         return 1;
     }
     return rc;
@@ -813,7 +886,9 @@ int main(int argc, char **argv) {
             ++sources;
         }
     }
-    if (!compile || not_compile || sources != 1) fallback();
+    /* Not a compile of a source (--version, -E, a link, CMake's compiler-id run): the real tool. */
+    if (!compile || not_compile || sources == 0) return untouched(&t, argc, argv, NULL);
+    if (sources != 1) fallback();
     if (!output) {
         const char *slash = strrchr(source, '/');
         output = concat(strip_ext(slash ? slash + 1 : source), ".o");
@@ -823,13 +898,18 @@ int main(int argc, char **argv) {
 
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd)) fallback();
-    if (probe(source, t.tree) || probe(output, t.tree) || probe(cwd, t.tree)) fallback();
+    /* A build-system probe: compiled for real, uncached. */
+    if (probe(source, t.tree) || probe(output, t.tree) || probe(cwd, t.tree)) return untouched(&t, argc, argv, source);
 #if SEAT_HOST
     /* nvcc's own intermediates (tmpxft files, the nameless ".c" of ggml's probe): never the
-       build's TUs; the Python seat runs them untouched. */
+       build's TUs; run untouched, as the Python seat runs them. */
     const char *base = strrchr(source, '/');
     base = base ? base + 1 : source;
-    if (strstr(source, "tmpxft") || strstr(output, "tmpxft") || base[0] == '.') fallback();
+    const char *out_base = strrchr(output, '/');
+    out_base = out_base ? out_base + 1 : output;
+    if (strstr(source, "tmpxft") || strstr(out_base, "tmpxft") || in_list(base, strlen(base), SOURCE_SUFFIXES))
+        return untouched(&t, argc, argv, NULL);
+    if (strstr(output, "tmpxft") || base[0] == '.') fallback();
 #endif
 
     /* cuw/partition/rules.py tu_key(): the path relative to the source root, '/' separators. */
@@ -839,6 +919,11 @@ int main(int argc, char **argv) {
     if (source[0] == '\\' && source[1] == '\\') fallback();
     const char *abs = abspath(source, cwd);
     size_t root_len = strlen(t.root);
+#if SEAT_HOST
+    /* runtime.py _under(): a host source outside the source root is not the build's TU. */
+    if (root_len > 1 && (strncmp(abs, t.root, root_len) != 0 || (abs[root_len] != '/' && abs[root_len])))
+        return untouched(&t, argc, argv, NULL);
+#endif
     if (strncmp(abs, t.root, root_len) != 0 || abs[root_len] != '/' || !abs[root_len + 1]) fallback();
     const char *key = abs + root_len + 1;
     if (strpbrk(key, "\t\n")) fallback(); /* the table's separators */
@@ -882,9 +967,7 @@ int main(int argc, char **argv) {
     if (!line) fallback();
     int n = snprintf(line, line_size, "{\"action\": \"stubbed\", \"key\": %s, %s\"output\": %s, \"owner\": %s, \"pid\": %ld}\n",
                      json_key, SEAT_HOST ? "\"kind\": \"host\", " : "", json_output, owner, (long)getpid());
-    int fd = open(t.log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
-    if (n < 0 || (size_t)n >= line_size || fd < 0 || write_all(fd, line, (size_t)n) != 0 || close(fd) != 0)
-        fallback();
+    if (n < 0 || (size_t)n >= line_size || append_log(&t, line, (size_t)n) != 0) fallback();
     return 0;
 }
 
