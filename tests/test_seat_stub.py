@@ -253,14 +253,22 @@ HOST_CASES = [
     Case("host tmpxft", ["-c", F_TMPXFT_CPP, "-o", "tmpxft_host.o"], True, tool="g++", action=""),
     Case("host tmpxft output", ["-c", F_CPP, "-o", "tmpxft_0a.cudafe1.o"], True, tool="g++", action=""),
     Case("host probe", ["-c", F_PROBE_CPP, "-o", "probe.o"], True, tool="g++", action=""),
-    Case("host probe by cwd", ["-c", "{src}/" + F_CPP, "-o", "p.o"], True, tool="g++", cwd="build/CMakeFiles/CMakeTmp", action=""),
+    Case(
+        "host probe by cwd", ["-c", "{src}/" + F_CPP, "-o", "p.o"], True, tool="g++", cwd="build/CMakeFiles/CMakeTmp", action=""
+    ),
     Case("host source outside the source root", ["-c", "{root}/" + HOST_OUTSIDE, "-o", "out.o"], True, tool="g++", action=""),
     Case("host source named only by its suffix", ["-c", ".c", "-o", "nameless.o"], True, tool="gcc", action=""),
     Case("host hidden source: Python decides", ["-c", ".hidden.c", "-o", "hidden.o"], False, tool="gcc"),
     Case("host response file", ["@opts.rsp", "-c", F_CPP, "-o", "rsp.o"], False, tool="g++"),
     Case("host preprocess", ["-E", F_CPP], True, tool="g++", action=""),
     Case("host version", ["--version"], True, tool="cc", action=""),
-    Case("host compile error outside the source root: its code", ["-c", "{root}/" + HOST_BAD, "-o", "bad.o"], True, tool="g++", action=""),
+    Case(
+        "host compile error outside the source root: its code",
+        ["-c", "{root}/" + HOST_BAD, "-o", "bad.o"],
+        True,
+        tool="g++",
+        action="",
+    ),
     Case("host owned TU: a miss", ["-MD", "-c", O_CPP, "-o", "own.o"], True, tool="g++", action="compiled", outcome="miss"),
     Case("host owned TU again: a hit", ["-MD", "-c", O_CPP, "-o", "own.o"], True, tool="g++", action="compiled", outcome="hit"),
     Case(
@@ -651,12 +659,15 @@ def _has_interpreter(path: Path) -> bool:
 
 
 def test_the_stub_starts_without_the_dynamic_loader_where_it_can_and_leaves_no_stats_log(tmp_path):
-    """Each call starts the stub: it is linked statically where the C library allows it, and an
-    owned compile's stats log is a memory file, so the seat folder and the logs keep no file of it."""
+    """Each call starts the stub: it is linked statically where the C library allows it (and compiled
+    once for both seats), and an owned compile's stats log is a memory file, so the seat folder and
+    the logs keep no file of it."""
     job = Job(tmp_path / "j", native=True)
     static = _static_c_library()
     for name in ("nvcc", runtime.HOST_SCRIPT):
         assert _has_interpreter(job.root / "seat" / name) != static, f"{name}: static C library here: {static}"
+    # One compile serves both seats: the host seat is the nvcc seat's file, linked.
+    assert os.path.samefile(job.root / "seat" / "nvcc", job.root / "seat" / runtime.HOST_SCRIPT)
     assert job.run(Case("own", ["-c", O_CPP, "-o", "own.o"], True, tool="g++"), NO_FALLBACK) == 0
     assert job.entries()[-1]["outcome"] == "miss"
     assert job.run(Case("own", ["-c", O_CPP, "-o", "own.o"], True, tool="g++"), NO_FALLBACK) == 0

@@ -207,34 +207,32 @@ def _native_unfit(config: SeatConfig) -> Optional[str]:
 
 
 def _compile_stubs(folder: Path, binaries: dict[str, Path], compiler: str) -> Optional[str]:
-    """Compiles the stub into each of ``binaries`` (the nvcc seat, the host seat); why not, or None.
+    """Compiles the stub once into the nvcc seat's binary and links it as the host seat's (the
+    program tells which it stands as from the file it was run as); why not, or None.
 
     Linked statically where the C library allows it (its static archive installed): every call
     starts this program, and a static one starts without the dynamic loader (here about a quarter
     of the stub's own cost on a cache hit). Else dynamically, the same program."""
+    import shutil
     import subprocess
 
-    static = ["-static"]
-    for host, out in enumerate(binaries.values()):
-        cmd = [
-            compiler,
-            "-O2",
-            f"-DSEAT_DIR={_c_literal(os.path.abspath(folder))}",
-            f"-DSEAT_HOST={host}",
-            f"-I{folder}",
-            NATIVE_SOURCE,
-            "-o",
-            str(out),
-        ]
+    out, host = binaries["nvcc"], binaries[HOST_SCRIPT]
+    cmd = [compiler, "-O2", f"-DSEAT_DIR={_c_literal(os.path.abspath(folder))}", f"-I{folder}", NATIVE_SOURCE, "-o", str(out)]
+    try:
+        proc = subprocess.run([*cmd, "-static"], capture_output=True, stdin=subprocess.DEVNULL, check=False)
+        if proc.returncode != 0:  # no static C library
+            proc = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+    except OSError as exc:
+        return f"{compiler} could not run: {exc.strerror}"
+    if proc.returncode != 0:
+        return f"{compiler} exited {proc.returncode} on {NATIVE_SOURCE}"
+    try:
+        os.link(out, host)
+    except OSError:  # a file system without hard links: a copy is the same program
         try:
-            proc = subprocess.run([*cmd, *static], capture_output=True, stdin=subprocess.DEVNULL, check=False)
-            if proc.returncode != 0 and static:
-                static = []  # no static C library: the second binary is not tried static either
-                proc = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+            shutil.copy2(out, host)
         except OSError as exc:
-            return f"{compiler} could not run: {exc.strerror}"
-        if proc.returncode != 0:
-            return f"{compiler} exited {proc.returncode} on {NATIVE_SOURCE}"
+            return f"cannot copy the stub to {host}: {exc.strerror}"
     return None
 
 

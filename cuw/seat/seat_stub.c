@@ -2,7 +2,8 @@
  * starting Python.
  *
  * Compiled once per job (cuw/seat/native.py install_native) into the seat folder, where it
- * stands as the nvcc seat (SEAT_HOST 0) and the host seat (SEAT_HOST 1). The partition
+ * stands as the nvcc seat and, hard-linked, as the host seat (HOST_SCRIPT); which one it is, it
+ * reads from the file the kernel ran (host_seat below). The partition
  * rule stays in Python: at install the seat writes a table (seat-stub.tsv) of the source files
  * under the source root that this shard owns (section "owned": key, owner or null, key as JSON)
  * and that it does NOT own (section "keys"), and everything an owned compile needs beyond the
@@ -44,9 +45,6 @@
 #error "SEAT_DIR (the seat folder) must be defined"
 #endif
 #define PYTHON_DIR SEAT_DIR "/python"
-#ifndef SEAT_HOST
-#define SEAT_HOST 0
-#endif
 
 #define NO_FALLBACK_EXIT 97
 
@@ -87,6 +85,7 @@ static const char *const KNOWN_VALUELESS[] = {
     "--use_fast_math", "-forward-unknown-to-host-compiler", "-forward-unknown-to-host-linker", NULL};
 
 static char **g_argv;
+static int g_host; /* this program stands as the host seat (gcc, g++, cc, c++), not as nvcc's */
 
 static int in_list(const char *s, size_t n, const char *const *list) {
     for (; *list; ++list)
@@ -125,7 +124,7 @@ static const char *tool_name(void) {
 static void fallback(void) {
     if (getenv("CUW_SEAT_STUB_NO_FALLBACK")) _exit(NO_FALLBACK_EXIT);
     char target[4352];
-    const char *tool = SEAT_HOST ? tool_name() : "nvcc";
+    const char *tool = g_host ? tool_name() : "nvcc";
     snprintf(target, sizeof target, "%s/%s", PYTHON_DIR, tool);
     execv(target, g_argv);
     fprintf(stderr, "cuw seat: cannot run %s: %s\n", target, strerror(errno));
@@ -419,7 +418,6 @@ static int probe(const char *s, const char *tree) {
 
 /* -- the owned compile (cuw/seat/runtime.py _compile_cached) ------------------------------- */
 
-#if !SEAT_HOST
 static const char *const CCBIN[] = {"-ccbin", "--compiler-bindir", NULL};
 
 /* _unseated_ccbin's real(): a -ccbin value that resolves to the host seat names the real compiler. */
@@ -433,7 +431,6 @@ static const char *unseated(const struct table *t, const char *value) {
     if (!real) real = real_compiler(t, "g++");
     return real ? real : value;
 }
-#endif
 
 static char **spawn_argv; /* the command, NULL-terminated */
 static int spawn_argc;
@@ -450,12 +447,14 @@ static void build_command(const struct table *t, int argc, char **argv) {
     spawn_argv = calloc((size_t)capacity, sizeof(char *));
     if (!spawn_argv) fallback();
     push_arg(t->cache, capacity);
-#if SEAT_HOST
-    const char *real = real_compiler(t, tool_name());
-    if (!real) fallback();
-    push_arg(real, capacity);
-    for (int i = 1; i < argc; ++i) push_arg(argv[i], capacity);
-#else
+    if (g_host) {
+        const char *real = real_compiler(t, tool_name());
+        if (!real) fallback();
+        push_arg(real, capacity);
+        for (int i = 1; i < argc; ++i) push_arg(argv[i], capacity);
+        push_arg(NULL, capacity);
+        return;
+    }
     push_arg(t->nvcc, capacity);
     /* cache_safe_args(): -dc/-dw spelled out (EXPANSIONS) */
     int first = spawn_argc;
@@ -505,7 +504,6 @@ static void build_command(const struct table *t, int argc, char **argv) {
         }
     }
     for (int i = 0; i < t->n_extra; ++i) push_arg(t->extra[i], capacity);
-#endif
     push_arg(NULL, capacity);
 }
 
@@ -758,7 +756,7 @@ static int compile_cached(const struct table *t, int argc, char **argv, const ch
     int n = line ? snprintf(line, line_size,
                             "{\"action\": \"compiled\", \"at\": %s, %s%s\"key\": %s, \"outcome\": \"%s\", \"output\": %s, "
                             "\"owner\": %s, \"pid\": %ld, \"rc\": %d, \"seconds\": %s}\n",
-                            at, measured, SEAT_HOST ? "\"kind\": \"host\", " : "", json_key, outcome, json_output, owner,
+                            at, measured, g_host ? "\"kind\": \"host\", " : "", json_key, outcome, json_output, owner,
                             (long)getpid(), rc, seconds)
                  : -1;
     if (n < 0 || (size_t)n >= line_size || append_log(t, line, (size_t)n) != 0) {
@@ -768,43 +766,36 @@ static int compile_cached(const struct table *t, int argc, char **argv, const ch
     return rc;
 }
 
-/* A call that is not one of the build's TUs (runtime.py run(), run_host()): the real tool with the
-   same argv, untouched and uncached, in the Python seat's environment; for nvcc, logged first:
-   "passthrough" with the first six arguments, or, with ``probe_source``, "probe". Returns its code. */
-static int untouched(const struct table *t, int argc, char **argv, const char *probe_source) {
-#if SEAT_HOST
-    const char *real = real_compiler(t, tool_name());
-#else
-    const char *real = t->nvcc;
-#endif
-    if (!real || access(real, X_OK) != 0) fallback(); /* the Python seat says why */
-    char **cmd = calloc((size_t)argc + 1, sizeof(char *));
-    if (!cmd) fallback();
-    cmd[0] = (char *)real;
-    for (int i = 1; i < argc; ++i) cmd[i] = argv[i];
-#if !SEAT_HOST
-    size_t line_size = 128;
+/* nvcc's line for a call it runs untouched (runtime.py run()): "passthrough" with the first six
+   arguments, or, with ``probe_source``, "probe"; written before the call, as the Python seat does. */
+static void log_untouched(const struct table *t, int argc, char **argv, const char *probe_source) {
     char *what;
     if (probe_source) {
         what = json_string(probe_source);
-        line_size += strlen(what);
     } else {
         what = dup_n("[", 1);
-        for (int i = 1; i < argc && i <= 6; ++i) {
-            char *item = json_string(argv[i]);
-            what = concat(concat(what, i > 1 ? ", " : ""), item);
-        }
+        for (int i = 1; i < argc && i <= 6; ++i) what = concat(concat(what, i > 1 ? ", " : ""), json_string(argv[i]));
         what = concat(what, "]");
-        line_size += strlen(what);
     }
+    size_t line_size = strlen(what) + 128;
     char *line = malloc(line_size);
     if (!line) fallback();
     int n = probe_source ? snprintf(line, line_size, "{\"action\": \"probe\", \"pid\": %ld, \"source\": %s}\n", (long)getpid(), what)
                          : snprintf(line, line_size, "{\"action\": \"passthrough\", \"argv\": %s, \"pid\": %ld}\n", what, (long)getpid());
     if (n < 0 || (size_t)n >= line_size || append_log(t, line, (size_t)n) != 0) fallback();
-#else
-    (void)probe_source;
-#endif
+}
+
+/* A call that is not one of the build's TUs (runtime.py run(), run_host()): the real tool with the
+   same argv, untouched and uncached, in the Python seat's environment; nvcc's logged first
+   (log_untouched), a host compiler's not at all. Returns its code. */
+static int untouched(const struct table *t, int argc, char **argv, const char *probe_source) {
+    const char *real = g_host ? real_compiler(t, tool_name()) : t->nvcc;
+    if (!real || access(real, X_OK) != 0) fallback(); /* the Python seat says why */
+    char **cmd = calloc((size_t)argc + 1, sizeof(char *));
+    if (!cmd) fallback();
+    cmd[0] = (char *)real;
+    for (int i = 1; i < argc; ++i) cmd[i] = argv[i];
+    if (!g_host) log_untouched(t, argc, argv, probe_source);
     struct rusage usage;
     int rc = spawn_wait(real, cmd, build_env(t, NULL, 0), &usage);
     if (rc == SPAWN_FAILED) {
@@ -814,8 +805,22 @@ static int untouched(const struct table *t, int argc, char **argv, const char *p
     return rc;
 }
 
+/* Whether this program stands as the host seat: one binary is both seats (native.py links the
+   host seat's file to the nvcc seat's), and the kernel's /proc/self/exe names the file it ran,
+   whichever link (the shadow CUDA_HOME's bin/g++, CUDACXX) led there. Without /proc, the name it
+   was run by: anything but nvcc is a host compiler's. */
+static int host_seat(void) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return strcmp(tool_name(), "nvcc") != 0;
+    exe[n] = 0;
+    const char *slash = strrchr(exe, '/');
+    return strcmp(slash ? slash + 1 : exe, HOST_SCRIPT) == 0;
+}
+
 int main(int argc, char **argv) {
     g_argv = argv;
+    g_host = host_seat();
     if (argc == 2 && strcmp(argv[1], LOCALE_PROBE_ARG) == 0) { /* native.py _locale_lines, at install */
         const char *ctype = coerced_ctype(NULL);
         printf("%s\n", ctype ? ctype : "");
@@ -825,7 +830,7 @@ int main(int argc, char **argv) {
     if (read_table(&t) != 0) fallback();
     /* Whether this seat partitions this tool's TUs (runtime.py: the link job's seat has no
        partition; a host seat on a lane that keeps every host source neither). */
-    int partitions_here = t.partitioned && (!SEAT_HOST || t.host_partitioned);
+    int partitions_here = t.partitioned && (!g_host || t.host_partitioned);
     if (!partitions_here && !t.compile) fallback(); /* nothing this program could do itself */
     /* Beside the source filter the table leaves the filter's keys out: it may stub the rest
        when the filter's shard is the table's. Otherwise the Python seat refuses, and says why. */
@@ -837,14 +842,12 @@ int main(int argc, char **argv) {
             strcmp(filtered, t.source_filter) != 0)
             fallback();
     }
-#if SEAT_HOST
     char tool[256];
-    if (snprintf(tool, sizeof tool, " %s ", tool_name()) >= (int)sizeof tool || !strstr(t.host_tools, tool))
+    if (g_host && (snprintf(tool, sizeof tool, " %s ", tool_name()) >= (int)sizeof tool || !strstr(t.host_tools, tool)))
         fallback(); /* a name without a real compiler: the Python seat says so */
-#endif
 
     /* cuw/toolchain/nvcc_args.py parse() */
-    const char *const *value_options = SEAT_HOST ? HOST_VALUE_OPTIONS : NVCC_VALUE_OPTIONS;
+    const char *const *value_options = g_host ? HOST_VALUE_OPTIONS : NVCC_VALUE_OPTIONS;
     const char *output = NULL, *depfile = NULL, *source = NULL;
     int sources = 0, compile = 0, not_compile = 0, depfile_with_compile = 0, after_unknown = 0;
     for (int i = 1; i < argc; ++i) {
@@ -900,17 +903,17 @@ int main(int argc, char **argv) {
     if (!getcwd(cwd, sizeof cwd)) fallback();
     /* A build-system probe: compiled for real, uncached. */
     if (probe(source, t.tree) || probe(output, t.tree) || probe(cwd, t.tree)) return untouched(&t, argc, argv, source);
-#if SEAT_HOST
-    /* nvcc's own intermediates (tmpxft files, the nameless ".c" of ggml's probe): never the
-       build's TUs; run untouched, as the Python seat runs them. */
-    const char *base = strrchr(source, '/');
-    base = base ? base + 1 : source;
-    const char *out_base = strrchr(output, '/');
-    out_base = out_base ? out_base + 1 : output;
-    if (strstr(source, "tmpxft") || strstr(out_base, "tmpxft") || in_list(base, strlen(base), SOURCE_SUFFIXES))
-        return untouched(&t, argc, argv, NULL);
-    if (strstr(output, "tmpxft") || base[0] == '.') fallback();
-#endif
+    if (g_host) {
+        /* nvcc's own intermediates (tmpxft files, the nameless ".c" of ggml's probe): never the
+           build's TUs; run untouched, as the Python seat runs them. */
+        const char *base = strrchr(source, '/');
+        base = base ? base + 1 : source;
+        const char *out_base = strrchr(output, '/');
+        out_base = out_base ? out_base + 1 : output;
+        if (strstr(source, "tmpxft") || strstr(out_base, "tmpxft") || in_list(base, strlen(base), SOURCE_SUFFIXES))
+            return untouched(&t, argc, argv, NULL);
+        if (strstr(output, "tmpxft") || base[0] == '.') fallback();
+    }
 
     /* cuw/partition/rules.py tu_key(): the path relative to the source root, '/' separators. */
     if (((source[0] >= 'A' && source[0] <= 'Z') || (source[0] >= 'a' && source[0] <= 'z')) && source[1] == ':' &&
@@ -919,11 +922,9 @@ int main(int argc, char **argv) {
     if (source[0] == '\\' && source[1] == '\\') fallback();
     const char *abs = abspath(source, cwd);
     size_t root_len = strlen(t.root);
-#if SEAT_HOST
     /* runtime.py _under(): a host source outside the source root is not the build's TU. */
-    if (root_len > 1 && (strncmp(abs, t.root, root_len) != 0 || (abs[root_len] != '/' && abs[root_len])))
+    if (g_host && root_len > 1 && (strncmp(abs, t.root, root_len) != 0 || (abs[root_len] != '/' && abs[root_len])))
         return untouched(&t, argc, argv, NULL);
-#endif
     if (strncmp(abs, t.root, root_len) != 0 || abs[root_len] != '/' || !abs[root_len + 1]) fallback();
     const char *key = abs + root_len + 1;
     if (strpbrk(key, "\t\n")) fallback(); /* the table's separators */
@@ -966,12 +967,16 @@ int main(int argc, char **argv) {
     char *line = malloc(line_size);
     if (!line) fallback();
     int n = snprintf(line, line_size, "{\"action\": \"stubbed\", \"key\": %s, %s\"output\": %s, \"owner\": %s, \"pid\": %ld}\n",
-                     json_key, SEAT_HOST ? "\"kind\": \"host\", " : "", json_output, owner, (long)getpid());
+                     json_key, g_host ? "\"kind\": \"host\", " : "", json_output, owner, (long)getpid());
     if (n < 0 || (size_t)n >= line_size || append_log(&t, line, (size_t)n) != 0) fallback();
     return 0;
 }
 
 #else /* _WIN32: the launcher */
+/* Compiled once per seat there: SEAT_HOST 1 for the host seat's launcher, 0 for nvcc's. */
+#ifndef SEAT_HOST
+#define SEAT_HOST 0
+#endif
 #define WIN32_LEAN_AND_MEAN
 #include <stdio.h>
 #include <stdlib.h>
