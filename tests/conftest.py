@@ -492,13 +492,11 @@ def scaled_example() -> Any:
     return module
 
 
-def trim_example(recipes: Path, keep: int) -> list[str]:
+def trim_example(recipes: Path, keep: int) -> dict[str, int]:
     """The example in a private ``recipes`` copy cut to its first ``keep`` kernel TUs (the .cu files,
     their tus.def lines and costs; benchmarks/scaled_example.py's trim): a real build of the same
-    shape for a test whose subject is a gate condition, not the number of TUs. The kept TUs' keys."""
-    module = scaled_example()
-    module.trim_example(recipes / "example", keep, REPO / "recipes")
-    return sorted(f"csrc/kernels/{p.name}" for p in module.kernel_dir(recipes / "example").glob("*.cu"))
+    shape for a test whose subject is not the number of TUs. What the wheel's tu_values() must give."""
+    return scaled_example().trim_example(recipes / "example", keep, REPO / "recipes")
 
 
 def expected_tu_values() -> dict[str, int]:

@@ -14,10 +14,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
-from conftest import REPO, engine_or_skip, expected_tu_values, need, run_cuw, run_in_container, run_settings
+from conftest import REPO, engine_or_skip, need, run_cuw, run_in_container, run_settings, trim_example
 from cuw.base.errors import CuwError, InputError, ToolError
 from cuw.base.files import held
 from cuw.config.policy import BuildImage, check_image_policy
@@ -45,16 +46,31 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> str:
     return last.split(" ", 1)[1]
 
 
+KEPT = 3  # the example's kernel TUs built in the image: what runs there is the subject, not how many
+
+
+class InImage(NamedTuple):
+    root: Path
+    proc: subprocess.CompletedProcess
+    recipes: list[str]
+    """``--recipes`` and the private copy the build used (the example trimmed to KEPT kernel TUs)."""
+    tu_values: dict[str, int]
+    """What the wheel's tu_values() must give."""
+
+
 @pytest.fixture(scope="module")
-def built_in_image(standin: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+def built_in_image(standin: str, tmp_path_factory: pytest.TempPathFactory) -> InImage:
     root = tmp_path_factory.mktemp("in-image")
+    shutil.copytree(REPO / "recipes", root / "recipes", symlinks=True)
+    values = trim_example(root / "recipes", KEPT)
+    recipes = ["--recipes", str(root / "recipes")]
     folders = ["--work", str(root / "work"), "--artifacts", str(root / "artifacts"), "--dist", str(root / "dist")]
-    proc = run_cuw("build", "example", "--shards", "3", "--image", standin, *folders, "--jobs", "2")
-    return root, proc
+    proc = run_cuw("build", "example", "--shards", "3", "--image", standin, *recipes, *folders, "--jobs", "2")
+    return InImage(root, proc, recipes, values)
 
 
 def test_the_example_builds_in_the_image_each_job_in_its_own_container(built_in_image, standin):
-    root, proc = built_in_image
+    root, proc = built_in_image.root, built_in_image.proc
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     # Three shards and the link, each in a container of its own (named by the process that ran it).
@@ -76,7 +92,7 @@ def test_the_example_builds_in_the_image_each_job_in_its_own_container(built_in_
 
 
 def test_the_wheel_is_at_the_image_floor_and_auditwheel_agrees(built_in_image):
-    root, _ = built_in_image
+    root = built_in_image.root
     (wheel,) = (root / "dist").glob("*.whl")
     tags = wheel.name[:-4].rsplit("-", 1)[1].split(".")
     assert tags[-1] == "manylinux_2_31_x86_64"  # the builder's floor, the highest tag it claims
@@ -86,14 +102,16 @@ def test_the_wheel_is_at_the_image_floor_and_auditwheel_agrees(built_in_image):
     ).stdout
     assert f'consistent with the following platform tag: "{lowest}"' in " ".join(shown.split()), shown
     # The build record carries the builder and its floor.
-    proc = run_cuw("record", "example", "--dist", str(root / "dist"), "--artifacts", str(root / "artifacts"))
+    proc = run_cuw(
+        "record", "example", *built_in_image.recipes, "--dist", str(root / "dist"), "--artifacts", str(root / "artifacts")
+    )
     assert proc.returncode == 0, proc.stderr
     body = json.loads(wheel.with_name(wheel.name + ".build.json").read_text())
     assert body["builder"]["floor"] == "manylinux_2_31_x86_64" and body["builder"]["glibc"] == "2.31"
 
 
 def test_the_wheel_installs_and_imports_in_a_clean_container_of_the_image(built_in_image, standin):
-    root, _ = built_in_image
+    root = built_in_image.root
     (wheel,) = (root / "dist").glob("*.whl")
     engine = engine_or_skip()
     script = (
@@ -102,11 +120,13 @@ def test_the_wheel_installs_and_imports_in_a_clean_container_of_the_image(built_
     )
     proc = run_in_container(engine, standin, "-v", f"{root / 'dist'}:/dist:ro", "--", "sh", "-c", script)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected_tu_values()
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == built_in_image.tu_values
 
 
 def test_a_shard_built_on_the_host_is_refused_by_a_link_in_the_image(built_in_image, example_cell, standin, tmp_path):
-    root, _ = built_in_image
+    """The builder is checked first, before what the archives were compiled from: the host's shard 2/3
+    is of the whole example, the image's of the trimmed one."""
+    root = built_in_image.root
     artifacts = tmp_path / "artifacts"
     shutil.copytree(root / "artifacts", artifacts)
     (cell,) = [p.name for p in artifacts.iterdir()]
@@ -117,6 +137,7 @@ def test_a_shard_built_on_the_host_is_refused_by_a_link_in_the_image(built_in_im
     proc = run_cuw(
         "link",
         "example",
+        *built_in_image.recipes,
         "--image",
         standin,
         "--work",
@@ -132,7 +153,17 @@ def test_a_shard_built_on_the_host_is_refused_by_a_link_in_the_image(built_in_im
     assert "Traceback" not in proc.stderr
     assert not (work / cell / "link").exists()  # refused before the link's folder was made
     # And the other way round: the image's shards refused by a link on the host.
-    proc = run_cuw("link", "example", "--work", str(work), "--artifacts", str(root / "artifacts"), "--dist", str(tmp_path / "d2"))
+    proc = run_cuw(
+        "link",
+        "example",
+        *built_in_image.recipes,
+        "--work",
+        str(work),
+        "--artifacts",
+        str(root / "artifacts"),
+        "--dist",
+        str(tmp_path / "d2"),
+    )
     assert proc.returncode == 2 and "was compiled in image" in proc.stderr and "this link runs on the host" in proc.stderr
 
 
@@ -140,13 +171,22 @@ def test_a_second_run_of_the_same_job_in_an_image_is_refused(built_in_image, sta
     """Inside, the forge cannot see another container's pid: the host's lock refuses the second run."""
     import fcntl
 
-    root, _ = built_in_image
+    root = built_in_image.root
     (cell,) = [p.name for p in (root / "artifacts").iterdir()]
     lock = root / "work" / cell / ".shard-2of3.image.lock"
     with open(lock, "a+b") as held_lock:
         fcntl.flock(held_lock, fcntl.LOCK_EX)
         proc = run_cuw(
-            "shard", "example", "2/3", "--image", standin, "--work", str(root / "work"), "--artifacts", str(tmp_path / "a")
+            "shard",
+            "example",
+            "2/3",
+            *built_in_image.recipes,
+            "--image",
+            standin,
+            "--work",
+            str(root / "work"),
+            "--artifacts",
+            str(tmp_path / "a"),
         )
     assert proc.returncode == 2 and "in a container is already running" in proc.stderr, proc.stderr
     assert not (tmp_path / "a" / cell).exists()
