@@ -48,9 +48,10 @@ for _verb in verb_specs():
 # (--dist loadfile): a file's fixtures are made once and its tests never race each other (the seat-stub
 # comparisons read hits as misses when they ran on two workers at once). Not --dist loadgroup: with
 # pytest 9.2 and pytest-xdist 3.8 it ignores every xdist_group mark and spreads each test on its own
-# (pytest-dev/pytest-xdist#1386).
+# (pytest-dev/pytest-xdist#1386). Files in the order collected (--no-loadscope-reorder): xdist would
+# otherwise hand out first the files with the most tests, not tests/conftest.py's LONGEST_FILES.
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-WORKERS = ["-n", str(CORES + 1), "--dist", "loadfile"]
+WORKERS = ["-n", str(CORES + 1), "--dist", "loadfile", "--no-loadscope-reorder"]
 # Where the machine sets PYTHONDONTWRITEBYTECODE (CI images often do), every `python -m cuw` a test starts
 # would compile the forge's sources again (50 ms of its 210 ms here) and every worker would rewrite every
 # test file's asserts: the test tiers let their processes cache bytecode (__pycache__, which git and the

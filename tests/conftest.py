@@ -336,20 +336,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # -- the order workers take files in ------------------------------------------------------------------
 #
-# nox -s tests hands out whole files (--dist loadfile) in collection order, each worker taking the next
-# file as it finishes one. The longest files go first, so the run does not end with one worker on a long
-# file while the others are done: the files over 40 s of test time on 2 cores (2026-12-05), longest
-# first. Every other file keeps its place after them.
+# nox -s tests hands out whole files (--dist loadfile, --no-loadscope-reorder) in collection order, each
+# worker taking the next file as it nears the end of one. The longest files go first, so the run does not
+# end with one worker on a long file while the others are done: the files over 30 s of test time on 2 cores
+# (2026-12-05, 3 workers), longest first. Every other file keeps its place after them.
 LONGEST_FILES = (
     "test_gate_flips.py",
     "test_seat_stub.py",  # second: it needs no built example, so its worker never waits on the first's build
-    "test_build_image.py",
     "test_faults.py",
     "test_gate_loopholes.py",
+    "test_build_image.py",
+    "test_recipes_real.py",
     "test_gate_notes.py",
     "test_staleness.py",
+    "test_planner.py",
     "test_e2e.py",
     "test_benchmarks.py",
+    "test_natten_recipe.py",
+    "test_finish_verify.py",
+    "test_seat.py",
+    "test_bad_inputs.py",
+    "test_special_files.py",
+    "test_upstream_tests.py",
 )
 
 
