@@ -15,7 +15,9 @@ installs them. Per call, median and p90 of ``--calls`` calls of:
   <same args>``, same cache environment), for a tiny .cu and a tiny .cpp;
 * waiter hit: the .cpp ccache hit started by a C program that does nothing else (vfork, exec,
   wait; linked statically where it can be): what one more process in front of ccache costs here,
-  the native seat's floor.
+  the native seat's floor;
+* not a TU: ``g++ -E`` of a tiny file (a call a configure makes dozens of: a probe, a link,
+  nvcc's intermediates) through the Python host seat, through the native stub, and directly.
 
 The seat's own overhead on a hit is (seat hit) - (ccache hit); the target is
 <= 5 ms per stubbed TU and, through the native seat, <= 1 ms over ccache per cache hit (the link
@@ -136,6 +138,9 @@ class Bench:
         src = self.files[name]
         return ["-O2", "-c", str(src), "-o", str(src.with_suffix(".o"))]
 
+    def untouched_args(self) -> list[str]:
+        return ["-E", str(self.files["stub_cpp"]), "-o", os.devnull]
+
     def calls(self) -> dict[str, list[str]]:
         """Each measured call: its argv, run with the cache environment only for the direct ccache ones."""
         ccache = self.config.cache_cmd
@@ -147,6 +152,8 @@ class Bench:
             "hit .cpp via seat": [str(self.bin / "g++"), *self.host_args("own_cpp")],
             "hit .cpp via ccache": [ccache, self.real_compilers["g++"], *self.host_args("own_cpp")],
             "hit .cpp via waiter + ccache": [self.waiter, ccache, self.real_compilers["g++"], *self.host_args("own_cpp")],
+            "not a TU: g++ -E via seat": [str(self.bin / "g++"), *self.untouched_args()],
+            "not a TU: g++ -E directly": [self.real_compilers["g++"], *self.untouched_args()],
         }
 
     def native_calls(self) -> dict[str, list[str]]:
@@ -155,6 +162,7 @@ class Bench:
             "stub .cpp (native host stub)": [str(self.bin / "g++"), *self.host_args("stub_cpp")],
             "hit .cu via native seat": [str(self.exe), *self.nvcc_args("own_cu")],
             "hit .cpp via native seat": [str(self.bin / "g++"), *self.host_args("own_cpp")],
+            "not a TU: g++ -E via native seat": [str(self.bin / "g++"), *self.untouched_args()],
         }
 
     def run(self, argv: list[str]) -> float:
@@ -292,6 +300,13 @@ def main() -> int:
         "wall": round(rows[floor]["median_ms"] - rows["hit .cpp via ccache"]["median_ms"], 2),
         "cpu": round(cpu[floor] - cpu["hit .cpp via ccache"], 2),
     }
+    untouched_overhead = {
+        how: {
+            "wall": round(rows[f"not a TU: g++ -E via {how}"]["median_ms"] - rows["not a TU: g++ -E directly"]["median_ms"], 2),
+            "cpu": round(cpu[f"not a TU: g++ -E via {how}"] - cpu["not a TU: g++ -E directly"], 2),
+        }
+        for how in ("native seat", "seat")
+    }
     result = {
         "seat_shebang": shebang,
         "cpu_median_ms": cpu,
@@ -301,6 +316,7 @@ def main() -> int:
         "overhead_on_hit_ms": overhead,
         "native_overhead_on_hit_ms": native_overhead,
         "waiter_overhead_on_hit_ms": waiter_overhead,
+        "untouched_overhead_ms": untouched_overhead,
         "stub_breakdown": parts,
         "checks": checks,
         "target_stub_ms": TARGET_STUB_MS,
@@ -332,6 +348,13 @@ def main() -> int:
     print(
         "one more process in front of ccache (the waiter: the native seat's floor): "
         f".cpp {waiter_overhead['wall']:+.1f} ms wall, {waiter_overhead['cpu']:+.1f} ms cpu"
+    )
+    print(
+        "a call that is not a TU (g++ -E), over g++ alone: "
+        + ", ".join(
+            f"{how} {untouched_overhead[how]['wall']:+.1f} ms wall, {untouched_overhead[how]['cpu']:+.1f} ms cpu"
+            for how in untouched_overhead
+        )
     )
     print(f"\nstub path breakdown (target <= {TARGET_STUB_MS:.0f} ms per stubbed TU)")
     for name, row in parts.items():
