@@ -59,7 +59,10 @@ def test_the_sampler_names_a_child_holding_300_mb_among_the_largest(tmp_path):
     # At least what it wrote, and not KiB read as MB (nor a virtual size: b'x' * n is resident).
     assert HOLD_MB <= largest[holder.pid]["rss_mb"] < HOLD_MB * 1.5, largest[holder.pid]
     assert largest[holder.pid]["name"].startswith("python")
-    assert record["largest"][0]["pid"] == holder.pid  # the largest of the job's tree (this test process is smaller)
+    # The largest of the job's tree, the test process aside (a worker that imported torch earlier holds more).
+    children = [p for p in record["largest"] if p["pid"] != os.getpid()]
+    assert children[0]["pid"] == holder.pid, record["largest"]
+    assert [p["rss_mb"] for p in record["largest"]] == sorted((p["rss_mb"] for p in record["largest"]), reverse=True)
     assert len(record["samples"]) >= 4  # 1 s at 0.2 s, on 2 busy cores
     assert all(any(p["pid"] == holder.pid for p in s["top"]) for s in record["samples"])
     assert record["peak_mem_used_mb"] >= HOLD_MB  # the machine held it too
