@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from typing import Optional
 
 from packaging.version import Version
@@ -35,6 +34,8 @@ class Cell:
 
 def installed_torch() -> Optional[str]:
     """major.minor of the installed torch, read without importing it."""
+    from importlib import metadata  # here, not at the top: its import costs every verb ~20 ms
+
     try:
         version = Version(metadata.version("torch"))
     except metadata.PackageNotFoundError:
