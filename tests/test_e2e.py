@@ -43,17 +43,17 @@ CASES = [
 @pytest.mark.parametrize(("flavour", "n"), CASES)
 def test_sharded_build_links_every_tu_from_the_cache(flavour, n, recipes_dir, paths, tmp_path, request):
     key, module = flavour
+    kept = TRIMMED.get((key, n))
     if (key, n) == ("example", EXAMPLE_CELL_SHARDS):
         # The suite's shared cold build (conftest.example_cell) is this very run: checked here.
         cell = request.getfixturevalue("example_cell")
         recipes_dir, paths, outcomes = cell.recipes, cell.paths, list(cell.outcomes)
         values = expected_tu_values()
     else:
-        kept = TRIMMED.get((key, n))
         values = trim_example(recipes_dir, kept) if kept else expected_tu_values()
         outcomes, _ = run_build(load_recipe(key, recipes_dir), paths, count=n, recipes_dir=recipes_dir, settings=run_settings())
     recipe = load_recipe(key, recipes_dir)
-    cuda_tus = TRIMMED.get((key, n), TU_COUNT)
+    cuda_tus = kept or TU_COUNT
 
     assert outcomes == [True] * n, "every shard passes its gate"
     (wheel,) = paths.dist.glob("*.whl")
