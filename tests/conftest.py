@@ -27,7 +27,6 @@ from cuw.config.paths import Paths
 from cuw.config.recipe import Recipe, load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLE_KERNELS = REPO / "recipes" / "example" / "package" / "csrc" / "kernels"
 EXAMPLE_CUDA_TUS = 9
 # Host TUs under the source root go through the host seat and the cache too:
 # dispatch.cpp and registry.cpp (and torch_link.cpp in the torch flavour).
@@ -508,15 +507,8 @@ def trim_example(recipes: Path, keep: int) -> dict[str, int]:
 
 
 def expected_tu_values() -> dict[str, int]:
-    """What each example TU's host function must return: id * 1000 + weight."""
-    values = {}
-    for path in sorted(EXAMPLE_KERNELS.glob("*.cu")):
-        text = path.read_text()
-        name = re.search(r"#define CUW_TU_NAME (\w+)", text).group(1)
-        tu_id = int(re.search(r"#define CUW_TU_ID (\d+)", text).group(1))
-        weight = int(re.search(r"#define CUW_TU_WEIGHT (\d+)", text).group(1))
-        values[name] = tu_id * 1000 + weight
-    return values
+    """What each example TU's host function must return: id * 1000 + weight (the benchmarks' reader)."""
+    return scaled_example().tu_values(REPO / "recipes" / "example")
 
 
 def wheel_tu_values(wheel: Path, module: str, where: Path) -> dict[str, int]:
