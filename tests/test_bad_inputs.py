@@ -642,6 +642,19 @@ CASES: list[Case] = [
     C("patch/lint-raises", "lint-guards", "patchraise", *B, expect="patch.py:"),
     C("patch/lint-syntax", "lint-guards", "patchsyntax", *B, expect="syntax error"),
     C("patch/lint-exit0", "lint-guards", "patchexit", *B, expect="sys.exit(0)"),
+    # -- the recipe's source: its pyproject.toml names the build backend (cuw/jobs/frontend.py) --
+    C("pyproject/not-toml", "shard", "pyjunk", "1/1", *B, *OUT, expect="pyproject.toml: not valid TOML", writes=("out",)),
+    C(
+        "pyproject/backend-number",
+        "shard",
+        "pybackend",
+        "1/1",
+        *B,
+        *OUT,
+        expect="build-backend must name a module",
+        writes=("out",),
+    ),
+    C("pyproject/folder", "shard", "pyfolder", "1/1", *B, *OUT, expect="pyproject.toml is a folder", writes=("out",)),
     # -- recipe YAML shapes ------------------------------------------------------------------
     C("yaml/empty", "show", "emptyyaml", *B, expect="expected a mapping"),
     C("yaml/list", "show", "listyaml", *B, expect="expected a mapping"),
@@ -891,6 +904,17 @@ def build_world(W: Path) -> Path:
     _recipe(bad, "foldercosts", example, example=True)
     (bad / "foldercosts" / "costs.json").mkdir()
     (bad / "folderrecipe" / "recipe.yml").mkdir(parents=True)
+    for name, pyproject in (
+        ("pyjunk", b"[build-system\nrequires = = []\n"),
+        ("pybackend", b"[build-system]\nbuild-backend = 7\n"),
+        ("pyfolder", None),
+    ):
+        _recipe(bad, name, example, example=True)
+        (bad / name / "package" / "pyproject.toml").unlink()
+        if pyproject is None:
+            (bad / name / "package" / "pyproject.toml").mkdir()
+        else:
+            (bad / name / "package" / "pyproject.toml").write_bytes(pyproject)
     _recipe(bad, "patchraise", example, example=True, patch="def patch(ctx):\n    raise RuntimeError('upstream moved')\n")
     _recipe(bad, "patchsyntax", example, example=True, patch="def patch(ctx)\n    pass\n")
     _recipe(bad, "patchexit", example, example=True, patch="import sys\n\ndef patch(ctx):\n    sys.exit(0)\n")

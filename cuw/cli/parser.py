@@ -78,7 +78,8 @@ def _common(p: argparse.ArgumentParser, dist: bool = True) -> None:
         "--backend",
         choices=("pip", "cibuildwheel"),
         default="pip",
-        help="pip: build here (default); cibuildwheel: the same job inside cibuildwheel's manylinux container or Windows build",
+        help="pip: build here (default; the job calls the project's PEP 517 backend, as pip wheel --no-build-isolation "
+        "would); cibuildwheel: the same job inside cibuildwheel's manylinux container or Windows build",
     )
     p.add_argument(
         "--cell",

@@ -158,7 +158,8 @@ class Recipe:
     """Where the source comes from."""
     backend: Backend
     """How it builds: scikit-build-core (CMake), a torch extension (setuptools + torch's
-    BuildExtension), or setuptools calling nvcc its own way (pccm/ccimport); all through pip."""
+    BuildExtension), or setuptools calling nvcc its own way (pccm/ccimport); each through its PEP 517
+    build_wheel hook, which the job calls (cuw/jobs/frontend.py)."""
     device_code: bool = True
     """Whether the wheel carries compiled device code (SASS/PTX). ``false``: its kernels are compiled
     at run time (NVRTC, a JIT) and the build compiles host code only; the shard gate then takes a host

@@ -1,4 +1,4 @@
-"""How each build backend is driven: one ``pip wheel`` command, one environment.
+"""How each build backend is driven: one environment for its ``build_wheel`` hook (:mod:`cuw.jobs.frontend`).
 
 The environment is the only place the seat is wired in: CUDACXX (CMake),
 PYTORCH_NVCC (torch's ninja path) and CUDA_HOME (torch's distutils path and
@@ -172,20 +172,3 @@ def expand_recipe_env(recipe: Recipe, env: dict[str, str]) -> dict[str, str]:
         except ValueError:
             raise InputError(f"recipe {recipe.key!r}: env.{key}: a '$' must start ${{NAME}} (write $$ for a literal $)") from None
     return out
-
-
-def build_command(project_dir: Path, wheel_dir: Path) -> list[str]:
-    """Every backend builds through pip, in the forge's environment (no isolation:
-    the backend, torch and the pinned cache tool are the ones installed here)."""
-    return [
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "-v",
-        "--no-build-isolation",
-        "--no-deps",
-        "-w",
-        str(wheel_dir),
-        str(project_dir),
-    ]

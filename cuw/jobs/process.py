@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Any, ContextManager, Iterator, Optional
+from typing import Any, ContextManager, Iterator, Mapping, Optional
 
 from cuw.base.errors import raise_terminated
 from cuw.seat import seat_log
-from cuw.jobs.backends import build_command
+from cuw.jobs import frontend
 from cuw.base.progress import Meter
 from cuw.config.recipe import Recipe
 from cuw.jobs.workspace import Workspace
@@ -21,8 +21,8 @@ from cuw.jobs.context import Progress
 
 
 def spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
-    """A child in a process group of its own (POSIX), so it and everything it starts (pip,
-    CMake, ninja, the compilers) can be stopped together, and a Ctrl-C reaches the forge first."""
+    """A child in a process group of its own (POSIX), so it and everything it starts (the build
+    backend, CMake, ninja, the compilers) can be stopped together, and a Ctrl-C reaches the forge first."""
     return subprocess.Popen(cmd, start_new_session=os.name == "posix", **kwargs)
 
 
@@ -125,7 +125,7 @@ def build(
     count_host: bool = False,
 ) -> int:
     project = ws.src / recipe.build_subdir
-    cmd = build_command(project, ws.wheel_dir)
+    system = frontend.build_system(project)  # a broken pyproject.toml is refused before anything runs
     with _sigterm_raises():
         if recipe.pre_build:
             # Inside the seat and cache environment: its compiles are cached like the build's.
@@ -144,7 +144,14 @@ def build(
             if rc != 0:
                 return rc
         with open(ws.build_log, "ab") as fh:
-            fh.write(("$ " + " ".join(cmd) + "\n").encode())
-            fh.flush()
-            proc = spawn(cmd, env=env, cwd=project, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            return watch(proc, ws, label, owned, progress, count_host=count_host)
+
+            def run_hook(cmd: list[str], cwd: str, hook_env: Mapping[str, str]) -> int:
+                fh.write(f"$ ({system.backend} build_wheel) {' '.join(cmd)}\n".encode())
+                fh.flush()
+                proc = spawn(cmd, env={**env, **hook_env}, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                return watch(proc, ws, label, owned, progress, count_host=count_host)
+
+            def note(line: str) -> None:
+                fh.write(f"cuw: {line}\n".encode())
+
+            return frontend.build_wheel(project, ws.wheel_dir, system, run_hook, note)

@@ -28,6 +28,7 @@ from cuw.config.recipe import Recipe
 from cuw.jobs.patching import PatchContext
 from cuw.jobs.patching import apply as apply_patch
 from cuw.jobs.sources import materialize
+from cuw.jobs.frontend import build_system
 from cuw.toolchain.ninja import NINJA_WRAPPER_MARK, find_real_ninja
 from cuw.toolchain.toolkit import Toolkit, make_shadow_home
 
@@ -110,6 +111,8 @@ def prepare(
     materialize(recipe, ws.src, settings=settings)
     if patch is not None:
         apply_patch(recipe, replace(patch, source_dir=ws.src))
+    # A pyproject.toml that names its build backend wrongly is refused here, before the job starts.
+    build_system(ws.src / recipe.build_subdir)
     for folder in (ws.build, ws.wheel_dir, ws.logs, ws.seat_dir):
         folder.mkdir()
     job_cache = open_cache(tool, ws.cache_dir, ws.tree, remote, settings=settings)
