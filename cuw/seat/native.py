@@ -212,12 +212,16 @@ def _compile_stubs(folder: Path, binaries: dict[str, Path], compiler: str) -> Op
 
     Linked statically where the C library allows it (its static archive installed): every call
     starts this program, and a static one starts without the dynamic loader (here about a quarter
-    of the stub's own cost on a cache hit). Else dynamically, the same program."""
+    of the stub's own cost on a cache hit). Else dynamically, the same program.
+
+    Not optimized (-O0): every job compiles it, and -O2 took 0.75 s to -O0's 0.18 s here while the
+    stub's calls, all process starts and file copies, measured the same (benchmarks/seat_overhead.py:
+    a stubbed .cu 1.7 ms, a .cpp hit 5.5 ms, either way)."""
     import shutil
     import subprocess
 
     out, host = binaries["nvcc"], binaries[HOST_SCRIPT]
-    cmd = [compiler, "-O2", f"-DSEAT_DIR={_c_literal(os.path.abspath(folder))}", f"-I{folder}", NATIVE_SOURCE, "-o", str(out)]
+    cmd = [compiler, "-O0", f"-DSEAT_DIR={_c_literal(os.path.abspath(folder))}", f"-I{folder}", NATIVE_SOURCE, "-o", str(out)]
     try:
         proc = subprocess.run([*cmd, "-static"], capture_output=True, stdin=subprocess.DEVNULL, check=False)
         if proc.returncode != 0:  # no static C library
