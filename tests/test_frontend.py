@@ -146,6 +146,12 @@ def test_the_backends_warnings_are_noted_for_the_log_not_shown(tmp_path, recwarn
         ('[build-system]\nbuild-backend = "  "\n', "build-system.build-backend must name a module"),
         ('[build-system]\nbuild-backend = "b"\nbackend-path = "."\n', "build-system.backend-path must be a list"),
         ('[build-system]\nbuild-backend = "b"\nbackend-path = [""]\n', "build-system.backend-path must be a list"),
+        ('[build-system]\nbuild-backend = "b"\nbackend-path = ["../.."]\n', "backend-path '../..' is outside the project"),
+        ('[build-system]\nbuild-backend = "b"\nbackend-path = ["/usr/lib"]\n', "backend-path '/usr/lib' is outside the project"),
+        (
+            '[build-system]\nbuild-backend = "b"\nbackend-path = ["sub/../.."]\n',
+            "backend-path 'sub/../..' is outside the project",
+        ),
     ],
 )
 def test_a_pyproject_that_names_no_backend_rightly_is_refused_naming_the_file(tmp_path, text, says):

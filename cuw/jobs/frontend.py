@@ -11,6 +11,7 @@ change what a shard built.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from dataclasses import dataclass
@@ -73,6 +74,13 @@ def build_system(project: Path) -> BuildSystem:
         not isinstance(backend_path, list) or not all(isinstance(p, str) and p for p in backend_path)
     ):
         raise InputError(f"{path}: build-system.backend-path must be a list of folders in the project, not {backend_path!r}")
+    root = project.resolve()
+    for folder in backend_path or ():
+        where = (project / folder).resolve()
+        if os.path.isabs(folder) or (where != root and root not in where.parents):
+            raise InputError(
+                f"{path}: build-system.backend-path {folder!r} is outside the project; PEP 517 wants folders inside it"
+            )
     return BuildSystem(backend.strip(), backend_path)
 
 
