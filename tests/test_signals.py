@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, start_child
+from conftest import REPO, catch_ignored_sigint, start_child
 from cuw.base import files
 from cuw.base.errors import Terminated
 
@@ -139,6 +139,12 @@ def test_the_child_start_gives_sigint_back_its_default():
     with _sigint_ignored_here():
         plain, ignoring = ignored(), ignored(*IGNORING_SIGINT)
     assert (plain, ignoring) == ("False", "True")
+    # As a test process started ignoring SIGINT runs (conftest.catch_ignored_sigint): caught, passed over.
+    with _sigint_ignored_here():
+        catch_ignored_sigint()
+        assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)  # passed over: no KeyboardInterrupt here
+        assert (ignored(), ignored(*IGNORING_SIGINT)) == ("False", "True")
 
 
 @pytest.mark.parametrize("front", ["nox", "invoke"])
