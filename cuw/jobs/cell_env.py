@@ -17,12 +17,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Optional
 
 import cuw
+from cuw.base import tomlfile
 from cuw.base.errors import CuwError
 from cuw.base.files import held
 from cuw.toolchain.pythons import Interpreter as Interpreter, find_python as find_python  # this module's callers name them here
@@ -33,12 +33,7 @@ FORGE_ROOT = Path(cuw.FORGE_ROOT)
 
 def forge_requirements() -> list[str]:
     """The forge's pinned requirements (cache tools, build backends), read from its pyproject.toml."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # the same parser, before it joined the standard library (a pinned dependency on 3.10)
-        import tomli as tomllib
-
-    data = tomllib.loads((FORGE_ROOT / "pyproject.toml").read_text())
+    data = tomlfile.loads((FORGE_ROOT / "pyproject.toml").read_text())
     return sorted(data["project"]["dependencies"])
 
 

@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from pyproject_hooks import BackendUnavailable, BuildBackendHookCaller
 
+from cuw.base import tomlfile
 from cuw.base.errors import InputError
 from cuw.base.reading import read_text
 
@@ -39,14 +40,6 @@ class BuildSystem:
     """In-tree backend folders, relative to the project (``backend-path``)."""
 
 
-def _toml(text: str) -> dict:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # the same parser, before it joined the standard library (a pinned dependency on 3.10)
-        import tomli as tomllib
-    return tomllib.loads(text)
-
-
 def build_system(project: Path) -> BuildSystem:
     """The backend ``project/pyproject.toml`` names; a file that names none builds the legacy way.
     A file that cannot be read, is not TOML or names a backend wrongly is refused in one line."""
@@ -60,7 +53,7 @@ def build_system(project: Path) -> BuildSystem:
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     try:
-        data = _toml(text)
+        data = tomlfile.loads(text)
     except ValueError as exc:  # tomllib.TOMLDecodeError
         raise InputError(f"{path}: not valid TOML ({exc})") from None
     table = data.get("build-system", {})

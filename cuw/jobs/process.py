@@ -125,7 +125,7 @@ def build(
     count_host: bool = False,
 ) -> int:
     project = ws.src / recipe.build_subdir
-    system = frontend.build_system(project)  # a broken pyproject.toml is refused before anything runs
+    system = frontend.build_system(project)  # refused already, before the job started, if broken (workspace.prepare)
     with _sigterm_raises():
         if recipe.pre_build:
             # Inside the seat and cache environment: its compiles are cached like the build's.
