@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -73,8 +74,18 @@ def _only_cuw_errors(read, *args) -> None:
     # Any other exception escapes and fails the property.
 
 
+_FILES: list[Path] = []  # the module's folder for the examples' files (hypothesis runs many examples per test)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _files_folder(tmp_path_factory: pytest.TempPathFactory):
+    _FILES.append(tmp_path_factory.mktemp("reader-properties"))
+    yield
+    _FILES.pop()
+
+
 def _file(data: bytes, name: str = "f.json") -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="cuw-prop-"))
+    folder = Path(tempfile.mkdtemp(prefix="example-", dir=_FILES[-1]))
     path = folder / name
     path.write_bytes(data)
     return path

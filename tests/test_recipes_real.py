@@ -164,13 +164,17 @@ def _context(recipe: Recipe, source: Path) -> PatchContext:
 def test_patch_is_idempotent_and_fails_loudly_without_its_anchor(key, tmp_path, monkeypatch):
     recipe = load_recipe(key, RECIPES_DIR)
     source = _fetch(recipe, tmp_path)
-    pristine_copy = tmp_path / "pristine"
-    shutil.copytree(source, pristine_copy, symlinks=True)
+    pristine_copy = tmp_path / "pristine"  # each file the patch anchors in, as the patch first found it
     anchors: list[tuple[str, str]] = []
     real_replace = PatchContext.replace
 
     def recording_replace(self, relpath, old, new, count=1):
-        anchors.append((relpath, old))
+        if self.source_dir == source:
+            anchors.append((relpath, old))
+            kept = pristine_copy / relpath
+            if not kept.exists():
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source / relpath, kept)
         return real_replace(self, relpath, old, new, count)
 
     monkeypatch.setattr(PatchContext, "replace", recording_replace)
