@@ -344,6 +344,28 @@ def test_a_first_publish_beside_another_runs_temporary_files_is_not_refused(tmp_
         publish(tmp_path / "in", tmp_path / "other")
 
 
+def test_a_publish_that_looked_before_another_runs_marker_and_after_its_pages_is_not_refused(tmp_path, monkeypatch):
+    """Into a new index: one publish finds no marker, then a concurrent first publish writes its marker
+    and its pages, then the first lists the folder and sees pages (one of eight runs was refused so).
+    The marker comes before any page, so the pages it sees are an index's."""
+    from cuw.wheel.index import published_files
+
+    index = tmp_path / "index"
+    _wheel(tmp_path / "in", W311, b"one")
+    publish(tmp_path / "in", index)  # the other run's marker and pages
+    real_is_file = Path.is_file
+    looked: list[Path] = []
+
+    def before_the_marker(path: Path) -> bool:
+        if path == index / MARKER and not looked:
+            looked.append(path)
+            return False  # the first look, before the other run wrote it
+        return real_is_file(path)
+
+    monkeypatch.setattr(Path, "is_file", before_the_marker)
+    assert set(published_files(index)) == {W311} and looked
+
+
 def test_two_different_wheels_under_one_name_are_both_refused(tmp_path):
     _wheel(tmp_path / "in" / "link-a", W311, b"one")
     _wheel(tmp_path / "in" / "link-b", W311, b"another")

@@ -212,13 +212,16 @@ def published_files(out: Path) -> dict[str, str]:
     marker = out / MARKER
     if not marker.is_file():
         # files/ alone: a first run's staged files; a concurrent first run's write probe or a temp of
-        # its marker (files.py's names) are no foreign files either.
-        if any(p.name not in ("files", LOCK) and not _transient(p.name) for p in out.iterdir()):
+        # its marker (files.py's names) are no foreign files either. A first run writes its marker
+        # before any page, so pages seen here with the marker there now are that run's: an index.
+        foreign = any(p.name not in ("files", LOCK) and not _transient(p.name) for p in out.iterdir())
+        if foreign and not marker.is_file():
             raise InputError(
                 f"{out} holds files but no {MARKER}: it is not an index made by `cuw index`; "
                 "give a new folder or an existing index"
             )
-        return {}
+        if not foreign:
+            return {}
     files, remote = _read_marker(marker)
     for name in files:
         if "/" in name or "\\" in name or (name not in remote and not (out / "files" / name).is_file()):
