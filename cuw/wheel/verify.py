@@ -36,6 +36,7 @@ from cuw.config import lanes
 from cuw.wheel import upstream_tests
 from cuw.wheel.binaries import Binary, read_binary
 from cuw.wheel.finish import local_label
+from cuw.wheel.target_install import install_into
 from cuw.wheel.variants import parse_wheel_name, properties, read_variant
 from cuw.config.grid import parse_arch
 from cuw.config.policy import WheelPolicy
@@ -712,13 +713,14 @@ def _import_check(
 
 
 def _install_for_import(wheel: Path, target: Path, requires: list[str]) -> str:
-    """The wheel (without its dependencies) and the runtime dependencies the import needs, pinned
-    in the recipe, installed into ``target``; why not, or ""."""
-    pip = [sys.executable, "-m", "pip", "install", "-q"]
-    proc = subprocess.run([*pip, "--no-deps", "--target", str(target), str(wheel)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        return f"pip could not install the wheel: {proc.stderr.strip()[-300:]}"
+    """The wheel (without its dependencies, in this process: :mod:`cuw.wheel.target_install`) and the
+    runtime dependencies the import needs, pinned in the recipe (through pip), installed into
+    ``target``; why not, or ""."""
+    refused = install_into(wheel, target, target.parent / "wheel-rest")
+    if refused:
+        return refused
     if requires:
+        pip = [sys.executable, "-m", "pip", "install", "-q"]
         proc = subprocess.run([*pip, "--target", str(target), *requires], capture_output=True, text=True)
         if proc.returncode != 0:
             return f"pip could not install verify.import_requires {requires}: {proc.stderr.strip()[-300:]}"
