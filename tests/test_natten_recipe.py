@@ -32,6 +32,12 @@ def natten_pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return fresh_natten_tree(tmp_path_factory.mktemp("natten") / "pristine")
 
 
+@pytest.fixture(scope="module")
+def natten_patched(natten_pristine: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """natten patched for the CUDA 13 cell's archs, its kernels generated (read it; copy it before editing)."""
+    return _patched(natten_pristine, tmp_path_factory.mktemp("natten") / "patched")
+
+
 def _digest(root: Path) -> str:
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -87,10 +93,10 @@ def test_the_patch_runs_twice_and_the_second_run_changes_nothing(natten_pristine
     assert _digest(src) == once
 
 
-def test_the_globs_and_families_match_the_generated_kernels(natten_pristine, tmp_path):
+def test_the_globs_and_families_match_the_generated_kernels(natten_pristine, natten_patched, tmp_path):
     assert _filtered_keys(natten_pristine) == []  # the sdist ships no kernel: the patch generates them
     recipe = natten_recipe()
-    keys = _filtered_keys(_patched(natten_pristine, tmp_path / "cu13"))
+    keys = _filtered_keys(natten_patched)
     family = families_of(keys, recipe.sharding.source.families)
     assert len(keys) == 144
     assert Counter(family.values()) == FAMILY_SIZES
@@ -121,8 +127,8 @@ def test_a_missing_anchor_fails_loudly(natten_pristine, tmp_path):
         apply(natten_recipe(), natten_ctx(_copy(natten_pristine, tmp_path / "noarch"), []))
 
 
-def test_kernels_generated_for_other_archs_are_refused(natten_pristine, tmp_path):
-    src = _patched(natten_pristine, tmp_path / "src")
+def test_kernels_generated_for_other_archs_are_refused(natten_patched, tmp_path):
+    src = _copy(natten_patched, tmp_path / "src")
     # the patch's own second run, for another cell
     with pytest.raises(CuwError, match=r"\.cuw-autogen says 'default \[75, .*this cell wants 'default \[90\]'"):
         apply(natten_recipe(), natten_ctx(src, ["9.0"]))
@@ -146,12 +152,12 @@ def test_kernels_generated_for_other_archs_are_refused(natten_pristine, tmp_path
     assert not kernel.exists()
 
 
-def test_shards_without_a_family_per_n(natten_pristine, tmp_path):
+def test_shards_without_a_family_per_n(natten_patched):
     """FIELD-NOTES: zero-Hopper shards N=20 -> 0, N=23 -> 1, N=40 -> 18; first Blackwell-empty at N=51."""
     from cuw.tools import planner  # the forge's own module: one that cannot be imported fails, never skips
 
     recipe = natten_recipe()
-    src = _patched(natten_pristine, tmp_path / "src")
+    src = natten_patched
     keys = _filtered_keys(src)
     inputs = planner.Inputs(keys, "test", None, src)
     family = families_of(keys, recipe.sharding.source.families)
@@ -185,15 +191,15 @@ def _configure(src: Path, build: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.needs("cmake", "nvcc", "torch")  # natten's CMakeLists.txt imports torch for its include paths
-def test_a_shard_with_no_hopper_file_configures_and_the_seed_guard_does_not(natten_pristine, tmp_path):
+def test_a_shard_with_no_hopper_file_configures_and_the_seed_guard_does_not(natten_patched, tmp_path):
     from cuw.partition.assignment import recipe_assignment
     from cuw.jobs.shard import apply_source_filter
 
     recipe = natten_recipe()
     spec = ShardSpec(30, 40)
-    fixed = _patched(natten_pristine, tmp_path / "fixed")
+    fixed = _copy(natten_patched, tmp_path / "fixed")
     kept = apply_source_filter(fixed, recipe.sharding.source.globs, spec, "linux", recipe_assignment(recipe, 40, fixed))
-    every = _filtered_keys(_patched(natten_pristine, tmp_path / "all"))
+    every = _filtered_keys(natten_patched)
     assert kept == [k for i, k in enumerate(every) if i % 40 == 29]  # sorted index i -> shard i mod N + 1
     assert not list(fixed.glob("csrc/autogen/src/cuda/hopper_*/*.cu"))
     assert list(fixed.glob("csrc/autogen/src/cuda/blackwell_*/*.cu"))
