@@ -13,13 +13,14 @@ import platform
 import sys
 import zipfile
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import sys_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-LauncherKind = Literal["posix", "win-ia32", "win-amd64", "win-arm", "win-arm64"]
+if TYPE_CHECKING:
+    from installer.scripts import LauncherKind
 
 
 def _launcher_kind() -> LauncherKind:
