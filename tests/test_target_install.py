@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,26 @@ def test_a_damaged_wheel_is_one_line(tmp_path):
     junk = tmp_path / "in" / "not-a-wheel.whl"
     junk.write_bytes(b"junk")
     assert "is not a wheel's file name" in install_into(junk, tmp_path / "ours", tmp_path / "rest")
+
+
+@pytest.mark.parametrize(
+    "member, says",
+    [
+        ("../escaped.py", "outside of the target directory"),
+        ("demo/../../escaped.py", "outside of the target directory"),
+        ("/tmp/escaped-abs.py", "absolute"),
+    ],
+    ids=["dotdot", "inner-dotdot", "absolute"],
+)
+def test_a_member_that_leads_outside_the_target_is_refused_and_writes_nothing_outside(tmp_path, member, says):
+    """A wheel is input from an earlier step: one whose member names a path above the target (a
+    tampered or hostile wheel) is refused in one line, and nothing lands beside or above the target."""
+    wheel = _wheel(tmp_path / "in")
+    with zipfile.ZipFile(wheel, "a") as whl:  # added after the wheel's RECORD, as a tampering would be
+        whl.writestr(member, "ESCAPED = True\n")
+    root = tmp_path / "deep" / "deeper"
+    before = {p for p in tmp_path.rglob("*")}
+    why = install_into(wheel, root / "ours", root / "rest")
+    assert why.startswith(f"{wheel.name} could not be installed: ") and says in why and "\n" not in why, why
+    assert not list(tmp_path.rglob("escaped*.py")) and not Path("/tmp/escaped-abs.py").exists()
+    assert {p for p in tmp_path.rglob("*") if root not in p.parents and p != root} - before <= {tmp_path / "deep"}
