@@ -105,7 +105,7 @@ def test_a_member_that_leads_outside_the_target_is_refused_and_writes_nothing_ou
     with zipfile.ZipFile(wheel, "a") as whl:  # added after the wheel's RECORD, as a tampering would be
         whl.writestr(member, "ESCAPED = True\n")
     root = tmp_path / "deep" / "deeper"
-    before = {p for p in tmp_path.rglob("*")}
+    before = set(tmp_path.rglob("*"))
     why = install_into(wheel, root / "ours", root / "rest")
     assert why.startswith(f"{wheel.name} could not be installed: ") and says in why and "\n" not in why, why
     assert not list(tmp_path.rglob("escaped*.py")) and not Path("/tmp/escaped-abs.py").exists()
